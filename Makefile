@@ -1,0 +1,65 @@
+# gpsl: two commands on a fresh machine (python3, pip, apt):
+#   make run    build .venv, install the requirements, serve the app on the sample project
+#   make test   build .venv, install the dev requirements (+ Debian Chromium), ruff + pytest
+# Requirements are re-installed only when a requirements file or pyproject.toml changes.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8501
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: run test lint chromium install install-dev clean
+
+run: $(VENV)/.installed-run
+	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
+test: $(VENV)/.installed-dev chromium
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+
+install: $(VENV)/.installed-run
+install-dev: $(VENV)/.installed-dev
+
+# Debian's python3 needs the python3-venv package for `python3 -m venv`; install it if missing.
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
+		echo "python3 -m venv failed; installing python3-venv with apt-get ..."; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		$$SUDO apt-get update && \
+		$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv && \
+		$(PYTHON) -m venv $(VENV); }
+
+$(VENV)/.installed-run: requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m pip install --no-deps -e .
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -r requirements-dev.txt
+	$(BIN)/python -m pip install --no-deps -e .
+	touch $@
+
+# The browser test drives Debian's Chromium (Playwright's own browser download is never used).
+chromium:
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "NOTE: $(CHROMIUM) is missing and apt-get needs root (no password-less sudo);" \
+		"install it with: sudo apt-get install chromium chromium-driver." \
+		"The browser test will be skipped."; exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+		echo "NOTE: $(CHROMIUM) is missing and there is no apt-get; the browser test will be skipped."; \
+		exit 0; fi; \
+	echo "Installing Debian Chromium for the browser test ..."; \
+	$$SUDO apt-get update && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver \
+	|| echo "NOTE: could not install chromium with apt-get; the browser test will be skipped."
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,20 @@
+"""gpsl: Gaussian process pseudo-likelihood models for sequence labeling.
+
+Implements Srijith, Balamurugan and Shevade, "Gaussian Process Pseudo-Likelihood
+Models for Sequence Labeling" (see ``../shared/paper/gpsl-paper.tex``).
+The library knows nothing about Streamlit; every module is importable alone.
+"""
+
+from gpsl.errors import GpslError, InputError, ModelFormatError
+
+__version__ = "0.1.0"
+
+__all__ = ["GpslError", "InputError", "ModelFormatError", "GPSL", "__version__"]
+
+
+def __getattr__(name):  # lazy, so ``import gpsl`` stays cheap
+    if name == "GPSL":
+        from gpsl.model import GPSL
+
+        return GPSL
+    raise AttributeError(name)
