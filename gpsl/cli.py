@@ -1,0 +1,367 @@
+"""The command line, in the spirit of CRF++'s ``crf_learn`` and ``crf_test``.
+
+::
+
+    python -m gpsl train -t template [-d -1,1] [--kernel linear|rbf] train.data model_dir
+    python -m gpsl test -m model_dir [--decoder rns|viterbi] [--marginals] test.data [-o out]
+    python -m gpsl eval -m model_dir test.data
+
+``test`` writes every input token line (columns joined by tabs, a gold label column kept as is)
+with the predicted label appended, and a blank line after each sentence, exactly like
+``crf_test``; ``--marginals`` writes ``label/0.987654`` like ``crf_test -v1``.
+
+Every error is one line ``gpsl: error: <message>`` on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from gpsl.errors import GpslError, InputError
+
+__all__ = ["main", "build_parser", "parse_offsets_arg"]
+
+PRESETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
+_OFFSET_OPTIONS = ("-d", "--offsets")
+_LOOKS_NEGATIVE = re.compile(r"^-\d")
+
+
+class _ArgumentError(Exception):
+    """Raised instead of argparse's print-usage-and-exit."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _ArgumentError(message)
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def parse_offsets_arg(text: str) -> tuple[int, ...]:
+    """``"-1,1"`` (or ``GPSL1``/``GPSL2``/``GPSL4``) -> ``(-1, 1)``; non-zero, no duplicates."""
+    key = text.strip().upper()
+    if key in PRESETS:
+        return PRESETS[key]
+    parts = text.replace(" ", "").split(",")
+    try:
+        if any(p == "" for p in parts):
+            raise ValueError
+        out = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bad offsets {text!r}: expected comma-separated non-zero integers like -1,1"
+        ) from None
+    if 0 in out:
+        raise argparse.ArgumentTypeError(
+            f"bad offsets {text!r}: 0 is the token itself; offsets must be non-zero"
+        )
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"bad offsets {text!r}: duplicate offsets")
+    return out
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _encoding(text: str) -> str:
+    try:
+        codecs.lookup(text)
+    except LookupError:
+        raise argparse.ArgumentTypeError(f"unknown encoding {text!r}") from None
+    return text
+
+
+def _missing(text: str) -> str:
+    if text == "" or any(ch.isspace() for ch in text):
+        raise argparse.ArgumentTypeError("the missing-label marker must be non-empty, no spaces")
+    return text
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gpsl import __version__
+
+    parser = _Parser(
+        prog="gpsl",
+        description="Gaussian process pseudo-likelihood sequence labeling (CRF++-like).",
+    )
+    parser.add_argument("--version", action="version", version=f"gpsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train a model from a CRF++ column file (like crf_learn)",
+                       description="Train a GPSL model from a labeled CRF++ column file "
+                                   "(label in the last column, '_' for a missing label).")
+    p.add_argument("-t", "--template", metavar="TEMPLATE",
+                   help="CRF++ template file (default: a window over every column)")
+    p.add_argument("-d", "--offsets", type=parse_offsets_arg, default=(-1, 1), metavar="OFFSETS",
+                   help="label dependency offsets: -1 (GPSL1), -1,1 (GPSL2, default), "
+                        "-2,-1,1,2 (GPSL4)")
+    p.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
+    p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
+                   help="maximum number of coordinate-ascent sweeps (default 100)")
+    p.add_argument("--tol", type=_non_negative_float, default=1e-4, metavar="X",
+                   help="stop when the bound improves by less than this (relative, default 1e-4)")
+    p.add_argument("--no-hyper", action="store_true",
+                   help="do not learn kernel hyper-parameters")
+    p.add_argument("-f", "--min-freq", type=_positive_int, default=1, metavar="MIN_FREQ",
+                   help="keep features seen at least MIN_FREQ times (like crf_learn -f)")
+    p.add_argument("--encoding", type=_encoding, default="utf-8")
+    p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
+                   help="label marking a missing label (default _)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("train_file", metavar="TRAIN_FILE")
+    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("test", help="label a CRF++ column file (like crf_test)",
+                       description="Append the predicted label to every token line.")
+    p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
+    p.add_argument("--decoder", choices=("rns", "viterbi"), default=None,
+                   help="decoder (default: the model's, normally rns)")
+    p.add_argument("--marginals", action="store_true",
+                   help="write label/probability (RNS marginal), like crf_test -v1")
+    p.add_argument("-v", dest="verbose_level", type=int, nargs="?", const=1, default=0,
+                   metavar="LEVEL", help="-v1 is --marginals (crf_test compatibility)")
+    p.add_argument("--encoding", type=_encoding, default="utf-8")
+    p.add_argument("-o", "--output", metavar="OUT", help="output file (default stdout)")
+    p.add_argument("test_file", metavar="TEST_FILE")
+    p.set_defaults(func=_cmd_test)
+
+    p = sub.add_parser("eval", help="token accuracy and Hamming loss on a labeled file")
+    p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
+    p.add_argument("--decoder", choices=("rns", "viterbi"), default=None)
+    p.add_argument("--encoding", type=_encoding, default="utf-8")
+    p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
+                   help="gold label marking a missing label, not scored (default _)")
+    p.add_argument("test_file", metavar="TEST_FILE")
+    p.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def _join_offsets(argv: list[str]) -> list[str]:
+    """``-d -1,1`` -> ``-d=-1,1`` (argparse would take ``-1,1`` for an option)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        if arg in _OFFSET_OPTIONS and i + 1 < len(argv) and _LOOKS_NEGATIVE.match(argv[i + 1]):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _load_model(path: str) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise InputError("model directory not found", source=path)
+    if not p.is_dir():
+        raise InputError("not a model directory (it is a file)", source=path)
+    from gpsl.model import GPSL
+
+    return GPSL.load(p)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from gpsl.features import Template
+    from gpsl.io import read_conll
+
+    t0 = time.perf_counter()
+    sents = read_conll(args.train_file, encoding=args.encoding, missing=args.missing)
+    n_columns = len(sents[0].tokens[0])
+    template_text = None
+    if args.template is not None:
+        template = Template.from_file(args.template, encoding=args.encoding)
+        template.validate(n_columns)
+        template_text = template.text
+    n_tokens = sum(len(s) for s in sents)
+    n_missing = sum(s.n_missing for s in sents)
+    if n_missing == n_tokens:
+        raise InputError(f"no labeled token: every label is {args.missing!r}",
+                         source=args.train_file)
+
+    from gpsl.model import GPSL
+
+    model = GPSL(offsets=args.offsets, kernel=args.kernel, template=template_text,
+                 min_freq=args.min_freq, max_iter=args.max_iter, tol=args.tol,
+                 learn_hyper=not args.no_hyper)
+
+    def progress(info: dict) -> None:
+        if not args.quiet:
+            _err(f"iter={int(info.get('iteration', 0)):<4d} "
+                 f"bound={float(info.get('bound', float('nan'))):.6f} "
+                 f"time={float(info.get('seconds', 0.0)):.2f}s")
+
+    model.fit([s.tokens for s in sents], [s.labels for s in sents], callback=progress)
+    model.save(args.model_dir)
+    seconds = time.perf_counter() - t0
+    n_features = len(model.extractor_.vocabulary_)
+    _err(f"gpsl: trained on {n_tokens} tokens ({len(sents)} sentences), "
+         f"{len(model.classes_)} labels, {n_missing} missing labels, {n_features} features, "
+         f"{seconds:.2f} seconds; model saved to {args.model_dir}")
+    return 0
+
+
+def _read_for_model(model: Any, path: str, encoding: str) -> tuple[list, list, bool]:
+    """Sentences of a test file, the model's feature columns of them, whether gold is there."""
+    from gpsl.io import read_conll
+
+    sents = read_conll(path, encoding=encoding, labeled=False)
+    n = int(model.n_columns_)
+    width = len(sents[0].tokens[0])
+    if width == n + 1:
+        return sents, [[tok[:n] for tok in s.tokens] for s in sents], True
+    if width == n:
+        return sents, [s.tokens for s in sents], False
+    raise InputError(
+        f"found {width} columns but the model was trained on {n} feature column"
+        f"{'s' if n != 1 else ''} (expected {n}, or {n + 1} with a gold label)",
+        source=path,
+        line=sents[0].line,
+    )
+
+
+def _write_output(text: str, dest: str | None, encoding: str) -> None:
+    if dest is not None:
+        try:
+            with open(dest, "w", encoding=encoding, newline="\n") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise InputError(f"cannot write: {exc.strerror or exc}", source=dest) from None
+        return
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        sys.stdout.flush()
+        buffer.write(text.encode(encoding))
+        buffer.flush()
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    from gpsl.io import format_conll
+
+    model = _load_model(args.model)
+    sents, X, _ = _read_for_model(model, args.test_file, args.encoding)
+    pred = model.predict(X, decoder=args.decoder)
+    if args.marginals or args.verbose_level >= 1:
+        index = {c: i for i, c in enumerate(model.classes_)}
+        marg = model.predict_marginals(X)
+        extra = [
+            [[f"{lab}/{float(P[j, index[lab]]):.6f}"] for j, lab in enumerate(labs)]
+            for labs, P in zip(pred, marg, strict=True)
+        ]
+    else:
+        extra = [[[lab] for lab in labs] for labs in pred]
+    text = format_conll(sents, extra_columns=extra, label=False)
+    _write_output(text, args.output, args.encoding)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    model = _load_model(args.model)
+    sents, X, has_gold = _read_for_model(model, args.test_file, args.encoding)
+    if not has_gold:
+        raise InputError(
+            f"no gold label column: the file has {model.n_columns_} columns, the model's feature "
+            f"columns only", source=args.test_file, line=sents[0].line)
+    pred = model.predict(X, decoder=args.decoder)
+    total = right = missing = 0
+    for s, labs in zip(sents, pred, strict=True):
+        for tok, p in zip(s.tokens, labs, strict=True):
+            gold = tok[-1]
+            if gold == args.missing:
+                missing += 1
+                continue
+            total += 1
+            right += gold == p
+    if total == 0:
+        raise InputError(f"no gold labels to score (every label is {args.missing!r})",
+                         source=args.test_file)
+    acc = 100.0 * right / total
+    print(f"tokens: {total + missing} (scored {total}, missing {missing})")
+    print(f"accuracy: {acc:.2f}%")
+    print(f"hamming loss: {100.0 - acc:.2f}%")
+    return 0
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, InputError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return where + " ".join(str(exc.strerror or exc).split())
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 on any error)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(_join_offsets(args_list))
+    except _ArgumentError as exc:
+        _err(f"gpsl: error: {_one_line(exc)} (see gpsl --help)")
+        return 2
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
+    if getattr(args, "func", None) is None:
+        _err("gpsl: error: a command is required: train, test or eval (see gpsl --help)")
+        return 2
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        try:  # silence the interpreter's final flush of the closed pipe
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+    except (GpslError, OSError, ValueError) as exc:
+        _err(f"gpsl: error: {_one_line(exc)}")
+        return 2
+    except KeyboardInterrupt:
+        _err("gpsl: interrupted")
+        return 130

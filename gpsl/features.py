@@ -1,0 +1,497 @@
+"""CRF++ feature templates and their expansion into sparse binary feature matrices.
+
+Template grammar (as CRF++'s ``crf_learn``):
+
+* blank lines and lines starting with ``#`` are ignored;
+* a line starting with ``U`` is a unigram template; the whole line, with each macro
+  ``%x[row,col]`` replaced by column ``col`` of the token ``row`` positions away, is the feature
+  string (``U05:%x[-1,0]/%x[0,0]`` -> ``U05:He/said``). A line without macros (``U`` or
+  ``U01:fixed``) is a bias-like feature active on every token;
+* a line starting with ``B`` is a bigram template. It is accepted and recorded
+  (:attr:`Template.has_bigram`) but produces no token features: in gpsl the label dependencies
+  are the model's own dependency set (``offsets``);
+* positions before the sentence read ``_B-1``, ``_B-2`` ...; after it ``_B+1``, ``_B+2`` ...;
+  rows are limited to -8..8 and columns must exist in the data, as in CRF++.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from gpsl.errors import InputError, ModelFormatError
+
+__all__ = ["MAX_OFFSET", "FeatureExtractor", "Template", "UnigramTemplate", "default_template"]
+
+MAX_OFFSET = 8  # CRF++'s BOS/EOS table size
+_MACRO = re.compile(r"%x\[(-?\d+),(\d+)\]")
+
+Token = Sequence[str]
+
+
+class UnigramTemplate(NamedTuple):
+    """One ``U`` (or ``B``) template line, parsed.
+
+    ``name`` is the text before the first ``:`` (``"U05"``; the whole literal for a line without
+    ``:``), ``macros`` the ``(row, col)`` pairs in order, ``pieces`` the ``len(macros) + 1``
+    literal texts around them (the feature is ``pieces[0] + v0 + pieces[1] + ... + pieces[-1]``),
+    ``line`` the 1-based line in the template file and ``text`` the stripped line.
+    """
+
+    name: str
+    macros: tuple[tuple[int, int], ...]
+    pieces: tuple[str, ...]
+    line: int
+    text: str
+
+    def expand(self, tokens: Sequence[Token], position: int) -> str:
+        """The feature string of this template for ``tokens[position]``."""
+        out = [self.pieces[0]]
+        n = len(tokens)
+        for (row, col), piece in zip(self.macros, self.pieces[1:]):
+            out.append(_value(tokens, position + row, col, n))
+            out.append(piece)
+        return "".join(out)
+
+
+def _value(tokens: Sequence[Token], idx: int, col: int, n: int) -> str:
+    if idx < 0:
+        return f"_B-{-idx}"
+    if idx >= n:
+        return f"_B+{idx - n + 1}"
+    return tokens[idx][col]
+
+
+def _parse_line(text: str, lineno: int, source: str) -> UnigramTemplate:
+    macros: list[tuple[int, int]] = []
+    pieces: list[str] = []
+    pos = 0
+    for m in _MACRO.finditer(text):
+        literal = text[pos:m.start()]
+        if "%" in literal:
+            _bad_macro(literal[literal.index("%"):], lineno, source)
+        row, col = int(m.group(1)), int(m.group(2))
+        if abs(row) > MAX_OFFSET:
+            raise InputError(
+                f"row offset {row} in {m.group(0)} is out of range"
+                f" -{MAX_OFFSET}..{MAX_OFFSET} (as in CRF++)",
+                source=source,
+                line=lineno,
+            )
+        pieces.append(literal)
+        macros.append((row, col))
+        pos = m.end()
+    tail = text[pos:]
+    if "%" in tail:
+        _bad_macro(tail[tail.index("%"):], lineno, source)
+    pieces.append(tail)
+    head = pieces[0]
+    name = head.split(":", 1)[0] if ":" in head else head
+    return UnigramTemplate(name, tuple(macros), tuple(pieces), lineno, text)
+
+
+def _bad_macro(fragment: str, lineno: int, source: str) -> None:
+    shown = fragment.split()[0] if fragment.split() else fragment
+    if len(shown) > 30:
+        shown = shown[:30] + "..."
+    raise InputError(
+        f"bad macro {shown!r}: expected %x[row,col] with integer row and non-negative column",
+        source=source,
+        line=lineno,
+    )
+
+
+class Template:
+    """A parsed CRF++ feature template.
+
+    Attributes
+    ----------
+    text:
+        The original template text.
+    source:
+        Name used in error messages (file name or ``"<template>"``).
+    unigrams:
+        Parsed ``U`` lines (:class:`UnigramTemplate`, unpackable; see its fields).
+    bigrams:
+        Parsed ``B`` lines (recorded only).
+    has_bigram:
+        Whether there is at least one ``B`` line.
+    """
+
+    def __init__(
+        self,
+        text: str,
+        source: str,
+        unigrams: list[UnigramTemplate],
+        bigrams: list[UnigramTemplate],
+    ):
+        self.text = text
+        self.source = source
+        self.unigrams = unigrams
+        self.bigrams = bigrams
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def parse(cls, text: str, source: str = "<template>") -> Template:
+        """Parse template text; :class:`InputError` naming ``source`` and the line on error."""
+        if not isinstance(text, str):
+            raise TypeError("template text must be a str")
+        if "\x00" in text:
+            raise InputError("NUL byte in template", source=source)
+        unigrams: list[UnigramTemplate] = []
+        bigrams: list[UnigramTemplate] = []
+        body = text.removeprefix("\ufeff")
+        body = body.replace("\r\n", "\n").replace("\r", "\n")
+        for lineno, raw in enumerate(body.split("\n"), start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line[0] == "U":
+                unigrams.append(_parse_line(line, lineno, source))
+            elif line[0] == "B":
+                bigrams.append(_parse_line(line, lineno, source))
+            else:
+                shown = line if len(line) <= 30 else line[:30] + "..."
+                raise InputError(
+                    f"unknown template line {shown!r}: lines must start with U (unigram),"
+                    " B (bigram) or # (comment)",
+                    source=source,
+                    line=lineno,
+                )
+        if not unigrams:
+            raise InputError("template has no U (unigram) lines, so no features", source=source)
+        return cls(text, source, unigrams, bigrams)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, encoding: str = "utf-8") -> Template:
+        """Read and parse a template file."""
+        from gpsl.io import _read_source
+
+        name = str(path)
+        return cls.parse(_read_source(path, encoding, name), source=name)
+
+    @classmethod
+    def coerce(cls, template: Template | str | None, n_columns: int | None = None) -> Template:
+        """A :class:`Template` from a Template, template text, or ``None`` (the default)."""
+        if isinstance(template, Template):
+            return template
+        if template is None:
+            if n_columns is None:
+                raise ValueError("n_columns is needed to build the default template")
+            return default_template(n_columns)
+        if isinstance(template, str):
+            return cls.parse(template)
+        raise TypeError(f"template must be a Template, str or None, not {type(template).__name__}")
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def has_bigram(self) -> bool:
+        return bool(self.bigrams)
+
+    @property
+    def max_column(self) -> int:
+        """Largest column index used by any macro (-1 when none)."""
+        cols = [c for t in self.unigrams + self.bigrams for _, c in t.macros]
+        return max(cols, default=-1)
+
+    @property
+    def max_offset(self) -> int:
+        """Largest ``|row|`` used by any unigram macro."""
+        return max((abs(r) for t in self.unigrams for r, _ in t.macros), default=0)
+
+    def __repr__(self) -> str:
+        return (
+            f"Template({len(self.unigrams)} unigram, {len(self.bigrams)} bigram lines,"
+            f" source={self.source!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Template):
+            return NotImplemented
+        return self.unigrams == other.unigrams and self.bigrams == other.bigrams
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ use
+
+    def validate(self, n_columns: int) -> None:
+        """Check that every macro's column exists in data with ``n_columns`` feature columns."""
+        for t in self.unigrams + self.bigrams:
+            for row, col in t.macros:
+                if col >= n_columns:
+                    raise InputError(
+                        f"%x[{row},{col}] uses column {col} but the data has only"
+                        f" {n_columns} feature column{'s' if n_columns != 1 else ''}"
+                        f" (columns are numbered from 0)",
+                        source=self.source,
+                        line=t.line,
+                    )
+
+    def expand(self, tokens: Sequence[Token], position: int) -> list[str]:
+        """The unigram feature strings of ``tokens[position]``, one per ``U`` line."""
+        if not 0 <= position < len(tokens):
+            raise IndexError(f"position {position} outside a sentence of {len(tokens)} tokens")
+        return [t.expand(tokens, position) for t in self.unigrams]
+
+    def expand_sentence(self, tokens: Sequence[Token]) -> list[list[str]]:
+        """Feature strings for every token of a sentence, template-major: ``out[k][i]`` is the
+        feature of unigram line ``k`` at position ``i``."""
+        n = len(tokens)
+        if n == 0:
+            return [[] for _ in self.unigrams]
+        pad = self.max_offset
+        bos = [f"_B-{k}" for k in range(pad, 0, -1)]
+        eos = [f"_B+{k}" for k in range(1, pad + 1)]
+        padded: dict[int, list[str]] = {}
+        out: list[list[str]] = []
+        for t in self.unigrams:
+            cols = []
+            for row, col in t.macros:
+                column = padded.get(col)
+                if column is None:
+                    column = bos + [tok[col] for tok in tokens] + eos
+                    padded[col] = column
+                cols.append(column[pad + row:pad + row + n])
+            p = t.pieces
+            k = len(cols)
+            if k == 0:
+                feats = [p[0]] * n
+            elif k == 1:
+                a, = cols
+                p0, p1 = p
+                feats = [p0 + x + p1 for x in a] if p1 else [p0 + x for x in a]
+            elif k == 2:
+                a, b = cols
+                p0, p1, p2 = p
+                feats = [p0 + x + p1 + y + p2 for x, y in zip(a, b)]
+            elif k == 3:
+                a, b, c = cols
+                p0, p1, p2, p3 = p
+                feats = [p0 + x + p1 + y + p2 + z + p3 for x, y, z in zip(a, b, c)]
+            else:
+                rest = p[1:]
+                feats = [
+                    p[0] + "".join(v + q for v, q in zip(vals, rest)) for vals in zip(*cols)
+                ]
+            out.append(feats)
+        return out
+
+
+def default_template(n_columns: int) -> Template:
+    """A default template for data with ``n_columns`` feature columns.
+
+    Column 0: the window -2..2 and the neighbour pairs (-1,0) and (0,1); every other column: the
+    same window and pairs. Ends with a ``B`` line so the file also works with ``crf_learn``.
+    """
+    if n_columns < 1:
+        raise ValueError("n_columns must be at least 1")
+    lines = ["# gpsl default template"]
+    for c in range(n_columns):
+        lines.append(f"# column {c}")
+        for k, r in enumerate((-2, -1, 0, 1, 2)):
+            lines.append(f"U{c}{k}:%x[{r},{c}]")
+        lines.append(f"U{c}5:%x[-1,{c}]/%x[0,{c}]")
+        lines.append(f"U{c}6:%x[0,{c}]/%x[1,{c}]")
+    lines += ["", "B", ""]
+    return Template.parse("\n".join(lines), source="<default template>")
+
+
+class FeatureExtractor:
+    """Turn sentences into a binary CSR matrix with one row per token.
+
+    Parameters
+    ----------
+    template:
+        A :class:`Template`, template text, or ``None`` for :func:`default_template` over the
+        number of columns seen by :meth:`fit`.
+    min_freq:
+        Keep features seen (on distinct tokens) at least this many times in the training data,
+        like ``crf_learn -f``.
+
+    Attributes (after :meth:`fit`)
+    ----------
+    vocabulary_:
+        ``dict`` feature string -> column, columns in sorted string order.
+    feature_names_:
+        The feature strings in column order.
+    n_columns_:
+        The number of feature columns of the training tokens.
+    """
+
+    def __init__(self, template: Template | str | None = None, min_freq: int = 1):
+        if isinstance(min_freq, bool) or not isinstance(min_freq, (int, np.integer)):
+            raise TypeError("min_freq must be an integer")
+        if min_freq < 1:
+            raise ValueError("min_freq must be at least 1")
+        self.template = None if template is None else Template.coerce(template)
+        self.min_freq = int(min_freq)
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def n_features_(self) -> int:
+        return len(self.feature_names_)
+
+    @staticmethod
+    def lengths(sentences: Sequence[Sequence[Token]]) -> np.ndarray:
+        """Number of tokens of each sentence, as an int64 array."""
+        return np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
+
+    @staticmethod
+    def _n_columns(sentences: Sequence[Sequence[Token]]) -> int | None:
+        widths = {len(tok) for s in sentences for tok in s}
+        if not widths:
+            return None
+        return min(widths)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "vocabulary_"):
+            raise RuntimeError("FeatureExtractor is not fitted; call fit() first")
+
+    def _expand_all(
+        self, sentences: Sequence[Sequence[Token]]
+    ) -> tuple[list[str], np.ndarray, int]:
+        """All feature strings and their row (token) indices; also the number of tokens."""
+        assert self.template is not None
+        n_cols = self._n_columns(sentences)
+        if n_cols is not None:
+            self.template.validate(n_cols)
+        feats: list[str] = []
+        rows: list[np.ndarray] = []
+        n_templ = len(self.template.unigrams)
+        offset = 0
+        expand = self.template.expand_sentence
+        for s in sentences:
+            n = len(s)
+            if n == 0:
+                continue
+            for block in expand(s):
+                feats.extend(block)
+            rows.append(np.tile(np.arange(offset, offset + n, dtype=np.int64), n_templ))
+            offset += n
+        row_arr = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        return feats, row_arr, offset
+
+    @staticmethod
+    def _csr(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
+        """Binary CSR from (row, col) pairs, duplicates counted once."""
+        if n_cols == 0 or rows.size == 0:
+            return sp.csr_matrix((n_rows, n_cols), dtype=np.float64)
+        keys = np.unique(rows * np.int64(n_cols) + cols)
+        r = keys // n_cols
+        c = (keys % n_cols).astype(np.int32 if n_cols < 2**31 else np.int64)
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(r, minlength=n_rows), out=indptr[1:])
+        data = np.ones(keys.size, dtype=np.float64)
+        m = sp.csr_matrix((data, c, indptr), shape=(n_rows, n_cols))
+        m.has_sorted_indices = True
+        return m
+
+    # ------------------------------------------------------------------ API
+
+    def fit(self, sentences: Sequence[Sequence[Token]]) -> FeatureExtractor:
+        """Build :attr:`vocabulary_` from training sentences (lists of token tuples)."""
+        self._fit(sentences)
+        return self
+
+    def _fit(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
+        n_cols = self._n_columns(sentences)
+        if self.template is None:
+            if n_cols is None:
+                raise ValueError("cannot fit on no tokens")
+            self.template = default_template(n_cols)
+        feats, rows, n_tokens = self._expand_all(sentences)
+        tmp: dict[str, int] = {}
+        setdefault = tmp.setdefault
+        ids = np.fromiter(
+            (setdefault(f, len(tmp)) for f in feats), dtype=np.int64, count=len(feats)
+        )
+        n_tmp = len(tmp)
+        if n_tmp:
+            keys = np.unique(rows * np.int64(n_tmp) + ids)
+            counts = np.bincount(keys % n_tmp, minlength=n_tmp)
+        else:
+            keys = np.zeros(0, dtype=np.int64)
+            counts = np.zeros(0, dtype=np.int64)
+        names = list(tmp)
+        kept = sorted(np.flatnonzero(counts >= self.min_freq).tolist(), key=names.__getitem__)
+        self.feature_names_ = [names[i] for i in kept]
+        self.vocabulary_ = {f: j for j, f in enumerate(self.feature_names_)}
+        self.n_columns_ = n_cols
+        # the training matrix, from the same expansion
+        remap = np.full(n_tmp, -1, dtype=np.int64)
+        remap[np.asarray(kept, dtype=np.int64)] = np.arange(len(kept), dtype=np.int64)
+        if n_tmp:
+            r = keys // n_tmp
+            c = remap[keys % n_tmp]
+            ok = c >= 0
+            return self._csr(r[ok], c[ok], n_tokens, len(kept))
+        return self._csr(keys, keys, n_tokens, 0)
+
+    def transform(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
+        """Binary ``(total tokens, n_features)`` float64 CSR; unseen features are ignored."""
+        self._check_fitted()
+        feats, rows, n_tokens = self._expand_all(sentences)
+        get = self.vocabulary_.get
+        ids = np.fromiter((get(f, -1) for f in feats), dtype=np.int64, count=len(feats))
+        ok = ids >= 0
+        return self._csr(rows[ok], ids[ok], n_tokens, len(self.vocabulary_))
+
+    def fit_transform(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
+        """:meth:`fit` then :meth:`transform`, expanding the templates only once."""
+        return self._fit(sentences)
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description (template text, min_freq, vocabulary in order)."""
+        self._check_fitted()
+        assert self.template is not None
+        return {
+            "template": self.template.text,
+            "template_source": self.template.source,
+            "min_freq": self.min_freq,
+            "n_columns": self.n_columns_,
+            "vocabulary": list(self.feature_names_),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FeatureExtractor:
+        """Inverse of :meth:`to_dict`; :class:`ModelFormatError` on a malformed dict."""
+        where = "<model features>"
+        if not isinstance(d, dict):
+            raise ModelFormatError("feature extractor description is not an object", source=where)
+        text = d.get("template")
+        vocab = d.get("vocabulary")
+        min_freq = d.get("min_freq", 1)
+        n_columns = d.get("n_columns")
+        if not isinstance(text, str):
+            raise ModelFormatError("feature extractor: template is not text", source=where)
+        if not isinstance(vocab, list) or not all(isinstance(f, str) for f in vocab):
+            raise ModelFormatError("feature extractor: vocabulary is not a list of strings",
+                                   source=where)
+        if len(set(vocab)) != len(vocab):
+            raise ModelFormatError("feature extractor: duplicate vocabulary entries", source=where)
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ModelFormatError("feature extractor: bad min_freq", source=where)
+        if n_columns is not None and (
+            isinstance(n_columns, bool) or not isinstance(n_columns, int) or n_columns < 1
+        ):
+            raise ModelFormatError("feature extractor: bad n_columns", source=where)
+        try:
+            template = Template.parse(text, source=str(d.get("template_source", "<template>")))
+        except InputError as exc:
+            raise ModelFormatError(f"feature extractor: bad template: {exc}",
+                                   source=where) from None
+        self = cls(template, min_freq=min_freq)
+        self.feature_names_ = list(vocab)
+        self.vocabulary_ = {f: j for j, f in enumerate(vocab)}
+        self.n_columns_ = n_columns
+        return self

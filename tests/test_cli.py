@@ -1,0 +1,361 @@
+"""Tests for the command line (gpsl.cli), crf_learn / crf_test style."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpsl import cli
+
+TRAIN = (
+    "the DT B\ndog NN I\nruns VBZ O\n\n"
+    "a DT B\ncat NN I\nsleeps VBZ O\n\n"
+    "the DT B\ncat NN I\nruns VBZ O\n\n"
+    "a DT B\ndog NN _\nsleeps VBZ O\n"
+)
+TEMPLATE = "# unigram\nU00:%x[0,0]\nU01:%x[0,1]\nU02:%x[-1,1]/%x[0,1]\n\n# bigram\nB\n"
+
+
+def run(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 2
+    assert err.startswith("gpsl: error: ")
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.fixture
+def files(tmp_path):
+    train = tmp_path / "train.data"
+    train.write_text(TRAIN, encoding="utf-8")
+    template = tmp_path / "template"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    return tmp_path, train, template
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("-1,1", (-1, 1)), ("-1", (-1,)), ("-2,-1,1,2", (-2, -1, 1, 2)), ("1", (1,)),
+     ("gpsl4", (-2, -1, 1, 2)), (" -1, 1", (-1, 1))],
+)
+def test_parse_offsets_arg(text, expected):
+    assert cli.parse_offsets_arg(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1,0", "-1,-1", "a", "-1,,1", "", "1.5"])
+def test_parse_offsets_arg_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.parse_offsets_arg(text)
+
+
+@pytest.mark.parametrize(
+    "argv, offsets",
+    [
+        (["-d", "-1,1"], (-1, 1)),
+        (["-d=-1,1"], (-1, 1)),
+        (["-d", "-1"], (-1,)),
+        (["-d-2,-1,1,2"], (-2, -1, 1, 2)),
+        (["--offsets", "-2,-1,1,2"], (-2, -1, 1, 2)),
+        (["--offsets=-1"], (-1,)),
+        ([], (-1, 1)),
+    ],
+)
+def test_offsets_option_forms(argv, offsets):
+    args = cli.build_parser().parse_args(cli._join_offsets(["train", *argv, "t.data", "m"]))
+    assert args.offsets == offsets
+    assert args.train_file == "t.data" and args.model_dir == "m"
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        ([], "a command is required"),
+        (["frobnicate"], "invalid choice"),
+        (["train", "-d", "0,1", "x", "m"], "offsets must be non-zero"),
+        (["train", "-d=-1,-1", "x", "m"], "duplicate"),
+        (["train", "-d", "-1,a", "x", "m"], "bad offsets"),
+        (["train", "--kernel", "poly", "x", "m"], "invalid choice: 'poly'"),
+        (["train", "--max-iter", "0", "x", "m"], "positive integer"),
+        (["train", "-f", "x2", "x", "m"], "positive integer"),
+        (["train", "--tol", "-1", "x", "m"], ">= 0"),
+        (["train", "--encoding", "klingon", "x", "m"], "unknown encoding"),
+        (["train", "x"], "required"),
+        (["test", "x.data"], "-m/--model"),
+        (["test", "-m", "m", "--decoder", "beam", "x"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, needle, capsys):
+    code, out, err = run(argv, capsys)
+    assert out == ""
+    assert_one_line_error(code, err, needle)
+
+
+def test_help_and_version(capsys):
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and "train" in out and "test" in out and "eval" in out
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.startswith("gpsl ")
+
+
+# --------------------------------------------------------------------------- file errors
+
+
+def test_train_missing_file(files, capsys):
+    tmp, _, template = files
+    code, _, err = run(["train", "-t", template, tmp / "nope.data", tmp / "m"], capsys)
+    assert_one_line_error(code, err, f"{tmp / 'nope.data'}: cannot read file")
+
+
+def test_train_ragged_file_names_file_and_line(files, capsys):
+    tmp, _, template = files
+    bad = tmp / "bad.data"
+    bad.write_text("a DT B\nb NN I\n\nc NN\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", template, bad, tmp / "m"], capsys)
+    assert_one_line_error(code, err, f"{bad}:4: expected 3 columns, found 2")
+    assert not (tmp / "m").exists()
+
+
+def test_train_bad_template_names_template_line(files, capsys):
+    tmp, train, template = files
+    template.write_text("U00:%x[0,0]\n\nU01:%x[0,x]\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", template, train, tmp / "m"], capsys)
+    assert_one_line_error(code, err, f"{template}:3: bad macro")
+    template.write_text("U00:%x[0,0]\nU01:%x[1,2]\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", template, train, tmp / "m"], capsys)
+    assert_one_line_error(code, err, f"{template}:2: %x[1,2] uses column 2")
+
+
+def test_train_all_labels_missing(files, capsys):
+    tmp, _, template = files
+    unl = tmp / "unl.data"
+    unl.write_text("a DT _\nb NN _\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", template, unl, tmp / "m"], capsys)
+    assert_one_line_error(code, err, f"{unl}: no labeled token")
+
+
+@pytest.mark.parametrize("command", ["test", "eval"])
+def test_missing_model_dir(files, command, capsys):
+    tmp, train, _ = files
+    code, out, err = run([command, "-m", tmp / "no-model", train], capsys)
+    assert out == ""
+    assert_one_line_error(code, err, f"{tmp / 'no-model'}: model directory not found")
+    code, out, err = run([command, "-m", train, train], capsys)
+    assert_one_line_error(code, err, "not a model directory")
+
+
+# --------------------------------------------------------------------------- with a stand-in model
+
+
+class FakeModel:
+    """Labels a token "N" when its second column is NN, else "O"; fixed marginals."""
+
+    n_columns_ = 2
+    classes_ = ["N", "O"]
+    kwargs: dict = {}
+    saved_to = None
+
+    def __init__(self, **kwargs):
+        FakeModel.kwargs = kwargs
+        self.extractor_ = types.SimpleNamespace(vocabulary_={"a": 0, "b": 1, "c": 2})
+
+    def fit(self, X, y, callback=None):
+        FakeModel.fit_args = (X, y)
+        for i in (1, 2):
+            callback({"iteration": i, "bound": -10.0 / i, "seconds": 0.5 * i})
+        return self
+
+    def save(self, path):
+        FakeModel.saved_to = path
+
+    def predict(self, X, decoder=None):
+        FakeModel.decoder = decoder
+        for s in X:
+            assert all(len(t) == 2 for t in s)
+        return [["N" if t[1] == "NN" else "O" for t in s] for s in X]
+
+    def predict_marginals(self, X):
+        return [np.tile([0.25, 0.75], (len(s), 1)) if i else np.tile([0.9876543, 0.0123457],
+                (len(s), 1)) for i, s in enumerate(X)]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    module = types.ModuleType("gpsl.model")
+    module.GPSL = FakeModel
+    monkeypatch.setitem(sys.modules, "gpsl.model", module)
+    monkeypatch.setattr(cli, "_load_model", lambda path: FakeModel())
+    return FakeModel
+
+
+def test_train_wiring_progress_and_summary(files, fake, capsys):
+    tmp, train, template = files
+    code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
+                          "--max-iter", "7", "--tol", "0.01", "--no-hyper", "-f", "2",
+                          train, tmp / "model"], capsys)
+    assert code == 0 and out == ""
+    assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
+                               min_freq=2, max_iter=7, tol=0.01, learn_hyper=False)
+    X, y = fake.fit_args
+    assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
+    assert y[3] == ["B", None, "O"]
+    assert fake.saved_to == str(tmp / "model")
+    lines = err.splitlines()
+    assert lines[0] == "iter=1    bound=-10.000000 time=0.50s"
+    assert lines[1] == "iter=2    bound=-5.000000 time=1.00s"
+    assert lines[2].startswith("gpsl: trained on 12 tokens (4 sentences), 2 labels, "
+                               "1 missing labels, 3 features, ")
+    assert len(lines) == 3
+
+
+def test_test_output_exactly_like_crf_test(files, fake, capsys, tmp_path):
+    data = tmp_path / "t.data"
+    data.write_text("the DT B\ndog NN I\n\r\n\r\ncat  NN\t_\n", encoding="utf-8")
+    code, out, err = run(["test", "-m", tmp_path, data], capsys)
+    assert code == 0 and err == ""
+    assert out == "the\tDT\tB\tO\ndog\tNN\tI\tN\n\ncat\tNN\t_\tN\n\n"
+    # no gold column: the prediction is the third column
+    data.write_text("the DT\ndog NN\n", encoding="utf-8")
+    code, out, _ = run(["test", "-m", tmp_path, "--decoder", "viterbi", data], capsys)
+    assert out == "the\tDT\tO\ndog\tNN\tN\n\n"
+    assert fake.decoder == "viterbi"
+
+
+def test_test_marginals_and_output_file(files, fake, capsys, tmp_path):
+    data = tmp_path / "t.data"
+    data.write_text("the DT B\ndog NN I\n\ncat NN I\n", encoding="utf-8")
+    expected = "the\tDT\tB\tO/0.012346\ndog\tNN\tI\tN/0.987654\n\ncat\tNN\tI\tN/0.250000\n\n"
+    code, out, _ = run(["test", "-m", tmp_path, "--marginals", data], capsys)
+    assert code == 0 and out == expected
+    code, out, _ = run(["test", "-m", tmp_path, "-v1", data], capsys)
+    assert out == expected
+    dest = tmp_path / "out.txt"
+    code, out, _ = run(["test", "-m", tmp_path, data, "-o", dest], capsys)
+    assert code == 0 and out == ""
+    assert dest.read_text(encoding="utf-8") == "the\tDT\tB\tO\ndog\tNN\tI\tN\n\ncat\tNN\tI\tN\n\n"
+
+
+def test_test_wrong_column_count(fake, capsys, tmp_path):
+    data = tmp_path / "t.data"
+    data.write_text("\nthe DT B x\n", encoding="utf-8")
+    code, _, err = run(["test", "-m", tmp_path, data], capsys)
+    assert_one_line_error(code, err, f"{data}:2: found 4 columns but the model was trained on 2")
+
+
+def test_eval_stand_in(fake, capsys, tmp_path):
+    data = tmp_path / "t.data"
+    data.write_text("the DT O\ndog NN N\nis VBZ N\ncat NN _\n", encoding="utf-8")
+    code, out, err = run(["eval", "-m", tmp_path, data], capsys)
+    assert code == 0 and err == ""
+    assert out.splitlines() == ["tokens: 4 (scored 3, missing 1)", "accuracy: 66.67%",
+                                "hamming loss: 33.33%"]
+    data.write_text("the DT\n", encoding="utf-8")
+    code, _, err = run(["eval", "-m", tmp_path, data], capsys)
+    assert_one_line_error(code, err, "no gold label column")
+
+
+# --------------------------------------------------------------------------- the real model
+
+
+def _real_model_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("gpsl.model", "gpsl.persist"))
+
+
+real = pytest.mark.skipif(not _real_model_available(),
+                          reason="gpsl.model / gpsl.persist not written yet")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    if not _real_model_available():
+        pytest.skip("gpsl.model / gpsl.persist not written yet")
+    tmp = tmp_path_factory.mktemp("cli")
+    train = tmp / "train.data"
+    train.write_text(TRAIN, encoding="utf-8")
+    template = tmp / "template"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    model = tmp / "model"
+    code = cli.main(["train", "-q", "-t", str(template), "-d", "-1,1", "--max-iter", "10",
+                     str(train), str(model)])
+    assert code == 0
+    return tmp, train, model
+
+
+@real
+def test_real_train_then_test(trained, capsys):
+    tmp, train, model = trained
+    assert model.is_dir()
+    test = tmp / "test.data"
+    test.write_text("the DT B\ncat NN I\nsleeps VBZ O\n\na DT B\ndog NN I\n", encoding="utf-8")
+    code, out, err = run(["test", "-m", model, test], capsys)
+    assert code == 0, err
+    blocks = out.split("\n\n")
+    assert out.endswith("\n\n") and len(blocks) == 3 and blocks[2] == ""
+    lines = [ln.split("\t") for b in blocks[:2] for ln in b.split("\n")]
+    inputs = [ln.split() for ln in test.read_text().split("\n") if ln]
+    assert [ln[:3] for ln in lines] == inputs
+    assert all(len(ln) == 4 and ln[3] in {"B", "I", "O"} for ln in lines)
+    # the pattern is trivial: the model should get it right
+    assert [ln[3] for ln in lines] == [ln[2] for ln in inputs]
+
+    code, out, err = run(["test", "-m", model, "--marginals", test], capsys)
+    assert code == 0, err
+    for ln in out.split("\n"):
+        if ln:
+            label, prob = ln.split("\t")[3].split("/")
+            assert label in {"B", "I", "O"}
+            assert len(prob.split(".")[1]) == 6 and 1 / 3 < float(prob) <= 1.0
+
+    code, out, err = run(["eval", "-m", model, test], capsys)
+    assert code == 0, err
+    assert "accuracy: 100.00%" in out and "hamming loss: 0.00%" in out
+
+
+@real
+def test_real_summary_line(files, capsys):
+    tmp, train, template = files
+    code, _, err = run(["train", "-t", template, "--max-iter", "3", train, tmp / "m"], capsys)
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0].startswith("iter=1 ")
+    assert lines[-1].startswith("gpsl: trained on 12 tokens (4 sentences), 3 labels, "
+                                "1 missing labels, ")
+
+
+@real
+def test_real_ragged_test_file_and_viterbi_error(trained, capsys):
+    tmp, _, model = trained
+    bad = tmp / "ragged.data"
+    bad.write_text("the DT B\ncat NN\n", encoding="utf-8")
+    code, out, err = run(["test", "-m", model, bad], capsys)
+    assert out == ""
+    assert_one_line_error(code, err, f"{bad}:2: expected 3 columns, found 2")
+    good = tmp / "good.data"
+    good.write_text("the DT\n", encoding="utf-8")
+    code, _, err = run(["test", "-m", model, "--decoder", "viterbi", good], capsys)
+    assert_one_line_error(code, err, "Viterbi")
+
+
+def test_python_dash_m_entry_point(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "gpsl", "test", "-m", str(tmp_path / "none"),
+                           "x.data"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == f"gpsl: error: {tmp_path / 'none'}: model directory not found\n"
