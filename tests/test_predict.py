@@ -1,0 +1,103 @@
+"""Tests of prediction (gpsl.predict): predictive moments, RNS (Algorithm 2), Viterbi."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import softmax
+
+from gpsl.inference import GPSLInference, Problem, train_matrix
+from gpsl.kernels import make_kernel
+from gpsl.predict import LatentPredictor, rns, viterbi
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_predictive_mean_and_variance_equal_dense_computation(kernel):
+    rng = np.random.default_rng(0)
+    X = sp.random(14, 9, density=0.4, random_state=1, format="csr")
+    X.data[:] = 1.0
+    Xs = sp.random(5, 9, density=0.4, random_state=2, format="csr")
+    Xs.data[:] = 1.0
+    k = make_kernel(kernel)
+    inf = GPSLInference(Problem.build([7, 7], rng.integers(0, 3, 14), (-1, 1), 3), k,
+                        k.base(X), k.base_diag(X), lambda_floor=0.0)
+    for _ in range(3):
+        inf.sweep()
+    inf.s.lam[1, :4] = 0.0  # some tokens outside the active set of label 1
+    pred = LatentPredictor(k, X, inf.s.theta, inf.s.alpha, inf.s.lam)
+    mean, var = pred(Xs)
+    for j in range(3):
+        K = train_matrix(k, inf.s.theta[j], k.base(X), inf.jitter)
+        Ks = k.matrix(inf.s.theta[j], k.base(X, Xs))
+        kss = k.diag(inf.s.theta[j], k.base_diag(Xs))
+        Kinv = np.linalg.inv(K)
+        m = K @ inf.s.alpha[j]
+        V = np.linalg.inv(Kinv + np.diag(inf.s.lam[j]))
+        mean_dense = Ks.T @ Kinv @ m
+        var_dense = kss - np.einsum("ij,ik,kj->j", Ks, Kinv - Kinv @ V @ Kinv, Ks)
+        assert np.allclose(mean[:, j], mean_dense, rtol=1e-6, atol=1e-8)
+        assert np.allclose(var[:, j], var_dense, rtol=1e-6, atol=1e-8)
+
+
+def test_rns_with_empty_dependency_set_is_softmax_of_m_plus_half_v():
+    rng = np.random.default_rng(1)
+    m, v = rng.normal(size=(9, 4)), rng.random((9, 4))
+    P, it = rns(m + 0.5 * v, np.zeros((0, 4, 4)), [4, 5], ())
+    assert it == 0
+    assert np.allclose(P, softmax(m + 0.5 * v, axis=1))
+
+
+@pytest.mark.parametrize("schedule", ["jacobi", "sequential"])
+def test_rns_is_a_fixed_point_of_the_refined_normalised_score(schedule):
+    rng = np.random.default_rng(2)
+    b = rng.normal(size=(11, 3))
+    g = 0.5 * rng.normal(size=(2, 3, 3))
+    lengths, offsets = [5, 6], (-1, 1)
+    P, it = rns(b, g, lengths, offsets, tol=1e-12, max_iter=500, schedule=schedule)
+    assert it < 500
+    # eq. (rns): P_l = softmax(b_l + sum_d sum_p P_{l+o_d}(p) g_d[p, .])
+    expected = b.copy()
+    starts = [0, 5]
+    for s, L in zip(starts, lengths):
+        for pos in range(L):
+            for d, o in enumerate(offsets):
+                if 0 <= pos + o < L:
+                    expected[s + pos] += P[s + pos + o] @ g[d]
+    assert np.allclose(P, softmax(expected, axis=1), atol=1e-9)
+    assert np.allclose(P.sum(axis=1), 1.0)
+
+
+def test_rns_clamps_known_labels_and_propagates_them():
+    b = np.zeros((3, 2))
+    g = np.array([[[4.0, -4.0], [-4.0, 4.0]]])  # strong "same as previous" preference
+    clamp = np.array([1, -1, -1])
+    P, _ = rns(b, g, [3], (-1,), clamp=clamp, tol=1e-10)
+    assert P[0].tolist() == [0.0, 1.0]
+    assert P[1, 1] > 0.99 and P[2, 1] > 0.99
+    P0, _ = rns(b, g, [3], (-1,), tol=1e-10)
+    assert np.allclose(P0, 0.5)
+
+
+def test_viterbi_equals_brute_force_enumeration():
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        J, L = int(rng.integers(2, 4)), int(rng.integers(1, 6))
+        b = rng.normal(size=(L, J))
+        g = rng.normal(size=(1, J, J))
+        offsets = (-1,) if trial % 2 == 0 else (1,)
+        best, best_y = -np.inf, None
+        for y in itertools.product(range(J), repeat=L):
+            s = sum(b[t, y[t]] for t in range(L))
+            if offsets == (-1,):
+                s += sum(g[0, y[t - 1], y[t]] for t in range(1, L))
+            else:  # g[d][neighbour = y_{t+1}, own = y_t]
+                s += sum(g[0, y[t + 1], y[t]] for t in range(L - 1))
+            if s > best:
+                best, best_y = s, y
+        assert viterbi(b, g, [L], offsets).tolist() == list(best_y)
+
+
+def test_viterbi_refuses_models_with_several_dependencies():
+    with pytest.raises(ValueError, match="single dependency"):
+        viterbi(np.zeros((3, 2)), np.zeros((2, 2, 2)), [3], (-1, 1))
