@@ -207,11 +207,13 @@ def fake(monkeypatch):
 def test_train_wiring_progress_and_summary(files, fake, capsys):
     tmp, train, template = files
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
-                          "--max-iter", "7", "--tol", "0.01", "--no-hyper", "-f", "2",
+                          "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
+                          "-f", "2",
                           train, tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
-                               min_freq=2, max_iter=7, tol=0.01, learn_hyper=False)
+                               min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
+                               variance=2.5)
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]
