@@ -424,8 +424,18 @@ class GPSLInference:
         return (float(np.sum(self.s.r * M.T)) - float(T["lse"].sum())
                 - 0.5 * float(np.einsum("jn,jn->", alpha, M)))
 
-    def update_mean_U(self, steps=None):
-        """Boehning minorise-maximise steps on all m_Uj (with extrapolation)."""
+    def update_mean_U(self, steps=None, track_r=True):
+        """Boehning minorise-maximise steps on all m_Uj (with extrapolation).
+
+        With missing labels, the own factor of a missing token pulls ``m`` towards its
+        ``r_t`` (gradient ``r_t - pi_t``); an ``r_t`` left at its old value while ``m``
+        moves turns every unlabeled token into a stale training target (uniform at the
+        start), which on many-label tasks drags the local functions toward flat
+        predictions. With ``track_r`` the r-block is updated after every accepted
+        mean step (block coordinate ascent, still monotone), so ``r_t`` follows the
+        model and a missing token's own factor contributes no spurious pull.
+        """
+        track_r = track_r and bool(self.p.missing.any())
         w = self._mean_curvature()[:, None]
         gS = self.gS()
         Vd = self.c.Vd
@@ -466,6 +476,11 @@ class GPSLInference:
             self.s.alpha, self.c.M, T = A_new, M_new, T_new
             gain = f_new - f_old
             f_old = f_new
+            if track_r:
+                # keep the missing tokens' r in step with the model (see docstring)
+                self.update_r(rounds=1)
+                T = self.terms(gS=gS)
+                f_old = self._mean_objective(self.s.alpha, self.c.M, T)
             if gain <= 1e-9 * max(1.0, abs(f_new)):
                 break
 
@@ -606,6 +621,7 @@ class GPSLInference:
     # ----------------------------------------------------------------- Algorithm 1
 
     def sweep(self):
+        self.update_r()
         self.update_mean_U()
         self.update_cov_U()
         self.update_S()
