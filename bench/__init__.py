@@ -1,0 +1,1 @@
+"""Benchmarks that reproduce the project's figures (``python -m bench.<name>``)."""

@@ -1,0 +1,318 @@
+"""Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1.
+
+Only numpy and scipy are used. Conventions:
+
+* Label sequences are ``list[list[str | None]]`` (one list per sentence). A gold label ``None`` is a
+  missing label: the token is excluded from token metrics and counted separately (see
+  :func:`token_counts`).
+* :func:`hamming_loss` is a percentage (the paper's "% of tokens wrong"); :func:`token_accuracy`
+  and :func:`chunk_f1` are fractions in ``[0, 1]``.
+* Marginals are ``list[np.ndarray]`` of ``(L, J)`` arrays (or one ``(N, J)`` array); gold indices
+  are the matching ``list`` of integer sequences, with ``None`` or a negative index for a missing
+  label.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "TokenCounts",
+    "brier_score",
+    "chunk_f1",
+    "chunk_scores",
+    "chunks",
+    "expected_calibration_error",
+    "flatten",
+    "hamming_loss",
+    "negative_log_likelihood",
+    "paired_t_test",
+    "reliability_table",
+    "token_accuracy",
+    "token_counts",
+]
+
+
+class TokenCounts(NamedTuple):
+    """Token tallies of a prediction against gold labels."""
+
+    wrong: int  # scored tokens whose prediction differs from the gold label
+    scored: int  # tokens with a gold label
+    missing: int  # tokens whose gold label is None (not scored)
+
+
+def flatten(seqs: Iterable[Iterable[Any]]) -> list:
+    """Concatenate a list of sequences into one flat list."""
+    return [item for seq in seqs for item in seq]
+
+
+def _check_paired(y_true: Sequence[Sequence[Any]], y_pred: Sequence[Sequence[Any]]) -> None:
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"{len(y_true)} gold sentences but {len(y_pred)} predicted sentences")
+    for i, (t, p) in enumerate(zip(y_true, y_pred)):
+        if len(t) != len(p):
+            raise ValueError(f"sentence {i}: {len(t)} gold labels but {len(p)} predicted labels")
+
+
+def token_counts(y_true: Sequence[Sequence[Any]], y_pred: Sequence[Sequence[Any]]) -> TokenCounts:
+    """Count wrong, scored and missing-gold tokens over a list of sentences."""
+    _check_paired(y_true, y_pred)
+    wrong = scored = missing = 0
+    for t_seq, p_seq in zip(y_true, y_pred):
+        for t, p in zip(t_seq, p_seq):
+            if t is None:
+                missing += 1
+                continue
+            scored += 1
+            wrong += t != p
+    return TokenCounts(int(wrong), int(scored), int(missing))
+
+
+def hamming_loss(y_true: Sequence[Sequence[Any]], y_pred: Sequence[Sequence[Any]]) -> float:
+    """Percentage of tokens wrong over all tokens with a gold label (``nan`` if there are none).
+
+    Tokens whose gold label is ``None`` are excluded; :func:`token_counts` reports how many.
+    """
+    c = token_counts(y_true, y_pred)
+    return 100.0 * c.wrong / c.scored if c.scored else float("nan")
+
+
+def token_accuracy(y_true: Sequence[Sequence[Any]], y_pred: Sequence[Sequence[Any]]) -> float:
+    """Fraction of tokens with a gold label that are predicted right (``nan`` if none)."""
+    c = token_counts(y_true, y_pred)
+    return (c.scored - c.wrong) / c.scored if c.scored else float("nan")
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _calibration_inputs(confidences, correct, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    conf = np.asarray(confidences, dtype=float).ravel()
+    corr = np.asarray(correct, dtype=float).ravel()
+    if conf.shape != corr.shape:
+        raise ValueError(f"{conf.size} confidences but {corr.size} correctness values")
+    if int(n_bins) != n_bins or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    if conf.size and (np.any(~np.isfinite(conf)) or conf.min() < 0.0 or conf.max() > 1.0):
+        raise ValueError("confidences must lie in [0, 1]")
+    return conf, corr
+
+
+def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    # equal-width bins [k/n, (k+1)/n), the last one closed so that 1.0 falls into it
+    return np.minimum((conf * n_bins).astype(int), n_bins - 1)
+
+
+def reliability_table(confidences, correct, n_bins: int = 10) -> list[dict]:
+    """Per-bin reliability statistics over ``n_bins`` equal-width confidence bins.
+
+    Returns one dict per bin, in order: ``bin_lo``, ``bin_hi``, ``count``, ``mean_confidence`` and
+    ``accuracy`` (the last two are ``None`` for an empty bin). Bins are ``[lo, hi)`` except the
+    last, which includes 1.0.
+    """
+    conf, corr = _calibration_inputs(confidences, correct, n_bins)
+    idx = _bin_index(conf, n_bins)
+    rows = []
+    for k in range(n_bins):
+        mask = idx == k
+        count = int(mask.sum())
+        rows.append(
+            {
+                "bin_lo": k / n_bins,
+                "bin_hi": (k + 1) / n_bins,
+                "count": count,
+                "mean_confidence": float(conf[mask].mean()) if count else None,
+                "accuracy": float(corr[mask].mean()) if count else None,
+            }
+        )
+    return rows
+
+
+def expected_calibration_error(confidences, correct, n_bins: int = 10) -> float:
+    """Expected calibration error: ``sum_k (n_k / n) |accuracy_k - mean_confidence_k|``.
+
+    ``confidences`` are predicted-label probabilities in ``[0, 1]``; ``correct`` are booleans (or
+    0/1) saying whether each prediction was right. Equal-width bins; ``nan`` for empty input.
+    """
+    conf, corr = _calibration_inputs(confidences, correct, n_bins)
+    if conf.size == 0:
+        return float("nan")
+    ece = 0.0
+    for row in reliability_table(conf, corr, n_bins):
+        if row["count"]:
+            ece += row["count"] * abs(row["accuracy"] - row["mean_confidence"])
+    return float(ece / conf.size)
+
+
+# --------------------------------------------------------------------------- significance
+
+
+def paired_t_test(a, b) -> tuple[float, float]:
+    """Paired t-test (``scipy.stats.ttest_rel``) of ``a`` against ``b``; returns ``(t, p)``.
+
+    Degenerate cases never return ``nan`` for two or more pairs: identical samples give
+    ``(0.0, 1.0)``; a constant non-zero difference gives ``(+-inf, 0.0)``. Fewer than two pairs
+    give ``(nan, nan)``.
+    """
+    from scipy import stats
+
+    a = np.asarray(a, dtype=float).ravel()
+    b = np.asarray(b, dtype=float).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.size} and {b.size}")
+    if a.size < 2:
+        return float("nan"), float("nan")
+    d = a - b
+    if np.all(d == 0):
+        return 0.0, 1.0
+    if np.ptp(d) == 0:
+        return math.copysign(math.inf, float(d[0])), 0.0
+    t, p = stats.ttest_rel(a, b)
+    return float(t), float(p)
+
+
+# --------------------------------------------------------------------------- probabilistic
+
+
+def _probs_and_gold(marginals, gold) -> tuple[np.ndarray, np.ndarray]:
+    """Stack marginals into ``(N, J)`` and gold into ``(N,)``; drop tokens with missing gold."""
+    if isinstance(marginals, np.ndarray) and marginals.ndim == 2:
+        probs = np.asarray(marginals, dtype=float)
+        gold_flat = list(np.asarray(gold, dtype=object).ravel()) if len(gold) else []
+    else:
+        if len(marginals) != len(gold):
+            raise ValueError(f"{len(marginals)} marginal arrays but {len(gold)} gold sequences")
+        arrays = []
+        for i, (m, g) in enumerate(zip(marginals, gold)):
+            m = np.asarray(m, dtype=float)
+            if m.ndim != 2 or m.shape[0] != len(g):
+                raise ValueError(f"sentence {i}: marginals {m.shape} do not match {len(g)} labels")
+            arrays.append(m)
+        if not arrays:
+            return np.zeros((0, 0)), np.zeros(0, dtype=int)
+        widths = {a.shape[1] for a in arrays}
+        if len(widths) != 1:
+            raise ValueError(f"marginals have different numbers of classes: {sorted(widths)}")
+        probs = np.concatenate(arrays, axis=0)
+        gold_flat = flatten(gold)
+    if probs.shape[0] != len(gold_flat):
+        raise ValueError(f"{probs.shape[0]} marginal rows but {len(gold_flat)} gold labels")
+    keep = np.array([g is not None and int(g) >= 0 for g in gold_flat], dtype=bool)
+    idx = np.array([int(g) if k else -1 for g, k in zip(gold_flat, keep)], dtype=int)
+    if np.any(idx[keep] >= probs.shape[1]):
+        raise ValueError(f"gold index out of range for {probs.shape[1]} classes")
+    return probs[keep], idx[keep]
+
+
+def brier_score(marginals, gold) -> float:
+    """Multi-class Brier score: mean over tokens of ``sum_j (p_j - [j == gold])^2``.
+
+    Ranges over ``[0, 2]``; tokens with missing gold (``None`` or negative) are skipped; ``nan``
+    if no token is left.
+    """
+    probs, idx = _probs_and_gold(marginals, gold)
+    if idx.size == 0:
+        return float("nan")
+    onehot = np.zeros_like(probs)
+    onehot[np.arange(idx.size), idx] = 1.0
+    return float(np.mean(np.sum((probs - onehot) ** 2, axis=1)))
+
+
+def negative_log_likelihood(marginals, gold, eps: float = 1e-12) -> float:
+    """Mean negative log probability of the gold label (probabilities clipped below at ``eps``).
+
+    Tokens with missing gold are skipped; ``nan`` if no token is left.
+    """
+    probs, idx = _probs_and_gold(marginals, gold)
+    if idx.size == 0:
+        return float("nan")
+    p = np.clip(probs[np.arange(idx.size), idx], eps, 1.0)
+    return float(-np.mean(np.log(p)))
+
+
+# --------------------------------------------------------------------------- chunks
+
+_LABEL_RE = re.compile(r"^([^-]*)-(.*)$")
+
+
+def _split_label(label: str) -> tuple[str, str]:
+    """``'B-NP'`` -> ``('B', 'NP')``; ``'O'`` -> ``('O', '')``; ``'B'`` -> ``('B', '')``."""
+    m = _LABEL_RE.match(label)
+    return (m.group(1), m.group(2)) if m else (label, "")
+
+
+def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    # conlleval's endOfChunk
+    if prev_tag == "B" and tag in ("B", "S", "O"):
+        return True
+    if prev_tag == "I" and tag in ("B", "S", "O"):
+        return True
+    if prev_tag in ("E", "S"):
+        return True
+    return prev_tag not in ("O", ".") and prev_type != type_
+
+
+def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    # conlleval's startOfChunk
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag not in ("O", ".") and prev_type != type_
+
+
+def chunks(labels: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Chunks of one labeled sentence as ``(start, end_exclusive, type)``, conlleval rules.
+
+    Handles IOB1/IOB2 (``B-NP``/``I-NP``/``O``), IOBES and untyped ``B``/``I``/``O`` labels.
+    """
+    out = []
+    prev_tag, prev_type = "O", ""
+    start = None
+    for i, label in enumerate(list(labels) + ["O"]):
+        if label is None:
+            raise ValueError("chunk metrics need complete labels (found None)")
+        tag, type_ = _split_label(str(label))
+        if start is not None and _end_of_chunk(prev_tag, tag, prev_type, type_):
+            out.append((start, i, prev_type))
+            start = None
+        if _start_of_chunk(prev_tag, tag, prev_type, type_):
+            start = i
+        prev_tag, prev_type = tag, type_
+    return out
+
+
+def chunk_scores(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]]) -> dict:
+    """conlleval-style exact-match chunk precision, recall and F1 (fractions, 0 when undefined).
+
+    Returns ``precision``, ``recall``, ``f1``, ``n_true``, ``n_pred``, ``n_correct``. A chunk is
+    correct when its start, end and type all match. Gold labels must be complete (no ``None``).
+    """
+    _check_paired(y_true, y_pred)
+    n_true = n_pred = n_correct = 0
+    for t, p in zip(y_true, y_pred):
+        ct, cp = set(chunks(t)), set(chunks(p))
+        n_true += len(ct)
+        n_pred += len(cp)
+        n_correct += len(ct & cp)
+    precision = n_correct / n_pred if n_pred else 0.0
+    recall = n_correct / n_true if n_true else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "n_true": n_true,
+        "n_pred": n_pred,
+        "n_correct": n_correct,
+    }
+
+
+def chunk_f1(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]]) -> float:
+    """conlleval-style chunk F1 as a fraction (see :func:`chunk_scores`)."""
+    return chunk_scores(y_true, y_pred)["f1"]

@@ -1,0 +1,198 @@
+"""Tests of gpsl.metrics with hand-computed numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gpsl import metrics as M
+
+# --------------------------------------------------------------------------- token metrics
+
+
+def test_flatten():
+    assert M.flatten([[1, 2], [], [3]]) == [1, 2, 3]
+    assert M.flatten([]) == []
+
+
+def test_hamming_and_accuracy_hand_computed():
+    y_true = [["B", "I", "O"], ["O", "B"]]
+    y_pred = [["B", "O", "O"], ["B", "B"]]
+    # 2 wrong out of 5
+    assert M.token_counts(y_true, y_pred) == (2, 5, 0)
+    assert M.hamming_loss(y_true, y_pred) == pytest.approx(40.0)
+    assert M.token_accuracy(y_true, y_pred) == pytest.approx(0.6)
+
+
+def test_missing_gold_excluded_and_counted():
+    y_true = [["B", None, "O"], [None, "B"]]
+    y_pred = [["B", "O", "I"], ["B", "O"]]
+    c = M.token_counts(y_true, y_pred)
+    assert (c.wrong, c.scored, c.missing) == (2, 3, 2)
+    assert M.hamming_loss(y_true, y_pred) == pytest.approx(200.0 / 3)
+    assert M.token_accuracy(y_true, y_pred) == pytest.approx(1.0 / 3)
+
+
+def test_no_scored_tokens_is_nan():
+    assert math.isnan(M.hamming_loss([[None]], [["B"]]))
+    assert math.isnan(M.token_accuracy([], []))
+
+
+def test_length_mismatch_raises():
+    with pytest.raises(ValueError):
+        M.hamming_loss([["B"]], [["B"], ["O"]])
+    with pytest.raises(ValueError):
+        M.token_accuracy([["B", "O"]], [["B"]])
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_ece_hand_computed():
+    conf = [0.05, 0.15, 0.95, 0.95, 1.0]
+    correct = [0, 1, 1, 0, 1]
+    # bins (n=10): [0,.1): conf .05 acc 0 -> |0-.05| = .05, weight 1/5
+    #              [.1,.2): conf .15 acc 1 -> .85, weight 1/5
+    #              [.9,1]: conf (.95+.95+1)/3 = .9666.., acc 2/3 -> .3, weight 3/5
+    expected = (0.05 + 0.85 + 3 * 0.3) / 5
+    assert M.expected_calibration_error(conf, correct) == pytest.approx(expected)
+
+
+def test_ece_perfect_and_two_bins():
+    assert M.expected_calibration_error([1.0, 1.0], [True, True]) == pytest.approx(0.0)
+    # n_bins=2: [0,.5): conf .2,.4 mean .3 acc .5 -> .2 (w .5); [.5,1]: conf .6,.8 mean .7 acc 1
+    ece = M.expected_calibration_error([0.2, 0.4, 0.6, 0.8], [1, 0, 1, 1], n_bins=2)
+    assert ece == pytest.approx(0.5 * 0.2 + 0.5 * 0.3)
+    assert math.isnan(M.expected_calibration_error([], []))
+
+
+def test_reliability_table():
+    rows = M.reliability_table([0.2, 0.4, 0.6, 0.8, 1.0], [1, 0, 1, 1, 0], n_bins=2)
+    assert len(rows) == 2
+    assert rows[0] == {
+        "bin_lo": 0.0,
+        "bin_hi": 0.5,
+        "count": 2,
+        "mean_confidence": pytest.approx(0.3),
+        "accuracy": pytest.approx(0.5),
+    }
+    assert rows[1]["count"] == 3
+    assert rows[1]["mean_confidence"] == pytest.approx(0.8)
+    assert rows[1]["accuracy"] == pytest.approx(2 / 3)
+    empty = M.reliability_table([0.95], [1], n_bins=4)
+    assert [r["count"] for r in empty] == [0, 0, 0, 1]
+    assert empty[0]["accuracy"] is None and empty[0]["mean_confidence"] is None
+    assert sum(r["count"] for r in M.reliability_table(np.linspace(0, 1, 11), [1] * 11)) == 11
+
+
+def test_calibration_bad_input():
+    with pytest.raises(ValueError):
+        M.expected_calibration_error([0.5, 1.2], [1, 0])
+    with pytest.raises(ValueError):
+        M.expected_calibration_error([0.5], [1, 0])
+    with pytest.raises(ValueError):
+        M.reliability_table([0.5], [1], n_bins=0)
+
+
+# --------------------------------------------------------------------------- t-test
+
+
+def test_paired_t_test_hand_computed():
+    a = [1.0, 2.0, 3.0, 4.0]
+    b = [0.0, 2.0, 2.0, 2.0]
+    # d = [1, 0, 1, 2]: mean 1, sd sqrt(2/3), t = 1 / (sqrt(2/3) / 2) = sqrt(6)
+    t, p = M.paired_t_test(a, b)
+    assert t == pytest.approx(math.sqrt(6))
+    from scipy import stats
+
+    assert p == pytest.approx(2 * stats.t.sf(math.sqrt(6), df=3))
+
+
+def test_paired_t_test_degenerate():
+    assert M.paired_t_test([1, 2, 3], [1, 2, 3]) == (0.0, 1.0)
+    assert M.paired_t_test([2, 3, 4], [1, 2, 3]) == (math.inf, 0.0)
+    assert M.paired_t_test([0, 1], [1, 2]) == (-math.inf, 0.0)
+    t, p = M.paired_t_test([1.0], [2.0])
+    assert math.isnan(t) and math.isnan(p)
+    with pytest.raises(ValueError):
+        M.paired_t_test([1, 2], [1, 2, 3])
+
+
+# --------------------------------------------------------------------------- probabilistic
+
+
+def test_brier_and_nll_hand_computed():
+    marg = [np.array([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0]]), np.array([[0.0, 0.0, 1.0]])]
+    gold = [[0, 1], [2]]
+    # brier rows: (.3^2 + .2^2 + .1^2) = .14; (.5^2 + .5^2) = .5; 0 -> mean .64/3
+    assert M.brier_score(marg, gold) == pytest.approx(0.64 / 3)
+    # nll: -(log .7 + log .5 + log 1) / 3
+    assert M.negative_log_likelihood(marg, gold) == pytest.approx(
+        -(math.log(0.7) + math.log(0.5)) / 3
+    )
+
+
+def test_brier_nll_missing_gold_and_flat_input():
+    marg = [np.array([[0.7, 0.3], [0.4, 0.6]])]
+    assert M.brier_score(marg, [[None, 1]]) == pytest.approx(0.32)
+    assert M.brier_score(marg, [[-1, 1]]) == pytest.approx(0.32)
+    assert M.negative_log_likelihood(marg[0], [None, 1]) == pytest.approx(-math.log(0.6))
+    assert math.isnan(M.brier_score(marg, [[None, None]]))
+    # probability 0 of the gold label is clipped, not infinite
+    assert math.isfinite(M.negative_log_likelihood([np.array([[1.0, 0.0]])], [[1]]))
+
+
+def test_brier_shape_errors():
+    with pytest.raises(ValueError):
+        M.brier_score([np.ones((2, 2)) / 2], [[0]])
+    with pytest.raises(ValueError):
+        M.brier_score([np.ones((1, 2)) / 2], [[2]])
+    with pytest.raises(ValueError):
+        M.negative_log_likelihood([np.ones((1, 2)) / 2, np.ones((1, 3)) / 3], [[0], [0]])
+
+
+# --------------------------------------------------------------------------- chunks
+
+
+def test_chunks_typed_and_untyped():
+    assert M.chunks(["B-NP", "I-NP", "B-VP", "O", "B-NP"]) == [
+        (0, 2, "NP"),
+        (2, 3, "VP"),
+        (4, 5, "NP"),
+    ]
+    assert M.chunks(["B", "I", "O", "B", "B", "I"]) == [(0, 2, ""), (3, 4, ""), (4, 6, "")]
+    # IOB1: an I after O starts a chunk; a type change ends one
+    assert M.chunks(["I-NP", "I-NP", "I-VP", "O", "I-PP"]) == [
+        (0, 2, "NP"),
+        (2, 3, "VP"),
+        (4, 5, "PP"),
+    ]
+    assert M.chunks(["O", "O"]) == []
+
+
+def test_chunk_f1_hand_computed():
+    y_true = [["B-NP", "I-NP", "B-VP", "O", "B-NP"], ["B", "I", "O"]]
+    y_pred = [["B-NP", "I-NP", "B-NP", "O", "B-NP"], ["B", "O", "O"]]
+    # gold chunks: NP(0,2) VP(2,3) NP(4,5) | (0,2)  -> 4
+    # pred chunks: NP(0,2) NP(2,3) NP(4,5) | (0,1)  -> 4; correct NP(0,2), NP(4,5) -> 2
+    s = M.chunk_scores(y_true, y_pred)
+    assert (s["n_true"], s["n_pred"], s["n_correct"]) == (4, 4, 2)
+    assert s["precision"] == pytest.approx(0.5)
+    assert s["recall"] == pytest.approx(0.5)
+    assert M.chunk_f1(y_true, y_pred) == pytest.approx(0.5)
+
+
+def test_chunk_f1_unequal_precision_recall_and_edge_cases():
+    y_true = [["B", "I", "I", "O", "B"]]  # (0,3) (4,5)
+    y_pred = [["B", "I", "I", "O", "O"]]  # (0,3)
+    s = M.chunk_scores(y_true, y_pred)
+    assert s["precision"] == 1.0 and s["recall"] == 0.5
+    assert s["f1"] == pytest.approx(2 / 3)
+    assert M.chunk_f1([["O"]], [["O"]]) == 0.0
+    assert M.chunk_f1([["B-NP"]], [["B-NP"]]) == 1.0
+    with pytest.raises(ValueError):
+        M.chunk_f1([["B", None]], [["B", "I"]])
+    with pytest.raises(ValueError):
+        M.chunk_f1([["B"]], [["B", "I"]])
