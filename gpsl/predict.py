@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import solve_triangular
-from scipy.special import softmax
+from scipy.special import logsumexp, softmax
 
 from gpsl.inference import B_factor, jitter_for, neighbour_index, train_matrix
 
@@ -189,3 +189,93 @@ def _viterbi_chain(b, trans):
     for t in range(L - 1, 0, -1):
         y[t - 1] = back[t, y[t]]
     return y
+
+
+
+# --------------------------------------------------------------------------- exact PL decoding
+# The product of the pseudo-likelihood factors (eq. 4) is itself a score over whole labelings;
+# for dependencies within (-1, +1) its exact maximiser is a Viterbi over label pairs. It is
+# not in the paper: it is a check on Algorithm 2 (bench/paper.py, "exact decoding").
+
+
+def _pl_parts(g, offsets, J):
+    """The pair-score matrices of the previous (-1) and next (+1) neighbour (zeros if absent)."""
+    offsets = tuple(int(o) for o in offsets)
+    if not offsets or not set(offsets) <= {-1, 1}:
+        raise ValueError(f"exact PL decoding handles offsets within (-1, 1), got {offsets}")
+    g = np.asarray(g, dtype=float)
+    zero = np.zeros((J, J))
+    gp = g[offsets.index(-1)] if -1 in offsets else zero
+    gn = g[offsets.index(1)] if 1 in offsets else zero
+    return gp, gn
+
+
+def pl_factors(b, g, offsets=(-1, 1)) -> np.ndarray:
+    """Log pseudo-likelihood factors ``phi[l, a, q, c]`` of one sentence.
+
+    ``phi[l, a, q, c] = log softmax_q(b[l, q] + gp[a, q] + gn[c, q])[q]`` where ``a`` is the
+    previous label, ``c`` the next one, ``gp``/``gn`` the pair scores ``g[d]`` (indexed
+    ``[neighbour label, own label]``) of offsets -1 and +1; terms absent at the sentence ends are
+    left out (``phi`` is then constant along that axis).
+    """
+    b = np.asarray(b, dtype=float)
+    L, J = b.shape
+    gp, gn = _pl_parts(g, offsets, J)
+    has_prev = (np.arange(L) > 0)[:, None, None, None]
+    has_next = (np.arange(L) < L - 1)[:, None, None, None]
+    # s[l, a, c, q]
+    s = (b[:, None, None, :] + has_prev * gp[None, :, None, :]
+         + has_next * gn[None, None, :, :])
+    logp = s - logsumexp(s, axis=3, keepdims=True)
+    return np.transpose(logp, (0, 1, 3, 2))  # -> [l, a, q, c]
+
+
+def pl_log_score(b, g, offsets, y) -> float:
+    """Log of the pseudo-likelihood product of labelling ``y`` (label indices)."""
+    phi = pl_factors(b, g, offsets)
+    L = len(y)
+    total = 0.0
+    for t in range(L):
+        a = y[t - 1] if t > 0 else 0
+        c = y[t + 1] if t < L - 1 else 0
+        total += phi[t, a, y[t], c]
+    return float(total)
+
+
+def pl_exact_decode(b, g, offsets=(-1, 1)) -> tuple[np.ndarray, float]:
+    """Exact maximiser of the product of the pseudo-likelihood factors of one sentence.
+
+    Each log factor touches ``(y_{l-1}, y_l, y_{l+1})``, so a Viterbi over the label pairs
+    ``(y_{l-1}, y_l)`` is exact in ``O(L J^3)``. Returns ``(labels, log score)``.
+    """
+    b = np.asarray(b, dtype=float)
+    L, J = b.shape
+    if L == 0:
+        return np.empty(0, dtype=np.int64), 0.0
+    phi = pl_factors(b, g, offsets)
+    if L == 1:
+        q = int(np.argmax(phi[0, 0, :, 0]))
+        return np.array([q], dtype=np.int64), float(phi[0, 0, q, 0])
+    V = phi[0, 0].copy()  # V[y0, y1]: factor 0 has no previous label
+    back = np.zeros((L, J, J), dtype=np.int64)
+    for t in range(1, L - 1):
+        # cand[a, q, c] = V[a, q] + phi[t, a, q, c]; maximise over a = y_{t-1}
+        cand = V[:, :, None] + phi[t]
+        back[t] = np.argmax(cand, axis=0)
+        V = np.take_along_axis(cand, back[t][None], axis=0)[0]
+    V = V + phi[L - 1, :, :, 0]  # the last factor has no next label
+    flat = int(np.argmax(V))
+    y = np.empty(L, dtype=np.int64)
+    y[L - 2], y[L - 1] = divmod(flat, J)
+    for t in range(L - 2, 0, -1):
+        y[t - 1] = back[t, y[t], y[t + 1]]
+    return y, float(V.flat[flat])
+
+
+def pl_decode(b, g, lengths, offsets):
+    """:func:`pl_exact_decode` on every sentence of a concatenated batch (label indices)."""
+    out, start = [], 0
+    for L in np.asarray(lengths, dtype=np.int64):
+        out.append(pl_exact_decode(b[start:start + L], g, offsets)[0])
+        start += L
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)

@@ -101,3 +101,28 @@ def test_viterbi_equals_brute_force_enumeration():
 def test_viterbi_refuses_models_with_several_dependencies():
     with pytest.raises(ValueError, match="single dependency"):
         viterbi(np.zeros((3, 2)), np.zeros((2, 2, 2)), [3], (-1, 1))
+
+
+@pytest.mark.parametrize("offsets", [(-1, 1), (-1,), (1,)])
+def test_exact_pl_decoding_equals_brute_force(offsets):
+    from scipy.special import log_softmax
+
+    from gpsl.predict import pl_decode
+
+    rng = np.random.default_rng(4)
+    for _ in range(12):
+        J, L = int(rng.integers(2, 4)), int(rng.integers(1, 6))
+        b = rng.normal(size=(L, J))
+        g = rng.normal(size=(len(offsets), J, J))
+        best, best_y = -np.inf, None
+        for y in itertools.product(range(J), repeat=L):
+            s = 0.0
+            for t in range(L):
+                a = b[t].copy()
+                for d, o in enumerate(offsets):
+                    if 0 <= t + o < L:
+                        a += g[d][y[t + o]]
+                s += log_softmax(a)[y[t]]
+            if s > best:
+                best, best_y = s, y
+        assert pl_decode(b, g, [L], offsets).tolist() == list(best_y)

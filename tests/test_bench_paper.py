@@ -1,0 +1,164 @@
+"""Tests of bench/paper.py: the exact pseudo-likelihood decoder and a tiny harness run.
+
+The harness test reads the CRF++ data sets from ../shared/data/crfpp (next to the repository)
+and is skipped when they are absent; it writes to a temporary folder, never bench/results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from bench import paper
+from bench.common import DATA_DIR, hide_labels, partitions
+
+HAVE_DATA = all((DATA_DIR / "seg" / f).is_file() for f in ("train.data", "test.data", "template"))
+needs_data = pytest.mark.skipif(
+    not HAVE_DATA, reason=f"shared CRF++ data absent ({DATA_DIR}); see ../shared/data/README.md"
+)
+
+
+def brute_log_pl(b, g, offsets, y) -> float:
+    """log prod_l softmax_q(b[l, q] + sum_d g[d][y_{l+o_d}, q])[y_l], straight from the model."""
+    L = b.shape[0]
+    total = 0.0
+    for t in range(L):
+        s = b[t].copy()
+        for d, o in enumerate(offsets):
+            if 0 <= t + o < L:
+                s = s + g[d][y[t + o], :]
+        m = s.max()
+        total += s[y[t]] - m - np.log(np.exp(s - m).sum())
+    return total
+
+
+@pytest.mark.parametrize("offsets", [(-1, 1), (1, -1), (-1,), (1,)])
+def test_exact_decoding_matches_brute_force(offsets):
+    rng = np.random.default_rng(7)
+    J = 3
+    for L in range(1, 7):
+        for _ in range(6 if L < 6 else 3):
+            b = rng.normal(scale=2.0, size=(L, J))
+            g = rng.normal(scale=2.0, size=(len(offsets), J, J))
+            scores = {y: brute_log_pl(b, g, offsets, y)
+                      for y in itertools.product(range(J), repeat=L)}
+            best = max(scores, key=scores.get)
+            y, score = paper.pl_exact_decode(b, g, offsets)
+            assert score == pytest.approx(scores[best], abs=1e-9)
+            assert tuple(int(v) for v in y) == best
+            assert paper.pl_log_score(b, g, offsets, y) == pytest.approx(score, abs=1e-9)
+
+
+def test_exact_decoding_rejects_long_range_offsets():
+    with pytest.raises(ValueError):
+        paper.pl_exact_decode(np.zeros((3, 2)), np.zeros((4, 2, 2)), (-2, -1, 1, 2))
+
+
+def test_partitions_disjoint_and_reproducible():
+    a = partitions(54, 20, 16, 3, seed=5, name="seg")
+    b = partitions(54, 20, 16, 2, seed=5, name="seg")
+    for (tr, te), (tr2, te2) in zip(a, b):
+        assert len(tr) == 20 and len(te) == 16 and not set(tr) & set(te)
+        np.testing.assert_array_equal(tr, tr2)
+        np.testing.assert_array_equal(te, te2)
+    assert not np.array_equal(a[0][0], a[1][0])
+    with pytest.raises(ValueError):
+        partitions(10, 8, 8, 1, seed=0, name="seg")
+
+
+def test_hide_labels_exact_and_nested():
+    y = [["a"] * 7, ["b"] * 5, ["c"] * 8]
+    order = np.random.default_rng(0).permutation(20)
+    prev = set()
+    for f in (0.1, 0.3, 0.5):
+        yh, k = hide_labels(y, f, None, order=order)
+        assert k == round(20 * f)
+        hidden = {(i, j) for i, lab in enumerate(yh) for j, v in enumerate(lab) if v is None}
+        assert len(hidden) == k and prev <= hidden
+        assert all(v == y[i][j] for i, lab in enumerate(yh) for j, v in enumerate(lab)
+                   if v is not None)
+        prev = hidden
+
+
+def test_missing_data_exits_2(tmp_path, capsys):
+    rc = paper.main(["--datasets", "seg", "--data-dir", str(tmp_path / "nope"),
+                     "--out", str(tmp_path / "out"), "-q"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "shared data absent" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@needs_data
+def test_tiny_harness_run(tmp_path, capsys):
+    out = tmp_path / "res"
+    rc = paper.main(["--datasets", "seg", "--partitions", "1", "--sizes", "4/3",
+                     "--max-iter", "3", "--missing-fractions", "0.2", "0.5",
+                     "--out", str(out), "--seed", "3", "-q"])
+    assert rc == 0, capsys.readouterr()
+    rep = json.loads((out / "paper.json").read_text(encoding="utf-8"))
+    assert rep["complete"] and rep["errors"] == []
+    assert rep["machine"]["cpu_model"] and rep["command"].startswith("python -m bench.paper")
+    res = rep["results"]["seg"]
+    assert set(res) == set(paper.DEFAULT_METHODS)
+    for m, r in res.items():
+        assert len(r["losses"]) == 1, m
+        assert 0.0 <= r["loss_mean"] <= 100.0
+        assert r["loss_std"] == 0.0
+        assert r["fit_median_s"] > 0 and r["predict_median_s"] > 0
+    assert sum(r["is_best"] for r in res.values()) == 1
+    assert res["GPSL2"]["paper_loss_mean"] == 23.51 and res["CRFsuite"]["paper_loss_mean"] == 24.10
+    assert res["CRFsuite"]["ratio_fit_to_crfsuite"] == pytest.approx(1.0)
+    assert res["GPSL1"]["n_iter"] == [3]
+    # partitions are recorded and disjoint
+    part = rep["partitions"]["seg"][0]
+    assert len(part["train"]) == 4 and len(part["test"]) == 3
+    assert not set(part["train"]) & set(part["test"])
+    # Table 3
+    t3 = rep["table3"]["seg"]
+    assert 0 <= t3["loss_rns_mean"] <= 100 and 0 <= t3["loss_viterbi_mean"] <= 100
+    assert t3["rns_iterations"][0] >= 1 and t3["rns_matches_predict_marginals"]
+    assert t3["loss_rns_mean"] == pytest.approx(res["GPSL1"]["loss_mean"])
+    # Figure 3
+    ml = rep["missing_labels"]["seg"]
+    assert ml["fractions"] == [0.0, 0.2, 0.5]
+    for m in ("GPSL1", "GPSL2", "GPSL4"):
+        acc = ml["methods"][m]["accuracy_mean"]
+        assert len(acc) == 3 and all(0 <= a <= 100 for a in acc)
+        assert acc[0] == pytest.approx(100 - res[m]["loss_mean"])
+    assert paper.CRF_COMPLETE in ml["methods"]
+    # calibration
+    cal = rep["calibration"]["seg"]
+    assert {"GPSL2", "CRFsuite"} <= set(cal)
+    for c in cal.values():
+        assert 0 <= c["ece_mean"] <= 1 and c["n_tokens"] == part["n_test_tokens"]
+        assert sum(b["count"] for b in c["reliability"]) == c["n_tokens"]
+    # exact decoding
+    ex = rep["exact_decoding"]["seg"]
+    assert 0 <= ex["loss_exact_mean"] <= 100 and 0 <= ex["frac_sentences_differ"] <= 1
+    assert ex["min_log_pl_gain"] >= -1e-9
+    md = (out / "paper.md").read_text(encoding="utf-8")
+    for heading in ("machine:", "Table 1", "Table 2", "Table 3", "Figure 3", "Calibration",
+                    "Exact pseudo-likelihood"):
+        assert heading in md
+    assert (out / "missing_labels.html").stat().st_size > 0
+    assert (out / "calibration.html").stat().st_size > 0
+
+
+@needs_data
+def test_missing_partitions_subset(tmp_path):
+    out = tmp_path / "res"
+    rc = paper.main(["--datasets", "seg", "--partitions", "2", "--sizes", "seg=3/2",
+                     "--max-iter", "2", "--methods", "GPSL1", "CRFsuite",
+                     "--missing-fractions", "0.3", "--missing-partitions", "1",
+                     "--out", str(out), "-q"])
+    assert rc == 0
+    rep = json.loads((out / "paper.json").read_text(encoding="utf-8"))
+    assert set(rep["results"]["seg"]) == {"GPSL1", "CRFsuite"}
+    assert len(rep["results"]["seg"]["GPSL1"]["losses"]) == 2
+    assert "exact_decoding" not in rep or "seg" not in rep["exact_decoding"]
+    ml = rep["missing_labels"]["seg"]["methods"]
+    assert [len(a) for a in ml["GPSL1"]["accuracy"]] == [1, 1]  # fraction 0 and 0.3, 1 partition
