@@ -75,6 +75,11 @@ class GPSL:
         rbf: sigma_f^2); ``None`` = the kernel's default (1.0).
     decoder: ``"rns"`` (Algorithm 2) or ``"viterbi"`` (single-neighbour models).
     rns_tol, rns_max_iter: stop rule of Algorithm 2.
+    rns_variance: use ``m + v/2`` as the local score of the RNS, exactly as eq. (rns)
+        (the log of ``E[exp f]``). Off by default: the predictive variance is smallest
+        for the label the training data supports, so ``v/2`` systematically favours the
+        wrong labels; on basenp (150/150, GPSL2) it raised the Hamming loss from 7.1%
+        (means only) to 11.3%. ``False`` uses the predictive means ``m``.
     rns_schedule: ``"sequential"`` (positions updated left to right with the newest
         values) or ``"jacobi"`` (Algorithm 2 exactly as written, every RNS^t from
         RNS^{t-1}; it can cycle between strongly coupled neighbours).
@@ -85,7 +90,8 @@ class GPSL:
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
                  max_iter=100, tol=1e-4, learn_hyper=False, variance=None, decoder="rns",
-                 rns_tol=1e-4, rns_max_iter=100, rns_schedule="sequential", warm_start=False,
+                 rns_tol=1e-4, rns_max_iter=100, rns_schedule="sequential", rns_variance=False,
+                 warm_start=False,
                  lambda_floor=1e-3, callback=None, verbose=False):
         self.offsets = offsets
         self.kernel = kernel
@@ -99,6 +105,7 @@ class GPSL:
         self.rns_tol = rns_tol
         self.rns_max_iter = rns_max_iter
         self.rns_schedule = rns_schedule
+        self.rns_variance = rns_variance
         self.warm_start = warm_start
         self.lambda_floor = lambda_floor
         self.callback = callback
@@ -109,7 +116,8 @@ class GPSL:
     def get_params(self, deep=True) -> dict:
         return {k: getattr(self, k) for k in (
             "offsets", "kernel", "template", "min_freq", "max_iter", "tol", "learn_hyper",
-            "variance", "decoder", "rns_tol", "rns_max_iter", "rns_schedule", "warm_start",
+            "variance", "decoder", "rns_tol", "rns_max_iter", "rns_schedule", "rns_variance",
+            "warm_start",
             "lambda_floor", "callback", "verbose")}
 
     def set_params(self, **params) -> GPSL:
@@ -263,6 +271,12 @@ class GPSL:
         cuts = np.cumsum(lengths)[:-1]
         return np.split(mean, cuts), np.split(var, cuts)
 
+    def local_scores(self, X):
+        """The local scores of Algorithm 2, ``m`` (or ``m + v/2`` with ``rns_variance``),
+        as one ``(n_tokens, J)`` array, plus the sentence lengths."""
+        mean, var, lengths = self._latent(X)
+        return (mean + 0.5 * var if self.rns_variance else mean), lengths
+
     def _gS(self):
         return self.state_.m_S + 0.5 * self.state_.v_S
 
@@ -285,8 +299,7 @@ class GPSL:
         ``y`` (optional) holds known labels (None elsewhere); known tokens are clamped
         to their label so that partially labeled sentences inform their neighbours.
         """
-        mean, var, lengths = self._latent(X)
-        b = mean + 0.5 * var
+        b, lengths = self.local_scores(X)
         P, it = rns(b, self._gS(), lengths, self.offsets_, tol=self.rns_tol,
                     max_iter=self.rns_max_iter, clamp=self._clamp(y, lengths),
                     schedule=self.rns_schedule)
@@ -301,8 +314,8 @@ class GPSL:
             P = self.predict_marginals(X, y=y)
             return [[self.classes_[i] for i in p.argmax(axis=1)] for p in P]
         if decoder == "viterbi":
-            mean, var, lengths = self._latent(X)
-            idx = viterbi(mean + 0.5 * var, self._gS(), lengths, self.offsets_)
+            b, lengths = self.local_scores(X)
+            idx = viterbi(b, self._gS(), lengths, self.offsets_)
             out, start = [], 0
             for L in lengths:
                 out.append([self.classes_[i] for i in idx[start:start + L]])

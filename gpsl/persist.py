@@ -57,9 +57,9 @@ def save_model(model, path) -> Path:
                  X_data=X.data, X_indices=X.indices, X_indptr=X.indptr,
                  X_shape=np.array(X.shape, dtype=np.int64))
         params = model.get_params()
-        config = {k: params[k] for k in ("kernel", "min_freq", "max_iter", "tol", "learn_hyper",
-                                          "decoder", "rns_tol", "rns_max_iter", "rns_schedule",
-                                          "lambda_floor", "variance") if k in params}
+        saved = ("kernel", "min_freq", "max_iter", "tol", "learn_hyper", "decoder", "rns_tol",
+                 "rns_max_iter", "rns_schedule", "rns_variance", "lambda_floor", "variance")
+        config = {k: params[k] for k in saved if k in params}
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,

@@ -62,10 +62,15 @@ def test_dependent_functions_learn_the_transition_structure(fitted):
 
 def test_empty_dependency_set_gives_softmax_of_predictive_moments(task):
     Xtr, Ytr, Xte, _ = task
-    m = GPSL(offsets=(), template=UNIGRAM_TEMPLATE, max_iter=10).fit(Xtr, Ytr)
+    m = GPSL(offsets=(), template=UNIGRAM_TEMPLATE, max_iter=10, rns_variance=True)
+    m.fit(Xtr, Ytr)
     means, variances = m.predict_latent(Xte[:5])
+    assert min(float(v.min()) for v in variances) > 0
     for P, mu, v in zip(m.predict_marginals(Xte[:5]), means, variances):
         assert np.allclose(P, softmax(mu + 0.5 * v, axis=1))
+    m.set_params(rns_variance=False)
+    for P, mu in zip(m.predict_marginals(Xte[:5]), means):
+        assert np.allclose(P, softmax(mu, axis=1))
 
 
 def test_viterbi_decoder_for_gpsl1(task):
