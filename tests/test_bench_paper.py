@@ -103,7 +103,7 @@ def test_tiny_harness_run(tmp_path, capsys):
     assert rep["complete"] and rep["errors"] == []
     assert rep["machine"]["cpu_model"] and rep["command"].startswith("python -m bench.paper")
     res = rep["results"]["seg"]
-    assert set(res) == set(paper.DEFAULT_METHODS)
+    assert set(res) == {*paper.DEFAULT_METHODS, paper.PAPER_RNS}
     for m, r in res.items():
         assert len(r["losses"]) == 1, m
         assert 0.0 <= r["loss_mean"] <= 100.0
