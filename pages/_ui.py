@@ -1,0 +1,180 @@
+"""Streamlit pieces shared by app.py and the pages: the cached store, the sidebar, headers.
+
+Not a page itself (``app.py`` lists the pages with ``st.navigation``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from gpsl import app_support as sup
+from gpsl.store import Store, default_db_path
+from gpsl.training import models_root_for
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DIR = ROOT / "sample_data"
+PAGES = {
+    "project": "pages/project.py",
+    "annotate": "pages/annotate.py",
+    "train": "pages/train.py",
+    "confidence": "pages/confidence.py",
+    "data": "pages/data.py",
+}
+# widget values that must survive page switches (Streamlit drops the state of widgets that
+# are not rendered on the current page unless it is re-assigned every run)
+ENTRY_FLAG = "_entry_ran"
+PAGE_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
+h1 { font-size: 2.1rem !important; }
+</style>"""
+PERSISTENT_KEYS = ("project_id", "annotator", "queue_order", "accept_thr", "train_preset",
+                   "train_custom", "train_kernel", "train_hyper", "train_iter", "train_max_sent",
+                   "conf_version")
+
+
+def _prefer_navigation() -> None:
+    """Streamlit treats an app with a ``pages/`` folder as a legacy multipage app until
+    ``st.navigation`` runs once; a first request straight to a page URL would then keep
+    the process in that mode.  The pages are listed by ``st.navigation`` in app.py."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+
+        PagesManager.uses_pages_directory = False
+    except (ImportError, AttributeError):  # pragma: no cover - other Streamlit versions
+        pass
+
+
+_prefer_navigation()
+
+
+def db_path() -> Path:
+    """``--db PATH`` after ``--`` on the streamlit command line, else ``$GPSL_DB``, else
+    ``data/gpsl.sqlite3`` next to app.py."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", default=None)
+    args, _ = parser.parse_known_args(sys.argv[1:])
+    if args.db:
+        return Path(args.db).expanduser()
+    return default_db_path(ROOT)
+
+
+@st.cache_resource(show_spinner="Opening the annotation store ...")
+def _open_store(path: str) -> Store:
+    store = Store(path)
+    store.ensure_sample_project(SAMPLE_DIR)  # the first start opens on something real
+    return store
+
+
+def store() -> Store:
+    return _open_store(str(db_path().resolve()))
+
+
+def models_root() -> Path:
+    return models_root_for(store().path)
+
+
+def keep_widget_state() -> None:
+    for key in PERSISTENT_KEYS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
+def switch_project(project_id: int) -> None:
+    """Select another project (applied by the sidebar on the next run)."""
+    st.session_state["_pending_project"] = int(project_id)
+
+
+def project_id() -> int | None:
+    return st.session_state.get("project_id")
+
+
+def annotator() -> str:
+    name = str(st.session_state.get("annotator") or "").strip()
+    return name or default_annotator()
+
+
+def default_annotator() -> str:
+    return (os.environ.get("GPSL_ANNOTATOR") or "").strip() or "annotator"
+
+
+def sidebar(store: Store) -> dict | None:
+    """Project selector, annotator name and a status line; returns the current project."""
+    projects = store.list_projects()
+    names = {p["id"]: p["name"] for p in projects}
+    ids = list(names)
+    pending = st.session_state.pop("_pending_project", None)
+    if pending in names:
+        st.session_state["project_id"] = pending
+    if st.session_state.get("project_id") not in names:
+        if ids:
+            st.session_state["project_id"] = ids[0]
+        else:
+            st.session_state.pop("project_id", None)
+    st.session_state.setdefault("annotator", default_annotator())
+    with st.sidebar:
+        if ids:
+            st.selectbox("Project", ids, format_func=lambda i: names.get(i, str(i)),
+                         key="project_id", help="The annotation project all pages work on.")
+        st.text_input("Annotator", key="annotator", max_chars=60,
+                      help="Your name; it is recorded with every label you set.")
+        if not str(st.session_state.get("annotator") or "").strip():
+            st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
+        pid = st.session_state.get("project_id")
+        if pid is not None:
+            progress = store.progress(pid, split="train")
+            version = store.active_model(pid)
+            st.caption(sup.status_line(progress, version))
+    return store.get_project(pid) if pid is not None else None
+
+
+def setup() -> tuple[Store, dict | None]:
+    """Start of every page: returns the store and the current project.
+
+    app.py draws the sidebar before ``st.navigation`` (widgets of the entrypoint keep their
+    state across pages).  When Streamlit runs a page file on its own - with a ``pages/``
+    folder next to app.py it does so for a first request straight to a page URL, and
+    AppTest does so after ``switch_page`` - the page draws the page config and sidebar.
+    """
+    s = store()
+    if not st.session_state.pop(ENTRY_FLAG, False):
+        st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+        keep_widget_state()
+        sidebar(s)
+    st.html(PAGE_CSS)
+    pid = st.session_state.get("project_id")
+    return s, (s.get_project(pid) if pid is not None else None)
+
+
+def header(title: str, caption: str, project: dict | None = None) -> None:
+    st.title(title, anchor=False)
+    text = caption if project is None else f"**{sup.md_escape(project['name'])}** · {caption}"
+    st.caption(text)
+
+
+def require_project(project: dict | None) -> dict:
+    """The current project, or a hint to create one (and the page stops)."""
+    if project is None:
+        st.info("There is no project yet: create one on the Project page.")
+        st.page_link(PAGES["project"], label="Go to Project", icon=":material/folder_open:")
+        st.stop()
+    return project
+
+
+def flash(kind: str, text: str) -> None:
+    """Queue a message for the next run (set from callbacks)."""
+    st.session_state.setdefault("_flash", []).append((kind, text))
+
+
+def show_flash() -> None:
+    for kind, text in st.session_state.pop("_flash", []):
+        if kind == "error":
+            st.error(text, icon=":material/error:")
+        elif kind == "warning":
+            st.warning(text, icon=":material/warning:")
+        else:
+            st.toast(text, icon=":material/check_circle:")

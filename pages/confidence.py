@@ -1,0 +1,161 @@
+"""Confidence page: how sure the model is, how well calibrated, where to annotate next."""
+
+from __future__ import annotations
+
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from gpsl import app_support as sup
+from pages import _ui
+
+store, project = _ui.setup()
+project = _ui.require_project(project)
+pid = project["id"]
+
+_ui.header("Confidence", "The model's token confidence (largest marginal probability), its "
+                         "calibration on held-out gold labels, and where it is least sure.",
+           project)
+
+versions = store.list_model_versions(pid)
+usable = sup.versions_with_predictions(store, pid, versions)
+if not usable:
+    st.info("No model yet: train one on the Train page to see its confidence here.",
+            icon=":material/info:")
+    st.page_link(_ui.PAGES["train"], label="Go to Train", icon=":material/model_training:")
+    st.stop()
+
+active = next((v["id"] for v in versions if v["active"]), None)
+if st.session_state.get("conf_version") not in usable:
+    st.session_state["conf_version"] = active if active in usable else usable[-1]
+st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
+             format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
+             help="Dashboards of this version's stored predictions.")
+version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
+stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
+
+
+@st.cache_data(max_entries=4, show_spinner="Loading predictions ...")
+def load_tokens(db: str, project_id: int, version_id: int, label_stamp: int):
+    return sup.token_table(store, project_id, store.get_model_version(version_id))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def load_calibration(db: str, project_id: int, version_id: int):
+    return sup.calibration(store, project_id, store.get_model_version(version_id))
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def load_activity(db: str, project_id: int, label_stamp: int):
+    return sup.annotator_activity(store, project_id)
+
+
+tokens = load_tokens(str(store.path), pid, version["id"], stamp)
+calib = load_calibration(str(store.path), pid, version["id"])
+colors = sup.label_colors(project["labels"])
+free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
+
+cols = st.columns(5)
+cols[0].metric("Unlabeled tokens", sup.fmt_int(len(free)),
+               help="Training tokens without a label: what the dashboards below describe.")
+cols[1].metric("Mean confidence", f"{free['confidence'].mean():.3f}" if len(free) else "–")
+cols[2].metric("Below 0.7", sup.fmt_pct((free["confidence"] < 0.7).mean() if len(free)
+                                        else None),
+               help="Share of unlabeled tokens whose confidence is below 0.7.")
+cols[3].metric("Held-out accuracy", sup.fmt_pct(calib["accuracy"]) if calib else "–",
+               help="Token accuracy on the held-out gold labels." if calib else
+               "The project has no held-out gold labels.")
+cols[4].metric("ECE", f"{calib['ece']:.3f}" if calib else "–",
+               help="Expected calibration error over 10 confidence bins (0 = perfectly "
+                    "calibrated).")
+
+left, right = st.columns(2, gap="large")
+with left:
+    if len(free):
+        fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1],
+                           title="Confidence of unlabeled tokens",
+                           color_discrete_sequence=["#f59e0b"])
+        fig.update_layout(height=330, bargap=0.05, yaxis_title="tokens",
+                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})
+    else:
+        st.success("Every training token is labeled.")
+with right:
+    if len(free):
+        order = [lab for lab in project["labels"] if lab in set(free["predicted"])]
+        fig = px.box(free, x="predicted", y="confidence", color="predicted",
+                     category_orders={"predicted": order}, color_discrete_map=colors,
+                     title="Confidence by predicted label", points=False)
+        fig.update_layout(height=330, showlegend=False, xaxis_title="predicted label",
+                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})
+
+left, right = st.columns(2, gap="large")
+with left:
+    if calib:
+        table = calib["table"].dropna(subset=["accuracy"])
+        fig = go.Figure()
+        fig.add_trace(go.Bar(x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["accuracy"],
+                             width=0.095, name="accuracy", marker_color="#4f46e5",
+                             customdata=table["count"],
+                             hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.3f}"
+                                           "<br>%{customdata} tokens<extra></extra>"))
+        fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                                 line={"dash": "dash", "color": "#94a3b8"}))
+        fig.update_layout(title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
+                                "tokens", height=330, xaxis_title="confidence",
+                          yaxis_title="accuracy", xaxis_range=[0, 1], yaxis_range=[0, 1.02],
+                          legend={"orientation": "h", "y": -0.25},
+                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})
+    else:
+        st.info("No held-out gold labels in this project, so no reliability diagram. Create "
+                "projects with a held-out share, or import held-out sentences on the Data "
+                "page.")
+with right:
+    curve = sup.learning_curve(versions)
+    if len(curve):
+        fig = px.line(curve, x="labeled tokens", y="accuracy", markers=True, text="version",
+                      title="Learning curve: held-out accuracy by labeled tokens")
+        fig.update_traces(textposition="top center", line_color="#16a34a")
+        fig.update_layout(height=330, yaxis_tickformat=".0%", yaxis_range=[0, 1.05],
+                          xaxis_rangemode="tozero",
+                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})
+
+st.subheader("Where the model is least sure", anchor=False)
+st.caption("Training sentences ranked by their least confident unlabeled token; open one to "
+           "annotate it.")
+top = sup.uncertain_sentences(tokens, 8)
+if top.empty:
+    st.success("No unlabeled training tokens left.")
+for row in top.itertuples():
+    sent = tokens[tokens["sentence_id"] == row.sentence_id]
+    with st.container(border=True):
+        with st.container(horizontal=True, vertical_alignment="center"):
+            st.caption(f"Sentence {int(row.position) + 1} · lowest confidence "
+                       f"{row.min_confidence:.2f} · {int(row.unlabeled)} unlabeled tokens")
+            st.space("stretch")
+            if st.button("Annotate", key=f"open_{row.sentence_id}", icon=":material/edit_note:",
+                         type="tertiary"):
+                st.session_state["goto_sentence"] = int(row.sentence_id)
+                st.switch_page(_ui.PAGES["annotate"])
+        st.html(sup.sentence_html(list(sent["token"]), list(sent["label"]),
+                                  list(sent["confidence"]), list(sent["predicted"]), colors))
+
+with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
+    st.dataframe(sup.uncertain_tokens(tokens, 30), hide_index=True, column_config={
+        "confidence": st.column_config.ProgressColumn("confidence", min_value=0.0,
+                                                      max_value=1.0, format="%.2f")})
+
+st.subheader("Annotator progress", anchor=False)
+activity = load_activity(str(store.path), pid, stamp)
+if activity.empty:
+    st.caption("No labels set in the app yet (imported labels are not counted).")
+else:
+    fig = px.bar(activity, x="day", y="labels", color="annotator",
+                 title="Labels set per annotator per day")
+    fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
+    fig.update_layout(height=300, xaxis_type="category",
+                      margin={"t": 40, "b": 10, "l": 10, "r": 10})
+    st.plotly_chart(fig, config={"displayModeBar": False})

@@ -1,0 +1,138 @@
+"""Data page: export annotations and predictions, download models, import sentences."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from gpsl import app_support as sup
+from gpsl.errors import InputError
+from pages import _ui
+
+store, project = _ui.setup()
+project = _ui.require_project(project)
+pid = project["id"]
+base = sup.safe_filename(project["name"])
+SPLITS = {"train": "Training sentences", "heldout": "Held-out sentences", "all": "All sentences"}
+EXPORT_FORMATS = {"conll": "CoNLL (.conll)", "jsonl": "JSONL (.jsonl)"}
+MIME = {"conll": "text/plain", "jsonl": "application/jsonl"}
+
+_ui.header("Data", "Export what you have, download models, and add more sentences.", project)
+_ui.show_flash()
+
+
+def _split(key: str) -> str | None:
+    value = st.session_state.get(key) or "train"
+    return None if value == "all" else value
+
+
+left, right = st.columns(2, gap="large")
+
+with left:
+    st.subheader("Export annotations", anchor=False)
+    st.caption("The current labels; a missing label is `_` in CoNLL and `null` in JSONL, so a "
+               "partly labeled sentence stays partly labeled.")
+    with st.container(horizontal=True):
+        fmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
+                                   format_func=EXPORT_FORMATS.get, key="exp_fmt", required=True)
+        st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="exp_split",
+                     width=220)
+    split = _split("exp_split")
+    st.download_button(
+        "Download annotations", icon=":material/download:", type="primary",
+        data=lambda: sup.export_annotations(store, pid, fmt, split),
+        file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
+        on_click="ignore")
+    preview = store.get_sentences(pid, split=split, limit=2)
+    if preview:
+        st.caption("Preview of the first two sentences:")
+        try:
+            st.code(sup.preview_text(preview, fmt), language=None, height=180)
+        except InputError as exc:
+            st.error(str(exc))
+
+with right:
+    st.subheader("Export predictions", anchor=False)
+    versions = store.list_model_versions(pid)
+    usable = sup.versions_with_predictions(store, pid, versions)
+    if not usable:
+        st.caption("Predictions can be exported once a model is trained.")
+    else:
+        st.caption("CoNLL: token columns, current label, predicted label and its probability. "
+                   "JSONL: adds every label's marginal probability per token.")
+        active = next((v["id"] for v in versions if v["active"]), usable[-1])
+        with st.container(horizontal=True):
+            vid = st.selectbox("Model version", usable[::-1], key="pred_version", width=160,
+                               index=usable[::-1].index(active) if active in usable else 0,
+                               format_func=lambda i: f"v{i}")
+            pfmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
+                                        format_func=EXPORT_FORMATS.get, key="pred_fmt",
+                                        required=True)
+            st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="pred_split",
+                         width=220)
+        version = store.get_model_version(vid)
+        psplit = _split("pred_split")
+        st.download_button(
+            "Download predictions", icon=":material/download:",
+            data=lambda: sup.export_predictions(store, pid, version, pfmt, psplit),
+            file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
+            on_click="ignore")
+
+    st.subheader("Download a model", anchor=False)
+    saved = [v for v in versions if v["status"] == "done" and v.get("path")]
+    if not saved:
+        st.caption("Trained models can be downloaded here as a zip of the model directory "
+                   "(JSON + NPZ; load it with `GPSL.load` or `python -m gpsl test -m DIR`).")
+    else:
+        st.caption("A zip of the model directory (JSON + NPZ, no pickle); load it with "
+                   "`GPSL.load(dir)` or `python -m gpsl test -m DIR`.")
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
+                              format_func=lambda i: f"v{i}", key="zip_version", width=160)
+            path = next(v["path"] for v in saved if v["id"] == mv)
+            st.download_button("Download model (.zip)", icon=":material/deployed_code:",
+                               data=lambda: sup.zip_directory(path),
+                               file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
+                               key="dl_model", on_click="ignore")
+
+st.divider()
+st.subheader("Import sentences", anchor=False)
+st.caption("Append sentences to this project: CoNLL / CRF++ columns, plain text or JSONL, with "
+           "the same number of feature columns as the project. Labels in the file are kept.")
+upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="imp_file")
+if upload is not None:
+    fid = upload.file_id
+    names = list(sup.FORMATS)
+    c1, c2 = st.columns(2)
+    fmt_in = c1.selectbox("Format", names, index=names.index(sup.guess_format(upload.name)),
+                          format_func=sup.FORMATS.get, key=f"imp_fmt_{fid}")
+    target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
+                          format_func={"train": "training sentences (labels = annotations)",
+                                       "heldout": "held-out sentences (labels = gold)"}.get)
+    sentences = None
+    try:
+        sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt_in)
+    except InputError as exc:
+        st.error(str(exc), icon=":material/error:")
+    if sentences:
+        summary = sup.summarize(sentences)
+        new_labels = sup.unknown_labels(sentences, project["labels"])
+        st.markdown(f"**{sup.fmt_int(summary.sentences)}** sentences · "
+                    f"**{sup.fmt_int(summary.tokens)}** tokens · "
+                    f"**{sup.fmt_int(summary.labeled)}** labeled")
+        add_labels = False
+        if new_labels:
+            add_labels = st.checkbox(
+                "Add the new labels " + " ".join(sup.code_span(x) for x in new_labels)
+                + " to the project", key=f"imp_add_{fid}",
+                help="Otherwise the import is refused: every label must be in the label set.")
+        if st.button("Import", type="primary", icon=":material/upload:", key=f"imp_go_{fid}"):
+            try:
+                if add_labels:
+                    store.update_project(pid, labels=list(project["labels"]) + new_labels)
+                n = sup.import_sentences(store, pid, sentences, split=target, doc=upload.name,
+                                         annotator=_ui.annotator())
+            except InputError as exc:
+                st.error(str(exc), icon=":material/error:")
+            else:
+                _ui.flash("info", f"Imported {n} sentences from {upload.name}.")
+                st.rerun()

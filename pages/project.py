@@ -1,0 +1,234 @@
+"""Project page: overview of the current project, its settings, and new projects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from gpsl import app_support as sup
+from gpsl.errors import InputError
+from pages import _ui
+
+store, project = _ui.setup()
+pid = project["id"] if project else None
+
+_ui.header("Project", "Overview, settings and new annotation projects.", project)
+_ui.show_flash()
+
+
+def dependency_picker(key: str, offsets, label: str = "Dependency set") -> tuple[int, ...] | None:
+    """Segmented GPSL1/2/4/Custom + custom offsets; None (and an error shown) when invalid."""
+    preset = sup.preset_of(offsets)
+    choice = st.segmented_control(
+        label, ["GPSL1", "GPSL2", "GPSL4", "Custom"], default=preset, key=f"{key}_preset",
+        required=True,
+        help="Which neighbouring labels each label depends on: GPSL1 the previous one, GPSL2 "
+             "previous and next, GPSL4 two either side, or your own offsets.")
+    if choice == "Custom":
+        text = st.text_input("Offsets", value=sup.offsets_text(offsets), key=f"{key}_custom",
+                             help="Comma-separated non-zero integers, e.g. -3, -1, 1.")
+        try:
+            return sup.parse_offsets(text)
+        except InputError as exc:
+            st.error(str(exc))
+            return None
+    st.caption(f"{choice or preset}: {sup.PRESET_HELP.get(choice or preset, '')}")
+    return sup.PRESETS.get(choice or preset, tuple(offsets))
+
+
+# ----------------------------------------------------------------------------- overview
+
+if project is not None:
+    progress = store.progress(pid)
+    train = store.progress(pid, split="train")  # held-out sentences are never annotated
+    version = store.active_model(pid)
+    acc = (version or {}).get("metrics", {}) or {}
+    cols = st.columns(6)
+    cols[0].metric("Sentences", sup.fmt_int(progress["sentences"]),
+                   help="All sentences, training and held-out.")
+    cols[1].metric("Labeled tokens", sup.fmt_int(progress["labeled_tokens"]),
+                   help=f"of {sup.fmt_int(train['tokens'])} training tokens")
+    cols[2].metric("Complete", f"{train['pct_complete']:.1f}%",
+                   help="Share of the training tokens that have a label (held-out sentences "
+                        "carry gold labels for evaluation instead).")
+    cols[3].metric("Annotators", len([a for a in progress["annotators"] if a != "import"]),
+                   help="People who set labels (labels from imported files count as “import”).")
+    cols[4].metric("Model", f"v{version['id']}" if version else "none",
+                   help=sup.model_summary(version))
+    cols[5].metric("Held-out accuracy", sup.fmt_pct(acc.get("heldout_accuracy")),
+                   help="Token accuracy of the active model on the held-out gold labels.")
+
+    colors = sup.label_colors(project["labels"])
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        counts = progress["label_counts"]
+        shown = [lab for lab in project["labels"] if counts.get(lab) and lab != "O"]
+        if shown:
+            fig = px.bar(pd.DataFrame({"label": shown, "tokens": [counts[x] for x in shown]}),
+                         x="label", y="tokens", color="label", color_discrete_map=colors,
+                         title="Labeled tokens per label")
+            fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10},
+                              showlegend=False, xaxis_title=None)
+            st.plotly_chart(fig, config={"displayModeBar": False})
+            if counts.get("O"):
+                st.caption(f"Not in the chart: {sup.fmt_int(counts['O'])} tokens labeled O.")
+        else:
+            st.info("No entity labels yet. Open the Annotate page to start labeling.")
+    with right:
+        status = pd.DataFrame({
+            "sentences": [train["complete_sentences"], train["partial_sentences"],
+                          train["unlabeled_sentences"]],
+            "status": ["complete", "partly labeled", "unlabeled"]})
+        fig = px.pie(status, names="status", values="sentences", hole=0.55,
+                     title="Training sentences by annotation status",
+                     color="status", color_discrete_map={"complete": "#16a34a",
+                                                         "partly labeled": "#f59e0b",
+                                                         "unlabeled": "#cbd5e1"})
+        fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})
+
+    details = st.columns([3, 2], gap="large")
+    with details[0]:
+        st.markdown(f"**Labels ({len(project['labels'])})**")
+        st.html(sup.label_chips_html(project["labels"], colors))
+        st.markdown(f"**Dependency set** {sup.preset_of(project['offsets'])} "
+                    f"(offsets {sup.offsets_text(project['offsets'])}) · **Model** "
+                    f"{sup.md_escape(sup.model_summary(version))}")
+    with details[1]:
+        annotators = progress["annotators"]
+        if annotators:
+            st.markdown("**Current labels by annotator**  \n" + " · ".join(
+                f"{sup.md_escape(a)}: {sup.fmt_int(n)}" for a, n in annotators.items()))
+        if progress["skipped_sentences"]:
+            st.markdown(f"**Skipped sentences** {progress['skipped_sentences']}")
+
+    with st.expander("Project settings", icon=":material/settings:"):
+        st.caption("Changes apply to the next training run. Labels in use cannot be removed.")
+        with st.form("settings"):
+            labels_text = st.text_input(
+                "Labels", value=" ".join(project["labels"]),
+                help="Space-separated, in the order of the label buttons (keys 1-9). Add "
+                     "entity types here, e.g. B-MISC I-MISC.")
+            template_text = st.text_area("Feature template (CRF++)", value=project["template"],
+                                         height=220, help="U lines define features; an empty "
+                                         "template uses gpsl's default window template.")
+            offsets_text = st.text_input(
+                "Dependency set", value=sup.offsets_text(project["offsets"]),
+                help="Default for training: GPSL1, GPSL2, GPSL4 or offsets such as -1, 1.")
+            new_name = st.text_input("Name", value=project["name"])
+            saved = st.form_submit_button("Save settings", type="primary")
+        if saved:
+            try:
+                labels = sup.parse_label_text(labels_text)
+                offsets = sup.parse_offsets(offsets_text)
+                first = store.get_sentences(pid, limit=1)
+                if template_text.strip() and first:
+                    sup.check_template(template_text, len(first[0]["tokens"][0]))
+                store.update_project(pid, labels=labels, template=template_text, name=new_name,
+                                     offsets=list(offsets))
+                _ui.flash("info", "Project settings saved.")
+                st.rerun()
+            except InputError as exc:
+                st.error(str(exc))
+        st.divider()
+        confirm = st.checkbox("I want to delete this project with all its labels and models",
+                              key="confirm_delete")
+        if st.button("Delete project", icon=":material/delete:", disabled=not confirm):
+            store.delete_project(pid)
+            st.session_state.pop("project_id", None)
+            _ui.flash("info", f"Deleted project “{project['name']}”.")
+            st.rerun()
+
+    with st.expander("All projects", icon=":material/list:"):
+        rows = [{"project": p["name"], "sentences": p["n_sentences"],
+                 "labels": len(p["labels"]), "created": sup.fmt_time(p["created_at"])}
+                for p in store.list_projects()]
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.caption("Switch projects with the selector in the sidebar.")
+
+# ----------------------------------------------------------------------------- new project
+
+st.subheader("New project", anchor=False)
+upload_tab, sample_tab = st.tabs(["From a file", "Copy of the sample"])
+
+with upload_tab:
+    st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
+               "whitespace-tokenised sentence per line) or JSONL (`tokens`, optional `labels`).")
+    upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="new_file")
+    if upload is not None:
+        fid = upload.file_id
+        fmt_names = list(sup.FORMATS)
+        guessed = fmt_names.index(sup.guess_format(upload.name))
+        fmt = st.selectbox("Format", fmt_names, index=guessed, format_func=sup.FORMATS.get,
+                           key=f"new_fmt_{fid}", width=300,
+                           help="Guessed from the file extension.")
+        sentences = None
+        try:
+            sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt)
+        except InputError as exc:
+            st.error(str(exc), icon=":material/error:")
+        except (UnicodeError, ValueError) as exc:
+            st.error(f"{upload.name}: cannot read the file ({' '.join(str(exc).split())})",
+                     icon=":material/error:")
+        if sentences:
+            summary = sup.summarize(sentences)
+            st.markdown(
+                f"**{sup.fmt_int(summary.sentences)}** sentences · "
+                f"**{sup.fmt_int(summary.tokens)}** tokens · "
+                f"**{sup.fmt_int(summary.labeled)}** labeled · {summary.n_columns} feature "
+                f"column{'s' if summary.n_columns != 1 else ''}")
+            form_left, form_right = st.columns(2, gap="large")
+            with form_left:
+                name = st.text_input("Project name", value=Path(upload.name).stem,
+                                     key=f"new_name_{fid}")
+                labels_text = st.text_input(
+                    "Labels", value=" ".join(summary.labels), key=f"new_labels_{fid}",
+                    help="Derived from the file. Add more, separated by spaces (e.g. B-MISC "
+                         "I-MISC); the order is the order of the label buttons.")
+                if not summary.labels:
+                    st.caption("The file has no labels: type the label set, e.g. "
+                               "`B-PER I-PER B-ORG I-ORG O`.")
+                offsets = dependency_picker(f"new_dep_{fid}", (-1, 1))
+                heldout = st.slider(
+                    "Held-out share for evaluation", 0, 40, 0, step=5, format="%d%%",
+                    key=f"new_held_{fid}",
+                    help="The last sentences of the file become held-out: their labels are "
+                         "gold labels for measuring the model, never training data.")
+            with form_right:
+                template_text = st.text_area(
+                    "Feature template (CRF++)",
+                    value=sup.default_template_text(summary.n_columns), height=300,
+                    key=f"new_tpl_{fid}",
+                    help="Default: a window of ±2 tokens over every column.")
+            if st.button("Create project", type="primary", key=f"create_upload_{fid}",
+                         icon=":material/add:"):
+                try:
+                    new_pid = sup.create_project(
+                        store, name, sentences, sup.parse_label_text(labels_text),
+                        template_text, offsets or (-1, 1), "linear",
+                        heldout_fraction=heldout / 100, doc=upload.name,
+                        annotator=_ui.annotator())
+                except InputError as exc:
+                    st.error(str(exc), icon=":material/error:")
+                else:
+                    _ui.switch_project(new_pid)
+                    _ui.flash("info", f"Created project “{name.strip()}” with "
+                                      f"{summary.sentences} sentences.")
+                    st.rerun()
+
+with sample_tab:
+    st.caption("400 synthetic news sentences with five entity types: 120 fully labeled, 120 "
+               "partly, 160 unlabeled; the last 80 are held out with gold labels.")
+    sample_name = st.text_input("Project name", value="Sample copy", key="sample_name")
+    if st.button("Create from the sample", key="create_sample", icon=":material/content_copy:"):
+        try:
+            new_pid = sup.create_sample_copy(store, sample_name, _ui.SAMPLE_DIR)
+        except InputError as exc:
+            st.error(str(exc), icon=":material/error:")
+        else:
+            _ui.switch_project(new_pid)
+            _ui.flash("info", f"Created project “{sample_name.strip()}” from the sample.")
+            st.rerun()

@@ -1,0 +1,163 @@
+"""Train page: start a background training run, watch it live, manage model versions."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from gpsl import app_support as sup
+from gpsl import training
+from gpsl.errors import InputError
+from pages import _ui
+
+store, project = _ui.setup()
+project = _ui.require_project(project)
+pid = project["id"]
+root = _ui.models_root()
+
+_ui.header("Train", "Fit a GPSL model on the labeled tokens; it runs in the background while "
+                    "you keep annotating.", project)
+_ui.show_flash()
+
+st.session_state.setdefault("train_preset", sup.preset_of(project["offsets"]))
+st.session_state.setdefault("train_custom", sup.offsets_text(project["offsets"]))
+st.session_state.setdefault("train_kernel", project.get("kernel") or "linear")
+st.session_state.setdefault("train_hyper", True)
+st.session_state.setdefault("train_iter", 30)
+st.session_state.setdefault("train_max_sent", 0)
+
+running = training.running_version(store, pid)
+
+
+def bound_figure(bounds, title: str, first: int = 1, height: int = 300) -> go.Figure:
+    """The bound per iteration (``first``: the iteration of ``bounds[0]``; a stored trace
+    starts with the initial bound, iteration 0)."""
+    fig = go.Figure(go.Scatter(x=list(range(first, first + len(bounds))), y=bounds,
+                               mode="lines+markers", line={"color": "#4f46e5"}))
+    fig.update_xaxes(dtick=max(1, len(bounds) // 10))
+    fig.update_layout(title=title, height=height, xaxis_title="iteration",
+                      yaxis_title="variational lower bound",
+                      margin={"t": 40, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+settings_col, live_col = st.columns([2, 3], gap="large")
+
+with settings_col:
+    st.subheader("Settings", anchor=False)
+    preset = st.segmented_control(
+        "Dependency set", ["GPSL1", "GPSL2", "GPSL4", "Custom"], key="train_preset",
+        required=True, help="Label dependencies of the pseudo-likelihood: GPSL1 the previous "
+                            "label, GPSL2 previous and next, GPSL4 two either side.")
+    offsets = None
+    if preset == "Custom":
+        text = st.text_input("Offsets", key="train_custom",
+                             help="Comma-separated non-zero integers, e.g. -3, -1, 1.")
+        try:
+            offsets = sup.parse_offsets(text)
+        except InputError as exc:
+            st.error(str(exc))
+    else:
+        offsets = sup.PRESETS[preset]
+        st.caption(f"{preset}: {sup.PRESET_HELP[preset]}")
+    st.segmented_control("Kernel", ["linear", "rbf"], key="train_kernel", required=True,
+                         format_func={"linear": "Linear", "rbf": "RBF (squared exp.)"}.get,
+                         help="Covariance of the latent functions over the token features.")
+    st.toggle("Learn hyper-parameters", key="train_hyper",
+              help="Fit the kernel hyper-parameters by variational EM (slower, usually better "
+                   "calibrated).")
+    st.number_input("Max iterations", 1, 500, step=5, key="train_iter",
+                    help="Coordinate-ascent sweeps; training stops earlier once the bound "
+                         "improves by less than 0.01 %.")
+    st.number_input("Train on at most N labeled sentences (0 = all)", 0, 100_000, step=50,
+                    key="train_max_sent",
+                    help="GP training grows quadratically with the labeled tokens; a cap keeps "
+                         "rounds short. The most labeled sentences are used first.")
+    if st.button("Start training", type="primary", icon=":material/play_arrow:",
+                 disabled=running is not None or offsets is None, key="start"):
+        try:
+            config = training.TrainConfig(
+                offsets=offsets, kernel=st.session_state["train_kernel"],
+                learn_hyper=bool(st.session_state["train_hyper"]),
+                max_iter=int(st.session_state["train_iter"]),
+                max_sentences=int(st.session_state["train_max_sent"]) or None)
+            vid = training.start_training(store, pid, config, root)
+        except (InputError, training.TrainingBusyError) as exc:
+            st.error(str(exc), icon=":material/error:")
+        else:
+            _ui.flash("info", f"Training of model version {vid} started.")
+            st.rerun()
+    if running is not None:
+        st.caption("One run per project at a time: wait for this one or stop it.")
+
+with live_col:
+    st.subheader("Progress", anchor=False)
+
+    @st.fragment(run_every=1.0 if running is not None else None)
+    def live() -> None:
+        if running is None:
+            done = [v for v in store.list_model_versions(pid) if v["status"] != "running"]
+            if not done:
+                st.info("No model yet. Choose the settings and start training; the bound "
+                        "appears here while it runs.")
+                return
+            last = done[-1]
+            bounds = last.get("bound_trace") or []
+            st.markdown(f"Last run: **v{last['id']}** · {last['status']}"
+                        + (f" · {sup.md_escape(last['error'])}" if last.get("error") else ""))
+            if bounds:
+                st.plotly_chart(bound_figure(bounds, f"Bound of v{last['id']}", first=0),
+                                config={"displayModeBar": False})
+            return
+        now = training.running_version(store, pid)  # also marks a dead worker failed
+        if now is None or now["id"] != running["id"]:
+            st.rerun()  # finished: refresh the whole page (versions table, sidebar)
+        prog = training.read_progress(root, pid, running["id"]) or {}
+        it, max_it = int(prog.get("iteration", 0)), int(prog.get("max_iter", 1) or 1)
+        phase = prog.get("phase", "starting")
+        secs = (prog.get("seconds") or [0.0])[-1]
+        text = (f"v{running['id']} · {phase} · iteration {it} of at most {max_it} · "
+                f"{secs:.0f} s")
+        st.progress(min(1.0, it / max_it) if phase == "fitting" else
+                    (1.0 if it else 0.0), text=text)
+        bounds = prog.get("bounds") or []
+        if bounds:
+            st.plotly_chart(bound_figure(bounds, "Variational lower bound (live)"),
+                            config={"displayModeBar": False})
+        else:
+            st.caption(f"Worker pid {running['settings'].get('pid')} is {phase}; the first "
+                       "iteration can take a while on large projects.")
+        if st.button("Stop training", icon=":material/stop:", key="stop"):
+            training.stop_training(store, running["id"])
+            _ui.flash("warning", f"Stopped model version {running['id']}.")
+            st.rerun()
+
+    live()
+
+st.subheader("Model versions", anchor=False)
+versions = store.list_model_versions(pid)
+if not versions:
+    st.caption("Finished runs are listed here with their held-out accuracy.")
+else:
+    table = pd.DataFrame(sup.versions_table(versions))
+    st.dataframe(table, hide_index=True, column_config={
+        "accuracy": st.column_config.NumberColumn("held-out acc.", format="percent"),
+        "ECE": st.column_config.NumberColumn("ECE", format="%.3f"),
+        "note": st.column_config.TextColumn("note", width="large"),
+    })
+    st.caption("★ = active model: its predictions drive suggestions, highlights and the "
+               "uncertainty queue. Accuracy and ECE are measured on the held-out gold labels. Only "
+               "versions whose predictions are kept (the newest ones) can be made active.")
+    done = sup.versions_with_predictions(store, pid, versions)
+    if done:
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            active = next((v["id"] for v in versions if v["active"]), None)
+            choice = st.selectbox("Version", done[::-1], format_func=lambda i: f"v{i}",
+                                  index=0 if active is None else done[::-1].index(active),
+                                  key="train_pick", width=160)
+            if st.button("Make active", disabled=choice == active, key="make_active",
+                         icon=":material/star:"):
+                store.set_active_model(pid, choice)
+                _ui.flash("info", f"Model v{choice} is now active.")
+                st.rerun()

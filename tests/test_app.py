@@ -1,0 +1,364 @@
+"""The Streamlit app, page by page, with AppTest against a temporary store (GPSL_DB)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the pages import `pages._ui`
+    sys.path.insert(0, str(ROOT))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from gpsl import app_support as sup  # noqa: E402
+from gpsl import training  # noqa: E402
+from gpsl.io import read_conll  # noqa: E402
+from gpsl.store import SAMPLE_PROJECT_NAME, Store  # noqa: E402
+
+BP, IP, BL, OUT = "B-PER", "I-PER", "B-LOC", "O"
+TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
+HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "**bold**", "a_b_c",
+           "$x$", "&amp;"]
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "gpsl.sqlite3"
+    monkeypatch.setenv("GPSL_DB", str(path))
+    monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
+    return path
+
+
+def tiny_project(path: Path, extra=()) -> tuple[Store, int]:
+    store = Store(path)
+    pid = store.create_project("tiny", [BP, IP, BL, OUT])
+    store.add_sentences(pid, [
+        {"tokens": "Anna Smith went to Paris .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
+        {"tokens": "Bob Jones flew to Rome .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
+        {"tokens": "Anna went to Rome .".split(), "labels": [BP, None, None, BL, None]},
+        {"tokens": "Bob Smith went to Paris .".split()},
+        {"tokens": "Zork Quuxly blorped fnord Xyzzy !".split()},
+        {"tokens": "Carl went to Oslo .".split()},
+        *extra,
+    ])
+    store.add_sentences(pid, [{"tokens": "Anna flew to Paris .".split()}], split="heldout",
+                        gold=[[BP, OUT, OUT, BL, OUT]])
+    return store, pid
+
+
+def app(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    assert not at.exception, at.exception
+    if page:
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, at.exception
+    return at
+
+
+def keyed(widgets, prefix: str):
+    """The one widget whose key starts with ``prefix`` (keys of upload forms end in the
+    file id)."""
+    found = [w for w in widgets if (w.key or "").startswith(prefix)]
+    assert len(found) == 1, [w.key for w in widgets]
+    return found[0]
+
+
+def current_sentence(at: AppTest, pid: int) -> int:
+    return at.session_state[f"annotate_{pid}"]["current"]
+
+
+def test_opens_on_the_sample_project(db):
+    at = app()
+    assert at.title[0].value == "Project"
+    assert at.sidebar.selectbox(key="project_id").value == 1
+    assert at.sidebar.selectbox(key="project_id").options == [SAMPLE_PROJECT_NAME]
+    assert at.sidebar.text_input(key="annotator").value == "tester"
+    metrics = {m.label: m.value for m in at.metric}
+    sample = read_conll(ROOT / "sample_data" / "sample.conll")
+    assert metrics["Sentences"] == f"{len(sample):,}"
+    assert metrics["Labeled tokens"] == f"{sum(len(s) - s.n_missing for s in sample):,}"
+    assert metrics["Model"] == "none"
+    assert "tokens labeled" in at.sidebar.caption[-1].value
+    assert len(Store(db).list_projects()) == 1
+
+
+def test_create_project_from_uploaded_conll(db):
+    at = app()
+    data = b"Anna NNP B-PER\nSmith NNP I-PER\nleft VBD _\n\nRome NNP B-LOC\nwon VBD O\n"
+    at.file_uploader(key="new_file").set_value(("ner.conll", data, "text/plain")).run()
+    assert not at.exception and not at.error
+    labels = keyed(at.text_input, "new_labels_")
+    assert labels.value == "B-LOC B-PER I-PER O"
+    labels.set_value("B-PER I-PER B-LOC I-LOC O")  # add a type
+    keyed(at.text_input, "new_name_").set_value("My NER")
+    keyed(at.button, "create_upload_").click().run()
+    assert not at.exception and not at.error
+
+    store = Store(db)
+    project = next(p for p in store.list_projects() if p["name"] == "My NER")
+    assert project["labels"] == ["B-PER", "I-PER", "B-LOC", "I-LOC", "O"]
+    assert project["offsets"] == [-1, 1]
+    sents = store.export_sentences(project["id"])
+    assert [s.labels for s in sents] == [["B-PER", "I-PER", None], ["B-LOC", "O"]]
+    assert [s.tokens[0] for s in sents] == [("Anna", "NNP"), ("Rome", "NNP")]
+    assert at.sidebar.selectbox(key="project_id").value == project["id"]
+
+
+def test_upload_error_is_one_line_and_writes_nothing(db):
+    at = app()
+    bad = b"Anna NNP B-PER\nSmith I-PER\n"
+    at.file_uploader(key="new_file").set_value(("bad.conll", bad, "text/plain")).run()
+    assert not at.exception
+    assert [e.value for e in at.error] == [
+        "bad.conll:2: expected 3 columns, found 2 (line 1 has 3)"]
+    assert not any((b.key or "").startswith("create_upload_") for b in at.button)
+    # a label outside the chosen label set: refused at creation, nothing written
+    good = b"Anna NNP B-PER\nSmith NNP I-PER\n"
+    at.file_uploader(key="new_file").set_value(("ok.conll", good, "text/plain")).run()
+    keyed(at.text_input, "new_labels_").set_value("B-PER O")
+    keyed(at.button, "create_upload_").click().run()
+    assert not at.exception
+    assert len(at.error) == 1 and "'I-PER' is not in the project's label set" in \
+        at.error[0].value and "\n" not in at.error[0].value
+    assert [p["name"] for p in Store(db).list_projects()] == [SAMPLE_PROJECT_NAME]
+
+
+def test_label_undo_skip_and_navigation(db):
+    store, pid = tiny_project(db)
+    at = app("annotate")
+    at.sidebar.text_input(key="annotator").set_value("alice").run()
+    sid = current_sentence(at, pid)
+    assert sid == store.queue(pid, "sequential")[0]  # no model: file order
+    first = store.get_sentence(sid)
+    assert first["labels"] == [BP, None, None, BL, None]
+    assert at.button(key="tok_0").label == "Anna `B-PER`"
+    assert at.button(key="tok_1").label == "went"
+
+    # pick token 1, press the label button of I-PER: saved at once, selection moves on
+    at.button(key="tok_1").click().run()
+    at.button(key="lab_1").click().run()
+    assert not at.exception
+    s = store.get_sentence(sid)
+    assert s["labels"][1] == IP and s["sources"][1] == "human" and s["annotators"][1] == "alice"
+    assert at.session_state[f"annotate_{pid}"]["sel"] == 2  # next unlabeled token
+    assert at.button(key="tok_1").label == "went `I-PER`"
+    at.button(key="lab_3").click().run()  # O for token 2
+    assert store.get_sentence(sid)["labels"][2] == OUT
+
+    # clear, then undo the clear
+    at.button(key="tok_2").click().run()
+    at.button(key="clear").click().run()
+    assert store.get_sentence(sid)["labels"][2] is None
+    at.button(key="undo").click().run()
+    assert store.get_sentence(sid)["labels"][2] == OUT
+    at.button(key="undo").click().run()
+    at.button(key="undo").click().run()
+    assert store.get_sentence(sid)["labels"] == first["labels"]  # partial labels stay partial
+
+    # skip: next sentence, and the skipped one goes to the end of alice's queue
+    at.button(key="skip").click().run()
+    nxt = current_sentence(at, pid)
+    assert nxt != sid
+    assert store.queue(pid, "sequential", annotator="alice")[-1] == sid
+    at.button(key="prev").click().run()
+    assert current_sentence(at, pid) == sid
+    at.button(key="next").click().run()
+    assert current_sentence(at, pid) == nxt
+    assert store.progress(pid)["skipped_sentences"] == 1
+
+
+def test_keyboard_shortcuts_and_help_are_shown(db):
+    tiny_project(db)
+    at = app("annotate")
+    help_text = next(m.value for m in at.markdown if "undo your last change" in m.value)
+    for key in ("1 … 9", "X", "← / →", "A", "N / P", "S", "U"):
+        assert f"**{key}**" in help_text
+    shortcuts = {b.key: b.proto.shortcut for b in at.button if b.proto.shortcut}
+    assert shortcuts["lab_0"] == "1" and shortcuts["lab_3"] == "4"
+    assert {shortcuts[k] for k in ("next", "prev", "skip", "undo", "accept", "clear")} == \
+        {"n", "p", "s", "u", "a", "x"}
+    assert shortcuts["tok_prev"] == "left" and shortcuts["tok_next"] == "right"
+
+
+def test_training_changes_highlights_queue_and_accept(db):
+    store, pid = tiny_project(db)
+    at = app("annotate")
+    first = current_sentence(at, pid)
+    assert not any("dashed" in h.value for h in at.html if "<style>" in h.value
+                   and "st-key-tok_" in h.value and "2px dashed" in h.value)
+    version = training.train_now(store, pid, TINY)
+    assert version["status"] == "done"
+    uncertain = store.queue(pid, "uncertainty")
+    assert uncertain != store.queue(pid, "sequential")
+
+    fresh = app("annotate")  # a new session starts with the most uncertain sentence
+    sid = current_sentence(fresh, pid)
+    assert sid == uncertain[0] and sid != first
+    css = next(h.value for h in fresh.html if "st-key-tok_" in h.value)
+    assert "2px dashed" in css and "rgba(245,158,11," in css  # suggestions + uncertainty
+    assert any("suggestions from model v" in m.value for m in fresh.markdown)
+    assert fresh.button(key="tok_0").label.endswith("?*")  # italic suggestion
+    assert any("confidence 1.0" in h.value for h in fresh.html)  # the legend
+
+    # accept everything above 0.5: stored as 'accepted', one undo step
+    fresh.slider(key="accept_thr").set_value(0.5).run()
+    n = sum(1 for p in store.get_predictions(version["id"], [sid])[sid].max(axis=1) if p >= 0.5)
+    assert fresh.button(key="accept").label == f"Accept {n} suggestion{'s' if n != 1 else ''}"
+    fresh.button(key="accept").click().run()
+    s = store.get_sentence(sid)
+    assert sum(lab is not None for lab in s["labels"]) == n > 0
+    assert {src for src in s["sources"] if src} == {"accepted"}
+    assert "✓" in fresh.button(key="tok_0").label or s["labels"][0] is None
+    fresh.button(key="undo").click().run()
+    assert all(lab is None for lab in store.get_sentence(sid)["labels"])
+
+
+def test_train_page_runs_a_background_job_and_lists_versions(db):
+    store, pid = tiny_project(db)
+    at = app("train")
+    assert at.segmented_control(key="train_preset").value == "GPSL2"
+    at.segmented_control(key="train_preset").set_value("Custom").run()
+    at.text_input(key="train_custom").set_value("-2, -1, 1").run()
+    at.toggle(key="train_hyper").set_value(False).run()
+    at.number_input(key="train_iter").set_value(3).run()
+    at.button(key="start").click().run()
+    assert not at.exception and not at.error
+    versions = store.list_model_versions(pid)
+    assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
+    deadline = time.monotonic() + 120
+    while training.running_version(store, pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    version = store.get_model_version(versions[0]["id"])
+    assert version["status"] == "done", version["error"]
+    at.run()
+    table = at.dataframe[0].value
+    assert list(table["version"]) == [version["id"]] and list(table["status"]) == ["done"]
+    assert list(table["dependencies"]) == ["Custom (-2, -1, 1)"]
+    assert any("Last run: **v1**" in m.value for m in at.markdown)
+
+
+def test_confidence_page_with_a_model_and_click_through(db):
+    store, pid = tiny_project(db)
+    at = app("confidence")
+    assert any("No model yet" in i.value for i in at.info)
+    training.train_now(store, pid, TINY)
+    at = app("confidence")
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Held-out accuracy"].endswith("%") and metrics["ECE"] != "–"
+    assert len(at.get("plotly_chart")) >= 4  # histogram, box, reliability, learning curve
+    most = store.queue(pid, "uncertainty")[0]
+    at.button(key=f"open_{most}").click().run()
+    assert not at.exception
+    assert at.session_state[f"annotate_{pid}"]["current"] == most  # opened on Annotate
+
+
+def test_export_and_reimport_round_trip(db):
+    store, pid = tiny_project(db)
+    at = app("data")
+    assert not at.exception
+    assert {b.key for b in at.get("download_button")} >= {"dl_ann"}
+    assert "Anna\tB-PER" in at.code[0].value
+    text = sup.export_annotations(store, pid, "conll", "train")  # what the button serves
+    assert "went\t_" in text
+
+    at = app()
+    at.file_uploader(key="new_file").set_value(("export.conll", text.encode(), "text/plain"))
+    at.run()
+    keyed(at.text_input, "new_labels_").set_value("B-PER I-PER B-LOC O")
+    keyed(at.text_input, "new_name_").set_value("Round trip")
+    keyed(at.button, "create_upload_").click().run()
+    assert not at.exception and not at.error
+    new = next(p["id"] for p in store.list_projects() if p["name"] == "Round trip")
+    before, after = store.export_sentences(pid, "train"), store.export_sentences(new, "train")
+    assert [s.tokens for s in after] == [s.tokens for s in before]
+    assert [s.labels for s in after] == [s.labels for s in before]
+
+    # JSONL export, and import more sentences on the Data page
+    jsonl = sup.export_annotations(store, pid, "jsonl", "train")
+    assert [s.labels for s in sup.parse_upload(jsonl.encode(), "x.jsonl")] == \
+        [s.labels for s in before]
+    at = app("data")
+    at.file_uploader(key="imp_file").set_value(("more.txt", b"Dora went home\n", "text/plain"))
+    at.run()
+    keyed(at.button, "imp_go_").click().run()
+    assert not at.exception and not at.error
+    assert store.sentence_count(pid, "train") == len(before) + 1
+
+
+def test_prediction_export_and_model_zip(db):
+    store, pid = tiny_project(db)
+    version = training.train_now(store, pid, TINY)
+    conll = sup.export_predictions(store, pid, version, "conll", None)
+    first = conll.splitlines()[0].split("\t")
+    assert first[:2] == ["Anna", "B-PER"] and first[2] in version["classes"]
+    assert 0.0 <= float(first[3]) <= 1.0
+    jsonl = sup.export_predictions(store, pid, version, "jsonl", "train")
+    rec = json.loads(jsonl.splitlines()[0])
+    assert set(rec["marginals"][0]) == set(version["classes"])
+    assert abs(sum(rec["marginals"][0].values()) - 1) < 1e-3
+    blob = sup.zip_directory(version["path"])
+    names = zipfile.ZipFile(io.BytesIO(blob)).namelist()
+    assert f"{version['id']}/model.json" in names
+    at = app("data")
+    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_pred", "dl_model"}
+
+
+def test_hostile_token_text_is_escaped(db):
+    extra = [{"tokens": HOSTILE}]
+    store, pid = tiny_project(db, extra)
+    hostile_sid = store.sentence_ids(pid, "train")[-1]
+    training.train_now(store, pid, TINY)
+
+    at = app("annotate")
+    at.session_state["goto_sentence"] = hostile_sid
+    at.run()
+    assert current_sentence(at, pid) == hostile_sid
+    labels = [at.button(key=f"tok_{i}").label for i in range(len(HOSTILE))]
+    for label in labels:
+        assert "<" not in label and ">" not in label  # entities, never markup
+    assert labels[0].startswith("&lt;script&gt;alert\\(1\\)&lt;/script&gt;")
+    assert labels[2].startswith("\\*\\*bold\\*\\*")
+    for h in at.html:
+        assert "<script" not in h.value and "<img" not in h.value
+
+    at = app("confidence")
+    assert not at.exception
+    rendered = " ".join(h.value for h in at.html)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
+    assert "&lt;img src=x onerror=alert(1)&gt;" in rendered
+    assert "<script" not in rendered and "<img" not in rendered
+
+    # the helpers themselves
+    assert sup.esc("<b a='1'>&") == "&lt;b a=&#x27;1&#x27;&gt;&amp;"
+    html = sup.sentence_html(HOSTILE, [None] * len(HOSTILE), [0.5] * len(HOSTILE))
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert "<" not in sup.md_escape("<img src=x onerror=alert(1)>")
+
+
+def test_delete_project_then_pages_ask_for_one(db):
+    at = app()
+    at.checkbox(key="confirm_delete").check().run()
+    next(b for b in at.button if b.label == "Delete project").click().run()
+    assert not at.exception
+    assert Store(db).list_projects() == []
+    for page in ("annotate", "train", "confidence", "data"):
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception
+        assert any("create one on the Project page" in i.value for i in at.info)
+
+
+def test_db_flag_overrides_the_environment(db, tmp_path, monkeypatch):
+    flagged = tmp_path / "flag" / "other.sqlite3"
+    monkeypatch.setattr(sys, "argv", ["app.py", "--db", str(flagged)])
+    at = app()
+    assert at.title[0].value == "Project"
+    assert flagged.is_file() and not db.exists()  # `streamlit run app.py -- --db PATH`
+    assert Store(flagged).list_projects()[0]["name"] == SAMPLE_PROJECT_NAME

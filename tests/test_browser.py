@@ -1,0 +1,119 @@
+"""One real-browser test: `streamlit run app.py`, Chromium, label a token by clicks.
+
+Skipped when Debian's Chromium (/usr/bin/chromium) is missing.  The screenshot is saved to
+tests/artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpsl.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+@pytest.fixture
+def server(tmp_path):
+    """The app on a free loopback port with its store in tmp_path; yields (url, db)."""
+    db = tmp_path / "gpsl.sqlite3"
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.headless", "true",
+           "--browser.gatherUsageStats", "false"]
+    env = {**os.environ, "GPSL_DB": str(db), "GPSL_ANNOTATOR": "browser-test",
+           "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while http_status(url + "_stcore/health") != 200:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no answer from {url} within 60 s:\n{log_path.read_text()}")
+            time.sleep(0.3)
+        yield url, db
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium (/usr/bin/chromium) missing")
+def test_label_a_token_in_the_browser(server):
+    from playwright.sync_api import sync_playwright
+
+    url, db = server
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(url)
+            nav = page.get_by_test_id("stSidebarNav")
+            nav.get_by_role("link", name="Annotate").click(timeout=60_000)
+            page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+
+            store = Store(db)
+            pid = store.list_projects()[0]["id"]
+            sid = store.queue(pid, "sequential")[0]  # no model yet: file order
+            sentence = store.get_sentence(sid)
+            t = sentence["labels"].index(None)
+            label = store.get_project(pid)["labels"].index("B-ORG")
+
+            # click the token chip, then the label button
+            chip = page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
+            chip.click(timeout=30_000)
+            page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
+                timeout=30_000)
+            page.locator(f".st-key-lab_{label}[data-stale='false'] button").first.click()
+
+            deadline = time.monotonic() + 30
+            while store.get_sentence(sid)["labels"][t] is None:
+                assert time.monotonic() < deadline, "the label never reached the store"
+                time.sleep(0.2)
+            saved = store.get_sentence(sid)
+            assert saved["labels"][t] == "B-ORG"
+            assert saved["sources"][t] == "human"
+            assert saved["annotators"][t] == "browser-test"
+            chip.filter(has_text="B-ORG").wait_for(timeout=30_000)  # the chip shows it
+
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser_annotate.png"), full_page=True)
+        finally:
+            browser.close()
