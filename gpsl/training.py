@@ -76,7 +76,7 @@ class TrainConfig:
 
     offsets: tuple[int, ...] = (-1, 1)
     kernel: str = "linear"
-    learn_hyper: bool = True
+    learn_hyper: bool = False
     max_iter: int = 50
     tol: float = 1e-4
     max_sentences: int | None = None  # train on at most this many labeled sentences
