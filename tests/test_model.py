@@ -111,17 +111,23 @@ def test_predict_marginals_with_partial_labels_clamps_known_tokens(fitted, task)
                 assert row[fitted.classes_.index(y)] == 1.0
 
 
-def test_warm_start_resumes_from_the_previous_fit(task):
-    Xtr, Ytr, _, _ = task
-    hidden = hide_labels(Ytr, 0.5, seed=1)
-    m = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True).fit(Xtr, hidden)
-    cold_iters, cold_start = m.n_iter_, m.bound_trace_[0]
+def test_warm_start_reuses_hyperparameters_and_means_of_the_previous_fit(task):
+    Xtr, Ytr, Xte, Yte = task
+    m = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True, learn_hyper=True)
+    m.fit(Xtr, hide_labels(Ytr, 0.5, seed=1))
+    theta, alpha = m.state_.theta.copy(), m.state_.alpha.copy()
     more = hide_labels(Ytr, 0.4, seed=1)
-    m.fit(Xtr, more)
-    cold = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40).fit(Xtr, more)
-    assert m.bound_trace_[0] > cold.bound_trace_[0]
-    assert m.n_iter_ <= cold.n_iter_
-    assert cold_iters > 0 and cold_start < m.bound_trace_[0]
+    m.set_params(learn_hyper=False).fit(Xtr, more)
+    assert np.array_equal(m.state_.theta, theta)  # hyper-parameters carried over
+    cold = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, variance=float(np.exp(theta[0, 0])))
+    cold.fit(Xtr, more)
+    assert m.bound_trace_[0] > cold.bound_trace_[0]  # starts from the previous means
+    assert not np.array_equal(m.state_.alpha, alpha)
+    # measured: warm 0.647, cold 0.681 (warm starts save sweeps, not accuracy)
+    assert accuracy(m, Xte, Yte) >= accuracy(cold, Xte, Yte) - 0.05
+    # a different token set: only theta is reused
+    m.fit(Xtr[:20], more[:20])
+    assert np.array_equal(m.state_.theta, theta)
 
 
 def test_save_load_round_trip_gives_identical_marginals(tmp_path, fitted, task):
