@@ -1056,6 +1056,34 @@ def write_outputs(report: dict, out: Path) -> None:
     write_calibration_html(report, out / "calibration.html")
 
 
+# --------------------------------------------------------------------------- merging runs
+
+
+def merge_reports(reports: list[dict]) -> dict:
+    """One report from several runs on disjoint data sets (e.g. a long data set run apart).
+
+    Per-data-set sections are combined; the header lists every command, and the number of
+    partitions is given per data set.
+    """
+    sections = ("results", "table3", "exact_decoding", "missing_labels", "calibration", "data",
+                "partitions")
+    out = json.loads(json.dumps(reports[0]))
+    for r in reports[1:]:
+        for key in sections:
+            overlap = set(out.get(key, {})) & set(r.get(key, {}))
+            if overlap:
+                raise ValueError(f"runs overlap on data sets {sorted(overlap)} ({key})")
+            out.setdefault(key, {}).update(r.get(key, {}))
+        out["errors"] = list(out.get("errors", [])) + list(r.get("errors", []))
+        out["config"]["sizes"].update(r["config"]["sizes"])
+        out["complete"] = bool(out["complete"] and r["complete"])
+        out["total_seconds"] = out.get("total_seconds", 0) + r.get("total_seconds", 0)
+    out["command"] = " ; ".join(r["command"] for r in reports)
+    out["config"]["n_partitions"] = ", ".join(
+        f"{len(parts)} ({d})" for d, parts in out["partitions"].items())
+    return out
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1131,6 +1159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--missing-partitions", type=int, metavar="N",
                    help="run Figure 3 on the first N partitions only (default: all)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
+    p.add_argument("--merge", nargs="+", metavar="PAPER_JSON",
+                   help="combine the paper.json of runs on different data sets into one "
+                        "report in --out, then stop")
     p.add_argument("--seed", type=int, default=0, help="partition seed (default 0)")
     p.add_argument("--max-iter", type=int, help="GPSL max_iter (default 100; quick "
                                                 f"{QUICK_MAX_ITER})")
@@ -1182,6 +1213,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.merge:
+        try:
+            report = merge_reports([json.loads(Path(f).read_text(encoding="utf-8"))
+                                    for f in args.merge])
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bench.paper: cannot merge: {exc}", file=sys.stderr)
+            return 2
+        write_outputs(report, Path(args.out))
+        print(f"merged {len(args.merge)} runs into {Path(args.out) / 'paper.md'}")
+        return 0
     try:
         cfg = config_from_args(args)
         report = run(cfg, command=shlex.join(["python", "-m", "bench.paper", *argv]))

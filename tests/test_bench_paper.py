@@ -162,3 +162,21 @@ def test_missing_partitions_subset(tmp_path):
     assert "exact_decoding" not in rep or "seg" not in rep["exact_decoding"]
     ml = rep["missing_labels"]["seg"]["methods"]
     assert [len(a) for a in ml["GPSL1"]["accuracy"]] == [1, 1]  # fraction 0 and 0.3, 1 partition
+
+
+def test_merge_reports_combines_disjoint_runs(tmp_path):
+    a = {"command": "python -m bench.paper --datasets seg", "complete": True, "errors": [],
+         "total_seconds": 2.0, "config": {"sizes": {"seg": [20, 16]}},
+         "results": {"seg": {"GPSL2": {"loss_mean": 16.0}}}, "partitions": {"seg": [{}, {}]},
+         "table3": {}, "exact_decoding": {}, "missing_labels": {}, "calibration": {}, "data": {}}
+    b = json.loads(json.dumps(a))
+    b["command"] = "python -m bench.paper --datasets basenp"
+    b["config"]["sizes"] = {"basenp": [150, 150]}
+    b["results"] = {"basenp": {"GPSL2": {"loss_mean": 8.0}}}
+    b["partitions"] = {"basenp": [{}]}
+    m = paper.merge_reports([a, b])
+    assert set(m["results"]) == {"seg", "basenp"}
+    assert m["config"]["n_partitions"] == "2 (seg), 1 (basenp)"
+    assert "--datasets seg ; python -m bench.paper --datasets basenp" in m["command"]
+    with pytest.raises(ValueError, match="overlap"):
+        paper.merge_reports([a, a])
