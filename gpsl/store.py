@@ -1234,13 +1234,16 @@ class Store:
                              bound_trace: Sequence[float] | None = None,
                              metrics: Mapping | None = None,
                              n_labeled_tokens: int | None = None, *,
-                             classes: Sequence[str] | None = None) -> bool:
+                             classes: Sequence[str] | None = None,
+                             activate: bool = False) -> bool:
         """Mark a running version ``'done'`` with its saved model dir, bound trace, metrics,
         label count and (optionally) the model's ``classes_`` (the marginal columns).
+        With ``activate`` it also becomes the project's active version in the same
+        transaction, so no reader ever sees a finished version that is not yet active.
         Returns False (and changes nothing) when the version is no longer running
         (killed or failed meanwhile)."""
         with self._write() as conn:
-            self._version_row(conn, version_id)
+            row = self._version_row(conn, version_id)
             cur = conn.execute(
                 "UPDATE model_versions SET status = 'done', finished_at = ?, path = ?,"
                 " bound_trace = ?, metrics = ?, n_labeled_tokens = ?, classes = ?, error = NULL"
@@ -1249,6 +1252,10 @@ class Store:
                  _dumps(list(bound_trace) if bound_trace is not None else None),
                  _dumps(metrics), None if n_labeled_tokens is None else int(n_labeled_tokens),
                  None if classes is None else _dumps(list(classes)), version_id))
+            if cur.rowcount and activate:
+                conn.execute("UPDATE model_versions SET active = 0 WHERE project_id = ? AND"
+                             " active = 1", (row["project_id"],))
+                conn.execute("UPDATE model_versions SET active = 1 WHERE id = ?", (version_id,))
             return cur.rowcount > 0
 
     def fail_model_version(self, version_id: int, error: str,

@@ -455,12 +455,11 @@ def run_training_job(db_path: str | os.PathLike, version_id: int,
         for a, b in _chunks([1] * len(all_ids), 500):
             store.save_predictions(version_id, dict(zip(all_ids[a:b], all_P[a:b])))
         done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,
-                                          n_labeled, classes=model.classes_)
+                                          n_labeled, classes=model.classes_, activate=True)
         if not done:  # stopped meanwhile: keep nothing of it active
             store.delete_predictions(version_id)
             progress.phase("stopped")
             return store.get_model_version(version_id)
-        store.set_active_model(project_id, version_id)
         train_ids = set(store.sentence_ids(project_id, split="train"))
         keep = [i for i, sid in enumerate(all_ids) if sid in train_ids]
         _record_query_round(store, project_id, version_id, [all_ids[i] for i in keep],

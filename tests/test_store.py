@@ -452,10 +452,16 @@ def test_model_version_lifecycle(store):
 
 
 def _process_writer(path, sentence_ids, annotator):
-    st = Store(path)
-    for sid in sentence_ids:
-        for t in range(20):
-            st.set_label(sid, t, LABELS[t % 3], annotator)
+    try:
+        st = Store(path)
+        for sid in sentence_ids:
+            for t in range(20):
+                st.set_label(sid, t, LABELS[t % 3], annotator)
+    except BaseException:  # report the child's error to the parent test, then fail
+        import traceback
+
+        Path(f"{path}.{annotator}.err").write_text(traceback.format_exc())
+        raise
 
 
 def _concurrency_project(store, n_sentences):
@@ -507,7 +513,8 @@ def test_processes_share_one_file(store):
         p.start()
     for p in procs:
         p.join(60)
-    assert [p.exitcode for p in procs] == [0, 0]
+    errors = [Path(f"{store.path}.p{k}.err") for k in range(2)]
+    assert [p.exitcode for p in procs] == [0, 0], [e.read_text() for e in errors if e.exists()]
     _check_all_written(store, pid, ids, ["p0", "p1"])
 
 
@@ -543,3 +550,19 @@ def test_performance_5000_sentences(store):
     expected = min(range(5000), key=lambda k: min(
         c for c, lab in zip(conf[k], choice[k]) if lab >= 3) if (choice[k] >= 3).any() else 9)
     assert store.queue(pid, limit=1) == [ids[expected]]
+
+
+def test_finish_model_version_can_activate_in_the_same_transaction(store):
+    pid = store.create_project("act", LABELS, "", [-1, 1])
+    v1 = store.start_model_version(pid, {})
+    assert store.finish_model_version(v1, "m1", activate=True)
+    v2 = store.start_model_version(pid, {})
+    assert store.active_model(pid)["id"] == v1  # still the old one while v2 runs
+    assert store.finish_model_version(v2, "m2", activate=True)
+    assert store.active_model(pid)["id"] == v2
+    assert [v["active"] for v in sorted(store.list_model_versions(pid), key=lambda v: v["id"])] \
+        == [False, True]
+    v3 = store.start_model_version(pid, {})
+    store.fail_model_version(v3, "boom")
+    assert not store.finish_model_version(v3, "m3", activate=True)  # not running: no change
+    assert store.active_model(pid)["id"] == v2
