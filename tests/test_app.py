@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
+from _support import BL, BP, IP, OUT  # noqa: E402
+from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from gpsl import app_support as sup  # noqa: E402
@@ -22,7 +24,6 @@ from gpsl import training  # noqa: E402
 from gpsl.io import read_conll  # noqa: E402
 from gpsl.store import SAMPLE_PROJECT_NAME, Store  # noqa: E402
 
-BP, IP, BL, OUT = "B-PER", "I-PER", "B-LOC", "O"
 TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "**bold**", "a_b_c",
            "$x$", "&amp;"]
@@ -34,23 +35,6 @@ def db(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("GPSL_DB", str(path))
     monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
     return path
-
-
-def tiny_project(path: Path, extra=()) -> tuple[Store, int]:
-    store = Store(path)
-    pid = store.create_project("tiny", [BP, IP, BL, OUT])
-    store.add_sentences(pid, [
-        {"tokens": "Anna Smith went to Paris .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
-        {"tokens": "Bob Jones flew to Rome .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
-        {"tokens": "Anna went to Rome .".split(), "labels": [BP, None, None, BL, None]},
-        {"tokens": "Bob Smith went to Paris .".split()},
-        {"tokens": "Zork Quuxly blorped fnord Xyzzy !".split()},
-        {"tokens": "Carl went to Oslo .".split()},
-        *extra,
-    ])
-    store.add_sentences(pid, [{"tokens": "Anna flew to Paris .".split()}], split="heldout",
-                        gold=[[BP, OUT, OUT, BL, OUT]])
-    return store, pid
 
 
 def app(page: str | None = None) -> AppTest:

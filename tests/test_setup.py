@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
+from _support import free_port
+from _support import http_status as get
 
 from gpsl.io import read_conll
 
@@ -42,20 +41,6 @@ def test_app_opens_on_the_sample_project(tmp_path, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Sentences"] == f"{len(sentences):,}"
     assert metrics["Labeled tokens"] == f"{sum(len(s) - s.n_missing for s in sentences):,}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return None
 
 
 @pytest.fixture(scope="module")

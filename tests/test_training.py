@@ -8,31 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _support import BP, OUT, tiny_store
 
 from gpsl import training
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 from gpsl.store import Store
 
-BP, IP, BL, OUT = "B-PER", "I-PER", "B-LOC", "O"
 TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
-
-
-def tiny_store(path: Path) -> tuple[Store, int]:
-    """Six training sentences (two labeled, one partly) and one held-out with gold."""
-    store = Store(path)
-    pid = store.create_project("tiny", [BP, IP, BL, OUT])
-    store.add_sentences(pid, [
-        {"tokens": "Anna Smith went to Paris .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
-        {"tokens": "Bob Jones flew to Rome .".split(), "labels": [BP, IP, OUT, OUT, BL, OUT]},
-        {"tokens": "Anna went to Rome .".split(), "labels": [BP, None, None, BL, None]},
-        {"tokens": "Bob Smith went to Paris .".split()},
-        {"tokens": "Zork Quuxly blorped fnord Xyzzy !".split()},
-        {"tokens": "Carl went to Oslo .".split()},
-    ])
-    store.add_sentences(pid, [{"tokens": "Anna flew to Paris .".split()}], split="heldout",
-                        gold=[[BP, OUT, OUT, BL, OUT]])
-    return store, pid
 
 
 def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
