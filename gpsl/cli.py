@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("test", help="label a CRF++ column file (like crf_test)",
                        description="Append the predicted label to every token line.")
     p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
-    p.add_argument("--decoder", choices=("rns", "viterbi"), default=None,
+    p.add_argument("--decoder", choices=("rns", "viterbi", "exact"), default=None,
                    help="decoder (default: the model's, normally rns)")
     p.add_argument("--marginals", action="store_true",
                    help="write label/probability (RNS marginal), like crf_test -v1")
@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="token accuracy and Hamming loss on a labeled file")
     p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
-    p.add_argument("--decoder", choices=("rns", "viterbi"), default=None)
+    p.add_argument("--decoder", choices=("rns", "viterbi", "exact"), default=None)
     p.add_argument("--encoding", type=_encoding, default="utf-8")
     p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
                    help="gold label marking a missing label, not scored (default _)")

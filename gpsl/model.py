@@ -17,7 +17,7 @@ from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
 from gpsl.inference import GPSLInference, Problem, VariationalState, initial_state
 from gpsl.kernels import make_kernel
-from gpsl.predict import LatentPredictor, rns, viterbi
+from gpsl.predict import LatentPredictor, pl_decode, rns, viterbi
 
 GPSL1 = (-1,)
 GPSL2 = (-1, 1)
@@ -73,7 +73,9 @@ class GPSL:
         paper's data sets (see README, "Hyper-parameters").
     variance: initial kernel variance (linear: prior variance of each feature weight;
         rbf: sigma_f^2); ``None`` = the kernel's default (1.0).
-    decoder: ``"rns"`` (Algorithm 2) or ``"viterbi"`` (single-neighbour models).
+    decoder: ``"rns"`` (Algorithm 2), ``"viterbi"`` (single-neighbour models) or
+        ``"exact"`` (the exact maximiser of the product of the pseudo-likelihood factors,
+        for dependencies within -1..+1; beyond the paper).
     rns_tol, rns_max_iter: stop rule of Algorithm 2.
     rns_variance: use ``m + v/2`` as the local score of the RNS, exactly as eq. (rns)
         (the log of ``E[exp f]``). Off by default: the predictive variance is smallest
@@ -157,8 +159,9 @@ class GPSL:
         t0 = time.perf_counter()
         offsets = parse_offsets(self.offsets)
         kernel = make_kernel(self.kernel)
-        if self.decoder not in ("rns", "viterbi"):
-            raise ValueError(f"decoder must be 'rns' or 'viterbi', not {self.decoder!r}")
+        if self.decoder not in ("rns", "viterbi", "exact"):
+            raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', "
+                             f"not {self.decoder!r}")
         sents = [_as_tokens(s) for s in X]
         labels = [list(getattr(s, "labels", s)) for s in y]
         if len(sents) != len(labels):
@@ -313,7 +316,7 @@ class GPSL:
         return (out, it) if return_iterations else out
 
     def predict(self, X, decoder=None, y=None):
-        """Labels per sentence: argmax of the RNS, or Viterbi for GPSL1 models."""
+        """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""
         decoder = self.decoder if decoder is None else decoder
         if decoder == "rns":
             P = self.predict_marginals(X, y=y)
@@ -326,7 +329,15 @@ class GPSL:
                 out.append([self.classes_[i] for i in idx[start:start + L]])
                 start += L
             return out
-        raise ValueError(f"decoder must be 'rns' or 'viterbi', not {decoder!r}")
+        if decoder == "exact":
+            b, lengths = self.local_scores(X)
+            idx = pl_decode(b, self._gS(), lengths, self.offsets_)
+            out, start = [], 0
+            for L in lengths:
+                out.append([self.classes_[i] for i in idx[start:start + L]])
+                start += L
+            return out
+        raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', not {decoder!r}")
 
     def score(self, X, y) -> float:
         """Token accuracy over the labeled tokens of ``y``."""

@@ -170,3 +170,20 @@ def test_fit_validates_its_input():
         GPSL().fit([[("a",)]], [[None]])
     with pytest.raises(RuntimeError, match="not fitted"):
         GPSL().predict([[("a",)]])
+
+
+def test_exact_decoder_maximises_the_pseudo_likelihood_product(fitted, task):
+    from gpsl.predict import pl_log_score
+
+    _, _, Xte, _ = task
+    exact = fitted.predict(Xte[:10], decoder="exact")
+    rns_labels = fitted.predict(Xte[:10])
+    b, lengths = fitted.local_scores(Xte[:10])
+    g, start = fitted._gS(), 0
+    for e, r, L in zip(exact, rns_labels, lengths):
+        be = b[start:start + L]
+        start += L
+        ye = [fitted.classes_.index(v) for v in e]
+        yr = [fitted.classes_.index(v) for v in r]
+        assert pl_log_score(be, g, fitted.offsets_, ye) >= \
+            pl_log_score(be, g, fitted.offsets_, yr) - 1e-9
