@@ -176,7 +176,8 @@ def test_merge_reports_combines_disjoint_runs(tmp_path):
     b["partitions"] = {"basenp": [{}]}
     m = paper.merge_reports([a, b])
     assert set(m["results"]) == {"seg", "basenp"}
-    assert m["config"]["n_partitions"] == "2 (seg), 1 (basenp)"
+    assert m["config"]["n_partitions"] == 2
+    assert m["config"]["partitions_per_dataset"] == {"seg": 2, "basenp": 1}
     assert "--datasets seg ; python -m bench.paper --datasets basenp" in m["command"]
     with pytest.raises(ValueError, match="overlap"):
         paper.merge_reports([a, a])
