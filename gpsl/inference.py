@@ -233,6 +233,7 @@ class GPSLInference:
         self.base_diag = base_diag
         self.lambda_floor = float(lambda_floor)
         self.jitter = jitter_for(kernel, base_diag)
+        self._rho = np.ones(problem.J)  # per-label damping of the Khan step
         self.mean_steps = int(mean_steps)
         if state is None:
             if kernel.name == "rbf":
@@ -368,10 +369,9 @@ class GPSLInference:
         R, J = self.p.R, self.p.J
         out = {"m_U": (self.s.r - T["pi"]).T - self.s.alpha}
         if R:
-            self._counts_cache = self.pair_counts()
             x = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
             base_a = self.c.M.T + 0.5 * self.c.Vd.T
-            g = -self._S_objective(x, base_a)[1]
+            g = -self._S_objective(x, base_a, self.pair_counts())[1]
             out["m_S"] = g[: R * J * J].reshape(R, J, J)
             out["v_S"] = g[R * J * J:].reshape(R, J, J) / self.s.v_S
         out["theta"] = np.stack([
@@ -493,8 +493,6 @@ class GPSLInference:
         by 1.25 (up to 1) after a step accepted at the first try. A label whose ``lambda_j``
         is within ``skip_tol`` of ``pi_j`` everywhere is at its fixed point and skipped.
         """
-        if getattr(self, "_rho", None) is None or len(self._rho) != self.p.J:
-            self._rho = np.ones(self.p.J)
         before = self.elbo()
         for j in range(self.p.J):
             target = self.terms()["pi"][:, j]
@@ -519,7 +517,7 @@ class GPSLInference:
                 self.c.Vd[j], self.c.logdetB[j], self.c.sumlamV[j] = old
                 self._rho[j] = rho
 
-    def _S_objective(self, x, base_a):
+    def _S_objective(self, x, base_a, counts):
         """-L and its gradient in x = (m_S, log v_S), everything else fixed.
 
         dL/dm_S[d,p,q] = N_d[p,q] - s_d[p,q] - m_S[d,p,q],
@@ -546,7 +544,7 @@ class GPSLInference:
             with np.errstate(over="ignore"):
                 ratio = pi[has] * np.exp(shift - c[d][has])
             soft[d] = E * (r[nbd[has]].T @ ratio)
-        grad_m = self._counts_cache - soft - m_S
+        grad_m = counts - soft - m_S
         grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0) - 0.5 * soft)
         return -f, -np.concatenate([grad_m.ravel(), grad_logv.ravel()])
 
@@ -555,12 +553,12 @@ class GPSLInference:
         if self.p.R == 0:
             return
         R, J = self.p.R, self.p.J
-        self._counts_cache = self.pair_counts()
+        counts = self.pair_counts()
         base_a = self.c.M.T + 0.5 * self.c.Vd.T
         x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
-        f0 = self._S_objective(x0, base_a)[0]
+        f0 = self._S_objective(x0, base_a, counts)[0]
         bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
-        res = minimize(self._S_objective, x0, args=(base_a,), jac=True, method="L-BFGS-B",
+        res = minimize(self._S_objective, x0, args=(base_a, counts), jac=True, method="L-BFGS-B",
                        bounds=bounds, options={"maxiter": maxiter})
         if res.fun <= f0:
             self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()
