@@ -608,13 +608,39 @@ class GPSLInference:
                 self.s.alpha[j] /= ratio  # keeps m = K alpha fixed
         else:
             for j in range(self.p.J):
-                g = theta_gradient(self.kernel, self.s.theta[j], self.base, self.s.alpha[j],
-                                   self.s.lam[j], self.jitter)
-                self.s.theta[j] += np.clip(0.5 * g / max(n, 1) * 10.0, -0.5, 0.5)
-                K = self.K(j)
-                self.s.alpha[j] = np.linalg.lstsq(K + 1e-8 * np.eye(n), self.c.M[j],
-                                                  rcond=None)[0]
+                self._m_step_dense(j)
         self.refresh()
+
+    def _m_step_dense(self, j: int, maxiter: int = 30):
+        """Maximise -KL(q(f_Uj) || N(0, K_theta)) over theta_j with q = (m, V) fixed.
+
+        ``V`` is formed once from the current Khan parameters; each evaluation costs one
+        Cholesky of ``K_theta`` and two solves with ``n`` right-hand sides (no inverse).
+        Afterwards ``alpha = K_new^{-1} m`` keeps the mean unchanged; ``lambda`` is kept.
+        """
+        m = self.c.M[j].copy()
+        K_old = self.K(j)
+        act, sl, Lb = B_factor(K_old, self.s.lam[j])
+        V = K_old.copy()
+        if act.size:
+            C = solve_triangular(Lb, sl[:, None] * K_old[act, :], lower=True, check_finite=False)
+            V -= C.T @ C
+        logdet_V = 2.0 * float(np.sum(np.log(np.diag(np.linalg.cholesky(K_old))))) \
+            - self.c.logdetB[j]
+        th0 = self.s.theta[j].copy()
+
+        def objective(th):
+            f, g = neg_kl_and_grad(self.kernel, th, self.base, self.jitter, m, V, logdet_V)
+            return -f, -g
+
+        f0 = objective(th0)[0]
+        res = minimize(objective, th0, jac=True, method="L-BFGS-B",
+                       bounds=[(-10.0, 10.0)] * th0.size, options={"maxiter": maxiter})
+        if res.fun <= f0:
+            self.s.theta[j] = res.x  # the K_j cache is keyed on theta
+            K_new = self.K(j)
+            self.s.alpha[j] = cho_solve((np.linalg.cholesky(K_new), True), m,
+                                        check_finite=False)
 
     # ----------------------------------------------------------------- Algorithm 1
 
@@ -725,6 +751,26 @@ def B_factor(K: np.ndarray, lam: np.ndarray):
     B = K[np.ix_(act, act)] * sl[:, None] * sl[None, :]
     B[np.diag_indices_from(B)] += 1.0
     return act, sl, np.linalg.cholesky(B)
+
+
+def neg_kl_and_grad(kernel, params, base, jitter, m, V, logdet_V):
+    """-KL(N(m, V) || N(0, K_theta)) and its gradient in theta (q held fixed).
+
+    ``-KL = 1/2 (log|V| - log|K| - tr(K^-1 V) - m'K^-1 m + n)`` and
+    ``d(-KL)/dtheta = 1/2 [a' dK a - tr(W dK)]`` with ``a = K^-1 m`` and
+    ``W = K^-1 (K - V) K^-1``, all through the Cholesky factor of ``K``.
+    """
+    K = train_matrix(kernel, params, base, jitter)
+    L = np.linalg.cholesky(K)
+    n = K.shape[0]
+    a = cho_solve((L, True), m, check_finite=False)
+    KinvV = cho_solve((L, True), V, check_finite=False)
+    logdet_K = 2.0 * float(np.sum(np.log(np.diag(L))))
+    f = 0.5 * (logdet_V - logdet_K - float(np.trace(KinvV)) - float(m @ a) + n)
+    W = cho_solve((L, True), (np.eye(n) - KinvV).T, check_finite=False)  # K^-1 (K - V) K^-1
+    grad = np.array([0.5 * (float(a @ dK @ a) - float(np.sum(W * dK)))
+                     for dK in kernel.grads(params, base, K)])
+    return f, grad
 
 
 def theta_gradient(kernel, params, base, alpha, lam, jitter=0.0) -> np.ndarray:
