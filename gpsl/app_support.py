@@ -94,9 +94,7 @@ def parse_offsets(text_or_preset) -> tuple[int, ...]:
     """A preset name or ``"-1, 1"`` -> offsets tuple (InputError on bad input)."""
     from gpsl.model import parse_offsets as _parse
 
-    if isinstance(text_or_preset, str) and not text_or_preset.strip():
-        raise InputError("give at least one dependency offset, e.g. -1, 1", source="offsets")
-    return tuple(_parse(text_or_preset))
+    return _parse(text_or_preset)
 
 
 def parse_label_text(text: str) -> list[str]:

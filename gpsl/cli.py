@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpsl.errors import GpslError, InputError
+from gpsl.model import parse_offsets
 
 __all__ = ["main", "build_parser", "parse_offsets_arg"]
 
-PRESETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
 _OFFSET_OPTIONS = ("-d", "--offsets")
 _LOOKS_NEGATIVE = re.compile(r"^-\d")
 
@@ -48,25 +48,10 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_offsets_arg(text: str) -> tuple[int, ...]:
     """``"-1,1"`` (or ``GPSL1``/``GPSL2``/``GPSL4``) -> ``(-1, 1)``; non-zero, no duplicates."""
-    key = text.strip().upper()
-    if key in PRESETS:
-        return PRESETS[key]
-    parts = text.replace(" ", "").split(",")
     try:
-        if any(p == "" for p in parts):
-            raise ValueError
-        out = tuple(int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"bad offsets {text!r}: expected comma-separated non-zero integers like -1,1"
-        ) from None
-    if 0 in out:
-        raise argparse.ArgumentTypeError(
-            f"bad offsets {text!r}: 0 is the token itself; offsets must be non-zero"
-        )
-    if len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"bad offsets {text!r}: duplicate offsets")
-    return out
+        return parse_offsets(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _positive_int(text: str) -> int:

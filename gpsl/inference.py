@@ -720,15 +720,9 @@ def posterior_diag(K: np.ndarray, Kdiag: np.ndarray, lam: np.ndarray):
     ``lam_t K_tt`` is tiny, so those tokens and the inactive ones use
     ``V_tt = K_tt - ||L^-1 Lam^1/2 K_{At}||^2``. Returns ``(diag V, log|B|)``.
     """
-    act = np.flatnonzero(lam > 0)
+    act, sl, Lc = B_factor(K, lam)
     if act.size == 0:
         return Kdiag.copy(), 0.0
-    full = act.size == lam.size
-    sl = np.sqrt(lam[act])
-    B = (K if full else K[np.ix_(act, act)]) * sl[:, None]
-    B *= sl[None, :]
-    B[np.diag_indices_from(B)] += 1.0
-    Lc = np.linalg.cholesky(B)
     Linv, info = lapack.dtrtri(Lc, lower=1)
     if info != 0:  # pragma: no cover - B is positive definite
         raise np.linalg.LinAlgError("triangular inverse failed")
@@ -748,7 +742,10 @@ def B_factor(K: np.ndarray, lam: np.ndarray):
     """(active indices, sqrt(lam_active), lower Cholesky of B on the active set)."""
     act = np.flatnonzero(lam > 0)
     sl = np.sqrt(lam[act])
-    B = K[np.ix_(act, act)] * sl[:, None] * sl[None, :]
+    if act.size == 0:
+        return act, sl, np.zeros((0, 0))
+    B = (K if act.size == lam.size else K[np.ix_(act, act)]) * sl[:, None]
+    B *= sl[None, :]
     B[np.diag_indices_from(B)] += 1.0
     return act, sl, np.linalg.cholesky(B)
 

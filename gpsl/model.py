@@ -26,21 +26,29 @@ PRESETS = {"GPSL1": GPSL1, "GPSL2": GPSL2, "GPSL4": GPSL4}
 
 
 def parse_offsets(offsets) -> tuple[int, ...]:
-    """Validate a dependency set: a preset name, ``"-1,1"`` or a sequence of ints."""
+    """Validate a dependency set: a preset name, ``"-1,1"`` or a sequence of ints.
+
+    Text must name at least one offset (``""`` and ``"-1,,1"`` are refused); a sequence
+    may be empty (no dependencies).
+    """
     if isinstance(offsets, str):
         key = offsets.strip().upper()
         if key in PRESETS:
             return PRESETS[key]
-        parts = [p for p in offsets.replace(" ", "").split(",") if p != ""]
+        if not key:
+            raise InputError("give at least one dependency offset, e.g. -1,1", source="offsets")
+        parts = offsets.replace(" ", "").split(",")
         try:
+            if "" in parts:
+                raise ValueError
             offsets = [int(p) for p in parts]
         except ValueError:
-            raise InputError(f"bad dependency offsets {offsets!r}: expected integers like -1,1",
+            raise InputError(f"bad offsets {offsets!r}: expected integers like -1,1",
                              source="offsets") from None
     try:
         out = tuple(int(o) for o in offsets)
     except (TypeError, ValueError):
-        raise InputError(f"bad dependency offsets {offsets!r}", source="offsets") from None
+        raise InputError(f"bad offsets {offsets!r}", source="offsets") from None
     if any(o == 0 for o in out):
         raise InputError("dependency offsets must be non-zero (0 is the token itself)",
                          source="offsets")
@@ -321,35 +329,19 @@ class GPSL:
         if decoder == "rns":
             P = self.predict_marginals(X, y=y)
             return [[self.classes_[i] for i in p.argmax(axis=1)] for p in P]
-        if decoder == "viterbi":
+        decoders = {"viterbi": viterbi, "exact": pl_decode}
+        if decoder in decoders:
             b, lengths = self.local_scores(X)
-            idx = viterbi(b, self._gS(), lengths, self.offsets_)
-            out, start = [], 0
-            for L in lengths:
-                out.append([self.classes_[i] for i in idx[start:start + L]])
-                start += L
-            return out
-        if decoder == "exact":
-            b, lengths = self.local_scores(X)
-            idx = pl_decode(b, self._gS(), lengths, self.offsets_)
-            out, start = [], 0
-            for L in lengths:
-                out.append([self.classes_[i] for i in idx[start:start + L]])
-                start += L
-            return out
+            idx = decoders[decoder](b, self._gS(), lengths, self.offsets_)
+            return [[self.classes_[i] for i in part]
+                    for part in np.split(idx, np.cumsum(lengths)[:-1])]
         raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', not {decoder!r}")
 
     def score(self, X, y) -> float:
         """Token accuracy over the labeled tokens of ``y``."""
-        pred = self.predict(X)
-        right = total = 0
-        for p, lab in zip(pred, y, strict=True):
-            for a, b in zip(p, getattr(lab, "labels", lab), strict=True):
-                if b is None:
-                    continue
-                total += 1
-                right += a == b
-        return right / total if total else float("nan")
+        from gpsl.metrics import token_accuracy
+
+        return token_accuracy([list(getattr(lab, "labels", lab)) for lab in y], self.predict(X))
 
     # ------------------------------------------------------------------ persistence
 
