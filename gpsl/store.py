@@ -4,7 +4,9 @@ One :class:`Store` wraps one database file.  It holds no connection: every publi
 method opens a fresh connection (context manager), runs, and closes it, so one ``Store``
 may be shared by Streamlit's script threads and several processes may use the same file.
 
-* WAL journal, a busy timeout (30 s by default), foreign keys on.
+* WAL journal, a busy timeout (30 s by default) plus retries with backoff for the few
+  cases SQLite reports busy at once, foreign keys on; lock contention never surfaces as
+  "database is locked" (after the timeout: :class:`StoreBusyError`).
 * Every write runs in one ``BEGIN IMMEDIATE`` transaction, committed at the end and
   rolled back on any exception: a method either writes everything or nothing.
 * The schema is versioned with ``PRAGMA user_version`` and created on open.
@@ -35,7 +37,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -54,6 +58,7 @@ __all__ = [
     "SAMPLE_PROJECT_NAME",
     "NotFoundError",
     "Store",
+    "StoreBusyError",
     "default_db_path",
     "sort_labels",
 ]
@@ -178,6 +183,16 @@ CREATE TABLE skips (
 
 class NotFoundError(GpslError, LookupError):
     """A project, sentence or model version id that is not in the store."""
+
+
+class StoreBusyError(GpslError):
+    """Another process kept the store locked for longer than the store's timeout."""
+
+
+def _is_busy(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database is busy" in text or \
+        "database table is locked" in text
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -409,7 +424,9 @@ class Store:
         Database file (``":memory:"`` is not supported: each call opens a new
         connection).  See :func:`default_db_path`.
     timeout:
-        Seconds to wait for another writer's lock before ``sqlite3.OperationalError``.
+        Seconds to wait for another writer's lock (SQLite's busy timeout, then retries
+        with backoff) before :class:`StoreBusyError`; "database is locked" never
+        reaches the caller.
     """
 
     def __init__(self, path: str | os.PathLike, *, timeout: float = 30.0):
@@ -436,7 +453,11 @@ class Store:
         SQLite checkpoint and delete the WAL each time (~20x slower writes).
         """
         anchor = sqlite3.connect(self.path, timeout=self.timeout, check_same_thread=False)
-        anchor.execute("SELECT 1 FROM projects LIMIT 1").fetchall()  # maps the WAL index
+        try:  # maps the WAL index
+            self._retry(lambda: anchor.execute("SELECT 1 FROM projects LIMIT 1").fetchall())
+        except BaseException:
+            anchor.close()
+            raise
         self._anchor, self._anchor_pid = anchor, os.getpid()
 
     def close(self) -> None:
@@ -482,11 +503,35 @@ class Store:
         finally:
             conn.close()
 
+    def _retry(self, fn):
+        """``fn()``, retried with jittered exponential backoff while SQLite reports the
+        database locked or busy, for up to ``timeout`` seconds in all; then
+        :class:`StoreBusyError`.  SQLite's busy handler covers most waits; a few cases
+        return ``SQLITE_BUSY`` at once (switching a new file to WAL while another process
+        opens it, WAL recovery), and those must not reach the user either."""
+        deadline = time.monotonic() + max(self.timeout, 0.1)
+        delay = 0.002
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreBusyError(
+                        f"{self.path}: the annotation store stayed busy for "
+                        f"{self.timeout:g} s (another process holds its write lock); "
+                        "try again") from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.2)
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """A connection inside ``BEGIN IMMEDIATE``; commit on success, rollback on error."""
+        """A connection inside ``BEGIN IMMEDIATE``; commit on success, rollback on error.
+        Waiting for the write lock (busy timeout, then backoff) happens at ``BEGIN``,
+        before anything is read, so the transaction body always runs exactly once."""
         with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield conn
             except BaseException:
@@ -497,9 +542,19 @@ class Store:
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """A connection inside a read transaction (one consistent snapshot)."""
+        """A connection inside a read transaction (one consistent snapshot, taken at the
+        start with the same busy handling as writes)."""
         with self._connect() as conn:
-            conn.execute("BEGIN")
+
+            def begin():
+                conn.execute("BEGIN")
+                try:
+                    conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+
+            self._retry(begin)
             try:
                 yield conn
             finally:
@@ -507,6 +562,9 @@ class Store:
                     conn.execute("ROLLBACK")
 
     def _init_schema(self) -> None:
+        self._retry(self._init_schema_once)
+
+    def _init_schema_once(self) -> None:
         with self._connect() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:

@@ -566,3 +566,56 @@ def test_finish_model_version_can_activate_in_the_same_transaction(store):
     store.fail_model_version(v3, "boom")
     assert not store.finish_model_version(v3, "m3", activate=True)  # not running: no change
     assert store.active_model(pid)["id"] == v2
+
+
+# ---------------------------------------------------------------------- lock contention
+
+
+def _open_new_store(path, barrier, out):
+    barrier.wait()
+    try:
+        Store(path).list_projects()
+        Path(out).write_text("ok")
+    except Exception as exc:  # pragma: no cover - reported by the test
+        Path(out).write_text(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_file_at_once_never_see_locked(tmp_path):
+    """Switching a new file to WAL returns SQLITE_BUSY at once (no busy handler) to the
+    other openers; the store retries instead of raising "database is locked"."""
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(6):
+        path = tmp_path / f"new{trial}.sqlite3"
+        barrier = ctx.Barrier(4)
+        outs = [tmp_path / f"new{trial}.{k}.out" for k in range(4)]
+        procs = [ctx.Process(target=_open_new_store, args=(str(path), barrier, str(o)))
+                 for o in outs]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [o.read_text() for o in outs] == ["ok"] * 4
+
+
+def test_a_lock_held_past_the_timeout_is_a_clear_error(tmp_path):
+    from gpsl.store import StoreBusyError
+
+    store = Store(tmp_path / "s.sqlite3", timeout=0.3)
+    pid = store.create_project("p", LABELS)
+    store.add_sentences(pid, [{"tokens": words(3)}])
+    sid = store.sentence_ids(pid)[0]
+    holder = sqlite3.connect(store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreBusyError) as info:
+            store.set_label(sid, 0, "B", "ann")
+        assert time.monotonic() - started < 5
+        assert "database is locked" not in str(info.value) and "busy" in str(info.value)
+        assert isinstance(info.value, GpslError)
+        assert store.get_sentence(sid)["labels"] == [None] * 3  # readers are not blocked
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.set_label(sid, 0, "B", "ann")  # the lock is gone: works again
+    assert store.get_sentence(sid)["labels"][0] == "B"
