@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpsl import limits
 from gpsl.errors import InputError
 
 __all__ = [
@@ -43,15 +44,18 @@ FORMATS = ("conll", "jsonl", "text")
 
 _COLUMN_SEP = re.compile(r"[ \t]+")
 _BOM = "\ufeff"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
 class Sentence:
-    """One sentence: feature columns per token, labels (``None`` = missing), source line."""
+    """One sentence: feature columns per token, labels (``None`` = missing), source line and,
+    for JSONL input with an ``"id"`` field, that id (unique within its file)."""
 
     tokens: list[tuple[str, ...]]
     labels: list[str | None] = field(default_factory=list)
     line: int = 1
+    id: str | int | None = None
 
     def __post_init__(self) -> None:
         self.tokens = [tuple(t) for t in self.tokens]
@@ -100,28 +104,42 @@ def _line_of(data: bytes | str, offset: int) -> int:
 
 
 def _read_source(source: Source, encoding: str, name: str) -> str:
-    """Read ``source`` entirely and return its text with a BOM removed; InputError on failure."""
+    """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
+
+    Refused with a one-line :class:`InputError`: a missing path, a directory or another
+    non-regular file (a FIFO or device would never end), an unknown or non-text encoding, bytes
+    the encoding cannot decode (file and line named), NUL characters and unpaired surrogates.
+    """
     try:
         codec = codecs.lookup(encoding)
-    except LookupError:
+    except (LookupError, TypeError, ValueError):
         raise InputError(f"unknown encoding {encoding!r}", source=name) from None
+    if not getattr(codec, "_is_text_encoding", True):
+        raise InputError(f"{encoding!r} is not a text encoding", source=name)
     data: bytes | str
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            if path.is_dir():
-                raise InputError("is a directory, not a file", source=name)
+            is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+        except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
+            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
+        if is_dir:
+            raise InputError("is a directory, not a file", source=name)
+        if exists and not is_file:
+            raise InputError("not a regular file", source=name)
+        try:
             data = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
-    elif isinstance(source, (bytes, bytearray)):
+    elif isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     elif hasattr(source, "read"):
         try:
             data = source.read()
-        except UnicodeDecodeError as exc:
+        except UnicodeError as exc:
             raise InputError(
-                f"cannot decode the input with encoding {exc.encoding}: {exc.reason}", source=name
+                f"cannot decode the input with encoding {getattr(exc, 'encoding', encoding)}:"
+                f" {getattr(exc, 'reason', exc)}", source=name
             ) from None
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", source=name) from None
@@ -144,6 +162,9 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
                 source=name,
                 line=_line_of(data, exc.start),
             ) from None
+        except UnicodeError as exc:
+            raise InputError(f"cannot decode the input with encoding {encoding}: {exc}",
+                             source=name) from None
     else:
         text = data
     if text.startswith(_BOM):
@@ -151,6 +172,10 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
     nul = text.find("\x00")
     if nul >= 0:
         raise InputError("NUL byte in input (binary file?)", source=name, line=_line_of(text, nul))
+    sur = _SURROGATE.search(text)
+    if sur is not None:
+        raise InputError("unpaired surrogate character (not valid Unicode text)", source=name,
+                         line=_line_of(text, sur.start()))
     return text
 
 
@@ -174,6 +199,8 @@ def read_conll(
     missing: str = "_",
     labeled: bool = True,
     name: str | None = None,
+    max_tokens: int | None = None,
+    max_line_chars: int | None = None,
 ) -> list[Sentence]:
     """Read a CRF++/CoNLL column file.
 
@@ -190,8 +217,13 @@ def read_conll(
         label is ``None``.
     name:
         Name used in error messages (defaults to the path or the file object's name).
+    max_tokens, max_line_chars:
+        Limits (see :mod:`gpsl.limits`): ``None`` uses the configured value (environment or
+        default), ``0`` means no limit. A longer sentence or line is an :class:`InputError`.
     """
     name = _source_name(source, name)
+    token_limit = limits.max_tokens(max_tokens)
+    line_limit = limits.max_line_chars(max_line_chars)
     text = _read_source(source, encoding, name)
     sentences: list[Sentence] = []
     n_cols = 0
@@ -199,13 +231,20 @@ def read_conll(
     tokens: list[tuple[str, ...]] = []
     labels: list[str | None] = []
     start = 0
+    n_in_sentence = 0
     split = _COLUMN_SEP.split
+
+    def finish() -> None:
+        limits.check_sentence_length(n_in_sentence, token_limit, name, start)
+        sentences.append(Sentence(tokens, labels, start))
+
     for lineno, raw in enumerate(_lines(text), start=1):
+        limits.check_line_length(len(raw), line_limit, name, lineno)
         stripped = raw.strip(" \t")
         if not stripped:
-            if tokens:
-                sentences.append(Sentence(tokens, labels, start))
-                tokens, labels = [], []
+            if n_in_sentence:
+                finish()
+                tokens, labels, n_in_sentence = [], [], 0
             continue
         cols = split(stripped)
         if n_cols == 0:
@@ -224,30 +263,43 @@ def read_conll(
                 source=name,
                 line=lineno,
             )
-        if not tokens:
+        if not n_in_sentence:
             start = lineno
+        n_in_sentence += 1
+        if token_limit is not None and n_in_sentence > token_limit:
+            continue  # only count the rest; the sentence is refused at its end
         if labeled:
             lab = cols.pop()
             labels.append(None if lab == missing else lab)
         else:
             labels.append(None)
         tokens.append(tuple(cols))
-    if tokens:
-        sentences.append(Sentence(tokens, labels, start))
+    if n_in_sentence:
+        finish()
     if not sentences:
         raise InputError("no sentences found", source=name)
     return sentences
 
 
-def _check_field(value: str, what: str, where: str) -> str:
+def _check_field(value: Any, what: str, where: str, source: str) -> str:
+    """``value`` if it can be one CoNLL column, else InputError naming sentence and token."""
     if not isinstance(value, str):
-        raise InputError(f"{what} is {type(value).__name__}, not a string", source=where)
-    if value == "" or any(ch in value for ch in " \t\r\n"):
+        raise InputError(f"{where}: {what} is {type(value).__name__}, not a string",
+                         source=source)
+    if value == "":
+        raise InputError(f"{where}: {what} is empty; a CoNLL column cannot be empty"
+                         " (export as JSONL instead)", source=source)
+    if any(ch in value for ch in " \t\r\n"):
         raise InputError(
-            f"{what} {value!r} is empty or contains whitespace; it cannot be written as a column",
-            source=where,
+            f"{where}: {what} {_short(value)} contains whitespace, which a CoNLL column cannot"
+            " hold (export as JSONL instead)",
+            source=source,
         )
     return value
+
+
+def _short(value: str, n: int = 40) -> str:
+    return repr(value if len(value) <= n else value[:n] + "...")
 
 
 def format_conll(
@@ -257,11 +309,18 @@ def format_conll(
     extra_columns: Sequence[Sequence[Sequence[str]]] | None = None,
     sep: str = "\t",
     label: bool = True,
+    source: str = "<output>",
 ) -> str:
     """Return sentences as CRF++ column text (tab-separated, blank line after each sentence).
 
     ``extra_columns[i][j]`` is a list of strings appended after the label of token ``j`` of
     sentence ``i``. ``label=False`` omits the label column.
+
+    CoNLL columns are separated by whitespace, so a token (or label) that is empty or contains a
+    space, tab or line break cannot be written: that is an :class:`InputError` naming the
+    sentence (number and source line), the token and ``source``, and suggesting JSONL, which
+    holds any token. Nothing is replaced silently (CRF++ would read ``New York`` as two columns).
+    A label equal to the ``missing`` marker is refused too (it would read back as missing).
     """
     out: list[str] = []
     sentences = list(sentences)
@@ -276,13 +335,18 @@ def format_conll(
                 f"extra_columns[{i}] has {len(extra)} entries for {len(sent.tokens)} tokens"
             )
         for j, tok in enumerate(sent.tokens):
-            where = f"<output>: sentence {i + 1}, token {j + 1}"
-            cols = [_check_field(c, "column", where) for c in tok]
+            where = f"sentence {i + 1} (line {sent.line}), token {j + 1}"
+            cols = [_check_field(c, "column", where, source) for c in tok]
             if label:
                 lab = sent.labels[j]
-                cols.append(missing if lab is None else _check_field(lab, "label", where))
+                if lab is not None and lab == missing:
+                    raise InputError(f"{where}: label {lab!r} is the missing-label marker",
+                                     source=source)
+                cols.append(missing if lab is None else _check_field(lab, "label", where,
+                                                                     source))
             if extra is not None:
-                cols.extend(_check_field(str(c), "extra column", where) for c in extra[j])
+                cols.extend(_check_field(str(c), "extra column", where, source)
+                            for c in extra[j])
             out.append(sep.join(cols))
             out.append("\n")
         out.append("\n")
@@ -320,20 +384,64 @@ def write_conll(
 # --------------------------------------------------------------------------- JSONL
 
 
+def _json_string(value: Any, what: str, bad) -> str:
+    """``value`` as a token/label string: a non-empty str without NUL or line breaks."""
+    if not isinstance(value, str):
+        raise bad(f"{what} must be a string, found {_json_type(value)}")
+    if value == "":
+        raise bad(f"{what} is an empty string")
+    if "\x00" in value:
+        raise bad(f"{what} contains a NUL character")
+    if "\n" in value or "\r" in value:
+        raise bad(f"{what} contains a line break")
+    if _SURROGATE.search(value):
+        raise bad(f"{what} contains an unpaired surrogate (not valid Unicode)")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 def read_jsonl(
-    source: Source, *, name: str | None = None, encoding: str = "utf-8", missing: str = "_"
+    source: Source,
+    *,
+    name: str | None = None,
+    encoding: str = "utf-8",
+    missing: str = "_",
+    max_tokens: int | None = None,
+    max_line_chars: int | None = None,
 ) -> list[Sentence]:
-    """Read one JSON object per line: ``{"tokens": [...], "labels": [...]}``.
+    """Read one JSON object per line: ``{"tokens": [...], "labels": [...], "id": ...}``.
 
     ``tokens`` is a list of strings (one column) or a list of lists of strings (columns; the same
     number for every token of the file). ``labels`` is optional; ``null`` or ``missing`` (``"_"``)
-    is a missing label. Blank lines are skipped.
+    is a missing label; a label is a non-empty string without whitespace. ``id`` is optional (a
+    string or an integer, unique within the file). Tokens are non-empty strings without NUL or
+    line breaks (spaces are allowed: such tokens can be exported as JSONL but not as CoNLL).
+    Blank lines are skipped. Limits as :func:`read_conll`.
     """
     name = _source_name(source, name)
+    token_limit = limits.max_tokens(max_tokens)
+    line_limit = limits.max_line_chars(max_line_chars)
     text = _read_source(source, encoding, name)
     sentences: list[Sentence] = []
+    seen_ids: dict[Any, int] = {}
     n_cols = 0
     for lineno, raw in enumerate(_lines(text), start=1):
+        limits.check_line_length(len(raw), line_limit, name, lineno)
         if not raw.strip():
             continue
 
@@ -344,19 +452,33 @@ def read_jsonl(
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise bad(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise bad("invalid JSON: nested too deeply") from None
+        except ValueError as exc:  # e.g. an integer with too many digits
+            raise bad(f"invalid JSON: {exc}") from None
         if not isinstance(obj, dict):
-            raise bad(f"expected a JSON object, found {type(obj).__name__}")
+            raise bad(f"expected a JSON object, found {_json_type(obj)}")
         if "tokens" not in obj:
             raise bad('missing "tokens"')
+        sid = obj.get("id")
+        if sid is not None:
+            if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+                raise bad(f'"id" must be a string or an integer, found {_json_type(sid)}')
+            if sid in seen_ids:
+                raise bad(f"duplicate sentence id {sid!r} (first on line {seen_ids[sid]})")
+            seen_ids[sid] = lineno
         raw_tokens = obj["tokens"]
         if not isinstance(raw_tokens, list) or not raw_tokens:
-            raise bad('"tokens" must be a non-empty list')
+            found = "" if isinstance(raw_tokens, list) else f", found {_json_type(raw_tokens)}"
+            raise bad(f'"tokens" must be a non-empty list{found}')
+        limits.check_sentence_length(len(raw_tokens), token_limit, name, lineno)
         tokens: list[tuple[str, ...]] = []
         for j, tok in enumerate(raw_tokens):
             if isinstance(tok, str):
-                cols: tuple = (tok,)
-            elif isinstance(tok, list) and tok and all(isinstance(c, str) for c in tok):
-                cols = tuple(tok)
+                cols: tuple = (_json_string(tok, f"token {j + 1}", bad),)
+            elif isinstance(tok, list) and tok:
+                cols = tuple(_json_string(c, f"token {j + 1}, column {k + 1}", bad)
+                             for k, c in enumerate(tok))
             else:
                 raise bad(f"token {j + 1} must be a string or a non-empty list of strings")
             if n_cols == 0:
@@ -369,7 +491,7 @@ def read_jsonl(
             labels: list[str | None] = [None] * len(tokens)
         else:
             if not isinstance(raw_labels, list):
-                raise bad('"labels" must be a list')
+                raise bad(f'"labels" must be a list, found {_json_type(raw_labels)}')
             if len(raw_labels) != len(tokens):
                 raise bad(f"{len(tokens)} tokens but {len(raw_labels)} labels")
             labels = []
@@ -377,10 +499,13 @@ def read_jsonl(
                 if lab is None or lab == missing:
                     labels.append(None)
                 elif isinstance(lab, str):
+                    _json_string(lab, f"label {j + 1}", bad)
+                    if any(ch.isspace() for ch in lab):
+                        raise bad(f"label {j + 1} {lab!r} contains whitespace")
                     labels.append(lab)
                 else:
-                    raise bad(f"label {j + 1} must be a string or null")
-        sentences.append(Sentence(tokens, labels, lineno))
+                    raise bad(f"label {j + 1} must be a string or null, found {_json_type(lab)}")
+        sentences.append(Sentence(tokens, labels, lineno, sid))
     if not sentences:
         raise InputError("no sentences found", source=name)
     return sentences
@@ -394,7 +519,10 @@ def format_jsonl(sentences: Iterable[Sentence]) -> str:
             toks: list = [t[0] for t in sent.tokens]
         else:
             toks = [list(t) for t in sent.tokens]
-        out.append(json.dumps({"tokens": toks, "labels": list(sent.labels)}, ensure_ascii=False))
+        obj: dict[str, Any] = {"tokens": toks, "labels": list(sent.labels)}
+        if sent.id is not None:
+            obj = {"id": sent.id, **obj}
+        out.append(json.dumps(obj, ensure_ascii=False))
         out.append("\n")
     return "".join(out)
 
@@ -413,16 +541,26 @@ def write_jsonl(
 
 
 def read_text(
-    source: Source, *, name: str | None = None, encoding: str = "utf-8"
+    source: Source,
+    *,
+    name: str | None = None,
+    encoding: str = "utf-8",
+    max_tokens: int | None = None,
+    max_line_chars: int | None = None,
 ) -> list[Sentence]:
-    """Read plain text: one sentence per line, whitespace-tokenised; blank lines skipped."""
+    """Read plain text: one sentence per line, whitespace-tokenised; blank lines skipped.
+    Limits as :func:`read_conll`."""
     name = _source_name(source, name)
+    token_limit = limits.max_tokens(max_tokens)
+    line_limit = limits.max_line_chars(max_line_chars)
     text = _read_source(source, encoding, name)
-    sentences = [
-        Sentence([(w,) for w in raw.split()], None, lineno)
-        for lineno, raw in enumerate(_lines(text), start=1)
-        if raw.strip()
-    ]
+    sentences = []
+    for lineno, raw in enumerate(_lines(text), start=1):
+        limits.check_line_length(len(raw), line_limit, name, lineno)
+        words = raw.split()
+        if words:
+            limits.check_sentence_length(len(words), token_limit, name, lineno)
+            sentences.append(Sentence([(w,) for w in words], None, lineno))
     if not sentences:
         raise InputError("no sentences found", source=name)
     return sentences
@@ -439,18 +577,22 @@ def read_any(
     encoding: str = "utf-8",
     missing: str = "_",
     labeled: bool = True,
+    max_tokens: int | None = None,
+    max_line_chars: int | None = None,
 ) -> list[Sentence]:
     """Read ``source`` in format ``fmt`` ("conll", "jsonl" or "text").
 
     ``missing`` applies to conll and jsonl, ``labeled`` to conll only (JSONL labels are optional
-    per line, plain text is never labeled).
+    per line, plain text is never labeled); the limits to all (see :func:`read_conll`).
     """
+    lim = {"max_tokens": max_tokens, "max_line_chars": max_line_chars}
     if fmt == "conll":
-        return read_conll(source, name=name, encoding=encoding, missing=missing, labeled=labeled)
+        return read_conll(source, name=name, encoding=encoding, missing=missing, labeled=labeled,
+                          **lim)
     if fmt == "jsonl":
-        return read_jsonl(source, name=name, encoding=encoding, missing=missing)
+        return read_jsonl(source, name=name, encoding=encoding, missing=missing, **lim)
     if fmt == "text":
-        return read_text(source, name=name, encoding=encoding)
+        return read_text(source, name=name, encoding=encoding, **lim)
     raise InputError(
         f"unknown format {fmt!r} (expected conll, jsonl or text)", source=_source_name(source, name)
     )

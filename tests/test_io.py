@@ -237,7 +237,7 @@ def test_read_jsonl_and_round_trip(tmp_path):
     "text, expected",
     [
         ('{"tokens": ["a"]}\n{"tokens": ["a",}\n', "j:2: invalid JSON"),
-        ('["a"]\n', "j:1: expected a JSON object, found list"),
+        ('["a"]\n', "j:1: expected a JSON object, found a list"),
         ('{"labels": ["a"]}\n', 'j:1: missing "tokens"'),
         ('{"tokens": []}\n', 'j:1: "tokens" must be a non-empty list'),
         ('{"tokens": "abc"}\n', 'j:1: "tokens" must be a non-empty list'),
