@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,7 @@ __all__ = [
     "models_root_for",
     "read_progress",
     "reap_workers",
+    "recover",
     "run_training_job",
     "running_version",
     "start_training",
@@ -232,23 +234,55 @@ def _start_lock(models_root: Path, project_id: int) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+_LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
+
+
 def cleanup_staging(store: Store, project_id: int, models_root) -> list[Path]:
-    """Delete staging directories of versions that are not running (left by killed
-    workers); returns the paths removed."""
+    """Delete what killed workers leave behind in the project's model folder; returns
+    the paths removed.
+
+    * staging directories ``.staging-<version>`` and the temporary directories of a model
+      save that was cut short (``..staging-<version>.tmp-*``, ``.old-*``) of versions that
+      are not running;
+    * complete model directories ``<version>`` of versions that ended ``'failed'`` or
+      ``'killed'`` (renamed into place, but the worker died before the version was
+      recorded as done: nothing refers to them, and they are never loaded).
+    """
     base = Path(models_root) / str(int(project_id))
-    removed = []
+    removed: list[Path] = []
     if not base.is_dir():
         return removed
-    for path in base.glob(".staging-*"):
-        try:
-            vid = int(path.name.rsplit("-", 1)[1])
-        except ValueError:
+    for path in sorted(base.iterdir()):
+        if not path.is_dir():
             continue
-        v = store.get_model_version(vid)
-        if v is None or v["status"] != "running":
+        match = _LEFTOVER.match(path.name)
+        if match:
+            v = store.get_model_version(int(match.group(1)))
+            stale = v is None or v["status"] != "running"
+        elif path.name.isdigit():
+            v = store.get_model_version(int(path.name))
+            stale = v is not None and v["project_id"] == int(project_id) and \
+                v["status"] in ("failed", "killed")
+        else:
+            continue
+        if stale:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def recover(store: Store, models_root: str | os.PathLike | None = None) -> dict:
+    """What an app start does after a crash: mark versions whose worker is gone as
+    ``'failed'`` and clean their leftovers (:func:`cleanup_staging`) in every project.
+    Returns ``{"failed": [version ids], "removed": [paths]}``."""
+    root = Path(models_root) if models_root is not None else models_root_for(store.path)
+    failed = store.mark_stale_running_failed()
+    removed: list[Path] = []
+    for project in store.list_projects():
+        if (root / str(int(project["id"]))).is_dir():
+            with _start_lock(root, project["id"]):
+                removed += cleanup_staging(store, project["id"], root)
+    return {"failed": failed, "removed": removed}
 
 
 def _worker_env() -> dict:

@@ -14,7 +14,7 @@ import streamlit as st
 
 from gpsl import app_support as sup
 from gpsl.store import Store, default_db_path
-from gpsl.training import models_root_for
+from gpsl.training import models_root_for, recover
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
@@ -67,6 +67,7 @@ def db_path() -> Path:
 def _open_store(path: str) -> Store:
     store = Store(path)
     store.ensure_sample_project(SAMPLE_DIR)  # the first start opens on something real
+    recover(store)  # after a crash: dead workers' versions failed, their leftovers removed
     return store
 
 

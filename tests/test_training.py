@@ -144,3 +144,30 @@ def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None
     assert not training.stop_training(store, vid)  # not running any more
+
+
+def test_recover_cleans_what_killed_workers_leave(tmp_path):
+    """An app start (``recover``) fails versions whose worker is gone and removes their
+    staging, temporary and orphaned model directories; done and running ones stay."""
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    root = tmp_path / "models"
+    done = training.train_now(store, pid, TINY, root)
+    dead = store.start_model_version(pid, TINY.to_settings(), pid=2 ** 22 + 12345)
+    alive = store.start_model_version(pid, TINY.to_settings())  # this process: alive
+    base = root / str(pid)
+    leftovers = [base / f".staging-{dead}", base / f"..staging-{dead}.tmp-abc",
+                 base / str(dead)]
+    kept = [base / f".staging-{alive}", base / "notes"]
+    for p in leftovers + kept:
+        p.mkdir(parents=True, exist_ok=True)
+        (p / "model.json").write_text("{}")
+    kept.append(Path(done["path"]))
+
+    out = training.recover(store, root)
+    assert out["failed"] == [dead]
+    assert sorted(out["removed"]) == sorted(leftovers)
+    assert all(not p.exists() for p in leftovers) and all(p.exists() for p in kept)
+    assert store.get_model_version(dead)["status"] == "failed"
+    assert store.get_model_version(alive)["status"] == "running"
+    assert store.active_model(pid)["id"] == done["id"]
+    assert GPSL.load(done["path"]).classes_ == done["classes"]
