@@ -1,0 +1,220 @@
+"""Hostile content in the app (issue #7): token text, a project name and an annotator name
+made of HTML, scripts and Markdown are shown as text on every page and kept unchanged in
+the exports.
+
+Streamlit renders ``st.markdown``, captions, widget labels and tooltips as Markdown (raw
+HTML is not rendered there, but Markdown is), and ``st.html`` as HTML.  So every Markdown
+string that carries user text must hold it Markdown-escaped (``md_escape``: punctuation
+backslash-escaped, ``< > &`` as entities), and every HTML string HTML-escaped (``esc``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+from _support import BL, BP, IP, OUT  # noqa: E402
+from _support import tiny_store as tiny_project  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from gpsl import app_support as sup  # noqa: E402
+from gpsl import training  # noqa: E402
+from gpsl.errors import InputError  # noqa: E402
+from gpsl.io import read_jsonl  # noqa: E402
+
+TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "**bold**",
+    "# heading",
+    "[link](javascript:alert(1))",
+    "|table|",
+    "`code`",
+    "$math$",
+    "<b>&amp;</b>",
+]
+PROJECT = "<i>evil</i> **project** [x](javascript:alert(2))"
+ANNOTATOR = "<img src=y onerror=alert(3)>**me**"
+# what must never reach an element rendered as HTML, or Markdown unescaped
+RAW_HTML = re.compile(r"<\s*(script|img|i|b)\b|onerror\s*=\s*alert|javascript:alert", re.I)
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "gpsl.sqlite3"
+    monkeypatch.setenv("GPSL_DB", str(path))
+    monkeypatch.setenv("GPSL_ANNOTATOR", ANNOTATOR)
+    return path
+
+
+@pytest.fixture
+def hostile(db):
+    """A trained project whose last training sentence is all hostile tokens (some labeled
+    by the hostile annotator); returns (store, project id, hostile sentence id)."""
+    store, pid = tiny_project(db, [{"tokens": HOSTILE}])
+    store.update_project(pid, name=PROJECT)
+    sid = store.sentence_ids(pid, "train")[-1]
+    store.set_labels(sid, {1: BP, 3: OUT}, ANNOTATOR)
+    training.train_now(store, pid, TINY)
+    return store, pid, sid
+
+
+def app(page: str | None = None, goto: int | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    assert not at.exception, at.exception
+    if page:
+        if goto is not None:
+            at.session_state["goto_sentence"] = goto
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception, at.exception
+    return at
+
+
+def markdown_texts(at: AppTest) -> list[str]:
+    """Every string the page renders as Markdown: markdown, captions, titles, widget labels
+    and tooltips, alerts, metrics."""
+    out = []
+    for kind in ("markdown", "caption", "title", "header", "subheader", "info", "success",
+                 "warning", "error"):
+        out += [e.value for e in getattr(at, kind)]
+    for kind in ("button", "selectbox", "text_input", "checkbox", "toggle", "slider",
+                 "number_input", "metric", "expander"):
+        for w in getattr(at, kind):
+            out.append(getattr(w, "label", "") or "")
+            out.append(getattr(w, "help", "") or "")
+    return [t for t in out if t]  # (select box options are plain text, not Markdown)
+
+
+def html_texts(at: AppTest) -> list[str]:
+    return [h.value for h in at.html]
+
+
+# the active part of each hostile string: none may survive once the backslash-escaped
+# characters are taken out of a Markdown string (escaped, they show as text)
+ACTIVE = ["<script", "<img", "<b>", "<i>", "**bold**", "**project**", "**me**", "# heading",
+          "[link](", "[x](", "|table|", "`code`", "$math$"]
+
+
+def assert_markdown_literal(texts: list[str]) -> None:
+    for text in texts:
+        assert not RAW_HTML.search(text), text
+        bare = re.sub(r"\\.", "\N{MIDDLE DOT}", text)
+        for active in ACTIVE:
+            assert active not in bare, (active, text)
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text = set(), set(), []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attrs.update(name for name, _ in attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def assert_html_escaped(texts: list[str]) -> None:
+    """Parsed as a browser would: only the app's own tags and attributes, and the hostile
+    strings only as text content."""
+    for text in texts:
+        parser = _Tags()
+        parser.feed(text)
+        parser.close()
+        assert parser.tags <= {"div", "span", "sup", "style", "em", "code"}, parser.tags
+        assert parser.attrs <= {"style", "title"}, parser.attrs
+
+
+def test_annotate_page_shows_hostile_tokens_as_text(hostile):
+    store, pid, sid = hostile
+    at = app("annotate", goto=sid)
+    assert at.session_state[f"annotate_{pid}"]["current"] == sid
+    # every token chip's label starts with the Markdown-escaped token text
+    for i, tok in enumerate(HOSTILE):
+        label = at.button(key=f"tok_{i}").label
+        assert label.startswith(sup.md_escape(tok)), (tok, label)
+        assert "<" not in label and ">" not in label
+    assert at.button(key="tok_1").label.endswith(f"`{BP}`")  # labeled: label as code
+    assert sup.md_escape(ANNOTATOR) in at.button(key="tok_1").help  # who labeled it
+    assert any(sup.md_escape(PROJECT) in c.value for c in at.caption)  # page header
+    assert_markdown_literal(markdown_texts(at))
+    assert_html_escaped(html_texts(at))
+    # select each token: the detail line shows it escaped too
+    for i in (0, 3, 4, 6):
+        at.button(key=f"tok_{i}").click().run()
+        assert not at.exception
+        detail = next(m.value for m in at.markdown if f"token {i + 1} of" in m.value)
+        assert detail.startswith(f"**{sup.md_escape(HOSTILE[i])}**")
+        assert_markdown_literal(markdown_texts(at))
+    # labeling a hostile token from the page stores the plain label, the text unchanged
+    at.button(key="tok_0").click().run()
+    at.button(key="lab_0").click().run()
+    saved = store.get_sentence(sid)
+    assert saved["labels"][0] == BP and saved["annotators"][0] == ANNOTATOR
+    assert [t[0] for t in saved["tokens"]] == HOSTILE
+
+
+def test_confidence_page_shows_hostile_tokens_as_text(hostile):
+    store, pid, sid = hostile
+    at = app("confidence")
+    rendered = " ".join(html_texts(at))
+    shown = [tok for tok in HOSTILE if html.escape(tok, quote=True) in rendered]
+    assert len(shown) >= 5, shown  # the hostile sentence is among the least sure ones
+    for tok in HOSTILE:
+        if "<" in tok:
+            assert tok not in rendered
+    assert_html_escaped(html_texts(at))
+    assert_markdown_literal(markdown_texts(at))
+    # the uncertain-token table is data (shown as text by the grid), values unchanged
+    table = at.dataframe[0].value
+    assert set(table["token"]) & set(HOSTILE)
+
+
+def test_train_and_project_pages_escape_the_project_name(hostile):
+    for page in ("train", None):
+        at = app(page)
+        assert_markdown_literal(markdown_texts(at))
+        assert_html_escaped(html_texts(at))
+
+
+def test_exports_keep_hostile_text_unchanged(hostile, tmp_path):
+    store, pid, sid = hostile
+    jsonl = sup.export_annotations(store, pid, "jsonl", "train")
+    records = [json.loads(line) for line in jsonl.splitlines()]
+    hostile_record = records[-1]
+    assert [t if isinstance(t, str) else t[0] for t in hostile_record["tokens"]] == HOSTILE
+    path = tmp_path / "x.jsonl"
+    path.write_text(jsonl, encoding="utf-8")
+    back = read_jsonl(path)
+    assert [t[0] for t in back[-1].tokens] == HOSTILE
+    assert back[-1].labels[1] == BP and back[-1].labels[3] == OUT
+
+    # CoNLL cannot hold a token with whitespace: a clean one-line refusal, no bad file
+    with pytest.raises(InputError) as info:
+        sup.export_annotations(store, pid, "conll", "train")
+    assert "\n" not in str(info.value) and "whitespace" in str(info.value)
+    solid = [tok for tok in HOSTILE if not any(c.isspace() for c in tok)]
+    other = store.create_project("solid", [BP, OUT])
+    store.add_sentences(other, [{"tokens": solid, "labels": [BP] + [None] * (len(solid) - 1)}])
+    conll = sup.export_annotations(store, other, "conll", "train")
+    assert [line.split("\t")[0] for line in conll.splitlines() if line] == solid
+    assert conll.splitlines()[0] == f"{solid[0]}\t{BP}"
+    assert "&lt;" not in conll and "\\*" not in conll  # data, not HTML or Markdown
+
+    version = store.active_model(pid)
+    preds = sup.export_predictions(store, pid, version, "jsonl", "train")
+    last = json.loads(preds.splitlines()[-1])
+    assert [t if isinstance(t, str) else t[0] for t in last["tokens"]] == HOSTILE
+    assert {BP, IP, BL, OUT} >= set(last["marginals"][0])
