@@ -75,6 +75,13 @@ def _parse_line(text: str, lineno: int, source: str) -> UnigramTemplate:
         literal = text[pos:m.start()]
         if "%" in literal:
             _bad_macro(literal[literal.index("%"):], lineno, source)
+        if len(m.group(1).lstrip("-")) > 6 or len(m.group(2)) > 6:
+            raise InputError(
+                f"macro {_clip(m.group(0))} is out of range: rows are -{MAX_OFFSET}..{MAX_OFFSET}"
+                " and columns must exist in the data",
+                source=source,
+                line=lineno,
+            )
         row, col = int(m.group(1)), int(m.group(2))
         if abs(row) > MAX_OFFSET:
             raise InputError(
@@ -93,6 +100,10 @@ def _parse_line(text: str, lineno: int, source: str) -> UnigramTemplate:
     head = pieces[0]
     name = head.split(":", 1)[0] if ":" in head else head
     return UnigramTemplate(name, tuple(macros), tuple(pieces), lineno, text)
+
+
+def _clip(text: str, n: int = 30) -> str:
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _bad_macro(fragment: str, lineno: int, source: str) -> None:

@@ -21,15 +21,20 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import scipy.sparse as sp
 
-from gpsl.errors import ModelFormatError
+from gpsl.errors import InputError, ModelFormatError
 
 FORMAT_NAME = "gpsl-model"
 FORMAT_VERSION = 1
+_MAX_META = 1 << 30  # a model description larger than this is refused unread
+_FLOAT_ARRAYS = ("theta", "alpha", "lam", "m_S", "v_S", "r", "X_data")
+_INT_ARRAYS = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
 _ARRAYS = ("theta", "alpha", "lam", "m_S", "v_S", "r", "y_train", "lengths",
            "X_data", "X_indices", "X_indptr", "X_shape")
 
@@ -42,11 +47,57 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _meta_digest(meta: dict) -> str:
+    """SHA-256 of the model description itself (canonical JSON, without this digest)."""
+    body = dict(meta)
+    sums = dict(body.get("sha256") or {})
+    sums.pop("model.json", None)
+    body["sha256"] = sums
+    text = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def is_model_dir(path) -> bool:
+    """Whether ``path`` is a directory holding a gpsl model description (``model.json`` whose
+    ``format`` is gpsl's), i.e. one that :func:`save_model` may replace."""
+    path = Path(path)
+    meta_path = path / "model.json"
+    try:
+        if not path.is_dir() or not meta_path.is_file() or meta_path.stat().st_size > _MAX_META:
+            return False
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def check_destination(path) -> Path:
+    """``path`` as a Path if a model may be saved there: it does not exist yet, or it is an
+    existing gpsl model directory (replaced whole). Anything else (a file, a directory with
+    other contents) is refused with a :class:`ModelFormatError`, so saving never deletes
+    data that is not a model."""
+    path = Path(path)
+    try:
+        exists = path.exists() or path.is_symlink()
+    except (OSError, ValueError) as e:
+        raise ModelFormatError(f"bad model path: {e}", source=repr(str(path))) from None
+    if not exists:
+        return path
+    if path.is_dir() and not any(path.iterdir()):
+        return path
+    if not is_model_dir(path) or path.is_symlink():
+        what = "a file" if path.is_file() else "not a gpsl model directory"
+        raise ModelFormatError(f"already exists and is {what}; refusing to replace it "
+                               "(choose a new model directory)", source=str(path))
+    return path
+
+
 def save_model(model, path) -> Path:
     """Write ``model`` (a fitted :class:`~gpsl.model.GPSL`) to the directory ``path``."""
     from gpsl import __version__
 
-    path = Path(path)
+    path = check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
@@ -76,12 +127,14 @@ def save_model(model, path) -> Path:
             "fit_seconds": float(model.fit_seconds_),
             "sha256": {"arrays.npz": _sha256(tmp / "arrays.npz")},
         }
+        meta["sha256"]["model.json"] = _meta_digest(meta)
         with open(tmp / "model.json", "w", encoding="utf-8") as f:
             json.dump(meta, f, ensure_ascii=False, indent=1)
             f.flush()
             os.fsync(f.fileno())
         old = None
         if path.exists():
+            check_destination(path)  # still a model directory (or empty) just before replacing
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
         os.replace(tmp, path)
@@ -93,12 +146,149 @@ def save_model(model, path) -> Path:
     return path
 
 
-def _fail(path, message):
+def _fail(path, message) -> NoReturn:
     raise ModelFormatError(message, source=str(path))
 
 
+def _read_meta(meta_path: Path) -> dict:
+    try:
+        if meta_path.stat().st_size > _MAX_META:
+            _fail(meta_path, "model description is implausibly large")
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, UnicodeError, json.JSONDecodeError) as e:
+        _fail(meta_path, f"damaged model description: {e}")
+    except (ValueError, RecursionError) as e:
+        _fail(meta_path, f"damaged model description: {type(e).__name__}: {e}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        _fail(meta_path, "not a gpsl model description")
+    version = meta.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        _fail(meta_path, "model format version is missing")
+    if version > FORMAT_VERSION:
+        _fail(meta_path, f"model format version {version} is newer than this gpsl supports "
+                         f"({FORMAT_VERSION}); upgrade gpsl")
+    sums = meta.get("sha256")
+    if not isinstance(sums, dict) or not isinstance(sums.get("arrays.npz"), str):
+        _fail(meta_path, "damaged model description: the checksum of arrays.npz is missing")
+    own = sums.get("model.json")  # absent in models saved before it was added
+    if own is not None and own != _meta_digest(meta):
+        _fail(meta_path, "checksum mismatch: the model description is damaged or was modified")
+    return meta
+
+
+def _read_arrays(arr_path: Path, expected: str) -> dict[str, np.ndarray]:
+    """The arrays of ``arrays.npz``, after the checksum and every member's header are checked:
+    object (pickled) arrays, sizes larger than the member and missing members are refused
+    before any data is read; ``np.load`` runs with ``allow_pickle=False``."""
+    if _sha256(arr_path) != expected:
+        _fail(arr_path, "checksum mismatch: the model arrays are damaged or were modified")
+    try:
+        with zipfile.ZipFile(arr_path) as zf:
+            infos = {i.filename: i for i in zf.infolist()}
+            for name in _ARRAYS:
+                info = infos.get(name + ".npy")
+                if info is None:
+                    _fail(arr_path, f"damaged model arrays: array {name} is missing")
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                    else:
+                        _fail(arr_path, f"damaged model arrays: {name} has npy version "
+                                        f"{version}")
+                    if dtype.hasobject:
+                        _fail(arr_path, f"array {name} holds Python objects; refused (gpsl "
+                                        "never loads pickled data)")
+                    if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > info.file_size:
+                        _fail(arr_path, f"damaged model arrays: {name} declares shape {shape},"
+                                        " larger than its data")
+        with np.load(arr_path, allow_pickle=False) as z:
+            arrays = {k: np.array(z[k]) for k in _ARRAYS}
+    except ModelFormatError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, MemoryError,
+            TypeError, AttributeError) as e:
+        _fail(arr_path, f"damaged model arrays: {type(e).__name__}: {e}")
+    for name in _FLOAT_ARRAYS:
+        a = arrays[name]
+        if a.dtype.kind != "f":
+            _fail(arr_path, f"array {name} has dtype {a.dtype}, expected floating point")
+        if not np.all(np.isfinite(a)):
+            _fail(arr_path, f"array {name} contains NaN or infinite values")
+    for name in _INT_ARRAYS:
+        a = arrays[name]
+        if a.dtype.kind not in "iu":
+            _fail(arr_path, f"array {name} has dtype {a.dtype}, expected integers")
+    return arrays
+
+
+_CONFIG_CHECKS = {
+    "kernel": lambda v: isinstance(v, str),
+    "min_freq": lambda v: _is_int(v) and v >= 1,
+    "max_iter": lambda v: _is_int(v) and v >= 1,
+    "tol": lambda v: _is_num(v) and v >= 0,
+    "learn_hyper": lambda v: isinstance(v, bool),
+    "decoder": lambda v: v in ("rns", "viterbi", "exact"),
+    "rns_tol": lambda v: _is_num(v) and v >= 0,
+    "rns_max_iter": lambda v: _is_int(v) and v >= 1,
+    "rns_schedule": lambda v: v in ("sequential", "jacobi"),
+    "rns_variance": lambda v: isinstance(v, bool),
+    "lambda_floor": lambda v: _is_num(v) and v > 0,
+    "variance": lambda v: v is None or (_is_num(v) and v > 0),
+}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _check_meta_fields(meta: dict, meta_path: Path) -> None:
+    classes = meta.get("classes")
+    if (not isinstance(classes, list) or not classes
+            or not all(isinstance(c, str) and c for c in classes)
+            or len(set(classes)) != len(classes)):
+        _fail(meta_path, "damaged model description: classes must be a list of distinct labels")
+    offsets = meta.get("offsets")
+    if (not isinstance(offsets, list) or not offsets or not all(_is_int(o) and o != 0
+                                                                  for o in offsets)
+            or len(set(offsets)) != len(offsets)):
+        _fail(meta_path, "damaged model description: offsets must be distinct non-zero "
+                         "integers")
+    if not _is_int(meta.get("n_columns")) or meta["n_columns"] < 1:
+        _fail(meta_path, "damaged model description: n_columns must be a positive integer")
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
+        _fail(meta_path, "damaged model description: config is not an object")
+    for key, ok in _CONFIG_CHECKS.items():
+        if key in config and not ok(config[key]):
+            _fail(meta_path, f"damaged model description: bad config value {key}="
+                             f"{config[key]!r}")
+    trace = meta.get("bound_trace", [])
+    if not isinstance(trace, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in trace):
+        _fail(meta_path, "damaged model description: bound_trace is not a list of numbers")
+    seconds = meta.get("fit_seconds", 0.0)
+    if not _is_int(meta.get("n_iter", 0)) or not isinstance(seconds, (int, float)) \
+            or isinstance(seconds, bool):
+        _fail(meta_path, "damaged model description: bad n_iter or fit_seconds")
+    if not isinstance(meta.get("kernel"), str) or not isinstance(meta.get("extractor"), dict):
+        _fail(meta_path, "damaged model description: kernel or extractor is missing")
+
+
 def load_model(path):
-    """Load a model directory written by :func:`save_model`."""
+    """Load a model directory written by :func:`save_model`.
+
+    Every problem (missing files, damaged or modified JSON or NPZ, a newer format, pickled
+    object arrays, inconsistent shapes, out-of-range values) is a one-line
+    :class:`~gpsl.errors.ModelFormatError` naming the file.
+    """
     from gpsl.features import FeatureExtractor
     from gpsl.inference import VariationalState
     from gpsl.kernels import make_kernel
@@ -107,49 +297,53 @@ def load_model(path):
     path = Path(path)
     meta_path = path / "model.json"
     arr_path = path / "arrays.npz"
-    if not path.is_dir():
+    try:
+        is_dir = path.is_dir()
+        complete = is_dir and meta_path.is_file() and arr_path.is_file()
+    except (OSError, ValueError) as e:
+        _fail(repr(str(path)), f"bad model path: {e}")
+    if not is_dir:
         _fail(path, "not a model directory (it does not exist or is not a directory)")
-    if not meta_path.is_file() or not arr_path.is_file():
+    if not complete:
         _fail(path, "not a gpsl model directory: model.json or arrays.npz is missing")
+    meta = _read_meta(meta_path)
+    _check_meta_fields(meta, meta_path)
+    arrays = _read_arrays(arr_path, meta["sha256"]["arrays.npz"])
+    classes = list(meta["classes"])
+    offsets = tuple(meta["offsets"])
+    config = dict(meta.get("config") or {})
     try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        _fail(meta_path, f"damaged model description: {e}")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        _fail(meta_path, "not a gpsl model description")
-    version = meta.get("format_version")
-    if not isinstance(version, int):
-        _fail(meta_path, "model format version is missing")
-    if version > FORMAT_VERSION:
-        _fail(meta_path, f"model format version {version} is newer than this gpsl supports "
-                         f"({FORMAT_VERSION}); upgrade gpsl")
-    expected = (meta.get("sha256") or {}).get("arrays.npz")
-    if not expected or _sha256(arr_path) != expected:
-        _fail(arr_path, "checksum mismatch: the model arrays are damaged or were modified")
-    try:
-        with np.load(arr_path, allow_pickle=False) as z:
-            arrays = {k: np.array(z[k]) for k in _ARRAYS}
-    except (OSError, ValueError, KeyError) as e:
-        _fail(arr_path, f"damaged model arrays: {e}")
-    try:
-        classes = [str(c) for c in meta["classes"]]
-        offsets = tuple(int(o) for o in meta["offsets"])
         kernel = make_kernel(meta["kernel"])
-        extractor = FeatureExtractor.from_dict(meta["extractor"])
-        config = dict(meta.get("config") or {})
-        X = sp.csr_matrix((arrays["X_data"], arrays["X_indices"], arrays["X_indptr"]),
-                          shape=tuple(int(v) for v in arrays["X_shape"]))
-    except (KeyError, TypeError, ValueError) as e:
+    except ValueError as e:
         _fail(meta_path, f"damaged model description: {e}")
+    try:
+        extractor = FeatureExtractor.from_dict(meta["extractor"])
+        if extractor.template is not None:
+            extractor.template.validate(int(meta["n_columns"]))
+    except InputError as e:
+        _fail(meta_path, f"damaged model description: {e.message}")
+    shape = arrays["X_shape"]
+    if shape.shape != (2,) or np.any(shape < 0):
+        _fail(arr_path, f"array X_shape is {shape.tolist()}, expected two sizes")
+    try:
+        X = sp.csr_matrix((arrays["X_data"], arrays["X_indices"], arrays["X_indptr"]),
+                          shape=(int(shape[0]), int(shape[1])))
+        X.check_format(full_check=True)
+    except (ValueError, TypeError, IndexError, MemoryError) as e:
+        _fail(arr_path, f"damaged training features: {e}")
     n, J, R = X.shape[0], len(classes), len(offsets)
     checks = {"theta": (J, len(kernel.param_names)), "alpha": (J, n), "lam": (J, n),
               "m_S": (R, J, J), "v_S": (R, J, J), "r": (n, J), "y_train": (n,)}
-    for name, shape in checks.items():
-        if arrays[name].shape != shape:
-            _fail(arr_path, f"array {name} has shape {arrays[name].shape}, expected {shape}")
-    if int(arrays["lengths"].sum()) != n or X.shape[1] != len(extractor.vocabulary_):
+    for name, shp in checks.items():
+        if arrays[name].shape != shp:
+            _fail(arr_path, f"array {name} has shape {arrays[name].shape}, expected {shp}")
+    lengths = arrays["lengths"]
+    if lengths.ndim != 1 or np.any(lengths < 0) or int(lengths.sum()) != n \
+            or X.shape[1] != len(extractor.vocabulary_):
         _fail(arr_path, "training features do not match the sentence lengths or vocabulary")
+    y = arrays["y_train"]
+    if y.size and (y.min() < -1 or y.max() >= J):
+        _fail(arr_path, f"array y_train has labels outside 0..{J - 1} (and -1 for missing)")
 
     known = set(GPSL().get_params())
     model = GPSL(offsets=offsets, template=extractor.template,
@@ -162,8 +356,8 @@ def load_model(path):
     model.extractor_ = extractor
     model.n_columns_ = int(meta["n_columns"])
     model.X_train_ = X
-    model.lengths_ = arrays["lengths"].astype(np.int64)
-    model.y_train_ = arrays["y_train"].astype(np.int64)
+    model.lengths_ = lengths.astype(np.int64)
+    model.y_train_ = y.astype(np.int64)
     model.state_ = VariationalState(theta=arrays["theta"], alpha=arrays["alpha"],
                                     lam=arrays["lam"], m_S=arrays["m_S"], v_S=arrays["v_S"],
                                     r=arrays["r"])
