@@ -10,7 +10,10 @@
 with the predicted label appended, and a blank line after each sentence, exactly like
 ``crf_test``; ``--marginals`` writes ``label/0.987654`` like ``crf_test -v1``.
 
-Every error is one line ``gpsl: error: <message>`` on stderr with exit status 2.
+Every error is one line ``gpsl: error: <message>`` on stderr with exit status 2 (an unexpected
+internal error is one line too, with status 1; ``GPSL_DEBUG=1`` shows its traceback). Sentences
+longer than ``--max-tokens`` (default 1000, or ``$GPSL_MAX_TOKENS``; 0 = no limit) are refused,
+and ``train`` refuses a MODEL_DIR that exists but is not a gpsl model directory.
 """
 
 from __future__ import annotations
@@ -86,10 +89,32 @@ def _non_negative_float(text: str) -> float:
 
 def _encoding(text: str) -> str:
     try:
-        codecs.lookup(text)
-    except LookupError:
+        codec = codecs.lookup(text)
+    except (LookupError, ValueError):
         raise argparse.ArgumentTypeError(f"unknown encoding {text!r}") from None
+    if not getattr(codec, "_is_text_encoding", True):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a text encoding")
     return text
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a non-negative integer (0: no limit), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a non-negative integer (0: no limit), got {text!r}")
+    return value
+
+
+def _add_max_tokens(p: argparse.ArgumentParser) -> None:
+    from gpsl import limits
+
+    p.add_argument("--max-tokens", type=_limit, default=None, metavar="N",
+                   help="refuse sentences longer than N tokens (default "
+                        f"{limits.DEFAULT_MAX_TOKENS} or ${limits.ENV_MAX_TOKENS}; 0: no limit)")
 
 
 def _missing(text: str) -> str:
@@ -137,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
                    help="label marking a missing label (default _)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    _add_max_tokens(p)
     p.add_argument("train_file", metavar="TRAIN_FILE")
     p.add_argument("model_dir", metavar="MODEL_DIR")
     p.set_defaults(func=_cmd_train)
@@ -152,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="LEVEL", help="-v1 is --marginals (crf_test compatibility)")
     p.add_argument("--encoding", type=_encoding, default="utf-8")
     p.add_argument("-o", "--output", metavar="OUT", help="output file (default stdout)")
+    _add_max_tokens(p)
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_test)
 
@@ -161,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoding", type=_encoding, default="utf-8")
     p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
                    help="gold label marking a missing label, not scored (default _)")
+    _add_max_tokens(p)
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_eval)
     return parser
@@ -205,9 +233,12 @@ def _load_model(path: str) -> Any:
 def _cmd_train(args: argparse.Namespace) -> int:
     from gpsl.features import Template
     from gpsl.io import read_conll
+    from gpsl.persist import check_destination
 
     t0 = time.perf_counter()
-    sents = read_conll(args.train_file, encoding=args.encoding, missing=args.missing)
+    check_destination(args.model_dir)  # refuse before spending time on training
+    sents = read_conll(args.train_file, encoding=args.encoding, missing=args.missing,
+                       max_tokens=args.max_tokens)
     n_columns = len(sents[0].tokens[0])
     template_text = None
     if args.template is not None:
@@ -242,11 +273,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_for_model(model: Any, path: str, encoding: str) -> tuple[list, list, bool]:
+def _read_for_model(model: Any, path: str, encoding: str,
+                    max_tokens: int | None = None) -> tuple[list, list, bool]:
     """Sentences of a test file, the model's feature columns of them, whether gold is there."""
     from gpsl.io import read_conll
 
-    sents = read_conll(path, encoding=encoding, labeled=False)
+    sents = read_conll(path, encoding=encoding, labeled=False, max_tokens=max_tokens)
     n = int(model.n_columns_)
     width = len(sents[0].tokens[0])
     if width == n + 1:
@@ -262,7 +294,16 @@ def _read_for_model(model: Any, path: str, encoding: str) -> tuple[list, list, b
 
 
 def _write_output(text: str, dest: str | None, encoding: str) -> None:
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise InputError(f"character {text[exc.start]!r} cannot be written with encoding "
+                         f"{encoding} (output line {line}; use --encoding utf-8)",
+                         source=dest or "<stdout>") from None
     if dest is not None:
+        if Path(dest).is_dir():
+            raise InputError("is a directory, not a file", source=dest)
         try:
             with open(dest, "w", encoding=encoding, newline="\n") as fh:
                 fh.write(text)
@@ -272,7 +313,7 @@ def _write_output(text: str, dest: str | None, encoding: str) -> None:
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is not None:
         sys.stdout.flush()
-        buffer.write(text.encode(encoding))
+        buffer.write(data)
         buffer.flush()
     else:
         sys.stdout.write(text)
@@ -283,7 +324,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
     from gpsl.io import format_conll
 
     model = _load_model(args.model)
-    sents, X, _ = _read_for_model(model, args.test_file, args.encoding)
+    sents, X, _ = _read_for_model(model, args.test_file, args.encoding, args.max_tokens)
     pred = model.predict(X, decoder=args.decoder)
     if args.marginals or args.verbose_level >= 1:
         index = {c: i for i, c in enumerate(model.classes_)}
@@ -301,7 +342,7 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     model = _load_model(args.model)
-    sents, X, has_gold = _read_for_model(model, args.test_file, args.encoding)
+    sents, X, has_gold = _read_for_model(model, args.test_file, args.encoding, args.max_tokens)
     if not has_gold:
         raise InputError(
             f"no gold label column: the file has {model.n_columns_} columns, the model's feature "
@@ -362,6 +403,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GpslError, OSError, ValueError) as exc:
         _err(f"gpsl: error: {_one_line(exc)}")
         return 2
+    except MemoryError:
+        _err("gpsl: error: not enough memory for this input (try smaller files or a lower "
+             "--max-tokens)")
+        return 2
     except KeyboardInterrupt:
         _err("gpsl: interrupted")
         return 130
+    except Exception as exc:  # a bug: still one line, unless GPSL_DEBUG asks for the traceback
+        if os.environ.get("GPSL_DEBUG"):
+            raise
+        _err(f"gpsl: internal error: {type(exc).__name__}: {_one_line(exc)} "
+             "(set GPSL_DEBUG=1 for the traceback; please report it)")
+        return 1

@@ -120,13 +120,14 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+            is_dir, exists = path.is_dir(), path.exists()
+            readable = not exists or path.is_file() or path.is_fifo()  # a pipe ends, a device
         except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
             raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
         if is_dir:
             raise InputError("is a directory, not a file", source=name)
-        if exists and not is_file:
-            raise InputError("not a regular file", source=name)
+        if not readable:
+            raise InputError("not a regular file or pipe (a device?)", source=name)
         try:
             data = path.read_bytes()
         except OSError as exc:
