@@ -1,0 +1,258 @@
+"""``python -m bench.robustness [--long] [--out DIR] [--seed N]``: the robustness report.
+
+Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness.md`` into
+``DIR`` (default ``bench/results``):
+
+* **hostile inputs** (:mod:`bench.robustness.inputs`): generated malformed files, templates,
+  offsets and model directories; each must be accepted or rejected with a one-line error,
+  never a traceback;
+* **concurrent annotators** (:mod:`bench.robustness.concurrency`): 4 processes and 4
+  threads writing 500 labels each to one store, plus same-token races;
+* **crashes** (:mod:`bench.robustness.crashes`): training workers and label writers killed
+  with SIGKILL, then the store reopened and checked.
+
+Default sizes finish in a couple of minutes; ``--long`` runs the full sizes (2,000 inputs,
+three concurrency seeds per mode plus 8 writers, 20 + 20 crash trials).  The exit status is
+1 when any trial lost a write, corrupted a store or produced a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench import common
+
+SIZES = {
+    "default": {"inputs": 300, "concurrency": [(4, 500, 0)], "race_rounds": 20,
+                "crash_training": 6, "crash_labels": 6},
+    "long": {"inputs": 2000, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
+                                             (8, 250, 3)],
+             "race_rounds": 40, "crash_training": 20, "crash_labels": 20},
+}
+
+
+def run_inputs(n: int, seed: int) -> dict:
+    try:
+        from bench.robustness import inputs
+    except ImportError as exc:
+        return {"available": False, "error": f"bench.robustness.inputs: {exc}"}
+    started = time.perf_counter()
+    try:
+        kinds = inputs.run_input_trials(n_examples=n, seed=seed)
+    except Exception:
+        return {"available": True, "error": traceback.format_exc()[-800:], "kinds": {},
+                "tried": 0, "accepted": 0, "rejected_cleanly": 0, "tracebacks": 1}
+    total = {key: sum(int(k.get(key, 0)) for k in kinds.values())
+             for key in ("tried", "accepted", "rejected_cleanly", "tracebacks")}
+    return {"available": True, "kinds": kinds, **total,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def run_concurrency(plan, race_rounds: int, workdir: Path) -> list[dict]:
+    from bench.robustness.concurrency import run_concurrency_trial
+
+    out = []
+    for mode in ("process", "thread"):
+        for writers, per, seed in plan:
+            path = workdir / f"concurrency-{mode}-{writers}x{per}-{seed}.sqlite3"
+            try:
+                out.append(run_concurrency_trial(path, writers=writers, labels_per_writer=per,
+                                                 mode=mode, seed=seed,
+                                                 race_rounds=race_rounds))
+            except Exception:
+                out.append({"mode": mode, "writers": writers, "labels_per_writer": per,
+                            "seed": seed, "writes_attempted": writers * per,
+                            "writes_found": 0, "lost_writes": writers * per, "errors": 1,
+                            "locked_errors": 0, "tracebacks": 1, "integrity_check": "unknown",
+                            "traceback": traceback.format_exc()[-800:]})
+    return out
+
+
+def run_crashes(n_training: int, n_labels: int, seed: int, workdir: Path) -> dict:
+    from bench.robustness.crashes import run_crash_trials
+
+    started = time.perf_counter()
+    try:
+        out = run_crash_trials(n_training, seed=seed, workdir=workdir / "crashes",
+                               label_trials=n_labels)
+    except Exception:
+        return {"trials": n_training + n_labels, "intact": 0, "corrupted": 0,
+                "lost_labels": 0, "tracebacks": 1, "traceback": traceback.format_exc()[-800:]}
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    return out
+
+
+def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
+    s = {
+        "inputs_tried": inputs.get("tried", 0),
+        "inputs_accepted": inputs.get("accepted", 0),
+        "inputs_rejected_cleanly": inputs.get("rejected_cleanly", 0),
+        "input_tracebacks": inputs.get("tracebacks", 0),
+        "writes_attempted": sum(c["writes_attempted"] for c in conc),
+        "writes_found": sum(c.get("writes_found", 0) for c in conc),
+        "lost_writes": sum(c["lost_writes"] for c in conc),
+        "write_errors": sum(c.get("errors", 0) for c in conc),
+        "locked_errors": sum(c.get("locked_errors", 0) for c in conc),
+        "race_rounds": sum(c.get("race_rounds", 0) for c in conc),
+        "race_rounds_later_write_wins": sum(c.get("race_later_write_wins", 0) for c in conc),
+        "race_rounds_both_in_history": sum(c.get("race_both_in_history", 0) for c in conc),
+        "concurrency_stores_corrupted": sum(c.get("integrity_check") != "ok" for c in conc),
+        "crash_trials": crashes.get("trials", 0),
+        "crash_trials_intact": crashes.get("intact", 0),
+        "crash_stores_corrupted": crashes.get("corrupted", 0),
+        "lost_labels_after_kill": crashes.get("lost_labels", 0),
+    }
+    s["tracebacks"] = (s["input_tracebacks"] + sum(c.get("tracebacks", 0) for c in conc)
+                       + crashes.get("tracebacks", 0))
+    s["ok"] = bool(
+        inputs.get("available") and not inputs.get("error")
+        and s["inputs_tried"] == s["inputs_accepted"] + s["inputs_rejected_cleanly"]
+        and s["tracebacks"] == 0 and s["lost_writes"] == 0 and s["write_errors"] == 0
+        and s["race_rounds_later_write_wins"] == s["race_rounds"]
+        and s["race_rounds_both_in_history"] == s["race_rounds"]
+        and s["concurrency_stores_corrupted"] == 0
+        and s["crash_trials_intact"] == s["crash_trials"] and s["crash_stores_corrupted"] == 0
+        and s["lost_labels_after_kill"] == 0)
+    return s
+
+
+def markdown(report: dict) -> str:
+    s = report["summary"]
+    lines = common.header_lines("Robustness (issue #7)", report["date"], report["machine"],
+                                report["git"], report["command"])
+    lines += [
+        f"Sizes: {report['size']} (`--long` for the full sizes). Result: "
+        + ("**all checks passed**" if s["ok"] else "**CHECKS FAILED**") + ".",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| inputs tried | {s['inputs_tried']:,} |",
+        f"| accepted | {s['inputs_accepted']:,} |",
+        f"| rejected cleanly (one-line error) | {s['inputs_rejected_cleanly']:,} |",
+        f"| tracebacks (all parts) | {s['tracebacks']} |",
+        f"| label writes attempted (concurrent) | {s['writes_attempted']:,} |",
+        f"| label writes found in the store | {s['writes_found']:,} |",
+        f"| lost writes | {s['lost_writes']} |",
+        f"| errors seen by writers (\"database is locked\") | {s['write_errors']} "
+        f"({s['locked_errors']}) |",
+        f"| same-token races: later write wins, both in history | "
+        f"{s['race_rounds_later_write_wins']} / {s['race_rounds']}, "
+        f"{s['race_rounds_both_in_history']} / {s['race_rounds']} |",
+        f"| crash trials (SIGKILL) | {s['crash_trials']} |",
+        f"| trials with data intact | {s['crash_trials_intact']} |",
+        f"| corrupted stores (integrity_check) | "
+        f"{s['crash_stores_corrupted'] + s['concurrency_stores_corrupted']} |",
+        f"| labels lost after a kill | {s['lost_labels_after_kill']} |",
+        "",
+    ]
+    inputs = report["inputs"]
+    lines += ["## Hostile inputs", ""]
+    if not inputs.get("available") or inputs.get("error"):
+        lines += [f"Not run: {inputs.get('error')}", ""]
+    else:
+        lines += ["| input kind | tried | accepted | rejected cleanly | tracebacks |",
+                  "|---|---:|---:|---:|---:|"]
+        for kind, k in inputs["kinds"].items():
+            lines.append(f"| {kind} | {k.get('tried', 0)} | {k.get('accepted', 0)} | "
+                         f"{k.get('rejected_cleanly', 0)} | {k.get('tracebacks', 0)} |")
+        lines.append("")
+    lines += ["## Concurrent annotators", "",
+              "Writers start together on one barrier and write to the same SQLite file (WAL); "
+              "each write is checked against the history afterwards, every token's label "
+              "against its newest history row.", "",
+              "| mode | writers x labels | seconds | writes/s | attempted | found | lost | "
+              "errors | races ok | integrity |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for c in report["concurrency"]:
+        lines.append(
+            f"| {c['mode']} | {c['writers']} x {c['labels_per_writer']} | "
+            f"{c.get('seconds', '–')} | {c.get('writes_per_second', '–')} | "
+            f"{c['writes_attempted']} | {c.get('writes_found', 0)} | {c['lost_writes']} | "
+            f"{c.get('errors', 0)} | {c.get('race_later_write_wins', 0)}/"
+            f"{c.get('race_rounds', 0)} | {c.get('integrity_check')} |")
+    crashes = report["crashes"]
+    lines += ["", "## Crashes", ""]
+    if "training" in crashes:
+        t, lab = crashes["training"], crashes["labels"]
+        phases = ", ".join(f"{k} {v}" for k, v in sorted(t["phases_at_kill"].items()))
+        lines += [
+            "| trial kind | trials | intact | corrupted | notes |",
+            "|---|---:|---:|---:|---|",
+            f"| training worker SIGKILLed | {t['trials']} | {t['intact']} | {t['corrupted']} | "
+            f"phase at kill: {phases}; previous model kept active {t['previous_model_kept']}, "
+            f"finished before the kill {t['finished_before_kill']}; an uninterrupted run "
+            f"takes {t['worker_run_seconds']} s |",
+            f"| label writer SIGKILLed | {lab['trials']} | {lab['intact']} | "
+            f"{lab['corrupted']} | {lab['writes_reported']:,} writes reported before the "
+            f"kills, {lab['lost_labels']} lost |",
+            "",
+        ]
+    else:
+        lines += [f"Failed: {crashes.get('traceback')}", ""]
+    lines += [
+        "A training trial is intact when the reopened store passes `PRAGMA integrity_check`, "
+        "the killed version is marked failed, the previous model is still active and loads, "
+        "its predictions cover every sentence, no unfinished version has a model path and "
+        "no staging or temporary model directory survives `gpsl.training.recover` (run by "
+        "the app on start). A label trial is intact when every write reported after "
+        "`set_label` returned is in the history and every token holds its newest label.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m bench.robustness",
+                                     description="Robustness report (issue #7).")
+    parser.add_argument("--long", action="store_true", help="the full sizes (slower)")
+    parser.add_argument("--out", default=str(common.RESULTS_DIR), help="output directory")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    size = "long" if args.long else "default"
+    sizes = SIZES[size]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    report = {
+        "title": "Robustness (issue #7)",
+        "command": shlex.join(["python", "-m", "bench.robustness", *argv]),
+        "date": common.now_iso(),
+        "machine": common.machine_info(),
+        "git": common.git_commit(),
+        "size": size,
+        "sizes": sizes,
+    }
+    with tempfile.TemporaryDirectory(prefix="gpsl-robustness-") as tmp:
+        work = Path(tmp)
+        print("hostile inputs ...", file=sys.stderr, flush=True)
+        report["inputs"] = run_inputs(sizes["inputs"], args.seed)
+        print("concurrent writers ...", file=sys.stderr, flush=True)
+        plan = [(w, n, s + args.seed) for w, n, s in sizes["concurrency"]]
+        report["concurrency"] = run_concurrency(plan, sizes["race_rounds"], work)
+        print("crash trials ...", file=sys.stderr, flush=True)
+        report["crashes"] = run_crashes(sizes["crash_training"], sizes["crash_labels"],
+                                        args.seed, work)
+    report["summary"] = summarize(report["inputs"], report["concurrency"], report["crashes"])
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    (out / "robustness.json").write_text(json.dumps(common.jsonable(report), indent=1),
+                                         encoding="utf-8")
+    (out / "robustness.md").write_text(markdown(report), encoding="utf-8")
+    s = report["summary"]
+    print(f"inputs {s['inputs_tried']} tried, {s['inputs_rejected_cleanly']} rejected cleanly; "
+          f"writes {s['writes_attempted']} attempted, {s['writes_found']} found, "
+          f"{s['lost_writes']} lost; crash trials {s['crash_trials']}, "
+          f"{s['crash_trials_intact']} intact; tracebacks {s['tracebacks']}; "
+          f"{report['seconds']} s -> {out / 'robustness.md'}", file=sys.stderr)
+    return 0 if s["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
