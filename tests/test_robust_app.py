@@ -218,3 +218,44 @@ def test_exports_keep_hostile_text_unchanged(hostile, tmp_path):
     last = json.loads(preds.splitlines()[-1])
     assert [t if isinstance(t, str) else t[0] for t in last["tokens"]] == HOSTILE
     assert {BP, IP, BL, OUT} >= set(last["marginals"][0])
+
+
+@pytest.mark.timeout(120)
+def test_app_restarted_after_a_killed_writer_shows_every_saved_label(db, tmp_path):
+    """A process writing labels is SIGKILLed; an app started afterwards shows every label
+    whose write had returned before the kill."""
+    import multiprocessing
+    import time
+
+    from bench.robustness.crashes import _label_writer
+
+    store, pid = tiny_project(db)
+    report = tmp_path / "writes.log"
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_label_writer, args=(str(db), str(report), 0), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not (report.exists() and report.read_text().count("\n") > 30):
+        assert time.monotonic() < deadline and proc.is_alive()
+        time.sleep(0.05)
+    proc.kill()
+    proc.join(30)
+    last: dict = {}  # (sentence, token) -> the last label reported for it
+    history = {h["id"]: h for h in store.history(project_id=pid, limit=None)}
+    for line in report.read_text().splitlines()[1:]:
+        sid, t, lab, hid = line.split()
+        assert history[int(hid)]["new_label"] == lab  # every reported write is stored
+        last[(int(sid), int(t))] = (int(hid), lab)
+
+    for sid in sorted({s for s, _ in last})[:3]:
+        at = app("annotate", goto=sid)  # a new session, as after a restart
+        assert at.session_state[f"annotate_{pid}"]["current"] == sid
+        current = store.get_sentence(sid)["labels"]
+        for (s, t), (hid, lab) in last.items():
+            if s != sid:
+                continue
+            newest = max(h["id"] for h in history.values()
+                         if h["sentence_id"] == s and h["token_index"] == t)
+            expected = lab if newest == hid else current[t]  # unreported later write
+            assert current[t] == expected
+            assert at.button(key=f"tok_{t}").label.endswith(f"`{expected}`")
