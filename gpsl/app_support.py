@@ -136,13 +136,48 @@ def guess_format(filename: str) -> str:
     return _EXT_FORMAT.get(Path(filename or "").suffix.lower(), "conll")
 
 
-def parse_upload(data: bytes, filename: str, fmt: str | None = None) -> list[Sentence]:
+def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
+                 max_bytes: int | None = None, max_tokens: int | None = None) -> list[Sentence]:
     """Read uploaded bytes as ``fmt`` ("conll", "jsonl", "text"; None: by extension).
-    Raises :class:`InputError` with a one-line message."""
+
+    Refused with a one-line :class:`InputError` naming the file (and line): an upload larger
+    than ``max_bytes`` (default :func:`gpsl.limits.max_upload_bytes`, ``GPSL_MAX_UPLOAD_MB``,
+    20 MB), a sentence longer than ``max_tokens`` (``GPSL_MAX_TOKENS``, 1000), and every
+    problem the readers of :mod:`gpsl.io` detect. Nothing is stored here."""
+    from gpsl import limits
+
+    source = filename or "<upload>"
+    if data is None:
+        raise InputError("no file data", source=source)
+    limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
     fmt = fmt or guess_format(filename)
     if fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}", source=filename or "<upload>")
-    return read_any(bytes(data), fmt, name=filename or "<upload>")
+        raise InputError(f"unknown format {fmt!r}", source=source)
+    return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
+
+
+def check_sentences(sentences: Sequence[Sentence], labels: Sequence[str], *,
+                    n_columns: int | None = None, source: str | None = None) -> None:
+    """Check sentences against a project before anything is written: every token has the
+    same number of columns (``n_columns`` when the project already has sentences) and every
+    label is in ``labels``.  :class:`InputError` names the file, line, sentence and token."""
+    src = source or "<upload>"
+    known = set(labels)
+    for k, s in enumerate(sentences):
+        if not s.tokens:
+            raise InputError(f"sentence {k + 1} has no tokens", source=src, line=s.line)
+        for t, tok in enumerate(s.tokens):
+            if n_columns is None:
+                n_columns = len(tok)
+            if len(tok) != n_columns:
+                raise InputError(f"sentence {k + 1}, token {t + 1}: {len(tok)} column"
+                                 f"{'s' if len(tok) != 1 else ''}, but the project's tokens "
+                                 f"have {n_columns}", source=src, line=s.line)
+        for t, lab in enumerate(s.labels):
+            if lab is not None and lab not in known:
+                raise InputError(f"sentence {k + 1}, token {t + 1} ({s.tokens[t][0]!r}): label "
+                                 f"{lab!r} is not in the project's label set", source=src,
+                                 line=s.line)
 
 
 @dataclass
@@ -188,15 +223,17 @@ def create_project(store: Store, name: str, sentences: Sequence[Sentence], label
                    template: str, offsets: Sequence[int], kernel: str = "linear", *,
                    heldout_fraction: float = 0.0, doc: str | None = None,
                    annotator: str = "import", settings: dict | None = None) -> int:
-    """Create a project with its sentences; all or nothing (the project is deleted again
-    when the sentences are rejected).  The last ``heldout_fraction`` of the sentences become
-    held-out sentences whose file labels are gold labels (evaluation only)."""
+    """Create a project with its sentences; all or nothing.  Everything is checked before the
+    first write (template, columns, labels against ``labels``); should the store still refuse
+    the sentences, the just-created project is deleted again.  The last ``heldout_fraction``
+    of the sentences become held-out sentences whose file labels are gold labels."""
     sentences = list(sentences)
     if not sentences:
         raise InputError("no sentences", source=doc or "<upload>")
     n_cols = len(sentences[0].tokens[0])
     if template and template.strip():
         check_template(template, n_cols)
+    check_sentences(sentences, labels, source=doc)
     train, held = _split_heldout(sentences, heldout_fraction)
     pid = store.create_project(name, list(labels), template or "", list(offsets), kernel,
                                settings or {})
@@ -235,15 +272,34 @@ def create_sample_copy(store: Store, name: str, sample_dir: str | os.PathLike) -
 
 def import_sentences(store: Store, project_id: int, sentences: Sequence[Sentence], *,
                      split: str = "train", doc: str | None = None,
-                     annotator: str = "import") -> int:
-    """Append sentences to a project.  Into ``'heldout'`` the file's labels go as gold."""
+                     annotator: str = "import", add_labels: Sequence[str] = ()) -> int:
+    """Append sentences to a project; all or nothing.  Into ``'heldout'`` the file's labels
+    go as gold.  ``add_labels`` are new labels to add to the project's label set with the
+    import; columns and labels are checked before anything is written, and the label set is
+    restored if the store still refuses the sentences."""
     sentences = list(sentences)
-    if split == "heldout":
-        return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
-                                                for s in sentences], split="heldout", doc=doc,
-                                   annotator=annotator, gold=[s.labels for s in sentences])
-    return store.add_sentences(project_id, sentences, split="train", doc=doc,
-                               annotator=annotator)
+    project = store.get_project(project_id)
+    if project is None:
+        raise InputError(f"no project with id {project_id}", source="<import>")
+    old_labels = list(project["labels"])
+    labels = old_labels + [lab for lab in add_labels if lab not in old_labels]
+    first = store.get_sentences(project_id, limit=1)
+    check_sentences(sentences, labels, source=doc,
+                    n_columns=len(first[0]["tokens"][0]) if first else None)
+    if labels != old_labels:
+        store.update_project(project_id, labels=labels)
+    try:
+        if split == "heldout":
+            return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
+                                                    for s in sentences], split="heldout",
+                                       doc=doc, annotator=annotator,
+                                       gold=[s.labels for s in sentences])
+        return store.add_sentences(project_id, sentences, split=split, doc=doc,
+                                   annotator=annotator)
+    except BaseException:
+        if labels != old_labels:
+            store.update_project(project_id, labels=old_labels)
+        raise
 
 
 def unknown_labels(sentences: Iterable[Sentence], labels: Sequence[str]) -> list[str]:
@@ -657,10 +713,14 @@ def annotator_activity(store: Store, project_id: int):
 
 def export_annotations(store: Store, project_id: int, fmt: str = "conll",
                        split: str | None = "train") -> str:
-    """The current annotations as CoNLL (``_`` for a missing label) or JSONL (null)."""
+    """The current annotations as CoNLL (``_`` for a missing label) or JSONL (null).
+
+    A token with whitespace (possible from JSONL uploads) cannot be a CoNLL column: CoNLL export
+    then raises :class:`InputError` naming the sentence, its source line and the token, and
+    suggests JSONL; tokens are never rewritten silently."""
     sents = store.export_sentences(project_id, split=split)
     if fmt == "conll":
-        return format_conll(sents)
+        return format_conll(sents, source="CoNLL export")
     if fmt == "jsonl":
         return format_jsonl(sents)
     raise InputError(f"unknown export format {fmt!r}", source="<export>")
@@ -669,7 +729,7 @@ def export_annotations(store: Store, project_id: int, fmt: str = "conll",
 def preview_text(sentences: Sequence[dict], fmt: str = "conll") -> str:
     """Export text of a few :meth:`Store.get_sentences` dicts (for a preview)."""
     sents = [Sentence(s["tokens"], s["labels"], s["line"] or 1) for s in sentences]
-    return format_conll(sents) if fmt == "conll" else format_jsonl(sents)
+    return format_conll(sents, source="CoNLL export") if fmt == "conll" else format_jsonl(sents)
 
 
 def export_predictions(store: Store, project_id: int, version: dict, fmt: str = "conll",
@@ -688,7 +748,7 @@ def export_predictions(store: Store, project_id: int, version: dict, fmt: str = 
                 continue
             plain.append(Sentence(s["tokens"], s["labels"], s["line"] or 1))
             extra.append([[classes[int(r.argmax())], f"{float(r.max()):.4f}"] for r in p])
-        return format_conll(plain, extra_columns=extra)
+        return format_conll(plain, extra_columns=extra, source="CoNLL export")
     if fmt == "jsonl":
         out = io.StringIO()
         for s in sents:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpsl import app_support as sup
-from gpsl.errors import InputError
+from gpsl.errors import GpslError, InputError
 from pages import _ui
 
 store, project = _ui.setup()
@@ -37,11 +37,20 @@ with left:
         st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="exp_split",
                      width=220)
     split = _split("exp_split")
+    ann_data, ann_error = None, None
+    if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
+        try:
+            ann_data = sup.export_annotations(store, pid, fmt, split)
+        except InputError as exc:
+            ann_error = str(exc)
+    if ann_error:
+        st.error(ann_error, icon=":material/error:")
     st.download_button(
         "Download annotations", icon=":material/download:", type="primary",
-        data=lambda: sup.export_annotations(store, pid, fmt, split),
+        data=ann_data if ann_data is not None else
+        (lambda: sup.export_annotations(store, pid, fmt, split)),
         file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
-        on_click="ignore")
+        on_click="ignore", disabled=ann_error is not None)
     preview = store.get_sentences(pid, split=split, limit=2)
     if preview:
         st.caption("Preview of the first two sentences:")
@@ -71,11 +80,20 @@ with right:
                          width=220)
         version = store.get_model_version(vid)
         psplit = _split("pred_split")
+        pred_data, pred_error = None, None
+        if pfmt == "conll":
+            try:
+                pred_data = sup.export_predictions(store, pid, version, pfmt, psplit)
+            except InputError as exc:
+                pred_error = str(exc)
+        if pred_error:
+            st.error(pred_error, icon=":material/error:")
         st.download_button(
             "Download predictions", icon=":material/download:",
-            data=lambda: sup.export_predictions(store, pid, version, pfmt, psplit),
+            data=pred_data if pred_data is not None else
+            (lambda: sup.export_predictions(store, pid, version, pfmt, psplit)),
             file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
-            on_click="ignore")
+            on_click="ignore", disabled=pred_error is not None)
 
     st.subheader("Download a model", anchor=False)
     saved = [v for v in versions if v["status"] == "done" and v.get("path")]
@@ -113,6 +131,9 @@ if upload is not None:
         sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt_in)
     except InputError as exc:
         st.error(str(exc), icon=":material/error:")
+    except Exception as exc:  # never a traceback for a bad file
+        st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
+                 f"{' '.join(str(exc).split())})", icon=":material/error:")
     if sentences:
         summary = sup.summarize(sentences)
         new_labels = sup.unknown_labels(sentences, project["labels"])
@@ -127,11 +148,10 @@ if upload is not None:
                 help="Otherwise the import is refused: every label must be in the label set.")
         if st.button("Import", type="primary", icon=":material/upload:", key=f"imp_go_{fid}"):
             try:
-                if add_labels:
-                    store.update_project(pid, labels=list(project["labels"]) + new_labels)
                 n = sup.import_sentences(store, pid, sentences, split=target, doc=upload.name,
-                                         annotator=_ui.annotator())
-            except InputError as exc:
+                                         annotator=_ui.annotator(),
+                                         add_labels=new_labels if add_labels else ())
+            except GpslError as exc:
                 st.error(str(exc), icon=":material/error:")
             else:
                 _ui.flash("info", f"Imported {n} sentences from {upload.name}.")

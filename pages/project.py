@@ -9,7 +9,7 @@ import plotly.express as px
 import streamlit as st
 
 from gpsl import app_support as sup
-from gpsl.errors import InputError
+from gpsl.errors import GpslError, InputError
 from pages import _ui
 
 store, project = _ui.setup()
@@ -170,9 +170,9 @@ with upload_tab:
             sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt)
         except InputError as exc:
             st.error(str(exc), icon=":material/error:")
-        except (UnicodeError, ValueError) as exc:
-            st.error(f"{upload.name}: cannot read the file ({' '.join(str(exc).split())})",
-                     icon=":material/error:")
+        except Exception as exc:  # never a traceback for a bad file
+            st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
+                     f"{' '.join(str(exc).split())})", icon=":material/error:")
         if sentences:
             summary = sup.summarize(sentences)
             st.markdown(
@@ -211,7 +211,7 @@ with upload_tab:
                         template_text, offsets or (-1, 1), "linear",
                         heldout_fraction=heldout / 100, doc=upload.name,
                         annotator=_ui.annotator())
-                except InputError as exc:
+                except GpslError as exc:
                     st.error(str(exc), icon=":material/error:")
                 else:
                     _ui.switch_project(new_pid)
