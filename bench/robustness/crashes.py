@@ -230,10 +230,14 @@ def _label_writer(db: str, report: str, seed: int) -> None:
     pid = store.list_projects()[0]["id"]
     labels = store.get_project(pid)["labels"]
     ids = store.sentence_ids(pid, "train")
-    sizes = {sid: len(store.get_sentence(sid)["tokens"]) for sid in ids}
+    current: dict[tuple[int, int], str | None] = {}  # so that every write is a change
+    sizes = {}
+    for sid in ids:
+        sentence = store.get_sentence(sid)
+        sizes[sid] = len(sentence["tokens"])
+        current.update({(sid, t): lab for t, lab in enumerate(sentence["labels"])})
     fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.write(fd, b"ready\n")
-    current: dict[tuple[int, int], str | None] = {}
     while True:
         sid = rng.choice(ids)
         if rng.random() < 0.2:  # a batch: several tokens in one transaction
