@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpsl import app_support as sup
-from gpsl.errors import InputError
+from gpsl.errors import GpslError
 from pages import _ui
 
 ORDERS = {"uncertainty": "Most uncertain first", "sequential": "In file order"}
@@ -97,7 +97,7 @@ def set_label(label: str | None) -> None:
         return
     try:
         store.set_label(sid, t, label, annotator)
-    except InputError as exc:
+    except GpslError as exc:  # a bad label, or the store busy for longer than its timeout
         _ui.flash("error", str(exc))
         return
     if label is not None:  # move on to the next unlabeled token
@@ -119,13 +119,21 @@ def accept_suggestions() -> None:
     if not changes:
         _ui.flash("info", f"No unlabeled token has a suggestion with confidence ≥ {threshold:.2f}.")
         return
-    store.set_labels(sid, changes, annotator, source="accepted")
+    try:
+        store.set_labels(sid, changes, annotator, source="accepted")
+    except GpslError as exc:
+        _ui.flash("error", str(exc))
+        return
     _ui.flash("info", f"Accepted {len(changes)} suggestion{'s' if len(changes) > 1 else ''} "
                       f"(confidence ≥ {threshold:.2f}).")
 
 
 def undo() -> None:
-    result = store.undo(pid, annotator)
+    try:
+        result = store.undo(pid, annotator)
+    except GpslError as exc:
+        _ui.flash("error", str(exc))
+        return
     if result is None:
         _ui.flash("info", "Nothing to undo.")
         return

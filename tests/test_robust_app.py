@@ -259,3 +259,19 @@ def test_app_restarted_after_a_killed_writer_shows_every_saved_label(db, tmp_pat
             expected = lab if newest == hid else current[t]  # unreported later write
             assert current[t] == expected
             assert at.button(key=f"tok_{t}").label.endswith(f"`{expected}`")
+
+
+def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
+    from gpsl.store import Store, StoreBusyError
+
+    tiny_project(db)
+    at = app("annotate")
+
+    def busy(*args, **kwargs):
+        raise StoreBusyError("the annotation store stayed busy for 30 s; try again")
+
+    monkeypatch.setattr(Store, "set_labels", busy)
+    at.button(key="tok_1").click().run()
+    at.button(key="lab_1").click().run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["the annotation store stayed busy for 30 s; try again"]
