@@ -120,16 +120,19 @@ def test_report_command_writes_json_and_markdown(tmp_path, monkeypatch):
     from bench.robustness import __main__ as report_main
 
     monkeypatch.setitem(report_main.SIZES, "default", {
-        "inputs": 20, "concurrency": [(2, 20, 0)], "race_rounds": 4, "crash_training": 1,
+        "inputs_per_kind": 3, "concurrency": [(2, 20, 0)], "race_rounds": 4, "crash_training": 1,
         "crash_labels": 1})
     status = report_main.main(["--out", str(tmp_path)])
     report = json.loads((tmp_path / "robustness.json").read_text())
     s = report["summary"]
     assert s["writes_attempted"] == 2 * 2 * 20 and s["lost_writes"] == 0
     assert s["crash_trials"] == s["crash_trials_intact"] == 2
-    assert s["tracebacks"] == 0 and s["crash_stores_corrupted"] == 0
+    assert s["crash_stores_corrupted"] == 0 and s["concurrency_stores_corrupted"] == 0
+    assert s["tracebacks"] == s["input_tracebacks"]  # none from concurrency or crashes
     md = (tmp_path / "robustness.md").read_text()
     assert "python -m bench.robustness --out" in md and "| lost writes | 0 |" in md
-    if report["inputs"].get("available"):  # bench.robustness.inputs is there
-        assert s["inputs_tried"] > 0 and s["input_tracebacks"] == 0
-        assert status == 0
+    if report["inputs"].get("available"):  # bench.robustness.inputs (its own tests check it)
+        assert s["inputs_tried"] > 0
+        assert s["inputs_tried"] == (s["inputs_accepted"] + s["inputs_rejected_cleanly"]
+                                     + s["input_tracebacks"])
+        assert status == (0 if s["input_tracebacks"] == 0 else 1)

@@ -11,8 +11,9 @@ Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness
 * **crashes** (:mod:`bench.robustness.crashes`): training workers and label writers killed
   with SIGKILL, then the store reopened and checked.
 
-Default sizes finish in a couple of minutes; ``--long`` runs the full sizes (2,000 inputs,
-three concurrency seeds per mode plus 8 writers, 20 + 20 crash trials).  The exit status is
+Default sizes (about 300 inputs: 40 per input kind, 4 writers x 500 labels per mode, 6 + 6
+crash trials) finish in a minute or two; ``--long`` runs the full sizes (about 2,000 inputs:
+250 per kind, three 4 x 500 seeds per mode plus 8 x 250, 20 + 20 crash trials).  The exit status is
 1 when any trial lost a write, corrupted a store or produced a traceback.
 """
 
@@ -30,9 +31,9 @@ from pathlib import Path
 from bench import common
 
 SIZES = {
-    "default": {"inputs": 300, "concurrency": [(4, 500, 0)], "race_rounds": 20,
+    "default": {"inputs_per_kind": 40, "concurrency": [(4, 500, 0)], "race_rounds": 20,
                 "crash_training": 6, "crash_labels": 6},
-    "long": {"inputs": 2000, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
+    "long": {"inputs_per_kind": 250, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
                                              (8, 250, 3)],
              "race_rounds": 40, "crash_training": 20, "crash_labels": 20},
 }
@@ -163,6 +164,12 @@ def markdown(report: dict) -> str:
             lines.append(f"| {kind} | {k.get('tried', 0)} | {k.get('accepted', 0)} | "
                          f"{k.get('rejected_cleanly', 0)} | {k.get('tracebacks', 0)} |")
         lines.append("")
+        failures = [(kind, ex) for kind, k in inputs["kinds"].items()
+                    for ex in (k.get("examples_of_failures") or [])[:3]]
+        if failures:
+            lines += ["Examples of failures:", ""]
+            lines += [f"* {kind}: `{' '.join(str(ex).split())[:240]}`" for kind, ex in failures]
+            lines.append("")
     lines += ["## Concurrent annotators", "",
               "Writers start together on one barrier and write to the same SQLite file (WAL); "
               "each write is checked against the history afterwards, every token's label "
@@ -233,7 +240,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpsl-robustness-") as tmp:
         work = Path(tmp)
         print("hostile inputs ...", file=sys.stderr, flush=True)
-        report["inputs"] = run_inputs(sizes["inputs"], args.seed)
+        report["inputs"] = run_inputs(sizes["inputs_per_kind"], args.seed)
         print("concurrent writers ...", file=sys.stderr, flush=True)
         plan = [(w, n, s + args.seed) for w, n, s in sizes["concurrency"]]
         report["concurrency"] = run_concurrency(plan, sizes["race_rounds"], work)
