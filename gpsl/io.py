@@ -45,6 +45,7 @@ FORMATS = ("conll", "jsonl", "text")
 _COLUMN_SEP = re.compile(r"[ \t]+")
 _BOM = "\ufeff"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SPACE = re.compile(r"\s")
 
 
 @dataclass
@@ -233,6 +234,7 @@ def read_conll(
     labels: list[str | None] = []
     start = 0
     n_in_sentence = 0
+    good_labels: set[str] = set()
     split = _COLUMN_SEP.split
 
     def finish() -> None:
@@ -271,6 +273,11 @@ def read_conll(
             continue  # only count the rest; the sentence is refused at its end
         if labeled:
             lab = cols.pop()
+            if lab not in good_labels:
+                if _SPACE.search(lab):
+                    raise InputError(f"label {_short(lab)} contains a whitespace character",
+                                     source=name, line=lineno)
+                good_labels.add(lab)
             labels.append(None if lab == missing else lab)
         else:
             labels.append(None)
@@ -501,7 +508,7 @@ def read_jsonl(
                     labels.append(None)
                 elif isinstance(lab, str):
                     _json_string(lab, f"label {j + 1}", bad)
-                    if any(ch.isspace() for ch in lab):
+                    if _SPACE.search(lab):
                         raise bad(f"label {j + 1} {lab!r} contains whitespace")
                     labels.append(lab)
                 else:

@@ -325,6 +325,12 @@ def load_model(path):
     shape = arrays["X_shape"]
     if shape.shape != (2,) or np.any(shape < 0):
         _fail(arr_path, f"array X_shape is {shape.tolist()}, expected two sizes")
+    indptr, indices = arrays["X_indptr"], arrays["X_indices"]
+    if (indptr.ndim != 1 or indices.ndim != 1 or indptr.size != int(shape[0]) + 1
+            or (indptr.size and (indptr[0] != 0 or indptr[-1] != indices.size))
+            or np.any(np.diff(indptr) < 0) or indices.size != arrays["X_data"].size
+            or (indices.size and (indices.min() < 0 or indices.max() >= int(shape[1])))):
+        _fail(arr_path, "damaged training features: the sparse matrix parts do not agree")
     try:
         X = sp.csr_matrix((arrays["X_data"], arrays["X_indices"], arrays["X_indptr"]),
                           shape=(int(shape[0]), int(shape[1])))
