@@ -133,6 +133,8 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
             data = path.read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+        except ValueError as exc:  # an embedded NUL in the path
+            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
     elif isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     elif hasattr(source, "read"):
