@@ -361,3 +361,39 @@ def test_python_dash_m_entry_point(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == f"gpsl: error: {tmp_path / 'none'}: model directory not found\n"
+
+
+def test_max_tokens_option_and_environment(files, capsys, monkeypatch):
+    code, _, err = run(["train", "--max-tokens", "2", str(files[1]), str(files[0] / "m")], capsys)
+    assert_one_line_error(code, err, "sentence has 3 tokens; the limit is 2")
+    monkeypatch.setenv("GPSL_MAX_TOKENS", "x")
+    code, _, err = run(["train", str(files[1]), str(files[0] / "m")], capsys)
+    assert_one_line_error(code, err, "GPSL_MAX_TOKENS: expected a non-negative number")
+    code, _, err = run(["train", "--max-tokens", "-1", str(files[1]), str(files[0] / "m")], capsys)
+    assert_one_line_error(code, err, "argument --max-tokens")
+
+
+def test_non_text_encoding_and_foreign_model_dir(files, capsys, tmp_path):
+    code, _, err = run(["train", "--encoding", "base64", str(files[1]), str(files[0] / "m")],
+                       capsys)
+    assert_one_line_error(code, err, "'base64' is not a text encoding")
+    other = tmp_path / "docs"
+    other.mkdir()
+    (other / "keep").write_text("keep")
+    code, _, err = run(["train", str(files[1]), str(other)], capsys)
+    assert_one_line_error(code, err, "not a gpsl model directory; refusing to replace it")
+    assert (other / "keep").exists()
+
+
+def test_unexpected_errors_are_one_line_with_status_1(files, capsys, monkeypatch):
+    def boom(args):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(cli, "_cmd_train", boom)
+    monkeypatch.delenv("GPSL_DEBUG", raising=False)
+    code, _, err = run(["train", str(files[1]), str(files[0] / "m")], capsys)
+    assert code == 1
+    assert err.count("\n") == 1 and "internal error: KeyError" in err
+    monkeypatch.setenv("GPSL_DEBUG", "1")
+    with pytest.raises(KeyError):
+        cli.main(["train", str(files[1]), str(files[0] / "m")])
