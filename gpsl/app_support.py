@@ -156,6 +156,20 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
 
 
+def upload_limits_text() -> str:
+    """"At most 20 MB per file and 1,000 tokens per sentence." (the configured limits)."""
+    from gpsl import limits
+
+    try:
+        size, tokens = limits.max_upload_bytes(), limits.max_tokens()
+    except InputError as exc:
+        return str(exc)
+    parts = [f"at most {size / limits.MB:g} MB per file" if size else "no size limit",
+             f"{tokens:,} tokens per sentence" if tokens else "no sentence length limit"]
+    return ("Limits: " + ", ".join(parts) + f" (set {limits.ENV_MAX_UPLOAD_MB}, "
+            f"{limits.ENV_MAX_TOKENS}).")
+
+
 def check_sentences(sentences: Sequence[Sentence], labels: Sequence[str], *,
                     n_columns: int | None = None, source: str | None = None) -> None:
     """Check sentences against a project before anything is written: every token has the

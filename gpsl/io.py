@@ -8,6 +8,10 @@ CRF++ column files (``read_conll``) have one token per line, columns separated b
 (only those two: an ideographic space ``U+3000`` is a token, as in CRF++'s Japanese data), the
 label in the last column, and blank lines between sentences. All lines of a file must have the
 same number of columns.
+
+Every reader enforces the limits of :mod:`gpsl.limits` (tokens per sentence, characters per line)
+and refuses empty input, undecodable bytes, NUL characters and unpaired surrogates, naming the
+file and line; JSONL sentence ids must be unique within a file.
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ st.divider()
 st.subheader("Import sentences", anchor=False)
 st.caption("Append sentences to this project: CoNLL / CRF++ columns, plain text or JSONL, with "
            "the same number of feature columns as the project. Labels in the file are kept.")
-upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="imp_file")
+upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="imp_file",
+                          help=sup.upload_limits_text())
 if upload is not None:
     fid = upload.file_id
     names = list(sup.FORMATS)

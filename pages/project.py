@@ -157,7 +157,8 @@ upload_tab, sample_tab = st.tabs(["From a file", "Copy of the sample"])
 with upload_tab:
     st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
                "whitespace-tokenised sentence per line) or JSONL (`tokens`, optional `labels`).")
-    upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="new_file")
+    upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="new_file",
+                              help=sup.upload_limits_text())
     if upload is not None:
         fid = upload.file_id
         fmt_names = list(sup.FORMATS)
