@@ -1,7 +1,7 @@
 """``python -m bench.robustness [--long] [--out DIR] [--seed N]``: the robustness report.
 
 Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness.md`` into
-``DIR`` (default ``bench/results``):
+``DIR`` (default ``bench/results``; ``robustness_long.*`` with ``--long``):
 
 * **hostile inputs** (:mod:`bench.robustness.inputs`): generated malformed files, templates,
   offsets and model directories; each must be accepted or rejected with a one-line error,
@@ -13,7 +13,7 @@ Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness
 
 Default sizes (about 300 inputs: 40 per input kind, 4 writers x 500 labels per mode, 6 + 6
 crash trials) finish in a minute or two; ``--long`` runs the full sizes (about 2,000 inputs:
-250 per kind, three 4 x 500 seeds per mode plus 8 x 250, 20 + 20 crash trials).  The exit status is
+285 per kind, three 4 x 500 seeds per mode plus 8 x 250, 20 + 20 crash trials).  The exit status is
 1 when any trial lost a write, corrupted a store or produced a traceback.
 """
 
@@ -33,7 +33,7 @@ from bench import common
 SIZES = {
     "default": {"inputs_per_kind": 40, "concurrency": [(4, 500, 0)], "race_rounds": 20,
                 "crash_training": 6, "crash_labels": 6},
-    "long": {"inputs_per_kind": 250, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
+    "long": {"inputs_per_kind": 285, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
                                              (8, 250, 3)],
              "race_rounds": 40, "crash_training": 20, "crash_labels": 20},
 }
@@ -129,7 +129,8 @@ def markdown(report: dict) -> str:
     lines = common.header_lines("Robustness (issue #7)", report["date"], report["machine"],
                                 report["git"], report["command"])
     lines += [
-        f"Sizes: {report['size']} (`--long` for the full sizes). Result: "
+        ("Sizes: the full ones (`--long`). Result: " if report["size"] == "long" else
+         "Sizes: default (quick; `--long` for the full sizes). Result: ")
         + ("**all checks passed**" if s["ok"] else "**CHECKS FAILED**") + ".",
         "",
         "| figure | value |",
@@ -249,15 +250,16 @@ def main(argv=None) -> int:
                                         args.seed, work)
     report["summary"] = summarize(report["inputs"], report["concurrency"], report["crashes"])
     report["seconds"] = round(time.perf_counter() - started, 1)
-    (out / "robustness.json").write_text(json.dumps(common.jsonable(report), indent=1),
-                                         encoding="utf-8")
-    (out / "robustness.md").write_text(markdown(report), encoding="utf-8")
+    stem = "robustness_long" if args.long else "robustness"
+    (out / f"{stem}.json").write_text(json.dumps(common.jsonable(report), indent=1),
+                                      encoding="utf-8")
+    (out / f"{stem}.md").write_text(markdown(report), encoding="utf-8")
     s = report["summary"]
     print(f"inputs {s['inputs_tried']} tried, {s['inputs_rejected_cleanly']} rejected cleanly; "
           f"writes {s['writes_attempted']} attempted, {s['writes_found']} found, "
           f"{s['lost_writes']} lost; crash trials {s['crash_trials']}, "
           f"{s['crash_trials_intact']} intact; tracebacks {s['tracebacks']}; "
-          f"{report['seconds']} s -> {out / 'robustness.md'}", file=sys.stderr)
+          f"{report['seconds']} s -> {out / (stem + '.md')}", file=sys.stderr)
     return 0 if s["ok"] else 1
 
 
