@@ -237,10 +237,10 @@ def create_project(store: Store, name: str, sentences: Sequence[Sentence], label
                    template: str, offsets: Sequence[int], kernel: str = "linear", *,
                    heldout_fraction: float = 0.0, doc: str | None = None,
                    annotator: str = "import", settings: dict | None = None) -> int:
-    """Create a project with its sentences; all or nothing.  Everything is checked before the
-    first write (template, columns, labels against ``labels``); should the store still refuse
-    the sentences, the just-created project is deleted again.  The last ``heldout_fraction``
-    of the sentences become held-out sentences whose file labels are gold labels."""
+    """Create a project with its sentences; all or nothing (one store transaction: the
+    project row and every sentence, or nothing).  The template, columns and labels are
+    checked first for precise messages.  The last ``heldout_fraction`` of the sentences
+    become held-out sentences whose file labels are gold labels."""
     sentences = list(sentences)
     if not sentences:
         raise InputError("no sentences", source=doc or "<upload>")
@@ -249,23 +249,15 @@ def create_project(store: Store, name: str, sentences: Sequence[Sentence], label
         check_template(template, n_cols)
     check_sentences(sentences, labels, source=doc)
     train, held = _split_heldout(sentences, heldout_fraction)
-    pid = store.create_project(name, list(labels), template or "", list(offsets), kernel,
-                               settings or {})
-    try:
-        store.add_sentences(pid, train, split="train", doc=doc, annotator=annotator)
-        if held:
-            store.add_sentences(pid, [Sentence(s.tokens, None, s.line) for s in held],
-                                split="heldout", doc=doc, annotator=annotator,
-                                gold=[s.labels for s in held])
-    except BaseException:
-        store.delete_project(pid)
-        raise
-    return pid
+    return store.create_project(
+        name, list(labels), template or "", list(offsets), kernel, settings or {},
+        sentences=train, heldout=[Sentence(s.tokens, None, s.line) for s in held],
+        heldout_gold=[s.labels for s in held], doc=doc, annotator=annotator)
 
 
 def create_sample_copy(store: Store, name: str, sample_dir: str | os.PathLike) -> int:
     """A new project from the bundled sample (its labels, template; last 20 % held out with
-    the gold labels), as :meth:`Store.ensure_sample_project` builds it."""
+    the gold labels), as :meth:`Store.ensure_sample_project` builds it; one transaction."""
     sample_dir = Path(sample_dir)
     sentences = read_conll(sample_dir / "sample.conll")
     gold = read_conll(sample_dir / "sample_gold.conll")
@@ -273,24 +265,19 @@ def create_sample_copy(store: Store, name: str, sample_dir: str | os.PathLike) -
     labels = sort_labels({lab for s in sentences + gold for lab in s.labels if lab is not None})
     by_tokens = {tuple(map(tuple, g.tokens)): g.labels for g in gold}
     train, held = _split_heldout(sentences, 0.2)
-    pid = store.create_project(name, labels, template, [-1, 1], "linear", {"sample": True})
-    try:
-        store.add_sentences(pid, train, split="train", doc="sample.conll")
-        store.add_sentences(pid, held, split="heldout", doc="sample.conll",
-                            gold=[by_tokens.get(tuple(map(tuple, s.tokens))) for s in held])
-    except BaseException:
-        store.delete_project(pid)
-        raise
-    return pid
+    return store.create_project(
+        name, labels, template, [-1, 1], "linear", {"sample": True}, sentences=train,
+        heldout=held, heldout_gold=[by_tokens.get(tuple(map(tuple, s.tokens))) for s in held],
+        doc="sample.conll")
 
 
 def import_sentences(store: Store, project_id: int, sentences: Sequence[Sentence], *,
                      split: str = "train", doc: str | None = None,
                      annotator: str = "import", add_labels: Sequence[str] = ()) -> int:
     """Append sentences to a project; all or nothing.  Into ``'heldout'`` the file's labels
-    go as gold.  ``add_labels`` are new labels to add to the project's label set with the
-    import; columns and labels are checked before anything is written, and the label set is
-    restored if the store still refuses the sentences."""
+    go as gold.  ``add_labels`` are new labels added to the project's label set in the same
+    store transaction as the sentences (both or neither).  Columns and labels are checked
+    first for precise messages."""
     sentences = list(sentences)
     project = store.get_project(project_id)
     if project is None:
@@ -300,20 +287,14 @@ def import_sentences(store: Store, project_id: int, sentences: Sequence[Sentence
     first = store.get_sentences(project_id, limit=1)
     check_sentences(sentences, labels, source=doc,
                     n_columns=len(first[0]["tokens"][0]) if first else None)
-    if labels != old_labels:
-        store.update_project(project_id, labels=labels)
-    try:
-        if split == "heldout":
-            return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
-                                                    for s in sentences], split="heldout",
-                                       doc=doc, annotator=annotator,
-                                       gold=[s.labels for s in sentences])
-        return store.add_sentences(project_id, sentences, split=split, doc=doc,
-                                   annotator=annotator)
-    except BaseException:
-        if labels != old_labels:
-            store.update_project(project_id, labels=old_labels)
-        raise
+    new_labels = labels[len(old_labels):]
+    if split == "heldout":
+        return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
+                                                for s in sentences], split="heldout",
+                                   doc=doc, annotator=annotator,
+                                   gold=[s.labels for s in sentences], add_labels=new_labels)
+    return store.add_sentences(project_id, sentences, split=split, doc=doc,
+                               annotator=annotator, add_labels=new_labels)
 
 
 def unknown_labels(sentences: Iterable[Sentence], labels: Sequence[str]) -> list[str]:

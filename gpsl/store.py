@@ -617,15 +617,30 @@ class Store:
 
     def create_project(self, name: str, labels: Sequence[str], template: str = "",
                        offsets: Sequence[int] = (-1, 1), kernel: str = "linear",
-                       settings: Mapping | None = None) -> int:
-        """Create a project and return its id.
+                       settings: Mapping | None = None, *, sentences=None, heldout=None,
+                       heldout_gold=None, doc: str | None = None,
+                       annotator: str = "import") -> int:
+        """Create a project (with its first sentences) and return its id.
 
         ``labels`` is the ordered label set (unique, no whitespace, not ``_``);
         ``template`` CRF++ template text; ``offsets`` e.g. ``[-1, 1]``; ``settings`` any
         JSON-able dict.  A duplicate name raises :class:`InputError`.
+
+        ``sentences`` (split ``'train'``) and ``heldout`` (split ``'heldout'``, with the
+        optional parallel ``heldout_gold`` label lists) are added as by
+        :meth:`add_sentences` (``doc``, ``annotator`` as there) in the *same*
+        transaction: any problem with any sentence raises and nothing is written, not
+        even the project row.
         """
+        annotator = _check_annotator(annotator)
         with self._write() as conn:
-            return self._create_project(conn, name, labels, template, offsets, kernel, settings)
+            pid = self._create_project(conn, name, labels, template, offsets, kernel, settings)
+            if sentences is not None:
+                self._add_sentences(conn, pid, list(sentences), "train", doc, annotator, None)
+            if heldout:
+                self._add_sentences(conn, pid, list(heldout), "heldout", doc, annotator,
+                                    heldout_gold)
+            return pid
 
     def _create_project(self, conn, name, labels, template, offsets, kernel, settings) -> int:
         name = _check_name(name)
@@ -711,7 +726,8 @@ class Store:
     # -- sentences -----------------------------------------------------------------------
 
     def add_sentences(self, project_id: int, sentences, *, split: str = "train",
-                      doc: str | None = None, annotator: str = "import", gold=None) -> int:
+                      doc: str | None = None, annotator: str = "import", gold=None,
+                      add_labels: Sequence[str] = ()) -> int:
         """Append sentences to a project, in one transaction; returns how many.
 
         ``sentences`` are :class:`gpsl.io.Sentence` objects (``.tokens``, ``.labels``,
@@ -722,12 +738,29 @@ class Store:
         held-out evaluation.  A label outside the project's label set, a length mismatch
         or a column-count mismatch raises :class:`InputError` naming the sentence and
         token, and nothing is written.
+
+        ``add_labels`` are appended to the project's label set (those not in it yet, in
+        order) in the same transaction, so an import that brings new labels either adds
+        the labels and the sentences, or neither.
         """
         split = _check_split(split)
         annotator = _check_annotator(annotator)
+        if isinstance(add_labels, str):
+            raise InputError("add_labels must be a list of strings", source=doc or "<import>")
+        add_labels = [str(x) for x in add_labels]
         with self._write() as conn:
+            if add_labels:
+                self._extend_labels(conn, project_id, add_labels)
             return self._add_sentences(conn, project_id, list(sentences), split, doc,
                                        annotator, gold)
+
+    def _extend_labels(self, conn, project_id, add_labels) -> None:
+        labels = json.loads(self._project_row(conn, project_id)["labels"])
+        extended = _check_labels(labels + [x for x in dict.fromkeys(add_labels)
+                                           if x not in labels])
+        if extended != labels:
+            conn.execute("UPDATE projects SET labels = ? WHERE id = ?",
+                         (_dumps(extended), project_id))
 
     def _add_sentences(self, conn, project_id, sentences, split, doc, annotator, gold) -> int:
         project = self._project_row(conn, project_id)

@@ -538,6 +538,58 @@ def test_refused_imports_write_nothing(tmp_path):
     assert "B-LOC" in store.get_project(pid)["labels"]
 
 
+def test_imports_interrupted_mid_write_leave_nothing(tmp_path, monkeypatch):
+    """A failure inside the store write, after the project row / new labels and the first
+    sentence are inserted, leaves no project and an unchanged label set: each import is one
+    transaction, with no compensating delete or label restore to run (or to be skipped by a
+    crash)."""
+    import sqlite3
+
+    store = Store(tmp_path / "db.sqlite3")
+
+    def no_compensation(*args, **kwargs):
+        raise AssertionError("an import must not need to undo a partial write")
+
+    monkeypatch.setattr(Store, "delete_project", no_compensation)
+    monkeypatch.setattr(Store, "update_project", no_compensation)
+
+    def fail_sentence(position):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("DROP TRIGGER IF EXISTS boom")
+            conn.execute(f"CREATE TRIGGER boom BEFORE INSERT ON sentences WHEN NEW.position = "
+                         f"{position} BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
+
+    sents = sup.parse_upload(b"Anna B-PER\nwent O\n\nRome B-LOC\n\nBob B-PER\n", "f.conll")
+    fail_sentence(1)  # the second sentence: the first is already inserted
+    with pytest.raises(sqlite3.IntegrityError):
+        sup.create_project(store, "p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
+                           heldout_fraction=0.34, doc="f.conll")
+    fail_sentence(2)  # the held-out sentence, after both training sentences
+    with pytest.raises(sqlite3.IntegrityError):
+        sup.create_project(store, "p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
+                           heldout_fraction=0.34, doc="f.conll")
+    fail_sentence(100)  # the sample copy's held-out part (sentence 321 of 400)
+    with pytest.raises(sqlite3.IntegrityError):
+        sup.create_sample_copy(store, "copy", ROOT / "sample_data")
+    assert store.list_projects() == []
+
+    fail_sentence(2)  # the second imported sentence
+    pid = sup.create_project(store, "p", sents[:1], ["B-PER", "O"], "", (-1, 1))
+    for split in ("train", "heldout"):
+        with pytest.raises(sqlite3.IntegrityError):
+            sup.import_sentences(store, pid, sents[1:], split=split, add_labels=["B-LOC"])
+        assert store.get_project(pid)["labels"] == ["B-PER", "O"]
+        assert store.sentence_count(pid) == 1 and len(store.history(project_id=pid)) == 2
+    fail_sentence(-1)  # off
+    assert sup.import_sentences(store, pid, sents[1:], split="heldout",
+                                add_labels=["B-LOC"]) == 2
+    assert store.get_project(pid)["labels"] == ["B-PER", "O", "B-LOC"]
+    assert store.gold_data(pid)[2] == [["B-LOC"], ["B-PER"]]
+    copy = sup.create_sample_copy(store, "copy", ROOT / "sample_data")
+    assert store.sentence_count(copy, "train") == 320
+    assert store.sentence_count(copy, "heldout") == 80
+
+
 def _apptest(page: str):
     from streamlit.testing.v1 import AppTest
 

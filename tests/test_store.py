@@ -174,6 +174,74 @@ def test_out_of_set_label_raises_and_writes_nothing(store):
     assert store.sentence_count(pid) == 1
 
 
+def _fail_sentence_insert(path, position=1):
+    """A trigger that aborts the insert of the sentence at ``position``: a failure in the
+    middle of a write, after the project row and earlier sentences are inserted."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON sentences WHEN NEW.position = "
+                     f"{int(position)} BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
+
+
+def _drop_trigger(path):
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TRIGGER boom")
+
+
+def test_create_project_with_sentences_is_one_transaction(store):
+    train = [Sentence(words(2), ["B", "O"], line=1), {"tokens": words(3)}]
+    held = [{"tokens": words(2)}]
+    pid = store.create_project("p", LABELS, "U00:%x[0,0]\n", [-1, 1], sentences=train,
+                               heldout=held, heldout_gold=[["B", "I"]], doc="a.conll",
+                               annotator="ann")
+    assert store.sentence_count(pid, "train") == 2 and store.sentence_count(pid, "heldout") == 1
+    assert store.get_sentence(store.sentence_ids(pid, "train")[0])["annotators"] == \
+        ["ann", "ann"]
+    assert store.gold_data(pid)[2] == [["B", "I"]]
+    assert store.get_sentence(store.sentence_ids(pid)[0])["doc"] == "a.conll"
+
+    # a label error in the last held-out sentence: no project row at all
+    with pytest.raises(InputError, match="gold label 'Q'"):
+        store.create_project("q", LABELS, sentences=train, heldout=held, heldout_gold=[["Q", None]])
+    with pytest.raises(InputError, match="sentence 2, token 1"):
+        store.create_project("q", LABELS, sentences=[train[0], {"tokens": words(1),
+                                                                "labels": ["X"]}])
+    # an SQL failure after the project row and the first sentence are inserted
+    _fail_sentence_insert(store.path)
+    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+        store.create_project("q", LABELS, sentences=train)
+    _drop_trigger(store.path)
+    assert [p["name"] for p in store.list_projects()] == ["p"]
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM sentences").fetchone()[0] == 3
+        assert conn.execute("SELECT COUNT(*) FROM annotation_history").fetchone()[0] == 2
+    # the old signature still works and creates an empty project
+    assert store.sentence_count(store.create_project("q", LABELS, "", [-1])) == 0
+
+
+def test_add_sentences_with_new_labels_is_one_transaction(store):
+    pid = store.create_project("p", ["O"], sentences=[{"tokens": words(1), "labels": ["O"]}])
+    before = (store.get_project(pid), store.history(project_id=pid), store.progress(pid))
+    # a label the import does not add, in the last sentence: labels unchanged
+    bad = [{"tokens": words(2), "labels": ["B-X", "O"]}, {"tokens": words(1), "labels": ["Q"]}]
+    with pytest.raises(InputError, match="sentence 2, token 1.*'Q' is not in"):
+        store.add_sentences(pid, bad, add_labels=["B-X"])
+    # an SQL failure after the label update and the first sentence
+    _fail_sentence_insert(store.path, position=2)
+    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+        store.add_sentences(pid, bad[:1] * 2, add_labels=["B-X", "I-X"])
+    _drop_trigger(store.path)
+    with pytest.raises(InputError, match="invalid label"):
+        store.add_sentences(pid, bad[:1], add_labels=["B X"])
+    assert (store.get_project(pid), store.history(project_id=pid), store.progress(pid)) == \
+        before
+    # success: new labels appended in order (known ones and repeats ignored), then sentences
+    assert store.add_sentences(pid, bad[:1], add_labels=["O", "B-X", "I-X", "B-X"]) == 1
+    assert store.get_project(pid)["labels"] == ["O", "B-X", "I-X"]
+    assert store.sentence_count(pid) == 2
+    assert store.add_sentences(pid, [{"tokens": words(1)}], split="heldout", gold=[["I-X"]],
+                               add_labels=()) == 1
+
+
 # ----------------------------------------------------------------------------- labels
 
 
