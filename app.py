@@ -21,7 +21,8 @@ from pages import _ui  # noqa: E402
 st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
 
 _ui.keep_widget_state()
-_ui.sidebar(_ui.store())  # in the entrypoint, so the sidebar widgets keep their state
+with _ui.guard("Cannot read the annotation store"):  # the page shows the rest
+    _ui.sidebar(_ui.store())  # in the entrypoint, so the sidebar widgets keep their state
 st.session_state[_ui.ENTRY_FLAG] = True  # tells the page that this run has a sidebar
 navigation = st.navigation(
     [

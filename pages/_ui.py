@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import streamlit as st
 
 from gpsl import app_support as sup
+from gpsl.errors import GpslError
 from gpsl.store import Store, default_db_path
 from gpsl.training import models_root_for, recover
 
@@ -73,6 +76,27 @@ def _open_store(path: str) -> Store:
 
 def store() -> Store:
     return _open_store(str(db_path().resolve()))
+
+
+def error_text(exc: BaseException, action: str | None = None) -> str:
+    """One line: ``"<action>: <message>"`` (the message alone without an action)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{action}: {text}" if action else text
+
+
+@contextmanager
+def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
+    """Run a block of page code; a :class:`gpsl.errors.GpslError` raised in it (the store
+    busy past its timeout, bad input, a project deleted meanwhile ...) becomes one
+    ``st.error`` line, ``"<action>: <message>"``, instead of a traceback.  The rest of the
+    block is skipped; with ``stop`` the page stops there too (for reads the page needs).
+    Streamlit's own control flow (``st.rerun``, ``st.stop``) passes through."""
+    try:
+        yield
+    except GpslError as exc:
+        st.error(error_text(exc, action), icon=":material/error:")
+        if stop:
+            st.stop()
 
 
 def models_root() -> Path:
@@ -141,14 +165,16 @@ def setup() -> tuple[Store, dict | None]:
     folder next to app.py it does so for a first request straight to a page URL, and
     AppTest does so after ``switch_page`` - the page draws the page config and sidebar.
     """
-    s = store()
     if not st.session_state.pop(ENTRY_FLAG, False):
         st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
         keep_widget_state()
-        sidebar(s)
+        with guard("Cannot read the annotation store", stop=True):
+            sidebar(store())
     st.html(PAGE_CSS)
     pid = st.session_state.get("project_id")
-    return s, (s.get_project(pid) if pid is not None else None)
+    with guard("Cannot open the project", stop=True):
+        s = store()
+        return s, (s.get_project(pid) if pid is not None else None)
 
 
 def header(title: str, caption: str, project: dict | None = None) -> None:

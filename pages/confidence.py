@@ -17,23 +17,6 @@ _ui.header("Confidence", "The model's token confidence (largest marginal probabi
                          "calibration on held-out gold labels, and where it is least sure.",
            project)
 
-versions = store.list_model_versions(pid)
-usable = sup.versions_with_predictions(store, pid, versions)
-if not usable:
-    st.info("No model yet: train one on the Train page to see its confidence here.",
-            icon=":material/info:")
-    st.page_link(_ui.PAGES["train"], label="Go to Train", icon=":material/model_training:")
-    st.stop()
-
-active = next((v["id"] for v in versions if v["active"]), None)
-if st.session_state.get("conf_version") not in usable:
-    st.session_state["conf_version"] = active if active in usable else usable[-1]
-st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
-             format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
-             help="Dashboards of this version's stored predictions.")
-version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
-stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
-
 
 @st.cache_data(max_entries=4, show_spinner="Loading predictions ...")
 def load_tokens(db: str, project_id: int, version_id: int, label_stamp: int):
@@ -50,8 +33,26 @@ def load_activity(db: str, project_id: int, label_stamp: int):
     return sup.annotator_activity(store, project_id)
 
 
-tokens = load_tokens(str(store.path), pid, version["id"], stamp)
-calib = load_calibration(str(store.path), pid, version["id"])
+with _ui.guard("Cannot load the model's predictions", stop=True):
+    versions = store.list_model_versions(pid)
+    usable = sup.versions_with_predictions(store, pid, versions)
+    if not usable:
+        st.info("No model yet: train one on the Train page to see its confidence here.",
+                icon=":material/info:")
+        st.page_link(_ui.PAGES["train"], label="Go to Train", icon=":material/model_training:")
+        st.stop()
+
+    active = next((v["id"] for v in versions if v["active"]), None)
+    if st.session_state.get("conf_version") not in usable:
+        st.session_state["conf_version"] = active if active in usable else usable[-1]
+    st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
+                 format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
+                 help="Dashboards of this version's stored predictions.")
+    version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
+    stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
+    tokens = load_tokens(str(store.path), pid, version["id"], stamp)
+    calib = load_calibration(str(store.path), pid, version["id"])
+
 colors = sup.label_colors(project["labels"])
 free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
 
@@ -149,13 +150,14 @@ with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
                                                       max_value=1.0, format="%.2f")})
 
 st.subheader("Annotator progress", anchor=False)
-activity = load_activity(str(store.path), pid, stamp)
-if activity.empty:
-    st.caption("No labels set in the app yet (imported labels are not counted).")
-else:
-    fig = px.bar(activity, x="day", y="labels", color="annotator",
-                 title="Labels set per annotator per day")
-    fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
-    fig.update_layout(height=300, xaxis_type="category",
-                      margin={"t": 40, "b": 10, "l": 10, "r": 10})
-    st.plotly_chart(fig, config={"displayModeBar": False})
+with _ui.guard("Cannot show the annotator progress"):
+    activity = load_activity(str(store.path), pid, stamp)
+    if activity.empty:
+        st.caption("No labels set in the app yet (imported labels are not counted).")
+    else:
+        fig = px.bar(activity, x="day", y="labels", color="annotator",
+                     title="Labels set per annotator per day")
+        fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
+        fig.update_layout(height=300, xaxis_type="category",
+                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        st.plotly_chart(fig, config={"displayModeBar": False})

@@ -25,92 +25,93 @@ def _split(key: str) -> str | None:
     return None if value == "all" else value
 
 
-left, right = st.columns(2, gap="large")
+with _ui.guard("Cannot show the exports"):  # the import below still shows
+    left, right = st.columns(2, gap="large")
 
-with left:
-    st.subheader("Export annotations", anchor=False)
-    st.caption("The current labels; a missing label is `_` in CoNLL and `null` in JSONL, so a "
-               "partly labeled sentence stays partly labeled.")
-    with st.container(horizontal=True):
-        fmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
-                                   format_func=EXPORT_FORMATS.get, key="exp_fmt", required=True)
-        st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="exp_split",
-                     width=220)
-    split = _split("exp_split")
-    ann_data, ann_error = None, None
-    if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
-        try:
-            ann_data = sup.export_annotations(store, pid, fmt, split)
-        except InputError as exc:
-            ann_error = str(exc)
-    if ann_error:
-        st.error(ann_error, icon=":material/error:")
-    st.download_button(
-        "Download annotations", icon=":material/download:", type="primary",
-        data=ann_data if ann_data is not None else
-        (lambda: sup.export_annotations(store, pid, fmt, split)),
-        file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
-        on_click="ignore", disabled=ann_error is not None)
-    preview = store.get_sentences(pid, split=split, limit=2)
-    if preview:
-        st.caption("Preview of the first two sentences:")
-        try:
-            st.code(sup.preview_text(preview, fmt), language=None, height=180)
-        except InputError as exc:
-            st.error(str(exc))
-
-with right:
-    st.subheader("Export predictions", anchor=False)
-    versions = store.list_model_versions(pid)
-    usable = sup.versions_with_predictions(store, pid, versions)
-    if not usable:
-        st.caption("Predictions can be exported once a model is trained.")
-    else:
-        st.caption("CoNLL: token columns, current label, predicted label and its probability. "
-                   "JSONL: adds every label's marginal probability per token.")
-        active = next((v["id"] for v in versions if v["active"]), usable[-1])
+    with left:
+        st.subheader("Export annotations", anchor=False)
+        st.caption("The current labels; a missing label is `_` in CoNLL and `null` in JSONL, so a "
+                   "partly labeled sentence stays partly labeled.")
         with st.container(horizontal=True):
-            vid = st.selectbox("Model version", usable[::-1], key="pred_version", width=160,
-                               index=usable[::-1].index(active) if active in usable else 0,
-                               format_func=lambda i: f"v{i}")
-            pfmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
-                                        format_func=EXPORT_FORMATS.get, key="pred_fmt",
-                                        required=True)
-            st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="pred_split",
+            fmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
+                                       format_func=EXPORT_FORMATS.get, key="exp_fmt", required=True)
+            st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="exp_split",
                          width=220)
-        version = store.get_model_version(vid)
-        psplit = _split("pred_split")
-        pred_data, pred_error = None, None
-        if pfmt == "conll":
+        split = _split("exp_split")
+        ann_data, ann_error = None, None
+        if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
             try:
-                pred_data = sup.export_predictions(store, pid, version, pfmt, psplit)
+                ann_data = sup.export_annotations(store, pid, fmt, split)
             except InputError as exc:
-                pred_error = str(exc)
-        if pred_error:
-            st.error(pred_error, icon=":material/error:")
+                ann_error = str(exc)
+        if ann_error:
+            st.error(ann_error, icon=":material/error:")
         st.download_button(
-            "Download predictions", icon=":material/download:",
-            data=pred_data if pred_data is not None else
-            (lambda: sup.export_predictions(store, pid, version, pfmt, psplit)),
-            file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
-            on_click="ignore", disabled=pred_error is not None)
+            "Download annotations", icon=":material/download:", type="primary",
+            data=ann_data if ann_data is not None else
+            (lambda: sup.export_annotations(store, pid, fmt, split)),
+            file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
+            on_click="ignore", disabled=ann_error is not None)
+        preview = store.get_sentences(pid, split=split, limit=2)
+        if preview:
+            st.caption("Preview of the first two sentences:")
+            try:
+                st.code(sup.preview_text(preview, fmt), language=None, height=180)
+            except InputError as exc:
+                st.error(str(exc))
 
-    st.subheader("Download a model", anchor=False)
-    saved = [v for v in versions if v["status"] == "done" and v.get("path")]
-    if not saved:
-        st.caption("Trained models can be downloaded here as a zip of the model directory "
-                   "(JSON + NPZ; load it with `GPSL.load` or `python -m gpsl test -m DIR`).")
-    else:
-        st.caption("A zip of the model directory (JSON + NPZ, no pickle); load it with "
-                   "`GPSL.load(dir)` or `python -m gpsl test -m DIR`.")
-        with st.container(horizontal=True, vertical_alignment="bottom"):
-            mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
-                              format_func=lambda i: f"v{i}", key="zip_version", width=160)
-            path = next(v["path"] for v in saved if v["id"] == mv)
-            st.download_button("Download model (.zip)", icon=":material/deployed_code:",
-                               data=lambda: sup.zip_directory(path),
-                               file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
-                               key="dl_model", on_click="ignore")
+    with right:
+        st.subheader("Export predictions", anchor=False)
+        versions = store.list_model_versions(pid)
+        usable = sup.versions_with_predictions(store, pid, versions)
+        if not usable:
+            st.caption("Predictions can be exported once a model is trained.")
+        else:
+            st.caption("CoNLL: token columns, current label, predicted label and its probability. "
+                       "JSONL: adds every label's marginal probability per token.")
+            active = next((v["id"] for v in versions if v["active"]), usable[-1])
+            with st.container(horizontal=True):
+                vid = st.selectbox("Model version", usable[::-1], key="pred_version", width=160,
+                                   index=usable[::-1].index(active) if active in usable else 0,
+                                   format_func=lambda i: f"v{i}")
+                pfmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
+                                            format_func=EXPORT_FORMATS.get, key="pred_fmt",
+                                            required=True)
+                st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="pred_split",
+                             width=220)
+            version = store.get_model_version(vid)
+            psplit = _split("pred_split")
+            pred_data, pred_error = None, None
+            if pfmt == "conll":
+                try:
+                    pred_data = sup.export_predictions(store, pid, version, pfmt, psplit)
+                except InputError as exc:
+                    pred_error = str(exc)
+            if pred_error:
+                st.error(pred_error, icon=":material/error:")
+            st.download_button(
+                "Download predictions", icon=":material/download:",
+                data=pred_data if pred_data is not None else
+                (lambda: sup.export_predictions(store, pid, version, pfmt, psplit)),
+                file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
+                on_click="ignore", disabled=pred_error is not None)
+
+        st.subheader("Download a model", anchor=False)
+        saved = [v for v in versions if v["status"] == "done" and v.get("path")]
+        if not saved:
+            st.caption("Trained models can be downloaded here as a zip of the model directory "
+                       "(JSON + NPZ; load it with `GPSL.load` or `python -m gpsl test -m DIR`).")
+        else:
+            st.caption("A zip of the model directory (JSON + NPZ, no pickle); load it with "
+                       "`GPSL.load(dir)` or `python -m gpsl test -m DIR`.")
+            with st.container(horizontal=True, vertical_alignment="bottom"):
+                mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
+                                  format_func=lambda i: f"v{i}", key="zip_version", width=160)
+                path = next(v["path"] for v in saved if v["id"] == mv)
+                st.download_button("Download model (.zip)", icon=":material/deployed_code:",
+                                   data=lambda: sup.zip_directory(path),
+                                   file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
+                                   key="dl_model", on_click="ignore")
 
 st.divider()
 st.subheader("Import sentences", anchor=False)

@@ -41,113 +41,114 @@ def dependency_picker(key: str, offsets, label: str = "Dependency set") -> tuple
 
 # ----------------------------------------------------------------------------- overview
 
-if project is not None:
-    progress = store.progress(pid)
-    train = store.progress(pid, split="train")  # held-out sentences are never annotated
-    version = store.active_model(pid)
-    acc = (version or {}).get("metrics", {}) or {}
-    cols = st.columns(6)
-    cols[0].metric("Sentences", sup.fmt_int(progress["sentences"]),
-                   help="All sentences, training and held-out.")
-    cols[1].metric("Labeled tokens", sup.fmt_int(progress["labeled_tokens"]),
-                   help=f"of {sup.fmt_int(train['tokens'])} training tokens")
-    cols[2].metric("Complete", f"{train['pct_complete']:.1f}%",
-                   help="Share of the training tokens that have a label (held-out sentences "
-                        "carry gold labels for evaluation instead).")
-    cols[3].metric("Annotators", len([a for a in progress["annotators"] if a != "import"]),
-                   help="People who set labels (labels from imported files count as “import”).")
-    cols[4].metric("Model", f"v{version['id']}" if version else "none",
-                   help=sup.model_summary(version))
-    cols[5].metric("Held-out accuracy", sup.fmt_pct(acc.get("heldout_accuracy")),
-                   help="Token accuracy of the active model on the held-out gold labels.")
+with _ui.guard("Cannot show the project overview"):  # the new-project form still shows
+    if project is not None:
+        progress = store.progress(pid)
+        train = store.progress(pid, split="train")  # held-out sentences are never annotated
+        version = store.active_model(pid)
+        acc = (version or {}).get("metrics", {}) or {}
+        cols = st.columns(6)
+        cols[0].metric("Sentences", sup.fmt_int(progress["sentences"]),
+                       help="All sentences, training and held-out.")
+        cols[1].metric("Labeled tokens", sup.fmt_int(progress["labeled_tokens"]),
+                       help=f"of {sup.fmt_int(train['tokens'])} training tokens")
+        cols[2].metric("Complete", f"{train['pct_complete']:.1f}%",
+                       help="Share of the training tokens that have a label (held-out sentences "
+                            "carry gold labels for evaluation instead).")
+        cols[3].metric("Annotators", len([a for a in progress["annotators"] if a != "import"]),
+                       help="People who set labels (labels from imported files count as “import”).")
+        cols[4].metric("Model", f"v{version['id']}" if version else "none",
+                       help=sup.model_summary(version))
+        cols[5].metric("Held-out accuracy", sup.fmt_pct(acc.get("heldout_accuracy")),
+                       help="Token accuracy of the active model on the held-out gold labels.")
 
-    colors = sup.label_colors(project["labels"])
-    left, right = st.columns([3, 2], gap="large")
-    with left:
-        counts = progress["label_counts"]
-        shown = [lab for lab in project["labels"] if counts.get(lab) and lab != "O"]
-        if shown:
-            fig = px.bar(pd.DataFrame({"label": shown, "tokens": [counts[x] for x in shown]}),
-                         x="label", y="tokens", color="label", color_discrete_map=colors,
-                         title="Labeled tokens per label")
-            fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10},
-                              showlegend=False, xaxis_title=None)
+        colors = sup.label_colors(project["labels"])
+        left, right = st.columns([3, 2], gap="large")
+        with left:
+            counts = progress["label_counts"]
+            shown = [lab for lab in project["labels"] if counts.get(lab) and lab != "O"]
+            if shown:
+                fig = px.bar(pd.DataFrame({"label": shown, "tokens": [counts[x] for x in shown]}),
+                             x="label", y="tokens", color="label", color_discrete_map=colors,
+                             title="Labeled tokens per label")
+                fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10},
+                                  showlegend=False, xaxis_title=None)
+                st.plotly_chart(fig, config={"displayModeBar": False})
+                if counts.get("O"):
+                    st.caption(f"Not in the chart: {sup.fmt_int(counts['O'])} tokens labeled O.")
+            else:
+                st.info("No entity labels yet. Open the Annotate page to start labeling.")
+        with right:
+            status = pd.DataFrame({
+                "sentences": [train["complete_sentences"], train["partial_sentences"],
+                              train["unlabeled_sentences"]],
+                "status": ["complete", "partly labeled", "unlabeled"]})
+            fig = px.pie(status, names="status", values="sentences", hole=0.55,
+                         title="Training sentences by annotation status",
+                         color="status", color_discrete_map={"complete": "#16a34a",
+                                                             "partly labeled": "#f59e0b",
+                                                             "unlabeled": "#cbd5e1"})
+            fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10})
             st.plotly_chart(fig, config={"displayModeBar": False})
-            if counts.get("O"):
-                st.caption(f"Not in the chart: {sup.fmt_int(counts['O'])} tokens labeled O.")
-        else:
-            st.info("No entity labels yet. Open the Annotate page to start labeling.")
-    with right:
-        status = pd.DataFrame({
-            "sentences": [train["complete_sentences"], train["partial_sentences"],
-                          train["unlabeled_sentences"]],
-            "status": ["complete", "partly labeled", "unlabeled"]})
-        fig = px.pie(status, names="status", values="sentences", hole=0.55,
-                     title="Training sentences by annotation status",
-                     color="status", color_discrete_map={"complete": "#16a34a",
-                                                         "partly labeled": "#f59e0b",
-                                                         "unlabeled": "#cbd5e1"})
-        fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10})
-        st.plotly_chart(fig, config={"displayModeBar": False})
 
-    details = st.columns([3, 2], gap="large")
-    with details[0]:
-        st.markdown(f"**Labels ({len(project['labels'])})**")
-        st.html(sup.label_chips_html(project["labels"], colors))
-        st.markdown(f"**Dependency set** {sup.preset_of(project['offsets'])} "
-                    f"(offsets {sup.offsets_text(project['offsets'])}) · **Model** "
-                    f"{sup.md_escape(sup.model_summary(version))}")
-    with details[1]:
-        annotators = progress["annotators"]
-        if annotators:
-            st.markdown("**Current labels by annotator**  \n" + " · ".join(
-                f"{sup.md_escape(a)}: {sup.fmt_int(n)}" for a, n in annotators.items()))
-        if progress["skipped_sentences"]:
-            st.markdown(f"**Skipped sentences** {progress['skipped_sentences']}")
+        details = st.columns([3, 2], gap="large")
+        with details[0]:
+            st.markdown(f"**Labels ({len(project['labels'])})**")
+            st.html(sup.label_chips_html(project["labels"], colors))
+            st.markdown(f"**Dependency set** {sup.preset_of(project['offsets'])} "
+                        f"(offsets {sup.offsets_text(project['offsets'])}) · **Model** "
+                        f"{sup.md_escape(sup.model_summary(version))}")
+        with details[1]:
+            annotators = progress["annotators"]
+            if annotators:
+                st.markdown("**Current labels by annotator**  \n" + " · ".join(
+                    f"{sup.md_escape(a)}: {sup.fmt_int(n)}" for a, n in annotators.items()))
+            if progress["skipped_sentences"]:
+                st.markdown(f"**Skipped sentences** {progress['skipped_sentences']}")
 
-    with st.expander("Project settings", icon=":material/settings:"):
-        st.caption("Changes apply to the next training run. Labels in use cannot be removed.")
-        with st.form("settings"):
-            labels_text = st.text_input(
-                "Labels", value=" ".join(project["labels"]),
-                help="Space-separated, in the order of the label buttons (keys 1-9). Add "
-                     "entity types here, e.g. B-MISC I-MISC.")
-            template_text = st.text_area("Feature template (CRF++)", value=project["template"],
-                                         height=220, help="U lines define features; an empty "
-                                         "template uses gpsl's default window template.")
-            offsets_text = st.text_input(
-                "Dependency set", value=sup.offsets_text(project["offsets"]),
-                help="Default for training: GPSL1, GPSL2, GPSL4 or offsets such as -1, 1.")
-            new_name = st.text_input("Name", value=project["name"])
-            saved = st.form_submit_button("Save settings", type="primary")
-        if saved:
-            try:
-                labels = sup.parse_label_text(labels_text)
-                offsets = sup.parse_offsets(offsets_text)
-                first = store.get_sentences(pid, limit=1)
-                if template_text.strip() and first:
-                    sup.check_template(template_text, len(first[0]["tokens"][0]))
-                store.update_project(pid, labels=labels, template=template_text, name=new_name,
-                                     offsets=list(offsets))
-                _ui.flash("info", "Project settings saved.")
-                st.rerun()
-            except InputError as exc:
-                st.error(str(exc))
-        st.divider()
-        confirm = st.checkbox("I want to delete this project with all its labels and models",
-                              key="confirm_delete")
-        if st.button("Delete project", icon=":material/delete:", disabled=not confirm):
-            store.delete_project(pid)
-            st.session_state.pop("project_id", None)
-            _ui.flash("info", f"Deleted project “{project['name']}”.")
-            st.rerun()
+        with st.expander("Project settings", icon=":material/settings:"):
+            st.caption("Changes apply to the next training run. Labels in use cannot be removed.")
+            with st.form("settings"):
+                labels_text = st.text_input(
+                    "Labels", value=" ".join(project["labels"]),
+                    help="Space-separated, in the order of the label buttons (keys 1-9). Add "
+                         "entity types here, e.g. B-MISC I-MISC.")
+                template_text = st.text_area("Feature template (CRF++)", value=project["template"],
+                                             height=220, help="U lines define features; an empty "
+                                             "template uses gpsl's default window template.")
+                offsets_text = st.text_input(
+                    "Dependency set", value=sup.offsets_text(project["offsets"]),
+                    help="Default for training: GPSL1, GPSL2, GPSL4 or offsets such as -1, 1.")
+                new_name = st.text_input("Name", value=project["name"])
+                saved = st.form_submit_button("Save settings", type="primary")
+            if saved:
+                with _ui.guard("Settings not saved"):
+                    labels = sup.parse_label_text(labels_text)
+                    offsets = sup.parse_offsets(offsets_text)
+                    first = store.get_sentences(pid, limit=1)
+                    if template_text.strip() and first:
+                        sup.check_template(template_text, len(first[0]["tokens"][0]))
+                    store.update_project(pid, labels=labels, template=template_text, name=new_name,
+                                         offsets=list(offsets))
+                    _ui.flash("info", "Project settings saved.")
+                    st.rerun()
+            st.divider()
+            confirm = st.checkbox("I want to delete this project with all its labels and models",
+                                  key="confirm_delete")
+            if st.button("Delete project", icon=":material/delete:", disabled=not confirm):
+                with _ui.guard("Project not deleted"):
+                    store.delete_project(pid)
+                    st.session_state.pop("project_id", None)
+                    _ui.flash("info", f"Deleted project “{project['name']}”.")
+                    st.rerun()
 
-    with st.expander("All projects", icon=":material/list:"):
-        rows = [{"project": p["name"], "sentences": p["n_sentences"],
-                 "labels": len(p["labels"]), "created": sup.fmt_time(p["created_at"])}
-                for p in store.list_projects()]
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
-        st.caption("Switch projects with the selector in the sidebar.")
+        with st.expander("All projects", icon=":material/list:"):
+            rows = [{"project": p["name"], "sentences": p["n_sentences"],
+                     "labels": len(p["labels"]), "created": sup.fmt_time(p["created_at"])}
+                    for p in store.list_projects()]
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
+            st.caption("Switch projects with the selector in the sidebar.")
+
 
 # ----------------------------------------------------------------------------- new project
 
@@ -225,11 +226,8 @@ with sample_tab:
                "partly, 160 unlabeled; the last 80 are held out with gold labels.")
     sample_name = st.text_input("Project name", value="Sample copy", key="sample_name")
     if st.button("Create from the sample", key="create_sample", icon=":material/content_copy:"):
-        try:
+        with _ui.guard("Project not created"):
             new_pid = sup.create_sample_copy(store, sample_name, _ui.SAMPLE_DIR)
-        except InputError as exc:
-            st.error(str(exc), icon=":material/error:")
-        else:
             _ui.switch_project(new_pid)
             _ui.flash("info", f"Created project “{sample_name.strip()}” from the sample.")
             st.rerun()

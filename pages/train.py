@@ -27,7 +27,8 @@ st.session_state.setdefault("train_hyper", False)
 st.session_state.setdefault("train_iter", 30)
 st.session_state.setdefault("train_max_sent", 80)
 
-running = training.running_version(store, pid)
+with _ui.guard("Cannot read the training runs", stop=True):
+    running = training.running_version(store, pid)
 
 
 def bound_figure(bounds, title: str, first: int = 1, height: int = 300) -> go.Figure:
@@ -78,16 +79,13 @@ with settings_col:
                          "sentences are used first.")
     if st.button("Start training", type="primary", icon=":material/play_arrow:",
                  disabled=running is not None or offsets is None, key="start"):
-        try:
+        with _ui.guard("Training not started"):  # bad settings, a run already going, busy
             config = training.TrainConfig(
                 offsets=offsets, kernel=st.session_state["train_kernel"],
                 learn_hyper=bool(st.session_state["train_hyper"]),
                 max_iter=int(st.session_state["train_iter"]),
                 max_sentences=int(st.session_state["train_max_sent"]) or None)
             vid = training.start_training(store, pid, config, root)
-        except (InputError, training.TrainingBusyError) as exc:
-            st.error(str(exc), icon=":material/error:")
-        else:
             _ui.flash("info", f"Training of model version {vid} started.")
             st.rerun()
     if running is not None:
@@ -96,8 +94,7 @@ with settings_col:
 with live_col:
     st.subheader("Progress", anchor=False)
 
-    @st.fragment(run_every=1.0 if running is not None else None)
-    def live() -> None:
+    def show_progress() -> None:
         if running is None:
             done = [v for v in store.list_model_versions(pid) if v["status"] != "running"]
             if not done:
@@ -131,35 +128,44 @@ with live_col:
             st.caption(f"Worker pid {running['settings'].get('pid')} is {phase}; the first "
                        "iteration can take a while on large projects.")
         if st.button("Stop training", icon=":material/stop:", key="stop"):
-            training.stop_training(store, running["id"])
-            _ui.flash("warning", f"Stopped model version {running['id']}.")
-            st.rerun()
+            with _ui.guard("Training not stopped"):
+                training.stop_training(store, running["id"])
+                _ui.flash("warning", f"Stopped model version {running['id']}.")
+                st.rerun()
+
+    @st.fragment(run_every=1.0 if running is not None else None)
+    def live() -> None:  # a fragment rerun runs only this: it needs its own guard
+        with _ui.guard("Cannot show the training progress"):
+            show_progress()
 
     live()
 
-st.subheader("Model versions", anchor=False)
-versions = store.list_model_versions(pid)
-if not versions:
-    st.caption("Finished runs are listed here with their held-out accuracy.")
-else:
-    table = pd.DataFrame(sup.versions_table(versions))
-    st.dataframe(table, hide_index=True, column_config={
-        "accuracy": st.column_config.NumberColumn("held-out acc.", format="percent"),
-        "ECE": st.column_config.NumberColumn("ECE", format="%.3f"),
-        "note": st.column_config.TextColumn("note", width="large"),
-    })
-    st.caption("★ = active model: its predictions drive suggestions, highlights and the "
-               "uncertainty queue. Accuracy and ECE are measured on the held-out gold labels. Only "
-               "versions whose predictions are kept (the newest ones) can be made active.")
-    done = sup.versions_with_predictions(store, pid, versions)
-    if done:
-        with st.container(horizontal=True, vertical_alignment="bottom"):
-            active = next((v["id"] for v in versions if v["active"]), None)
-            choice = st.selectbox("Version", done[::-1], format_func=lambda i: f"v{i}",
-                                  index=0 if active is None else done[::-1].index(active),
-                                  key="train_pick", width=160)
-            if st.button("Make active", disabled=choice == active, key="make_active",
-                         icon=":material/star:"):
-                store.set_active_model(pid, choice)
-                _ui.flash("info", f"Model v{choice} is now active.")
-                st.rerun()
+with _ui.guard("Cannot show the model versions"):
+    st.subheader("Model versions", anchor=False)
+    versions = store.list_model_versions(pid)
+    if not versions:
+        st.caption("Finished runs are listed here with their held-out accuracy.")
+    else:
+        table = pd.DataFrame(sup.versions_table(versions))
+        st.dataframe(table, hide_index=True, column_config={
+            "accuracy": st.column_config.NumberColumn("held-out acc.", format="percent"),
+            "ECE": st.column_config.NumberColumn("ECE", format="%.3f"),
+            "note": st.column_config.TextColumn("note", width="large"),
+        })
+        st.caption("★ = active model: its predictions drive suggestions, highlights and the "
+                   "uncertainty queue. Accuracy and ECE are measured on the held-out gold "
+                   "labels. Only versions whose predictions are kept (the newest ones) can be "
+                   "made active.")
+        done = sup.versions_with_predictions(store, pid, versions)
+        if done:
+            with st.container(horizontal=True, vertical_alignment="bottom"):
+                active = next((v["id"] for v in versions if v["active"]), None)
+                choice = st.selectbox("Version", done[::-1], format_func=lambda i: f"v{i}",
+                                      index=0 if active is None else done[::-1].index(active),
+                                      key="train_pick", width=160)
+                if st.button("Make active", disabled=choice == active, key="make_active",
+                             icon=":material/star:"):
+                    with _ui.guard("Model not made active"):
+                        store.set_active_model(pid, choice)
+                        _ui.flash("info", f"Model v{choice} is now active.")
+                        st.rerun()

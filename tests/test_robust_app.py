@@ -275,3 +275,91 @@ def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
     at.button(key="lab_1").click().run()
     assert not at.exception
     assert [e.value for e in at.error] == ["the annotation store stayed busy for 30 s; try again"]
+
+
+# ------------------------------------------------- a busy store or bad input on every page
+
+BUSY = "the annotation store stayed busy for 30 s; try again"
+
+
+def _raising(exc):
+    def method(*args, **kwargs):
+        raise exc
+    return method
+
+
+def _errors(at: AppTest) -> list[str]:
+    assert not at.exception, at.exception
+    errors = [e.value for e in at.error]
+    assert all("\n" not in e and "Traceback" not in e for e in errors), errors
+    return errors
+
+
+@pytest.mark.parametrize("page, method, message", [
+    (None, "progress", "Cannot show the project overview"),
+    ("data", "list_model_versions", "Cannot show the exports"),
+    ("train", "list_model_versions", "Cannot read the training runs"),
+    ("confidence", "list_model_versions", "Cannot load the model's predictions"),
+    ("annotate", "get_project", "Cannot read the annotation store"),  # the sidebar
+])
+def test_a_busy_store_is_one_line_on_every_page(db, monkeypatch, page, method, message):
+    from gpsl.store import Store, StoreBusyError
+
+    tiny_project(db)
+    at = app(page)
+    original = getattr(Store, method)
+
+    def busy(self, *args, **kwargs):
+        if method == "progress" and kwargs.get("split") == "train":
+            return original(self, *args, **kwargs)  # the sidebar's: only the overview fails
+        raise StoreBusyError(BUSY)
+
+    monkeypatch.setattr(Store, method, busy)
+    at.run()
+    assert f"{message}: {BUSY}" in _errors(at)
+    if page == "data":  # the import form below the exports still shows
+        assert "Import sentences" in [s.value for s in at.subheader]
+    if page is None:
+        assert "New project" in [s.value for s in at.subheader]
+
+
+def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
+    from gpsl.store import Store, StoreBusyError
+
+    store, pid = tiny_project(db)
+    at = app()
+    monkeypatch.setattr(Store, "update_project", _raising(StoreBusyError(BUSY)))
+    next(b for b in at.button if b.label == "Save settings").click().run()
+    assert _errors(at) == [f"Settings not saved: {BUSY}"]
+
+    monkeypatch.setattr(Store, "delete_project", _raising(StoreBusyError(BUSY)))
+    at.checkbox(key="confirm_delete").check().run()
+    next(b for b in at.button if b.label == "Delete project").click().run()
+    assert _errors(at) == [f"Project not deleted: {BUSY}"]
+    assert store.get_project(pid) is not None
+
+    monkeypatch.setattr(Store, "create_project", _raising(
+        InputError("a project named 'tiny' already exists", source="<project>")))
+    at.button(key="create_sample").click().run()
+    assert _errors(at) == ["Project not created: <project>: a project named 'tiny' already "
+                           "exists"]
+    assert len(store.list_projects()) == 1
+
+
+def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
+    from gpsl.store import Store, StoreBusyError
+
+    store, pid = tiny_project(db)
+    at = app("train")
+    monkeypatch.setattr(Store, "start_model_version", _raising(StoreBusyError(BUSY)))
+    at.button(key="start").click().run()
+    assert _errors(at) == [f"Training not started: {BUSY}"]
+    assert store.list_model_versions(pid) == []
+
+    at = app("data")
+    monkeypatch.setattr(Store, "add_sentences", _raising(StoreBusyError(BUSY)))
+    at.file_uploader(key="imp_file").set_value(("more.txt", b"Dora went home\n", "text/plain"))
+    at.run()
+    next(b for b in at.button if (b.key or "").startswith("imp_go_")).click().run()
+    assert _errors(at) == [BUSY]
+    assert store.sentence_count(pid) == 7
