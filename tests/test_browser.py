@@ -1,4 +1,5 @@
-"""One real-browser test: `streamlit run app.py`, Chromium, label a token by clicks.
+"""One real-browser test: `streamlit run app.py`, Chromium, label a token by clicks; then a
+project with HTML/script tokens is opened on the same server and must show them as text.
 
 Skipped when Debian's Chromium (/usr/bin/chromium) is missing.  The screenshot is saved to
 tests/artifacts/ (gitignored).
@@ -20,6 +21,7 @@ from gpsl.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
+HOSTILE = ["<img src=x onerror=window.__pwned=1>", "<script>window.__pwned=2</script>"]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -99,5 +101,25 @@ def test_label_a_token_in_the_browser(server):
 
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "browser_annotate.png"), full_page=True)
+
+            # hostile token text (issue #7), on the same server: shown as text, never run
+            hostile = store.create_project("Hostile tokens", ["B-X", "O"], sentences=[
+                {"tokens": HOSTILE + ["end"], "labels": [None, "O", None]}])
+            page.reload()
+            page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+            page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").click()
+            page.get_by_role("option", name="Hostile tokens").click(timeout=30_000)
+            page.get_by_text("token 1 of 3").wait_for(timeout=30_000)  # its first token
+            for i, tok in enumerate(HOSTILE):  # the chips carry the literal text
+                page.locator(f".st-key-tok_{i}[data-stale='false'] button").filter(
+                    has_text=tok).first.wait_for(timeout=30_000)
+            assert page.evaluate("window.__pwned") is None
+            for frame in page.frames:  # st.html / components may use iframes
+                assert frame.evaluate("typeof window.__pwned") == "undefined", frame.url
+            text = page.locator("body").inner_text()
+            assert "<img src=x" in text and "<script>window.__pwned=2</script>" in text
+            assert store.get_sentence(store.sentence_ids(hostile)[0])["tokens"][:2] == \
+                [(tok,) for tok in HOSTILE]
+            page.screenshot(path=str(ARTIFACTS / "browser_hostile.png"), full_page=True)
         finally:
             browser.close()
