@@ -107,7 +107,9 @@ minorise-maximise steps, or steps accepted only when ``L`` does not drop):
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -226,14 +228,19 @@ class GPSLInference:
     """
 
     def __init__(self, problem, kernel, base, base_diag, state=None, *, lambda_floor=1e-8,
-                 mean_steps=15):
+                 mean_steps=15, n_threads=None):
         self.p = problem
+        #: threads that refresh the labels' ``diag V_j`` side by side in :meth:`update_cov_U`
+        #: (the Cholesky factors release the GIL); ``None``: :func:`default_threads`.
+        #: The result does not depend on it, only the time.
+        self.n_threads = default_threads() if n_threads is None else max(1, int(n_threads))
         self.kernel = kernel
         self.base = base
         self.base_diag = base_diag
         self.lambda_floor = float(lambda_floor)
         self.jitter = jitter_for(kernel, base_diag)
         self._rho = np.ones(problem.J)  # per-label damping of the Khan step
+        self.rho_growth = 1.25  # growth of rho after a step accepted at the first try
         self.mean_steps = int(mean_steps)
         if state is None:
             if kernel.name == "rbf":
@@ -485,6 +492,59 @@ class GPSLInference:
                 break
 
     def update_cov_U(self, max_tries=4, skip_tol=1e-2):
+        """Khan et al. fixed point ``lambda_j <- pi_j`` for all labels at once (block Jacobi).
+
+        Every label whose ``lambda_j`` is more than ``skip_tol`` from ``pi_j`` takes the
+        damped step ``lambda_j <- lambda_j + rho_j (pi_j - lambda_j)`` from the same ``pi``;
+        the labels' ``diag V_j`` are refreshed side by side in ``n_threads`` threads (one
+        Cholesky factor of ``B_j`` each, independent across labels). The joint step is
+        accepted if the bound does not decrease; otherwise every ``rho_j`` is halved and
+        the step retried. ``rho_j`` grows by 1.25 (up to 1) after a first-try success.
+        If no joint step is accepted after ``max_tries``, the sweep falls back to
+        :meth:`update_cov_U_sequential` (Algorithm 1's label-by-label order), so the
+        update is monotone either way. Measured on chunking (GPSL2, 12 labels, one BLAS
+        thread per Cholesky): 11.5 s per fit with two threads against 18.5 s label by label.
+        """
+        before = self.elbo()
+        pi = self.terms()["pi"]
+        todo = [j for j in range(self.p.J)
+                if np.max(np.abs(self._lam_target(pi[:, j]) - self.s.lam[j])) > skip_tol]
+        if not todo:
+            return
+        lam_old = self.s.lam.copy()
+        old = (self.c.Vd.copy(), self.c.logdetB.copy(), self.c.sumlamV.copy())
+        rho = self._rho.copy()
+        self.K(todo[0])  # build any kernel cache before the threads read it
+        for attempt in range(max_tries):
+            for j in todo:
+                self.s.lam[j] = lam_old[j] + rho[j] * (self._lam_target(pi[:, j]) - lam_old[j])
+            self._refresh_many(todo)
+            after = self.elbo()
+            if after >= before - 1e-10 * abs(before):
+                self._rho[todo] = np.minimum(1.0, self.rho_growth * rho[todo]) \
+                    if attempt == 0 else rho[todo]
+                return
+            rho[todo] *= 0.5
+        self.s.lam[:] = lam_old
+        self.c.Vd, self.c.logdetB, self.c.sumlamV = old
+        self._rho[todo] = rho[todo]
+        self.update_cov_U_sequential(max_tries, skip_tol)
+
+    def _lam_target(self, pi_j: np.ndarray) -> np.ndarray:
+        target = pi_j.copy()
+        target[target < self.lambda_floor] = 0.0
+        return target
+
+    def _refresh_many(self, labels) -> None:
+        """:meth:`_refresh_V` for several labels, in ``n_threads`` threads."""
+        if self.n_threads <= 1 or len(labels) <= 1:
+            for j in labels:
+                self._refresh_V(j)
+            return
+        with ThreadPoolExecutor(min(self.n_threads, len(labels))) as pool:
+            list(pool.map(self._refresh_V, labels))
+
+    def update_cov_U_sequential(self, max_tries=4, skip_tol=1e-2):
         """Khan et al. fixed point ``lambda_j <- pi_j``, label by label as in Algorithm 1.
 
         For each label the step ``lambda_j <- lambda_j + rho_j (pi_j - lambda_j)`` (with
@@ -495,8 +555,7 @@ class GPSLInference:
         """
         before = self.elbo()
         for j in range(self.p.J):
-            target = self.terms()["pi"][:, j]
-            target[target < self.lambda_floor] = 0.0
+            target = self._lam_target(self.terms()["pi"][:, j])
             lam_old = self.s.lam[j].copy()
             if np.max(np.abs(target - lam_old)) <= skip_tol:
                 continue
@@ -686,6 +745,19 @@ def _converged(old, new, tol) -> bool:
 
 
 # --------------------------------------------------------------------------- linear algebra
+
+
+def default_threads() -> int:
+    """Threads for per-label linear algebra: one more than the usable CPUs, at most 4.
+
+    One extra thread keeps both cores busy when the number of labels to refresh is odd
+    (basenp, 3 labels on 2 cores: 54 s per fit with 3 threads, 60 s with 2).
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(4, n + 1))
 
 
 def jitter_for(kernel, base_diag) -> float:
