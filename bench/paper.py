@@ -222,6 +222,8 @@ def _rns_kwargs(model) -> dict:
     kw = {"tol": model.rns_tol, "max_iter": model.rns_max_iter}
     if hasattr(model, "rns_schedule"):
         kw["schedule"] = model.rns_schedule
+    if hasattr(model, "rns_damping"):
+        kw["damping"] = model.rns_damping
     return kw
 
 

@@ -109,7 +109,8 @@ def save_model(model, path) -> Path:
                  X_shape=np.array(X.shape, dtype=np.int64))
         params = model.get_params()
         saved = ("kernel", "min_freq", "max_iter", "tol", "learn_hyper", "decoder", "rns_tol",
-                 "rns_max_iter", "rns_schedule", "rns_variance", "lambda_floor", "variance")
+                 "rns_max_iter", "rns_schedule", "rns_damping", "rns_variance", "lambda_floor",
+                 "variance")
         config = {k: params[k] for k in saved if k in params}
         meta = {
             "format": FORMAT_NAME,
@@ -235,6 +236,7 @@ _CONFIG_CHECKS = {
     "rns_tol": lambda v: _is_num(v) and v >= 0,
     "rns_max_iter": lambda v: _is_int(v) and v >= 1,
     "rns_schedule": lambda v: v in ("sequential", "jacobi"),
+    "rns_damping": lambda v: _is_num(v) and 0 < v <= 1,
     "rns_variance": lambda v: isinstance(v, bool),
     "lambda_floor": lambda v: _is_num(v) and v > 0,
     "variance": lambda v: v is None or (_is_num(v) and v > 0),

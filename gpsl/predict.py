@@ -77,7 +77,8 @@ class LatentPredictor:
         return mean, var
 
 
-def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi"):
+def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
+        damping=1.0):
     """Algorithm 2: iterate the refined normalised scores to a fixed point.
 
     Parameters
@@ -94,6 +95,12 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         Algorithm 2 is written; ``"sequential"`` sweeps positions left to right and
         uses the newest values (Gauss-Seidel), which avoids the two-cycles the Jacobi
         form can fall into between strongly coupled neighbours.
+    damping: ``eta`` in ``RNS^t = (1 - eta) RNS^{t-1} + eta F(RNS^{t-1})``, where ``F`` is
+        the update of Algorithm 2. ``1`` is Algorithm 2 exactly as written. The fixed points
+        are the same for every ``eta`` (``RNS = F(RNS)``); ``eta < 1`` only changes the path,
+        and turns the two-cycles of the undamped iteration (RNS^t = RNS^{t-2} != RNS^{t-1},
+        whose last iterate depends on the parity of ``max_iter``) into convergence. The stop
+        rule uses the residual ``max |F(RNS) - RNS|``.
 
     Returns
     -------
@@ -101,6 +108,9 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
     """
     if schedule not in ("jacobi", "sequential"):
         raise ValueError(f"schedule must be 'jacobi' or 'sequential', not {schedule!r}")
+    eta = float(damping)
+    if not 0.0 < eta <= 1.0:
+        raise ValueError(f"damping must be in (0, 1], not {damping!r}")
     b = np.asarray(b, dtype=float)
     lengths = np.asarray(lengths, dtype=np.int64)
     nb = neighbour_index(lengths, offsets)
@@ -135,7 +145,7 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
                 a[has[d]] += P[nb[has[d], d]] @ g[d]
             P_new = fix(softmax(a, axis=1))
             delta = float(np.max(np.abs(P_new - P)))
-            P = P_new
+            P = P_new if eta == 1.0 else (1.0 - eta) * P + eta * P_new
         else:
             delta = 0.0
             for idx in by_pos:
@@ -146,7 +156,7 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
                     a[ok] += P[nbi[ok]] @ g[d]
                 new = fix(softmax(a, axis=1), idx)
                 delta = max(delta, float(np.max(np.abs(new - P[idx]))))
-                P[idx] = new
+                P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
         if delta < tol:
             break
     return P, it

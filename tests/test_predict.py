@@ -126,3 +126,43 @@ def test_exact_pl_decoding_equals_brute_force(offsets):
             if s > best:
                 best, best_y = s, y
         assert pl_decode(b, g, [L], offsets).tolist() == list(best_y)
+
+
+def _rns_update(P, b, g, lengths, offsets):
+    """One undamped Jacobi pass of Algorithm 2 (the map F of gpsl.predict.rns)."""
+    from gpsl.predict import neighbour_index
+
+    nb = neighbour_index(lengths, offsets)
+    a = b.copy()
+    for d in range(len(offsets)):
+        ok = nb[:, d] >= 0
+        a[ok] += P[nb[ok, d]] @ g[d]
+    return softmax(a, axis=1)
+
+
+def test_damped_rns_converges_where_algorithm_2_two_cycles_to_a_fixed_point_of_it():
+    # two tokens pulled to opposite labels locally, strongly coupled to agree: the undamped
+    # Jacobi iteration swaps their beliefs every pass
+    b = np.array([[0.3, 0.0], [0.0, 0.3]])
+    g = np.stack([4.0 * np.eye(2), 4.0 * np.eye(2)])
+    P1, it1 = rns(b, g, [2], (-1, 1), schedule="jacobi", max_iter=60)
+    assert it1 == 60
+    P1b, _ = rns(b, g, [2], (-1, 1), schedule="jacobi", max_iter=61)
+    assert np.abs(P1 - P1b).max() > 0.5  # the answer depends on the parity of max_iter
+    P2, it2 = rns(b, g, [2], (-1, 1), schedule="jacobi", max_iter=60, damping=0.5, tol=1e-10)
+    assert it2 < 60
+    np.testing.assert_allclose(_rns_update(P2, b, g, [2], (-1, 1)), P2, atol=1e-8)
+
+
+def test_damped_rns_finds_the_same_marginals_when_algorithm_2_converges():
+    rng = np.random.default_rng(4)
+    lengths = [5, 7, 3]
+    b = rng.normal(size=(15, 3))
+    g = 0.3 * rng.normal(size=(2, 3, 3))
+    P1, it1 = rns(b, g, lengths, (-1, 1), schedule="jacobi", tol=1e-12, max_iter=500)
+    P2, it2 = rns(b, g, lengths, (-1, 1), schedule="jacobi", tol=1e-12, max_iter=500,
+                  damping=0.5)
+    assert it1 < 500 and it2 < 500
+    np.testing.assert_allclose(P1, P2, atol=1e-9)
+    with pytest.raises(ValueError):
+        rns(b, g, lengths, (-1, 1), damping=0.0)
