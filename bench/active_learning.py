@@ -81,6 +81,7 @@ class Config:
     n_init: int = 3
     max_iter: int = 30
     learn_hyper: bool = False
+    cold_check: bool = False  # also fit a cold model on every round's data (time, accuracy)
     strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     data_dir: str = str(DEFAULT_DATA)
     out_dir: str = str(DEFAULT_OUT)
@@ -154,8 +155,13 @@ def run_strategy(
     seed: int,
     log=None,
     learn_hyper: bool = False,
+    cold_check: bool = False,
 ) -> dict:
-    """Simulate one strategy for one seed; returns the curve of that run."""
+    """Simulate one strategy for one seed; returns the curve of that run.
+
+    With ``cold_check`` every round's data is also fitted from scratch (``warm_start=False``)
+    and the curve gets ``cold_fit_seconds`` and ``cold_accuracy`` beside the warm ones.
+    """
     name, aggregate = parse_strategy(spec)
     level = STRATEGIES[name].level
     model = _make_model(template, max_iter, warm_start=True, learn_hyper=learn_hyper)
@@ -167,6 +173,8 @@ def run_strategy(
         k: [] for k in ("labeled_tokens", "fraction", "accuracy", "fit_seconds", "n_iter")
     }
     curve["query_seconds"] = []
+    if cold_check:
+        curve["cold_fit_seconds"], curve["cold_accuracy"] = [], []
     for r in range(rounds + 1):
         train = [i for i, m in enumerate(labeled) if m.any()]
         X = [pool_X[i] for i in train]
@@ -175,6 +183,12 @@ def run_strategy(
         model.fit(X, y)
         fit_s = time.perf_counter() - t0
         acc = token_accuracy(test_y, model.predict(test_X))
+        if cold_check:
+            cold = _make_model(template, max_iter, warm_start=False, learn_hyper=learn_hyper)
+            t0 = time.perf_counter()
+            cold.fit(X, y)
+            curve["cold_fit_seconds"].append(time.perf_counter() - t0)
+            curve["cold_accuracy"].append(float(token_accuracy(test_y, cold.predict(test_X))))
         n_lab = int(sum(m.sum() for m in labeled))
         curve["labeled_tokens"].append(n_lab)
         curve["fraction"].append(n_lab / pool_tokens)
@@ -292,7 +306,7 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
             curve = run_strategy(
                 spec, pool_X, pool_y, test_X, test_y, template, init, token_batch,
                 sentence_batch, cfg.rounds, cfg.max_iter, seed, log if cfg.verbose else None,
-                cfg.learn_hyper,
+                cfg.learn_hyper, cfg.cold_check,
             )  # fmt: skip
             curve["seed"] = seed
             curve["pool_tokens"] = n_tok
@@ -331,6 +345,7 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
             "final_fraction": c["fraction"][-1],
             "seconds_per_round": float(np.median(fits)),
             "query_seconds_per_round": float(np.median(queries)) if queries else 0.0,
+            **_cold_summary(runs[spec]),
             "curve": c,
             "per_seed": [
                 {k: r[k] for k in ("seed", "labeled_tokens", "accuracy", "fit_seconds", "n_iter")}
@@ -338,6 +353,23 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
             ],
         }
     return result
+
+
+def _cold_summary(runs: list[dict]) -> dict:
+    """Warm against cold refits of the same rounds (rounds after the first), if measured."""
+    if not runs or "cold_fit_seconds" not in runs[0]:
+        return {}
+    warm = [t for r in runs for t in r["fit_seconds"][1:]]
+    cold = [t for r in runs for t in r["cold_fit_seconds"][1:]]
+    wacc = [a for r in runs for a in r["accuracy"][1:]]
+    cacc = [a for r in runs for a in r["cold_accuracy"][1:]]
+    if not warm:
+        return {}
+    return {
+        "cold_seconds_per_round": float(np.median(cold)),
+        "warm_to_cold_time": float(np.sum(warm) / np.sum(cold)),
+        "warm_minus_cold_accuracy": float(np.mean(np.subtract(wacc, cacc))),
+    }
 
 
 def machine_info() -> dict:
@@ -402,6 +434,17 @@ def write_markdown(report: dict, path: Path) -> None:
                 f"| {s['final_accuracy']:.4f} ({100 * s['final_fraction']:.1f}%) "
                 f"| {s['seconds_per_round']:.2f} |"
             )
+        cold = [(spec, s) for spec, s in d["strategies"].items() if "warm_to_cold_time" in s]
+        if cold:
+            lines += ["", "Warm-started refits against cold fits of the same rounds "
+                      "(`--cold-check`, rounds after the first):", "",
+                      "| strategy | warm s/round | cold s/round | warm time / cold time "
+                      "| accuracy warm - cold |", "|---|---:|---:|---:|---:|"]
+            for spec, s in cold:
+                lines.append(f"| {spec} | {s['seconds_per_round']:.2f} "
+                             f"| {s['cold_seconds_per_round']:.2f} "
+                             f"| {s['warm_to_cold_time']:.2f} "
+                             f"| {s['warm_minus_cold_accuracy']:+.4f} |")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -486,6 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="learn kernel hyper-parameters in every fit (slow; default: fixed)",
     )
     p.add_argument(
+        "--cold-check",
+        action="store_true",
+        help="also fit every round's data from scratch and report warm/cold time and accuracy",
+    )
+    p.add_argument(
         "--strategies",
         help=f"comma-separated name[:aggregate] list (default: {','.join(DEFAULT_STRATEGIES)})",
     )
@@ -512,6 +560,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         n_init=args.init,
         max_iter=pick(args.max_iter, 30, 20),
         learn_hyper=args.learn_hyper,
+        cold_check=args.cold_check,
         strategies=(
             [s.strip() for s in args.strategies.split(",") if s.strip()]
             if args.strategies

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from bench import active_learning as AL
@@ -92,3 +93,57 @@ def test_end_to_end_tiny(tmp_path):
             # token strategies reveal exactly the batch each round
             assert all(math.isclose(b - a, 12) for a, b in zip(c["labeled_tokens"],
                                                               c["labeled_tokens"][1:]))
+
+
+def test_cold_check_fits_each_round_again_from_scratch(tmp_path):
+    out = tmp_path / "results"
+    rc = AL.main(
+        [
+            "--dataset", "basenp", "--pool", "8", "--test", "6", "--rounds", "2", "--seeds", "1",
+            "--max-iter", "4", "--batch", "12", "--quiet", "--out", str(out),
+            "--strategies", "entropy", "--cold-check",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    s = json.loads((out / "active_learning.json").read_text())["datasets"]["basenp"][
+        "strategies"]["entropy"]
+    assert s["cold_seconds_per_round"] > 0 and s["warm_to_cold_time"] > 0
+    assert -1.0 <= s["warm_minus_cold_accuracy"] <= 1.0
+    seed = s["per_seed"][0]
+    assert len(seed["accuracy"]) == 3
+    assert "warm time / cold time" in (out / "active_learning.md").read_text()
+
+
+def test_warm_start_matches_sentences_by_content_when_the_training_set_grows():
+    """Sentences kept from the previous fit start from their previous alpha and lambda,
+    wherever they now stand; new sentences start from zero means."""
+    from gpsl.model import GPSL
+
+    X, y, template = AL.load_dataset(AL.DEFAULT_DATA, "basenp")
+    X, y = X[:12], y[:12]
+    m = GPSL(template=template, max_iter=5, warm_start=True)
+    m.fit(X[:6], y[:6])
+    old_alpha, old_lam = m.state_.alpha.copy(), m.state_.lam.copy()
+    starts = np.cumsum(m.lengths_) - m.lengths_
+    seen = {}
+    # grow the set and reorder it: new sentences first, the old ones reversed
+    order = list(range(6, 12)) + list(range(5, -1, -1))
+
+    def spy(prev, problem, classes, keys, lengths, offsets, kernel):
+        s = GPSL._warm_state(m, prev, problem, classes, keys, lengths, offsets, kernel)
+        seen["alpha"], seen["lam"], seen["lengths"] = s.alpha.copy(), s.lam.copy(), lengths
+        return s
+
+    m._warm_state = spy
+    m.fit([X[i] for i in order], [y[i] for i in order])
+    new_starts = np.cumsum(seen["lengths"]) - seen["lengths"]
+    for pos, i in enumerate(order):
+        L = len(X[i])
+        got = seen["alpha"][:, new_starts[pos]:new_starts[pos] + L]
+        if i < 6:
+            src = slice(starts[i], starts[i] + L)
+            np.testing.assert_array_equal(got, old_alpha[:, src])
+            np.testing.assert_array_equal(
+                seen["lam"][:, new_starts[pos]:new_starts[pos] + L], old_lam[:, src])
+        else:
+            assert not got.any()
