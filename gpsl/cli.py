@@ -147,15 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
     p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
                    help="maximum number of coordinate-ascent sweeps (default 100)")
-    p.add_argument("--tol", type=_non_negative_float, default=1e-4, metavar="X",
-                   help="stop when the bound improves by less than this (relative, default 1e-4)")
+    p.add_argument("--tol", type=_non_negative_float, default=None, metavar="X",
+                   help="stop when the bound improves by less than this (relative, default 1e-3)")
     p.add_argument("--learn-hyper", action="store_true",
                    help="learn the per-label kernel hyper-parameters by variational EM "
                         "(off by default: maximising the bound shrinks the variances and "
                         "lowers accuracy on the paper's data sets)")
-    p.add_argument("--variance", type=_positive_float, default=1.0, metavar="S2",
+    p.add_argument("--variance", type=_positive_float, default=None, metavar="S2",
                    help="kernel variance (linear: prior variance of each feature weight; "
-                        "default 1.0); the starting value when --learn-hyper is given")
+                        "default 4.0 linear, 1.0 rbf); the starting value when --learn-hyper "
+                        "is given")
     p.add_argument("-f", "--min-freq", type=_positive_int, default=1, metavar="MIN_FREQ",
                    help="keep features seen at least MIN_FREQ times (like crf_learn -f)")
     p.add_argument("--encoding", type=_encoding, default="utf-8")
@@ -254,8 +255,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gpsl.model import GPSL
 
     model = GPSL(offsets=args.offsets, kernel=args.kernel, template=template_text,
-                 min_freq=args.min_freq, max_iter=args.max_iter, tol=args.tol,
-                 learn_hyper=args.learn_hyper, variance=args.variance)
+                 min_freq=args.min_freq, max_iter=args.max_iter,
+                 learn_hyper=args.learn_hyper, variance=args.variance,
+                 **({} if args.tol is None else {"tol": args.tol}))
 
     def progress(info: dict) -> None:
         if not args.quiet:

@@ -80,7 +80,7 @@ class TrainConfig:
     kernel: str = "linear"
     learn_hyper: bool = False
     max_iter: int = 50
-    tol: float = 1e-4
+    tol: float = 1e-3  # the library default
     max_sentences: int | None = None  # train on at most this many labeled sentences
     query_batch: int = 20  # sentences in the recorded active-learning query round
     extra: dict = field(default_factory=dict)
