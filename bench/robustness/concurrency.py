@@ -314,6 +314,17 @@ def _verify_race(hist, ann, race_results, sid) -> dict:
             "race_both_in_history": both_kept, "race_later_write_wins": later_wins}
 
 
+def _reap(procs, timeout: float) -> None:
+    """Join ``procs`` within ``timeout`` seconds in all; kill any still running after it."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(1.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int = 500,
                           mode: str = "process", seed: int = 0, race_rounds: int = 20,
                           timeout: float = 600.0) -> dict:
@@ -340,13 +351,7 @@ def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int =
                                    outs[w])) for w in range(writers)]
         for p in procs:
             p.start()
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            p.join(max(1.0, deadline - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _reap(procs, timeout)
         results = []
         for w, path in enumerate(outs):
             if os.path.exists(path):
@@ -366,11 +371,7 @@ def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int =
                                     race_barrier, race_outs[w])) for w in range(2)]
         for p in racers:
             p.start()
-        for p in racers:
-            p.join(timeout)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _reap(racers, timeout)
         race_results = []
         for w, path in enumerate(race_outs):
             if os.path.exists(path):

@@ -207,6 +207,11 @@ def gen_template(rng: random.Random) -> str:
 # ----------------------------------------------------------------------------- checks
 
 
+def _failure_kind(problem: str) -> str:
+    """``bad_message`` for an unclean message (multi-line, no source), else ``exception``."""
+    return "bad_message" if problem.startswith(("multi-line", "message does")) else "exception"
+
+
 def _clean_message(exc: BaseException, source: str | None) -> str | None:
     """None when ``exc`` is a clean rejection; otherwise what is wrong with it."""
     from gpsl.errors import InputError
@@ -269,9 +274,7 @@ def _trial(t: dict, sample, source: str | None, fn, check=None) -> None:
         if problem is None:
             _record(t, "rejected_cleanly")
         else:
-            kind = "bad_message" if problem.startswith(("multi-line", "message does")) \
-                else "exception"
-            _record(t, "failure", problem, sample, kind)
+            _record(t, "failure", problem, sample, _failure_kind(problem))
         return
     problem = check(result) if check else None
     if problem:
@@ -628,9 +631,7 @@ def _upload_trials(rng, n, workdir: Path):
             elif problem is None:
                 _record(t, "rejected_cleanly")
             else:
-                kind = "bad_message" if problem.startswith(("multi-line", "message does")) \
-                    else "exception"
-                _record(t, "failure", problem, data, kind)
+                _record(t, "failure", problem, data, _failure_kind(problem))
         else:
             _record(t, "accepted")
     store.close()
