@@ -100,7 +100,7 @@ class GPSL:
     min_freq: keep features seen at least this often (``crf_learn -f``).
     max_iter, tol: coordinate-ascent sweeps and the relative-improvement stop (``tol``
         1e-3: on the paper's data sets the sweeps after that change the bound by less than
-        0.1% and the test loss by less than 0.1 point, at twice the time).
+        0.1% a sweep and the test loss by about 0.1 point, at twice the time).
     learn_hyper: learn the per-label kernel hyper-parameters theta_j by variational EM
         (Algorithm 1's outer loop). Off by default: the Jensen bound of eq. (lb2) grows
         as the kernel variance shrinks, and maximising it lowered held-out accuracy on the
