@@ -114,36 +114,33 @@ def test_cold_check_fits_each_round_again_from_scratch(tmp_path):
     assert "warm time / cold time" in (out / "active_learning.md").read_text()
 
 
-def test_warm_start_matches_sentences_by_content_when_the_training_set_grows():
-    """Sentences kept from the previous fit start from their previous alpha and lambda,
-    wherever they now stand; new sentences start from zero means."""
+def test_warm_start_reuses_means_of_the_same_sentences_in_any_order_and_only_theta_otherwise():
+    """The previous alpha follows each sentence when the training set is the same (reordered);
+    a grown training set restarts from zero means (only theta is carried over)."""
     from gpsl.model import GPSL
 
     X, y, template = AL.load_dataset(AL.DEFAULT_DATA, "basenp")
     X, y = X[:12], y[:12]
     m = GPSL(template=template, max_iter=5, warm_start=True)
     m.fit(X[:6], y[:6])
-    old_alpha, old_lam = m.state_.alpha.copy(), m.state_.lam.copy()
+    old_alpha = m.state_.alpha.copy()
     starts = np.cumsum(m.lengths_) - m.lengths_
     seen = {}
-    # grow the set and reorder it: new sentences first, the old ones reversed
-    order = list(range(6, 12)) + list(range(5, -1, -1))
 
     def spy(prev, problem, classes, keys, lengths, offsets, kernel):
         s = GPSL._warm_state(m, prev, problem, classes, keys, lengths, offsets, kernel)
-        seen["alpha"], seen["lam"], seen["lengths"] = s.alpha.copy(), s.lam.copy(), lengths
+        seen["alpha"], seen["lengths"], seen["theta"] = s.alpha.copy(), lengths, s.theta
         return s
 
     m._warm_state = spy
+    order = list(range(5, -1, -1))  # the same sentences, reversed
     m.fit([X[i] for i in order], [y[i] for i in order])
     new_starts = np.cumsum(seen["lengths"]) - seen["lengths"]
     for pos, i in enumerate(order):
         L = len(X[i])
-        got = seen["alpha"][:, new_starts[pos]:new_starts[pos] + L]
-        if i < 6:
-            src = slice(starts[i], starts[i] + L)
-            np.testing.assert_array_equal(got, old_alpha[:, src])
-            np.testing.assert_array_equal(
-                seen["lam"][:, new_starts[pos]:new_starts[pos] + L], old_lam[:, src])
-        else:
-            assert not got.any()
+        np.testing.assert_array_equal(seen["alpha"][:, new_starts[pos]:new_starts[pos] + L],
+                                      old_alpha[:, starts[i]:starts[i] + L])
+    theta = m.state_.theta.copy()
+    m.fit(X, y)  # grown: zero means, previous theta
+    assert not seen["alpha"].any()
+    np.testing.assert_array_equal(seen["theta"], theta)
