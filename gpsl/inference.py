@@ -514,7 +514,8 @@ class GPSLInference:
         lam_old = self.s.lam.copy()
         old = (self.c.Vd.copy(), self.c.logdetB.copy(), self.c.sumlamV.copy())
         rho = self._rho.copy()
-        self.K(todo[0])  # build any kernel cache before the threads read it
+        if self.kernel.name != "linear":
+            self.K(todo[0])  # build the cached K_j list before the threads read it
         for attempt in range(max_tries):
             for j in todo:
                 self.s.lam[j] = lam_old[j] + rho[j] * (self._lam_target(pi[:, j]) - lam_old[j])
