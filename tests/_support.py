@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from gpsl.store import Store
 
@@ -26,6 +33,42 @@ def http_status(url: str) -> int | None:
             return response.status
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return None
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health"):
+    """``streamlit run app.py`` on a free loopback port with ``env`` added to the
+    environment; yields the URL once ``URL + ready_path`` answers 200 (fails the test after
+    60 s or if the server exits), and stops the server afterwards."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.headless", "true",
+           "--browser.gatherUsageStats", "false"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while http_status(url + ready_path) != 200:
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no HTTP 200 from {url + ready_path} within 60 s:\n"
+                            f"{log_path.read_text()}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def tiny_store(path: Path, extra=()) -> tuple[Store, int]:

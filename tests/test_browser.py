@@ -7,14 +7,11 @@ tests/artifacts/ (gitignored).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from _support import free_port, http_status
+from _support import serve_app
 
 from gpsl.store import Store
 
@@ -30,33 +27,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 def server(tmp_path):
     """The app on a free loopback port with its store in tmp_path; yields (url, db)."""
     db = tmp_path / "gpsl.sqlite3"
-    port = free_port()
-    log_path = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true",
-           "--browser.gatherUsageStats", "false"]
-    env = {**os.environ, "GPSL_DB": str(db), "GPSL_ANNOTATOR": "browser-test",
-           "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while http_status(url + "_stcore/health") != 200:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no answer from {url} within 60 s:\n{log_path.read_text()}")
-            time.sleep(0.3)
+    with serve_app(tmp_path / "server.log",
+                   {"GPSL_DB": str(db), "GPSL_ANNOTATOR": "browser-test"}) as url:
         yield url, db
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.timeout(240)

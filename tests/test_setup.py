@@ -4,16 +4,12 @@ The one real-browser test of the app is in tests/test_browser.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from _support import free_port
 from _support import http_status as get
+from _support import serve_app
 
 from gpsl.io import read_conll
 
@@ -46,38 +42,10 @@ def test_app_opens_on_the_sample_project(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def served_app(tmp_path_factory):
     """``streamlit run app.py`` on a free loopback port; yields the URL once it answers 200."""
-    port = free_port()
     log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
-    cmd = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
-        "--server.address", "127.0.0.1",
-        "--server.port", str(port),
-        "--server.headless", "true",
-        "--browser.gatherUsageStats", "false",
-    ]  # fmt: skip
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1",
-                 "GPSL_DB": str(log_path.parent / "gpsl.sqlite3")},
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while get(url) != 200:
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no HTTP 200 from {url} within 60 s:\n{log_path.read_text()}")
-            time.sleep(0.5)
+    with serve_app(log_path, {"GPSL_DB": str(log_path.parent / "gpsl.sqlite3")},
+                   ready_path="") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.timeout(120)
