@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from gpsl import app_support as sup
-from gpsl.errors import GpslError
+from gpsl.errors import GpslError, InputError
 from gpsl.store import Store, default_db_path
 from gpsl.training import models_root_for, recover
 
@@ -97,6 +97,19 @@ def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
         st.error(error_text(exc, action), icon=":material/error:")
         if stop:
             st.stop()
+
+
+def parse_upload(upload, fmt: str) -> list | None:
+    """The sentences of an uploaded file, or ``None`` after showing one error line (never a
+    traceback for a bad file)."""
+    try:
+        return sup.parse_upload(upload.getvalue(), upload.name, fmt)
+    except InputError as exc:
+        st.error(str(exc), icon=":material/error:")
+    except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback
+        st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
+                 f"{' '.join(str(exc).split())})", icon=":material/error:")
+    return None
 
 
 def models_root() -> Path:

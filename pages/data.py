@@ -128,14 +128,7 @@ if upload is not None:
     target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
                           format_func={"train": "training sentences (labels = annotations)",
                                        "heldout": "held-out sentences (labels = gold)"}.get)
-    sentences = None
-    try:
-        sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt_in)
-    except InputError as exc:
-        st.error(str(exc), icon=":material/error:")
-    except Exception as exc:  # never a traceback for a bad file
-        st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
-                 f"{' '.join(str(exc).split())})", icon=":material/error:")
+    sentences = _ui.parse_upload(upload, fmt_in)
     if sentences:
         summary = sup.summarize(sentences)
         new_labels = sup.unknown_labels(sentences, project["labels"])

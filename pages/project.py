@@ -167,14 +167,7 @@ with upload_tab:
         fmt = st.selectbox("Format", fmt_names, index=guessed, format_func=sup.FORMATS.get,
                            key=f"new_fmt_{fid}", width=300,
                            help="Guessed from the file extension.")
-        sentences = None
-        try:
-            sentences = sup.parse_upload(upload.getvalue(), upload.name, fmt)
-        except InputError as exc:
-            st.error(str(exc), icon=":material/error:")
-        except Exception as exc:  # never a traceback for a bad file
-            st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
-                     f"{' '.join(str(exc).split())})", icon=":material/error:")
+        sentences = _ui.parse_upload(upload, fmt)
         if sentences:
             summary = sup.summarize(sentences)
             st.markdown(
