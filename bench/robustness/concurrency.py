@@ -314,8 +314,11 @@ def _verify_race(hist, ann, race_results, sid) -> dict:
             "race_both_in_history": both_kept, "race_later_write_wins": later_wins}
 
 
-def _reap(procs, timeout: float) -> None:
-    """Join ``procs`` within ``timeout`` seconds in all; kill any still running after it."""
+def _run_collect(procs, outs, timeout: float) -> list:
+    """Start ``procs``, join them within ``timeout`` seconds in all (killing any still
+    running), and return the JSON each wrote to its ``outs`` file (``None`` if it wrote none)."""
+    for p in procs:
+        p.start()
     deadline = time.monotonic() + timeout
     for p in procs:
         p.join(max(1.0, deadline - time.monotonic()))
@@ -323,6 +326,14 @@ def _reap(procs, timeout: float) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+    got = []
+    for path in outs:
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                got.append(json.load(f))
+        else:
+            got.append(None)
+    return got
 
 
 def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int = 500,
@@ -349,16 +360,12 @@ def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int =
                              args=(str(store_path), w, labels_per_writer,
                                    plan["exclusive"][w], plan["shared"], seed, barrier,
                                    outs[w])) for w in range(writers)]
-        for p in procs:
-            p.start()
-        _reap(procs, timeout)
         results = []
-        for w, path in enumerate(outs):
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    results.append(json.load(f))
+        for w, got in enumerate(_run_collect(procs, outs, timeout)):
+            if got is not None:
+                results.append(got)
             else:
-                crash = Path(path + ".crash")
+                crash = Path(outs[w] + ".crash")
                 crashed.append(crash.read_text()[-500:] if crash.exists()
                                else f"writer {w} exited with {procs[w].exitcode}")
                 results.append({"writer": w, "annotator": f"writer-{w}",
@@ -369,14 +376,10 @@ def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int =
         racers = [ctx.Process(target=_race_writer, daemon=True,
                               args=(str(store_path), w, plan["race"], race_rounds,
                                     race_barrier, race_outs[w])) for w in range(2)]
-        for p in racers:
-            p.start()
-        _reap(racers, timeout)
         race_results = []
-        for w, path in enumerate(race_outs):
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    race_results.append(json.load(f))
+        for w, got in enumerate(_run_collect(racers, race_outs, timeout)):
+            if got is not None:
+                race_results.append(got)
             else:
                 crashed.append(f"racer {w} exited with {racers[w].exitcode}")
     else:
