@@ -540,6 +540,17 @@ def _paired(a, b):
     return t, pv
 
 
+def _against_rns(rows: list[dict], other: str) -> dict:
+    """Losses of Algorithm 2 and of decoder ``other`` per partition, their means, and the
+    paired t of ``other`` against Algorithm 2 (t > 0: ``other`` is worse)."""
+    lr = [x["loss_rns"] for x in rows]
+    lo = [x[f"loss_{other}"] for x in rows]
+    t, pv = _paired(lo, lr)
+    return {"loss_rns_mean": mean_std(lr)[0], f"loss_{other}_mean": mean_std(lo)[0],
+            "loss_rns": lr, f"loss_{other}": lo, f"t_{other}_vs_rns": t,
+            f"p_{other}_vs_rns": pv}
+
+
 def summarise_dataset(cfg: Config, name: str, data, parts: list[dict]) -> dict:
     """Per-method aggregates and the table sections of one data set."""
     def per(method, key, source="methods"):
@@ -591,16 +602,8 @@ def summarise_dataset(cfg: Config, name: str, data, parts: list[dict]) -> dict:
     # Table 3 (GPSL1)
     t3 = [pr["table3"] for pr in parts if pr.get("table3")]
     if t3:
-        lr = [x["loss_rns"] for x in t3]
-        lv = [x["loss_viterbi"] for x in t3]
-        t, pv = _paired(lv, lr)
         out["table3"] = {
-            "loss_rns_mean": mean_std(lr)[0],
-            "loss_viterbi_mean": mean_std(lv)[0],
-            "loss_rns": lr,
-            "loss_viterbi": lv,
-            "t_viterbi_vs_rns": t,
-            "p_viterbi_vs_rns": pv,
+            **_against_rns(t3, "viterbi"),
             "decode_rns_median_s": median([x["decode_rns_s"] for x in t3]),
             "decode_viterbi_median_s": median([x["decode_viterbi_s"] for x in t3]),
             "latent_median_s": median([x["latent_s"] for x in t3]),
@@ -614,16 +617,8 @@ def summarise_dataset(cfg: Config, name: str, data, parts: list[dict]) -> dict:
     # exact PL decoding (GPSL2)
     ex = [pr["exact"] for pr in parts if pr.get("exact")]
     if ex:
-        lr = [x["loss_rns"] for x in ex]
-        le = [x["loss_exact"] for x in ex]
-        t, pv = _paired(le, lr)
         out["exact_decoding"] = {
-            "loss_rns_mean": mean_std(lr)[0],
-            "loss_exact_mean": mean_std(le)[0],
-            "loss_rns": lr,
-            "loss_exact": le,
-            "t_exact_vs_rns": t,
-            "p_exact_vs_rns": pv,
+            **_against_rns(ex, "exact"),
             "frac_sentences_differ": mean_std([x["frac_sentences_differ"] for x in ex])[0],
             "frac_tokens_differ": mean_std([x["frac_tokens_differ"] for x in ex])[0],
             "mean_log_pl_gain": mean_std([x["mean_log_pl_gain"] for x in ex])[0],
