@@ -631,7 +631,8 @@ def summarise_dataset(cfg: Config, name: str, data, parts: list[dict]) -> dict:
     # fully supervised run of Table 1 on the same partitions
     if cfg.fractions and any(pr["missing"] for pr in parts):
         fr = [0.0, *cfg.fractions]
-        ml = {"fractions": fr, "methods": {}, "n_hidden_mean": [0.0], "n_complete_mean": [None]}
+        ml = {"fractions": fr, "methods": {}, "n_hidden_mean": [0.0], "n_complete_mean": [None],
+              "n_partitions": sum(1 for pr in parts if pr["missing"])}
         for f in cfg.fractions:
             cells = [pr["missing"][f] for pr in parts if f in pr["missing"]]
             ml["n_hidden_mean"].append(mean_std([c["n_hidden"] for c in cells])[0])
@@ -886,10 +887,8 @@ def write_markdown(report: dict, path: Path) -> None:
     # Figure 3
     lines += ["## Figure 3: accuracy with missing training labels", ""]
     if report["missing_labels"]:
-        mp = cfg.get("missing_partitions")
-        over = (f"the first {mp} partition(s)" if mp is not None and mp < cfg["n_partitions"]
-                else "partitions")
-        lines += [f"Token accuracy (%) on the test sentences, mean ± std over {over}, as a "
+        lines += ["Token accuracy (%) on the test sentences, mean ± std over the partitions "
+                  "named per data set (the first N partitions of Table 1), as a "
                   "fraction of the training labels is hidden (uniformly at random per token, "
                   "nested sets; hidden labels are `None` and marginalised by GPSL). Fraction 0 "
                   "= the Table 1 runs. CRFsuite is trained on the sentences left complete "
@@ -898,7 +897,12 @@ def write_markdown(report: dict, path: Path) -> None:
                   ""]
         for d, ml in report["missing_labels"].items():
             names = list(ml["methods"])
-            lines += [f"**{d}**", "", "| missing | " + " | ".join(names) + " |",
+            n_p = ml.get("n_partitions") or len(ml["methods"][names[0]]["accuracy"][0])
+            head = f"**{d}** ({n_p} partition{'s' if n_p != 1 else ''})"
+            if ml.get("table1_max_abs_diff") is not None:
+                head += (f"; run apart (`{ml['command']}`), its Table 1 losses differ from the "
+                         f"main run's by at most {ml['table1_max_abs_diff']:.2f} points")
+            lines += [head, "", "| missing | " + " | ".join(names) + " |",
                       "|---:|" + "---:|" * len(names)]
             for i, f in enumerate(ml["fractions"]):
                 cells = []
@@ -1090,6 +1094,55 @@ def merge_reports(reports: list[dict]) -> dict:
     return out
 
 
+def merge_figure3(main: dict, figs: list[dict]) -> dict:
+    """``main`` with its Figure 3 taken from separate missing-label runs ``figs``.
+
+    Figure 3 costs seven fits per GPSL model and partition (fraction 0 and six fractions),
+    so on a small machine it is run apart, on fewer partitions than Table 1 (``--partitions
+    N --missing-fractions ...`` with the same seed). A run is used for a data set only if its
+    partitions are the main run's first ones (same train and test sentences, else
+    ``ValueError``). Its own fraction-0 row (its Table 1 fits on those partitions) stays, so
+    every row of the figure comes from one code version; the largest difference between its
+    and the main run's Table 1 losses on the shared partitions is kept as
+    ``table1_max_abs_diff`` (0 when both runs used the same engine).
+    """
+    out = json.loads(json.dumps(main))
+    out.setdefault("missing_labels", {})
+    commands = []
+    for fig in figs:
+        used = []
+        for d, ml in fig.get("missing_labels", {}).items():
+            if d not in out.get("partitions", {}):
+                raise ValueError(f"data set {d!r} of the Figure 3 run is not in the main run")
+            mine, theirs = out["partitions"][d], fig["partitions"][d]
+            if len(theirs) > len(mine):
+                raise ValueError(f"{d}: the Figure 3 run has {len(theirs)} partitions, the main "
+                                 f"run {len(mine)}")
+            for a, b in zip(mine, theirs, strict=False):
+                if a["train"] != b["train"] or a["test"] != b["test"]:
+                    raise ValueError(f"{d}: partition {b['index']} differs from the main run's "
+                                     "(different seed or sizes)")
+            diffs = [abs(x - y)
+                     for m, r in fig["results"][d].items() if m in out["results"][d]
+                     for x, y in zip(out["results"][d][m]["losses"], r["losses"], strict=False)
+                     if x is not None and y is not None]
+            ml = dict(ml)
+            ml["n_partitions"] = ml.get("n_partitions", len(theirs))
+            ml["table1_max_abs_diff"] = max(diffs, default=None)
+            ml["command"] = fig["command"]
+            out["missing_labels"][d] = ml
+            used.append(d)
+        if used:
+            commands.append(fig["command"])
+            out["total_seconds"] = out.get("total_seconds", 0) + fig.get("total_seconds", 0)
+            out["errors"] = list(out.get("errors", [])) + list(fig.get("errors", []))
+            out["config"]["fractions"] = fig["config"]["fractions"]
+    if commands:
+        out["command"] = out["command"] + " ; Figure 3: " + " ; ".join(commands)
+    out["config"]["missing_partitions"] = None
+    return out
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1168,6 +1221,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", nargs="+", metavar="PAPER_JSON",
                    help="combine the paper.json of runs on different data sets into one "
                         "report in --out, then stop")
+    p.add_argument("--figure3", nargs="+", metavar="PAPER_JSON",
+                   help="with --merge: take Figure 3 from these runs (same seed, their "
+                        "partitions the first of the main run's)")
     p.add_argument("--seed", type=int, default=0, help="partition seed (default 0)")
     p.add_argument("--max-iter", type=int, help="GPSL max_iter (default 100; quick "
                                                 f"{QUICK_MAX_ITER})")
@@ -1219,10 +1275,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.figure3 and not args.merge:
+        print("bench.paper: --figure3 needs --merge MAIN_JSON", file=sys.stderr)
+        return 2
     if args.merge:
         try:
             report = merge_reports([json.loads(Path(f).read_text(encoding="utf-8"))
                                     for f in args.merge])
+            if args.figure3:
+                report = merge_figure3(report, [
+                    json.loads(Path(f).read_text(encoding="utf-8")) for f in args.figure3])
         except (OSError, ValueError, KeyError) as exc:
             print(f"bench.paper: cannot merge: {exc}", file=sys.stderr)
             return 2

@@ -181,3 +181,35 @@ def test_merge_reports_combines_disjoint_runs(tmp_path):
     assert "--datasets seg ; python -m bench.paper --datasets basenp" in m["command"]
     with pytest.raises(ValueError, match="overlap"):
         paper.merge_reports([a, a])
+
+
+@needs_data
+def test_figure3_run_apart_is_merged_into_the_main_report(tmp_path):
+    common = ["--datasets", "seg", "--sizes", "seg=3/2", "--max-iter", "2",
+              "--methods", "GPSL1", "CRFsuite", "-q"]
+    main_dir, fig_dir, other_dir, out = (tmp_path / n for n in ("main", "fig", "other", "out"))
+    assert paper.main([*common, "--partitions", "2", "--missing-fractions",
+                       "--out", str(main_dir)]) == 0
+    assert paper.main([*common, "--partitions", "1", "--missing-fractions", "0.3",
+                       "--out", str(fig_dir)]) == 0
+    main_json = json.loads((main_dir / "paper.json").read_text(encoding="utf-8"))
+    assert not main_json["missing_labels"]
+    rc = paper.main(["--merge", str(main_dir / "paper.json"),
+                     "--figure3", str(fig_dir / "paper.json"), "--out", str(out)])
+    assert rc == 0
+    rep = json.loads((out / "paper.json").read_text(encoding="utf-8"))
+    ml = rep["missing_labels"]["seg"]
+    assert ml["n_partitions"] == 1
+    assert ml["fractions"] == [0.0, 0.3]
+    assert ml["table1_max_abs_diff"] == 0.0  # same code, same partition: same Table 1 fits
+    assert rep["results"] == main_json["results"]  # Table 1 stays the main run's
+    assert "Figure 3: python -m bench.paper" in rep["command"]
+    md = (out / "paper.md").read_text(encoding="utf-8")
+    assert "**seg** (1 partition); run apart" in md
+
+    # a run on other partitions (another seed) is refused, with a one-line message
+    assert paper.main([*common, "--partitions", "1", "--seed", "5", "--missing-fractions",
+                       "0.3", "--out", str(other_dir)]) == 0
+    with pytest.raises(ValueError, match="partition 0 differs"):
+        paper.merge_figure3(main_json, [json.loads((other_dir / "paper.json").read_text())])
+    assert paper.main(["--figure3", str(fig_dir / "paper.json")]) == 2
