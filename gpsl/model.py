@@ -20,6 +20,7 @@ from gpsl.features import FeatureExtractor, Template, default_template
 from gpsl.inference import GPSLInference, Problem, VariationalState, initial_state
 from gpsl.kernels import make_kernel
 from gpsl.predict import LatentPredictor, pl_decode, rns, viterbi
+from gpsl.warm import warm_state
 
 GPSL1 = (-1,)
 GPSL2 = (-1, 1)
@@ -130,7 +131,9 @@ class GPSL:
         basenp's test tokens and its answer depends on the parity of ``rns_max_iter``;
         ``0.5`` converges in 20-50 passes and lowered GPSL2's loss on basenp partitions
         0-2 from 5.66% to 5.18% (chunking unchanged).
-    warm_start: start ``fit`` from the previous fit's state (active learning).
+    warm_start: start ``fit`` from the previous fit (active learning, added labels): its
+        hyper-parameters always, its variational state of the kept sentences only when
+        no training label is missing (:mod:`gpsl.warm` says why).
     lambda_floor: Khan parameters below this are set to 0 (see inference). A large floor
         (1e-3) shrinks the Cholesky factors but moves the fixed point: on chunking the
         damped steps towards it kept failing (0.6 s of every sweep wasted).
@@ -284,40 +287,20 @@ class GPSL:
         return self
 
     def _warm_state(self, prev, problem, classes, keys, lengths, offsets, kernel):
-        """Start from the previous fit (``warm_start=True``).
+        """Start from the previous fit (``warm_start=True``), see :mod:`gpsl.warm`.
 
-        The hyper-parameters are always reused, and the means of ``q(f_U)`` (``alpha``)
-        when the training sentences are the same as before (matched by content, in any
-        order). ``q(f_S)``, ``lambda`` and the label distributions ``r`` of missing tokens
-        restart: dependent functions carried over pull the ``r`` of missing tokens into
-        confident, self-consistent but wrong labelings that the bound cannot tell from good
-        ones (measured on basenp, 30 sentences, labels revealed over three rounds: reusing
-        ``q(f_S)`` reached a *higher* bound with 0.71 accuracy where a cold fit had 0.90).
-        Carrying ``alpha`` and ``lambda`` of the kept sentences into a *grown* training set
-        was measured too and is not done: it cost 0.75 of a cold fit on chunking but lowered
-        accuracy (basenp active learning, pool 60, random tokens: area under the learning
-        curve 0.894 -> 0.848; token margin reached 99% of full accuracy at 35.6% of the pool
-        instead of 30.5%).
+        The hyper-parameters are always reused. The means, Khan parameters and ``q(f_S)``
+        of the kept sentences (matched by content, in any order) are reused only when no
+        training label is missing: the bound then has one maximiser and the warm start only
+        saves sweeps. With missing labels the previous means would start the unlabeled
+        tokens at the previous model's labels and the fit would settle in another, less
+        accurate local maximum (measured with ``python -m bench.warm_start``).
         """
         if prev is None or prev.kernel_.name != kernel.name or prev.offsets_ != offsets \
                 or list(prev.classes_) != list(classes):
             return None
-        s = initial_state(problem, prev.state_.theta[0])
-        s.theta = prev.state_.theta.copy()
-        prev_keys = getattr(prev, "sentence_keys_", None)
-        if not prev_keys or sorted(prev_keys) != sorted(keys):
-            return s
-        prev_start = np.cumsum(prev.lengths_) - prev.lengths_
-        where = {}
-        for i, k in enumerate(prev_keys):
-            where.setdefault(k, []).append(i)
-        start = np.cumsum(lengths) - lengths
-        for i, k in enumerate(keys):
-            j = where[k].pop(0)
-            src = slice(int(prev_start[j]), int(prev_start[j] + lengths[i]))
-            dst = slice(int(start[i]), int(start[i] + lengths[i]))
-            s.alpha[:, dst] = prev.state_.alpha[:, src]
-        return s
+        return warm_state(prev.state_, getattr(prev, "sentence_keys_", None) or [],
+                          prev.lengths_, problem, keys, lengths)
 
     def _theta0(self, kernel, base, base_diag) -> np.ndarray:
         if kernel.name == "rbf":

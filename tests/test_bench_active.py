@@ -114,33 +114,43 @@ def test_cold_check_fits_each_round_again_from_scratch(tmp_path):
     assert "warm time / cold time" in (out / "active_learning.md").read_text()
 
 
-def test_warm_start_reuses_means_of_the_same_sentences_in_any_order_and_only_theta_otherwise():
-    """The previous alpha follows each sentence when the training set is the same (reordered);
-    a grown training set restarts from zero means (only theta is carried over)."""
+def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_labels():
+    """Complete labels: alpha and lambda follow each kept sentence (reordered, grown set; new
+    sentences start cold). Missing labels: only theta is carried over."""
     from gpsl.model import GPSL
 
     X, y, template = AL.load_dataset(AL.DEFAULT_DATA, "basenp")
     X, y = X[:12], y[:12]
     m = GPSL(template=template, max_iter=5, warm_start=True)
     m.fit(X[:6], y[:6])
-    old_alpha = m.state_.alpha.copy()
+    old_alpha, old_lam = m.state_.alpha.copy(), m.state_.lam.copy()
     starts = np.cumsum(m.lengths_) - m.lengths_
     seen = {}
 
     def spy(prev, problem, classes, keys, lengths, offsets, kernel):
         s = GPSL._warm_state(m, prev, problem, classes, keys, lengths, offsets, kernel)
-        seen["alpha"], seen["lengths"], seen["theta"] = s.alpha.copy(), lengths, s.theta
+        seen.update(alpha=s.alpha.copy(), lam=s.lam.copy(), lengths=lengths, theta=s.theta,
+                    m_S=s.m_S.copy())
         return s
 
     m._warm_state = spy
-    order = list(range(5, -1, -1))  # the same sentences, reversed
+    order = [8, 5, 4, 3, 2, 1, 0, 9]  # the same sentences reversed, two new ones around them
+    m_S = m.state_.m_S.copy()
     m.fit([X[i] for i in order], [y[i] for i in order])
     new_starts = np.cumsum(seen["lengths"]) - seen["lengths"]
     for pos, i in enumerate(order):
-        L = len(X[i])
-        np.testing.assert_array_equal(seen["alpha"][:, new_starts[pos]:new_starts[pos] + L],
-                                      old_alpha[:, starts[i]:starts[i] + L])
+        sl = slice(new_starts[pos], new_starts[pos] + len(X[i]))
+        if i < 6:
+            np.testing.assert_array_equal(seen["alpha"][:, sl],
+                                          old_alpha[:, starts[i]:starts[i] + len(X[i])])
+            np.testing.assert_array_equal(seen["lam"][:, sl],
+                                          old_lam[:, starts[i]:starts[i] + len(X[i])])
+        else:
+            assert not seen["alpha"][:, sl].any()
+            assert np.all(seen["lam"][:, sl] == 1.0 / len(m.classes_))
+    np.testing.assert_array_equal(seen["m_S"], m_S)
     theta = m.state_.theta.copy()
-    m.fit(X, y)  # grown: zero means, previous theta
-    assert not seen["alpha"].any()
+    partial = [[v if k % 2 else None for k, v in enumerate(lab)] for lab in y]
+    m.fit(X, partial)  # missing labels: zero means, cold lambda and q(f_S), previous theta
+    assert not seen["alpha"].any() and not seen["m_S"].any()
     np.testing.assert_array_equal(seen["theta"], theta)
