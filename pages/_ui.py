@@ -99,6 +99,22 @@ def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
             st.stop()
 
 
+def on_click_data(build, action: str):
+    """``data`` for ``st.download_button`` that is built only when the button is clicked.
+
+    Streamlit calls it outside the page script, where no ``st.error`` can be shown and an
+    exception would only make the download fail without a word. So a failure (the store busy
+    past its timeout, a model folder removed meanwhile ...) downloads one line of text,
+    ``"gpsl: <action>: <message>"``, instead."""
+    def data():
+        try:
+            return build()
+        except Exception as exc:  # noqa: BLE001 - shown to the user in the downloaded file
+            return f"gpsl: {error_text(exc, action)}\n".encode()
+
+    return data
+
+
 def parse_upload(upload, fmt: str) -> list | None:
     """The sentences of an uploaded file, or ``None`` after showing one error line (never a
     traceback for a bad file)."""

@@ -49,7 +49,8 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         st.download_button(
             "Download annotations", icon=":material/download:", type="primary",
             data=ann_data if ann_data is not None else
-            (lambda: sup.export_annotations(store, pid, fmt, split)),
+            _ui.on_click_data(lambda: sup.export_annotations(store, pid, fmt, split),
+                              "Annotations not exported"),
             file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
             on_click="ignore", disabled=ann_error is not None)
         preview = store.get_sentences(pid, split=split, limit=2)
@@ -92,7 +93,9 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             st.download_button(
                 "Download predictions", icon=":material/download:",
                 data=pred_data if pred_data is not None else
-                (lambda: sup.export_predictions(store, pid, version, pfmt, psplit)),
+                _ui.on_click_data(
+                    lambda: sup.export_predictions(store, pid, version, pfmt, psplit),
+                    "Predictions not exported"),
                 file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
                 on_click="ignore", disabled=pred_error is not None)
 
@@ -109,7 +112,8 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                                   format_func=lambda i: f"v{i}", key="zip_version", width=160)
                 path = next(v["path"] for v in saved if v["id"] == mv)
                 st.download_button("Download model (.zip)", icon=":material/deployed_code:",
-                                   data=lambda: sup.zip_directory(path),
+                                   data=_ui.on_click_data(lambda: sup.zip_directory(path),
+                                                          "Model not exported"),
                                    file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
                                    key="dl_model", on_click="ignore")
 

@@ -363,3 +363,17 @@ def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
     next(b for b in at.button if (b.key or "").startswith("imp_go_")).click().run()
     assert _errors(at) == [BUSY]
     assert store.sentence_count(pid) == 7
+
+
+def test_a_download_that_fails_on_click_gives_one_line_instead_of_a_broken_download():
+    from gpsl.store import StoreBusyError
+    from pages import _ui
+
+    def busy():
+        raise StoreBusyError("the store stayed locked for 30 s")
+
+    assert _ui.on_click_data(lambda: b"x\ty\n", "Export")() == b"x\ty\n"
+    assert _ui.on_click_data(busy, "Annotations not exported")() == (
+        b"gpsl: Annotations not exported: the store stayed locked for 30 s\n")
+    missing = _ui.on_click_data(lambda: open("/nonexistent/model.json", "rb").read(), "Model")()
+    assert missing.startswith(b"gpsl: Model: ") and missing.count(b"\n") == 1
