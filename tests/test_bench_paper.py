@@ -213,3 +213,17 @@ def test_figure3_run_apart_is_merged_into_the_main_report(tmp_path):
     with pytest.raises(ValueError, match="partition 0 differs"):
         paper.merge_figure3(main_json, [json.loads((other_dir / "paper.json").read_text())])
     assert paper.main(["--figure3", str(fig_dir / "paper.json")]) == 2
+
+
+def test_above_paper_notes_compare_the_gap_with_the_sampling_error():
+    losses = [8.0, 9.0, 8.5, 8.5]  # mean 8.5, sd 0.408
+    rep = {"results": {"JapaneseNE": {
+        "GPSL2": {"loss_mean": 8.5, "loss_std": float(np.std(losses, ddof=1)), "losses": losses},
+        "GPSL1": {"loss_mean": 8.0, "loss_std": 0.5, "losses": losses},  # below the paper
+        "CRFsuite": {"loss_mean": 7.5, "loss_std": 0.5, "losses": losses}}}}
+    notes = paper.above_paper_notes(rep)
+    assert len(notes) == 1
+    se = np.hypot(np.std(losses, ddof=1) / 2, 2.45 / np.sqrt(10))
+    assert notes[0].startswith("JapaneseNE GPSL2: +0.64 points above the paper")
+    assert f"{(8.5 - 7.86) / se:.1f} combined standard errors" in notes[0]
+    assert "ours is +1.00 (CRFsuite), the paper's +0.10 (its CRF)" in notes[0]
