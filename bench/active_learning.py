@@ -520,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="number of seeds (default 3; quick 1)")
     p.add_argument("--rounds", type=int, help="query rounds (default 5; quick 3)")
     p.add_argument("--batch", type=int, help="tokens per round (default 10%% of the pool)")
+    p.add_argument("--batch-fraction", type=float, default=0.1, metavar="F",
+                   help="tokens per round as a fraction of the pool's tokens when --batch is "
+                        "not given (default 0.1)")
     p.add_argument("--pool", type=int, help="pool sentences (default 60 basenp, 50 chunking)")
     p.add_argument("--test", type=int, help="held-out test sentences (default 150 / 100)")
     p.add_argument("--init", type=int, default=3, help="initial fully labeled sentences")
@@ -555,7 +558,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         seeds=pick(args.seeds, 3, 1),
         rounds=pick(args.rounds, 5, 3),
         batch=args.batch,
-        batch_fraction=0.1,
+        batch_fraction=args.batch_fraction,
         n_pool=args.pool,
         n_test=args.test,
         n_init=args.init,
@@ -578,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
+    if not 0.0 < cfg.batch_fraction <= 1.0:
+        print("bench.active_learning: --batch-fraction must be in (0, 1]", file=sys.stderr)
+        return 2
     try:
         for spec in cfg.strategies:
             parse_strategy(spec)

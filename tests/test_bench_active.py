@@ -154,3 +154,14 @@ def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_l
     m.fit(X, partial)  # missing labels: zero means, cold lambda and q(f_S), previous theta
     assert not seen["alpha"].any() and not seen["m_S"].any()
     np.testing.assert_array_equal(seen["theta"], theta)
+
+
+def test_batch_fraction_sets_the_round_size_and_bad_values_are_refused(tmp_path):
+    out = tmp_path / "results"
+    rc = AL.main(["--dataset", "basenp", "--pool", "8", "--test", "6", "--rounds", "1",
+                  "--seeds", "1", "--max-iter", "3", "--batch-fraction", "0.05", "--quiet",
+                  "--strategies", "random", "--out", str(out)])
+    assert rc == 0
+    d = json.loads((out / "active_learning.json").read_text())["datasets"]["basenp"]
+    assert d["token_batch"] == max(1, round(0.05 * d["pool_tokens"]))
+    assert AL.main(["--batch-fraction", "0", "--quiet", "--out", str(out)]) == 2
