@@ -22,6 +22,7 @@ def test_warm_start_bench_compares_every_start_with_the_cold_fit(tmp_path):
     rep = json.loads((out / "warm_start.json").read_text(encoding="utf-8"))
     rows = rep["datasets"]["basenp"]["rows"]
     assert [r["complete"] for r in rows] == [False, True]  # token round, sentence round
+    assert all(r["warm_possible"] for r in rows)  # B, I and O are in the seed sentences
     for r in rows:
         assert set(r["fits"]) == set(W.VARIANTS)
     # with missing labels the library's warm start is the cold fit with the same theta
@@ -34,3 +35,14 @@ def test_warm_start_bench_compares_every_start_with_the_cold_fit(tmp_path):
     md = (out / "warm_start.md").read_text(encoding="utf-8")
     assert "missing training labels (token strategies)" in md
     assert W.main(["--strategies", "nonsense", "--out", str(out), "-q"]) == 2
+
+
+def test_rounds_with_a_new_label_are_left_out_of_the_summary():
+    fit = {"seconds": 1.0, "sweeps": 10, "bound": -5.0, "accuracy": 0.5}
+    faster = {"seconds": 0.5, "sweeps": 5, "bound": -5.0, "accuracy": 0.5}
+    rows = [{"complete": True, "warm_possible": True,
+             "fits": {v: (fit if v in ("cold", "alpha") else faster) for v in W.VARIANTS}},
+            {"complete": True, "warm_possible": False, "fits": {v: fit for v in W.VARIANTS}}]
+    s = W.summarise(rows)["complete"]
+    assert s["rounds"] == 1 and s["rounds_new_labels"] == 1
+    assert s["library"]["time_to_cold"] == 0.5 and s["alpha"]["time_to_cold"] == 1.0
