@@ -1165,7 +1165,9 @@ def merge_figure3(main: dict, figs: list[dict]) -> dict:
             out["missing_labels"][d] = ml
             used.append(d)
         if used:
-            commands.append(fig["command"])
+            stopped = "" if fig.get("complete", True) else \
+                " (stopped early: partitions as listed per data set)"
+            commands.append(fig["command"] + stopped)
             out["total_seconds"] = out.get("total_seconds", 0) + fig.get("total_seconds", 0)
             out["errors"] = list(out.get("errors", [])) + list(fig.get("errors", []))
             out["config"]["fractions"] = fig["config"]["fractions"]
