@@ -42,7 +42,7 @@ FORCED = {"alpha": ("alpha",), "alpha+lam": ("alpha", "lam"), "alpha+lam+S": ("a
 DEFAULT_STRATEGIES = ("random", "entropy", "random_sentence")
 
 
-def _forced_model(template: str, max_iter: int, prev, parts):
+def _forced_model(template: str, max_iter: int, prev, parts, tol: float = 1e-3):
     """A GPSL whose warm start carries ``parts`` of ``prev`` regardless of missing labels."""
     from gpsl.model import GPSL
     from gpsl.warm import carry_state
@@ -54,7 +54,7 @@ def _forced_model(template: str, max_iter: int, prev, parts):
             return carry_state(prev_.state_, prev_.sentence_keys_, prev_.lengths_, problem,
                                keys, lengths, parts)
 
-    m = Forced(template=template, max_iter=max_iter, warm_start=True)
+    m = Forced(template=template, max_iter=max_iter, tol=tol, warm_start=True)
     m.__dict__.update({k: v for k, v in prev.__dict__.items() if k.endswith("_")})
     return m
 
@@ -70,7 +70,7 @@ def _fit(model, X, y, test_X, test_y) -> dict:
 
 
 def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds: int,
-               max_iter: int, data_dir: Path, log) -> list[dict]:
+               max_iter: int, data_dir: Path, log, tol: float = 1e-3) -> list[dict]:
     """Every variant on every round of one active-learning run; one row per round >= 1."""
     from gpsl.active import query
     from gpsl.model import GPSL
@@ -92,7 +92,7 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
         train = [i for i, m in enumerate(labeled) if m.any()]
         X = [pool_X[i] for i in train]
         y = [AL._revealed(pool_y[i], labeled[i]) for i in train]
-        cold = GPSL(template=template, max_iter=max_iter)
+        cold = GPSL(template=template, max_iter=max_iter, tol=tol)
         row = {"round": r, "tokens": sum(len(s) for s in X),
                "labeled": int(sum(m.sum() for m in labeled)),
                "complete": all(v is not None for lab in y for v in lab),
@@ -104,7 +104,7 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
             lib = copy.deepcopy(prev).set_params(warm_start=True)
             row["fits"]["library"] = _fit(lib, X, y, test_X, test_y)
             for v, parts in FORCED.items():
-                row["fits"][v] = _fit(_forced_model(template, max_iter, prev, parts), X, y,
+                row["fits"][v] = _fit(_forced_model(template, max_iter, prev, parts, tol), X, y,
                                       test_X, test_y)
             rows.append(row)
             log(f"  {name} {spec} seed {seed} round {r}: {row['tokens']} tokens, "
@@ -170,7 +170,8 @@ def write_markdown(report: dict, path: Path) -> None:
     lines += [
         f"Rounds of `bench.active_learning` (pool {cfg['pool']}, 3 fully labeled seed sentences, "
         f"batch 10% of the pool's tokens or as many tokens' worth of sentences, GPSL2, "
-        f"max_iter {cfg['max_iter']}, tol 1e-3), {cfg['seeds']} seed(s), strategies "
+        f"max_iter {cfg['max_iter']}, tol {cfg.get('tol', 1e-3):g}), {cfg['seeds']} seed(s), "
+        "strategies "
         f"{', '.join(cfg['strategies'])}; every round after the first is fitted cold and from "
         "the previous round's cold fit. `library` = `GPSL(warm_start=True)` (hyper-parameters, "
         "plus the kept sentences' state when no label is missing); `alpha`, `alpha+lam`, "
@@ -208,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", type=int, help="pool sentences (default 60 basenp, 50 chunking)")
     p.add_argument("--rounds", type=int, help="query rounds (default 3)")
     p.add_argument("--seeds", type=int, default=1, help="seeds (default 1)")
+    p.add_argument("--max-iter", type=int, help="GPSL max_iter (default 30; quick 10)")
+    p.add_argument("--tol", type=float, default=1e-3, help="GPSL tol (default 1e-3, the "
+                                                            "library's)")
     p.add_argument("--strategies", help="comma-separated (default: "
                                         f"{','.join(DEFAULT_STRATEGIES)})")
     p.add_argument("--data-dir", default=str(AL.DEFAULT_DATA), help=argparse.SUPPRESS)
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     pools = {"basenp": 60, "chunking": 50}
     tests = {"basenp": 150, "chunking": 100}
     rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
-    max_iter = 10 if args.quick else 30
+    max_iter = args.max_iter or (10 if args.quick else 30)
 
     def log(msg):
         if not args.quiet:
@@ -242,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
               "date": now_iso(), "machine": machine_info(), "git": _git(),
               "config": {"pool": args.pool or ("12" if args.quick else "60 basenp, 50 chunking"),
                          "rounds": rounds, "seeds": args.seeds, "strategies": strategies,
-                         "max_iter": max_iter},
+                         "max_iter": max_iter, "tol": args.tol},
               "datasets": {}}
     for name in datasets:
         n_pool = args.pool or (12 if args.quick else pools[name])
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = [row for seed in range(args.seeds) for spec in strategies
                     for row in run_rounds(name, spec, seed, n_pool, n_test, rounds, max_iter,
-                                          Path(args.data_dir), log)]
+                                          Path(args.data_dir), log, args.tol)]
         except AL.DataMissing as exc:
             print(f"bench.warm_start: {exc}", file=sys.stderr)
             return 2
