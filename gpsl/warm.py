@@ -29,8 +29,9 @@ bound is *higher*. Measured on active-learning rounds (``python -m bench.warm_st
 * missing labels, carrying ``alpha``: accuracy -0.010 / -0.012 on average (worst round -0.032)
   at a bound +78 / +43 higher; ``alpha`` and ``lam``: 0.78 / 0.57 of the time, accuracy -0.019 /
   -0.022; everything: -0.044 / -0.023 (worst -0.12). With ``tol`` 1e-5 the warm and cold fits
-  stay apart too (basenp, one round: bound -3084 against -3159, accuracy 0.900 against 0.913),
-  so it is not a stopping rule effect.
+  stay apart too (``--dataset basenp --strategies random --rounds 2 --tol 1e-5 --max-iter 300``,
+  ``warm_start_tol1e-5.md``: carrying ``alpha`` gave 0.851 and 0.900 against the cold fits'
+  0.866 and 0.913), so it is not an effect of the stopping rule.
 """
 
 from __future__ import annotations
