@@ -204,28 +204,33 @@ def run_strategy(
         if r == rounds or all(m.all() for m in labeled):
             break
         t0 = time.perf_counter()
-        if STRATEGIES[name].score == "random":
-            marg = [np.ones((len(s), 1)) for s in pool_X]  # scores are not used
-        else:
-            known = [_revealed(ys, ms) for ys, ms in zip(pool_y, labeled)]
-            marg = model.predict_marginals(pool_X, y=known)  # revealed tokens clamped
-        items = query(
-            marg,
-            labeled,
-            strategy=name,
-            batch_size=token_batch if level == "token" else sentence_batch,
-            aggregate=aggregate,
-            seed=seed * 1000 + r,
-        )
+        n_items = query_and_reveal(model, name, aggregate, pool_X, pool_y, labeled,
+                                   token_batch if level == "token" else sentence_batch,
+                                   seed=seed * 1000 + r)
         curve["query_seconds"].append(time.perf_counter() - t0)
-        if not items:
+        if not n_items:
             break
-        for it in items:
-            if it.token is None:
-                labeled[it.sentence][:] = True
-            else:
-                labeled[it.sentence][it.token] = True
     return curve
+
+
+def query_and_reveal(model, strategy: str, aggregate: str, pool_X, pool_y, labeled,
+                     batch_size: int, seed: int) -> int:
+    """One query round: ``strategy`` picks ``batch_size`` items from ``model``'s marginals on
+    the pool (revealed tokens clamped), and their gold labels are revealed in ``labeled``
+    (in place; a sentence item reveals the whole sentence). Returns the number of items."""
+    if STRATEGIES[strategy].score == "random":
+        marg = [np.ones((len(s), 1)) for s in pool_X]  # scores are not used
+    else:
+        known = [_revealed(ys, ms) for ys, ms in zip(pool_y, labeled, strict=True)]
+        marg = model.predict_marginals(pool_X, y=known)
+    items = query(marg, labeled, strategy=strategy, batch_size=batch_size,
+                  aggregate=aggregate, seed=seed)
+    for it in items:
+        if it.token is None:
+            labeled[it.sentence][:] = True
+        else:
+            labeled[it.sentence][it.token] = True
+    return len(items)
 
 
 # --------------------------------------------------------------------------- summaries

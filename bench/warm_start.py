@@ -72,7 +72,6 @@ def _fit(model, X, y, test_X, test_y) -> dict:
 def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds: int,
                max_iter: int, data_dir: Path, log, tol: float = 1e-3) -> list[dict]:
     """Every variant on every round of one active-learning run; one row per round >= 1."""
-    from gpsl.active import query
     from gpsl.model import GPSL
 
     X_all, y_all, template = AL.load_dataset(data_dir, name)
@@ -115,21 +114,10 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
         prev = cold
         if r == rounds:
             break
-        if AL.STRATEGIES[strategy].score == "random":
-            marg = [np.ones((len(s), 1)) for s in pool_X]
-        else:
-            known = [AL._revealed(ys, ms) for ys, ms in zip(pool_y, labeled, strict=True)]
-            marg = cold.predict_marginals(pool_X, y=known)
-        items = query(marg, labeled, strategy=strategy,
-                      batch_size=token_batch if level == "token" else sentence_batch,
-                      aggregate=aggregate, seed=seed * 1000 + r)
-        if not items:
+        if not AL.query_and_reveal(cold, strategy, aggregate, pool_X, pool_y, labeled,
+                                   token_batch if level == "token" else sentence_batch,
+                                   seed=seed * 1000 + r):
             break
-        for it in items:
-            if it.token is None:
-                labeled[it.sentence][:] = True
-            else:
-                labeled[it.sentence][it.token] = True
     return rows
 
 
