@@ -1038,7 +1038,10 @@ def write_missing_html(report: dict, path: Path) -> None:
         return
     names = list(ml)
     rows, cols = _grid(len(names))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names)
+    titles = [d if not ml[d].get("n_partitions") else
+              f"{d} ({ml[d]['n_partitions']} partition{'s' if ml[d]['n_partitions'] != 1 else ''})"
+              for d in names]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles)
     colours = {"GPSL1": "#1f77b4", "GPSL2": "#ff7f0e", "GPSL4": "#2ca02c", CRF_COMPLETE: "#444"}
     for k, d in enumerate(names):
         r, c = divmod(k, cols)
