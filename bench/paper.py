@@ -897,8 +897,7 @@ def write_markdown(report: dict, path: Path) -> None:
                   ""]
         for d, ml in report["missing_labels"].items():
             names = list(ml["methods"])
-            n_p = ml.get("n_partitions") or len(ml["methods"][names[0]]["accuracy"][0])
-            head = f"**{d}** ({n_p} partition{'s' if n_p != 1 else ''})"
+            head = _figure3_title(f"**{d}**", ml)
             if ml.get("table1_max_abs_diff") is not None:
                 head += (f"; run apart (`{ml['command']}`), its Table 1 losses differ from the "
                          f"main run's by at most {ml['table1_max_abs_diff']:.2f} points")
@@ -985,6 +984,13 @@ def write_markdown(report: dict, path: Path) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+def _figure3_title(name: str, ml: dict) -> str:
+    """``"basenp (2 partitions)"``: a data set's Figure 3 panel with its number of partitions
+    (counted from the accuracy columns for reports written before ``n_partitions``)."""
+    n = ml.get("n_partitions") or len(next(iter(ml["methods"].values()))["accuracy"][0])
+    return f"{name} ({n} partition{'s' if n != 1 else ''})"
+
+
 def above_paper_notes(report: dict) -> list[str]:
     """One note per GPSL model whose mean loss is above the paper's: by how much, and how
     that compares with the sampling error of the two means (different random partitions:
@@ -1038,10 +1044,8 @@ def write_missing_html(report: dict, path: Path) -> None:
         return
     names = list(ml)
     rows, cols = _grid(len(names))
-    titles = [d if not ml[d].get("n_partitions") else
-              f"{d} ({ml[d]['n_partitions']} partition{'s' if ml[d]['n_partitions'] != 1 else ''})"
-              for d in names]
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles)
+    fig = make_subplots(rows=rows, cols=cols,
+                        subplot_titles=[_figure3_title(d, ml[d]) for d in names])
     colours = {"GPSL1": "#1f77b4", "GPSL2": "#ff7f0e", "GPSL4": "#2ca02c", CRF_COMPLETE: "#444"}
     for k, d in enumerate(names):
         r, c = divmod(k, cols)
