@@ -276,6 +276,22 @@ def normalised_auc(fraction, accuracy, lo: float, hi: float) -> float | None:
 # --------------------------------------------------------------------------- driver
 
 
+def draw_run(X_all, y_all, n_pool: int, n_test: int, seed: int, batch: int | None = None,
+             batch_fraction: float = 0.1, n_init: int = 3):
+    """The data of one simulated run for ``seed``: pool and test sentences and labels, the
+    token batch (``batch``, else ``batch_fraction`` of the pool's tokens), the sentence batch
+    (as many tokens' worth of sentences) and the indices of the ``n_init`` fully labeled
+    seed sentences."""
+    pool, test = split(len(X_all), n_pool, n_test, seed)
+    pool_X, pool_y = [X_all[i] for i in pool], [y_all[i] for i in pool]
+    test_X, test_y = [X_all[i] for i in test], [y_all[i] for i in test]
+    n_tok = sum(len(s) for s in pool_X)
+    token_batch = batch or max(1, round(batch_fraction * n_tok))
+    sentence_batch = max(1, round(token_batch * len(pool_X) / n_tok))
+    init = np.random.default_rng(10_000 + seed).choice(len(pool_X), n_init, replace=False)
+    return pool_X, pool_y, test_X, test_y, token_batch, sentence_batch, init
+
+
 def run_dataset(cfg: Config, name: str, log) -> dict:
     X_all, y_all, template = load_dataset(Path(cfg.data_dir), name)
     n_pool, n_test = (QUICK_SIZES if cfg.quick else POOL_SIZES)[name]
@@ -284,19 +300,14 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
     runs: dict[str, list[dict]] = {s: [] for s in cfg.strategies}
     full_acc, full_secs, pool_tokens, test_tokens, batches, sbatches = [], [], [], [], [], []
     for seed in range(cfg.seeds):
-        pool, test = split(len(X_all), n_pool, n_test, seed)
-        pool_X = [X_all[i] for i in pool]
-        pool_y = [y_all[i] for i in pool]
-        test_X = [X_all[i] for i in test]
-        test_y = [y_all[i] for i in test]
+        (pool_X, pool_y, test_X, test_y, token_batch, sentence_batch,
+         init) = draw_run(X_all, y_all, n_pool, n_test, seed, cfg.batch, cfg.batch_fraction,
+                          cfg.n_init)
         n_tok = sum(len(s) for s in pool_X)
         pool_tokens.append(n_tok)
         test_tokens.append(sum(len(s) for s in test_X))
-        token_batch = cfg.batch or max(1, round(cfg.batch_fraction * n_tok))
-        sentence_batch = max(1, round(token_batch * len(pool_X) / n_tok))
         batches.append(token_batch)
         sbatches.append(sentence_batch)
-        init = np.random.default_rng(10_000 + seed).choice(len(pool_X), cfg.n_init, replace=False)
 
         model = _make_model(template, cfg.max_iter, warm_start=False, learn_hyper=cfg.learn_hyper)
         t0 = time.perf_counter()

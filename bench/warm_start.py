@@ -75,14 +75,10 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
     from gpsl.model import GPSL
 
     X_all, y_all, template = AL.load_dataset(data_dir, name)
-    pool, test = AL.split(len(X_all), n_pool, n_test, seed)
-    pool_X, pool_y = [X_all[i] for i in pool], [y_all[i] for i in pool]
-    test_X, test_y = [X_all[i] for i in test], [y_all[i] for i in test]
-    n_tok = sum(len(s) for s in pool_X)
-    token_batch = max(1, round(0.1 * n_tok))
-    sentence_batch = max(1, round(token_batch * len(pool_X) / n_tok))
+    (pool_X, pool_y, test_X, test_y, token_batch, sentence_batch,
+     init) = AL.draw_run(X_all, y_all, n_pool, n_test, seed)
     labeled = [np.zeros(len(s), dtype=bool) for s in pool_X]
-    for i in np.random.default_rng(10_000 + seed).choice(len(pool_X), 3, replace=False):
+    for i in init:
         labeled[i][:] = True
     strategy, aggregate = AL.parse_strategy(spec)
     level = AL.STRATEGIES[strategy].level
