@@ -24,11 +24,19 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp, softmax
 
-from gpsl.inference import B_factor, jitter_for, neighbour_index, train_matrix
+from gpsl.likelihood import neighbour_index
+from gpsl.linalg import B_factor, train_matrix
+from gpsl.sparse import khan_factors, predictive_variance
 
 
 class LatentPredictor:
-    """Predictive mean and variance of f^U for new tokens (Cholesky factors cached)."""
+    """Predictive mean and variance of f^U for new tokens in the full mode.
+
+    The mean of a kernel with a finite weight space (the linear kernel) is ``X_* W`` with
+    ``W = kernel.weights(...)`` computed once: one sparse product per call, independent of the
+    training size. The variance needs the Cholesky factors of ``B_j`` (computed on first use and
+    cached) and is computed only when asked for (``with_variance=True``).
+    """
 
     def __init__(self, kernel, X_train, theta, alpha, lam, batch_size=4096):
         self.kernel = kernel
@@ -38,11 +46,12 @@ class LatentPredictor:
         self.lam = np.asarray(lam)
         self.batch_size = int(batch_size)
         self._factors = None
+        self._weights = kernel.weights(self.theta, X_train, self.alpha)
 
     def _get_factors(self):
         if self._factors is None:
             base = self.kernel.base(self.X_train)
-            jitter = jitter_for(self.kernel, self.kernel.base_diag(self.X_train))
+            jitter = self.kernel.jitter(self.kernel.base_diag(self.X_train))
             self._factors = []
             for j in range(self.alpha.shape[0]):
                 K = train_matrix(self.kernel, self.theta[j], base, jitter)
@@ -50,11 +59,13 @@ class LatentPredictor:
         return self._factors
 
     def __call__(self, X_test, with_variance=True):
-        """(mean, variance), each ``(n_test, J)``."""
+        """(mean, variance), each ``(n_test, J)``; the variance is zeros unless asked for."""
         J = self.alpha.shape[0]
         n_test = X_test.shape[0]
+        var = np.zeros((n_test, J))
+        if self._weights is not None and not with_variance:
+            return np.asarray(X_test @ self._weights), var
         mean = np.empty((n_test, J))
-        var = np.empty((n_test, J))
         factors = self._get_factors() if with_variance else None
         for lo in range(0, n_test, self.batch_size):
             hi = min(lo + self.batch_size, n_test)
@@ -72,9 +83,41 @@ class LatentPredictor:
                                              check_finite=False)
                         kss = kss - np.einsum("ij,ij->j", C, C)
                     var[lo:hi, j] = np.maximum(kss, 0.0)
-        if not with_variance:
-            var[:] = 0.0
         return mean, var
+
+
+class SparsePredictor:
+    """Predictive mean and variance of f^U in the scalable mode (:mod:`gpsl.sparse`):
+    ``m_* = phi(x_*)' mu``, ``v_* = phi(x_*)' Sigma phi(x_*) + e_*``."""
+
+    def __init__(self, features, state):
+        self.features = features
+        self.s = state
+        self._chol = None
+
+    def __call__(self, X_test, with_variance=True):
+        test = self.features.test(X_test)
+        mean = np.ascontiguousarray(test.times(self.s.theta, self.s.W).T)
+        if not with_variance:
+            return mean, np.zeros_like(mean)
+        if self.s.family == "khan" and self._chol is None:
+            self._chol = khan_factors(self.features, self.s.theta, self.s.cov)
+        var = predictive_variance(self.features, self.s.theta, self.s.cov, self.s.family, test,
+                                  self._chol)
+        return mean, np.maximum(var.T, 0.0)
+
+
+def make_predictor(model):
+    """The predictor of a fitted :class:`gpsl.model.GPSL` for its inference mode."""
+    st = model.state_
+    if getattr(model, "inference_", "full") == "sparse":
+        feats = getattr(model, "_features_train", None)
+        if feats is None:
+            Z = getattr(model, "inducing_idx_", None)
+            feats = model.kernel_.weight_space(model.X_train_, st.theta,
+                                               Z_idx=Z if Z is not None and Z.size else None)
+        return SparsePredictor(feats, st)
+    return LatentPredictor(model.kernel_, model.X_train_, st.theta, st.alpha, st.lam)
 
 
 def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
