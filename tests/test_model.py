@@ -267,3 +267,24 @@ def test_params_are_listed_once_and_a_saved_model_records_its_mode(tmp_path):
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["inference"] == "full" and meta["format_version"] == 2
     assert set(meta["config"]) == set(names) - set(GPSL._NOT_PERSISTED)
+
+
+def test_a_model_directory_of_format_1_still_loads_as_a_full_model(tmp_path):
+    """Format 1 (before the sparse mode): no inference field, the old config keys."""
+    from gpsl.persist import _meta_digest
+
+    X, y = make_chain_task(n_sentences=8, seed=5)
+    m = GPSL(inference="full", max_iter=4).fit(X, y)
+    m.save(tmp_path / "m")
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["format_version"] = 1
+    del meta["inference"], meta["family"]
+    for k in ("inference", "covariance", "inducing"):
+        del meta["config"][k]
+    meta["sha256"]["model.json"] = _meta_digest(meta)
+    meta_path.write_text(json.dumps(meta))
+    old = GPSL.load(tmp_path / "m")
+    assert old.inference_ == "full" and old.inference == "auto"
+    for a, b in zip(m.predict_marginals(X), old.predict_marginals(X)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
