@@ -176,32 +176,88 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
     P = fix(softmax(b, axis=1))  # RNS^0
     if R == 0 or b.shape[0] == 0:
         return P, 0
-    has = [nb[:, d] >= 0 for d in range(R)]
-    if schedule == "sequential":
-        starts = np.cumsum(lengths) - lengths
-        by_pos = [starts[lengths > p] + p for p in range(int(lengths.max()))]
+    if schedule == "jacobi":
+        return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp)
+    starts = np.cumsum(lengths) - lengths
+    by_pos = [starts[lengths > p] + p for p in range(int(lengths.max()))]
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
-        if schedule == "jacobi":
-            a = b.copy()
+        delta = 0.0
+        for idx in by_pos:
+            a = b[idx].copy()
             for d in range(R):
-                a[has[d]] += P[nb[has[d], d]] @ g[d]
-            P_new = fix(softmax(a, axis=1))
-            delta = float(np.max(np.abs(P_new - P)))
-            P = P_new if eta == 1.0 else (1.0 - eta) * P + eta * P_new
-        else:
-            delta = 0.0
-            for idx in by_pos:
-                a = b[idx].copy()
-                for d in range(R):
-                    nbi = nb[idx, d]
-                    ok = nbi >= 0
-                    a[ok] += P[nbi[ok]] @ g[d]
-                new = fix(softmax(a, axis=1), idx)
-                delta = max(delta, float(np.max(np.abs(new - P[idx]))))
-                P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
+                nbi = nb[idx, d]
+                ok = nbi >= 0
+                a[ok] += P[nbi[ok]] @ g[d]
+            new = fix(softmax(a, axis=1), idx)
+            delta = max(delta, float(np.max(np.abs(new - P[idx]))))
+            P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
         if delta < tol:
             break
+    return P, it
+
+
+def _softmax_rows(a: np.ndarray) -> np.ndarray:
+    a = a - a.max(axis=1, keepdims=True)
+    np.exp(a, out=a)
+    a /= a.sum(axis=1, keepdims=True)
+    return a
+
+
+def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp):
+    """The Jacobi schedule of :func:`rns`, vectorised over all tokens of all sentences.
+
+    Sentences do not interact, so a sentence whose largest change falls below ``tol`` is done
+    and leaves the iteration (its RNS is final); the passes continue on the others only. The
+    pass count returned is that of the slowest sentence.
+    """
+    n = b.shape[0]
+    R = nb.shape[1]
+    sent = np.repeat(np.arange(lengths.size), lengths)
+    active = np.ones(lengths.size, dtype=bool)
+    active[lengths == 0] = False
+
+    def build():
+        tok = np.flatnonzero(active[sent])
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[tok] = np.arange(tok.size)
+        rows, srcs = [], []
+        for d in range(R):
+            r = np.flatnonzero(nb[tok, d] >= 0)
+            rows.append(r)
+            srcs.append(pos[nb[tok[r], d]])
+        st = sent[tok]
+        seg = np.flatnonzero(np.r_[True, st[1:] != st[:-1]]) if tok.size else tok
+        kr = None
+        if known is not None:
+            kr = np.flatnonzero(known[tok])
+        return tok, rows, srcs, seg, st[seg] if tok.size else seg, kr
+
+    tok, rows, srcs, seg, seg_sent, kr = build()
+    Pa, ba = P[tok], b[tok]
+    J = b.shape[1]
+    G = np.concatenate(list(g), axis=1)  # (J, R J): one product for every offset
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        a = ba.copy()
+        PG = Pa @ G  # row t, block d = RNS_t' g_d; gathered below (P[src] g = (P g)[src])
+        for d in range(R):
+            a[rows[d]] += PG[srcs[d], d * J:(d + 1) * J]
+        Pn = _softmax_rows(a)
+        if kr is not None and kr.size:
+            Pn[kr] = 0.0
+            Pn[kr, clamp[tok[kr]]] = 1.0
+        dsent = np.maximum.reduceat(np.abs(Pn - Pa), seg, axis=0).max(axis=1)
+        Pa = Pn if eta == 1.0 else (1.0 - eta) * Pa + eta * Pn
+        done = dsent < tol
+        if done.any():
+            P[tok] = Pa
+            active[seg_sent[done]] = False
+            if not active.any():
+                return P, it
+            tok, rows, srcs, seg, seg_sent, kr = build()
+            Pa, ba = P[tok], b[tok]
+    P[tok] = Pa
     return P, it
 
 
