@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import argparse
 import importlib.util
+import json
 import subprocess
 import sys
 import types
