@@ -14,6 +14,9 @@
     CRFsuite.
 (c) Per-token prediction (tagging) time from raw tokens (feature extraction included for both),
     median of ``--repeats`` runs over the test set, against CRFsuite's, for every model of (a).
+(d) The 800-sentence split of (a) drawn with ``--split-seeds`` further seeds (another fixed
+    test slice each): scalable GPSL2 against CRFsuite, paired per seed (a 100-sentence test
+    slice is about 2,400 tokens, so one split's difference is mostly noise).
 
 Growth exponents are least-squares slopes of log(fit seconds) on log(training tokens).
 Writes ``scale.md`` and ``scale.json`` to ``--out``.
@@ -91,7 +94,7 @@ def run_job(job: dict) -> dict:
     from gpsl.features import Template
     from gpsl.metrics import hamming_loss
 
-    if job["source"] == "chunking":
+    if job["source"] in ("chunking", "split"):
         Xtr, ytr, Xte, yte, template = _chunking_split(job["size"], job["seed"])
     else:
         Xtr, ytr, Xte, yte, template = _synthetic(job["size"], job["labels"], job["seed"])
@@ -159,6 +162,9 @@ def run(args, log=print) -> dict:
                 methods.insert(0, "GPSL2 full")
             jobs += [{"source": "chunking", "size": n, "method": m, "seed": args.seed,
                       "labels": None, "repeats": args.repeats} for m in methods]
+    for seed in range(args.seed + 1, args.seed + 1 + args.split_seeds):
+        jobs += [{"source": "split", "size": args.split_size, "method": m, "seed": seed,
+                  "labels": None, "repeats": 1} for m in ("GPSL2 sparse", "CRFsuite")]
     for n in args.synthetic or []:
         jobs += [{"source": "synthetic", "size": n, "method": m, "seed": args.seed,
                   "labels": args.labels, "repeats": args.repeats}
@@ -171,7 +177,7 @@ def run(args, log=print) -> dict:
             f"fit {r['fit_s']:8.1f}s loss {r['loss']:6.2f}% peak {r['peak_rss_mib']:7.0f} MiB "
             f"predict {r['predict_us_per_token']:7.1f} us/token")
     summary = {}
-    for source in ("chunking", "synthetic"):
+    for source in ("chunking", "synthetic", "split"):
         for method in ("GPSL2 full", "GPSL2 sparse", "CRFsuite"):
             sel = [r for r in rows if r["source"] == source and r["method"] == method]
             if sel:
@@ -217,6 +223,30 @@ def write(report: dict, out: Path) -> list[str]:
     table("chunking", "(a) Pooled chunking, GPSL2 against CRFsuite (test: 100 sentences)",
           "sentences")
     table("synthetic", "(b) Synthetic corpus (`gpsl.synthetic.make_chain_task`)", "tokens")
+    split = [r for r in rows if r["source"] == "split"]
+    main = [r for r in rows if r["source"] == "chunking" and r["size"] == report.get(
+        "split_size") and r["method"] in ("GPSL2 sparse", "CRFsuite")]
+    if split:
+        lines.extend([f"## (d) {report.get('split_size')} chunking sentences on "
+                      f"{len(split) // 2 + (1 if main else 0)} random splits (100 test "
+                      "sentences each)", "",
+                      "| seed | GPSL2 sparse loss (%) | CRFsuite loss (%) | difference | "
+                      "GPSL2 fit (s) | CRFsuite fit (s) |", "|---:|---:|---:|---:|---:|---:|"])
+        diffs = []
+        for seed in sorted({r["seed"] for r in split + main}):
+            g = next((r for r in split + main if r["seed"] == seed
+                      and r["method"] == "GPSL2 sparse"), None)
+            c = next((r for r in split + main if r["seed"] == seed
+                      and r["method"] == "CRFsuite"), None)
+            if g and c:
+                diffs.append(g["loss"] - c["loss"])
+                lines.append(f"| {seed} | {g['loss']:.2f} | {c['loss']:.2f} | "
+                             f"{diffs[-1]:+.2f} | {g['fit_s']:.1f} | {c['fit_s']:.1f} |")
+        if diffs:
+            d = np.array(diffs)
+            sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
+            lines.extend(["", f"Mean difference (GPSL2 − CRFsuite) {d.mean():+.2f} points, "
+                          f"sd {sd:.2f}, over {d.size} splits.", ""])
     sel = [r for r in rows if r["source"] == "chunking"]
     if sel:
         lines.extend(["## (c) Tagging time per token (features extracted from raw tokens, "
@@ -245,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic", type=int, nargs="*", default=[20000, 50000, 100000, 200000])
     p.add_argument("--labels", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--split-size", type=int, default=800,
+                   help="training sentences of the repeated splits of (d) (default 800)")
+    p.add_argument("--split-seeds", type=int, default=4,
+                   help="further random splits for (d) (default 4; 0 = none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(RESULTS_DIR))
     return p
@@ -258,7 +292,8 @@ def main(argv=None) -> int:
     except DataMissing as exc:
         print(f"bench.scale: {exc}", file=sys.stderr)
         return 2
-    report.update(command=shlex.join(["python", "-m", "bench.scale", *argv]), date=now_iso(),
+    report.update(split_size=args.split_size,
+                  command=shlex.join(["python", "-m", "bench.scale", *argv]), date=now_iso(),
                   machine=machine_info(), git=git_commit())
     print("\n".join(write(report, Path(args.out))))
     return 0
