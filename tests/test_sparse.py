@@ -151,3 +151,22 @@ def test_sparse_evidence_enters_the_bound_and_r():
     for _ in range(4):
         inf.sweep()
     assert inf.s.r[miss, 1].mean() > 0.9
+
+
+def test_lbfgs_minimises_a_convex_quadratic_and_never_goes_uphill():
+    from gpsl.sparse import lbfgs_min
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(30, 30))
+    H = A @ A.T + 0.5 * np.eye(30)
+    b = rng.normal(size=30)
+    seen = []
+
+    def fun(x):
+        f = 0.5 * x @ H @ x - b @ x
+        seen.append(f)
+        return f, H @ x - b
+
+    x, f = lbfgs_min(fun, np.zeros(30), maxiter=200, ftol=0, gtol=1e-10)
+    np.testing.assert_allclose(x, np.linalg.solve(H, b), rtol=1e-5, atol=1e-6)
+    assert f <= seen[0]
