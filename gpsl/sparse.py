@@ -320,12 +320,6 @@ class SparseGPSLInference(PseudoLikelihoodBound):
                                                                              pi.T)
         return out
 
-    # ----------------------------------------------------------------- prediction
-
-    def posterior(self):
-        """What prediction needs: ``(theta, W, cov, family, chol)``."""
-        return self.s.theta, self.s.W, self.s.cov, self.family, list(self.c.chol)
-
 
 def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-10,
               gtol: float = 1e-6):
