@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inference", choices=("auto", "full", "sparse"), default="auto",
                    help="full GP, the scalable weight-space mode, or auto (full up to "
                         "4,000 training tokens)")
+    p.add_argument("--lse-bound", choices=("auto", "jensen", "bohning"), default="auto",
+                   help="bound on the expected log-partition (auto: jensen for full, bohning "
+                        "for sparse)")
     p.add_argument("--inducing", type=_positive_int, default=500, metavar="M",
                    help="inducing tokens of the rbf kernel in the sparse mode (default 500)")
     p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
@@ -262,7 +265,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model = GPSL(offsets=args.offsets, kernel=args.kernel, template=template_text,
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
-                 inference=args.inference, inducing=args.inducing,
+                 inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
                  **({} if args.tol is None else {"tol": args.tol}))
 
     def progress(info: dict) -> None:

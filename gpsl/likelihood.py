@@ -101,13 +101,54 @@ class Problem:
 # --------------------------------------------------------------------------- the bound
 
 
+LSE_BOUNDS = ("jensen", "bohning")
+
+
 class PseudoLikelihoodBound:
-    """The data, ``q(f^S)`` and ``r`` parts of the bound, and Algorithm 1's sweep loop.
+    r"""The data, ``q(f^S)`` and ``r`` parts of the bound, and Algorithm 1's sweep loop.
 
     Subclasses set ``self.p`` (:class:`Problem`), ``self.s`` (a state with ``theta``,
     ``m_S``, ``v_S``, ``r``), ``self.c`` (a cache with ``M`` and ``Vd``) and implement
     ``kl_U``, ``update_mean_U``, ``update_cov_U`` and ``update_theta``.
+
+    ``lse_bound`` chooses the upper bound on ``E_q[log sum_q exp(f^U_tq + s_tq)]`` over the
+    local functions (the neighbours' part ``s`` always takes the Jensen step of
+    :mod:`gpsl.inference`):
+
+    * ``"jensen"`` (the paper's eq. lb2): ``log sum_q exp(m_tq + V_tq/2 + c_tq)``;
+    * ``"bohning"``: the Hessian of log-sum-exp is bounded by
+      ``A = (I - 11'/J)/2`` (Boehning 1992), so a second-order expansion around ``m`` and the
+      expectation over ``f ~ N(m, diag V)`` give
+      ``log sum_q exp(m_tq + c_tq) + kappa sum_q V_tq`` with ``kappa = (1 - 1/J)/4``.
+      The variances then enter the bound additively, independent of the means: a covariance
+      family that over-states ``V`` (the sparse mode's mean-field) no longer distorts the
+      means. ``dL/dV_tq = -kappa`` for every token and label, so the covariance fixed point
+      is data-independent (Khan: ``lambda = 2 kappa``).
+
+    Both are valid upper bounds, so ``L`` stays a lower bound either way.
     """
+
+    lse_bound = "jensen"
+
+    @property
+    def kappa(self) -> float:
+        """The Boehning bound's variance weight ``(1 - 1/J)/4``."""
+        return 0.25 * (1.0 - 1.0 / self.p.J)
+
+    def v_scale(self) -> float:
+        """The weight of ``V`` inside the log-sum-exp: 1/2 (Jensen) or 0 (Boehning)."""
+        return 0.5 if self.lse_bound == "jensen" else 0.0
+
+    def v_weight(self, pi: np.ndarray) -> np.ndarray:
+        """``-2 dL/dV`` per token and label: ``pi`` (Jensen) or ``2 kappa`` (Boehning)."""
+        if self.lse_bound == "jensen":
+            return pi
+        return np.full_like(pi, 2.0 * self.kappa)
+
+    def base_a(self) -> np.ndarray:
+        """``m + V/2`` (Jensen) or ``m`` (Boehning): the local part of ``a``, ``(n, J)``."""
+        return self.c.M.T + self.v_scale() * self.c.Vd.T if self.lse_bound == "jensen" \
+            else self.c.M.T.copy()
 
     def gS(self) -> np.ndarray:
         return self.s.m_S + 0.5 * self.s.v_S
@@ -133,7 +174,9 @@ class PseudoLikelihoodBound:
         gS = self.gS() if gS is None else gS
         r = self.s.r if r is None else r
         c = self._c_terms(gS, r)
-        a = M.T + 0.5 * Vd.T + c.sum(axis=0)
+        a = M.T + c.sum(axis=0)
+        if self.lse_bound == "jensen":
+            a = a + 0.5 * Vd.T
         lse = logsumexp(a, axis=1)
         pi = np.exp(a - lse[:, None])
         return {"a": a, "lse": lse, "pi": pi, "c": c}
@@ -167,7 +210,10 @@ class PseudoLikelihoodBound:
         M = self.c.M if M is None else M
         r = self.s.r if r is None else r
         m_S = self.s.m_S if m_S is None else m_S
-        return float(np.sum(r * M.T)) + self._pair_term(m_S, r) - float(T["lse"].sum())
+        out = float(np.sum(r * M.T)) + self._pair_term(m_S, r) - float(T["lse"].sum())
+        if self.lse_bound == "bohning":
+            out -= self.kappa * float(np.sum(self.c.Vd))
+        return out
 
     def elbo(self) -> float:
         """The variational lower bound (eq. lb2, extended to missing labels and evidence)."""
@@ -211,7 +257,7 @@ class PseudoLikelihoodBound:
             return
         R, J = self.p.R, self.p.J
         counts = self.pair_counts()
-        base_a = self.c.M.T + 0.5 * self.c.Vd.T
+        base_a = self.base_a()
         x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
         f0 = self._S_objective(x0, base_a, counts)[0]
         bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)

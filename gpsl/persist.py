@@ -260,6 +260,7 @@ _CONFIG_CHECKS = {
     "inference": lambda v: v in ("auto", "full", "sparse"),
     "covariance": lambda v: v in ("auto",) + FAMILIES,
     "inducing": lambda v: _is_int(v) and v >= 1,
+    "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
 }
 
 

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from gpsl.likelihood import Problem, PseudoLikelihoodBound
+from gpsl.likelihood import LSE_BOUNDS, Problem, PseudoLikelihoodBound
 
 FAMILIES = ("meanfield", "khan")
 
@@ -131,9 +131,12 @@ class SparseGPSLInference(PseudoLikelihoodBound):
 
     def __init__(self, problem: Problem, features, state: SparseState | None = None, *,
                  family: str = "meanfield", theta0=None, mean_iter: int = 30,
-                 mean_rounds: int = 3, lambda_floor: float = 1e-8):
+                 mean_rounds: int = 3, lambda_floor: float = 1e-8, lse_bound: str = "jensen"):
         if family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
+        if lse_bound not in LSE_BOUNDS:
+            raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {lse_bound!r}")
+        self.lse_bound = lse_bound
         self.p = problem
         self.features = features
         self.mean_iter = int(mean_iter)
@@ -221,7 +224,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         for k in range(rounds):
             gS = self.gS()
             T = self.terms(gS=gS)
-            base_a = T["a"] - self.c.M.T  # 1/2 V + c: fixed during the mean update
+            base_a = T["a"] - self.c.M.T  # (1/2 V +) c: fixed during the mean update
             x0 = self.s.W.ravel()
             f0 = self._mean_fun(x0, base_a)[0]
             x, f = lbfgs_min(lambda x, b=base_a: self._mean_fun(x, b), x0, maxiter=iters)
@@ -260,7 +263,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         """Damped fixed-point step of the covariance parameters of all labels at once,
         accepted only if the bound does not decrease (halving the step on failure)."""
         before = self.elbo()
-        target = self._cov_target(self.terms()["pi"])
+        target = self._cov_target(self.v_weight(self.terms()["pi"]))
         old = self.s.cov.copy()
         cache = (self.c.Vd.copy(), self.c.kl.copy(), list(self.c.chol))
         rho = self._rho.copy()
@@ -316,8 +319,8 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         out = {"W": self.features.rtimes(self.s.theta, (self.s.r - pi).T) - self.s.W}
         if self.family == "meanfield":
             S = 1.0 / self.s.cov
-            out["s"] = 0.5 * (1.0 / S - 1.0) - 0.5 * self.features.sq_rtimes(self.s.theta,
-                                                                             pi.T)
+            out["s"] = 0.5 * (1.0 / S - 1.0) - 0.5 * self.features.sq_rtimes(
+                self.s.theta, self.v_weight(pi).T)
         return out
 
 

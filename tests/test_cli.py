@@ -215,7 +215,8 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
-                               variance=2.5, inference="sparse", inducing=30)
+                               variance=2.5, inference="sparse", inducing=30,
+                               lse_bound="auto")
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]

@@ -22,10 +22,11 @@ def data(seed=0, n_sent=5, J=3, P=15, missing=0.0):
     return lengths, X, y, J
 
 
-def full_engine(kernel, lengths, X, y, J, sweeps=3):
+def full_engine(kernel, lengths, X, y, J, sweeps=3, lse_bound="jensen"):
     k = make_kernel(kernel)
     prob = Problem.build(lengths, y, (-1, 1), J)
-    inf = GPSLInference(prob, k, k.base(X), k.base_diag(X), lambda_floor=0.0)
+    inf = GPSLInference(prob, k, k.base(X), k.base_diag(X), lambda_floor=0.0,
+                        lse_bound=lse_bound)
     inf.s.theta[:, 0] = np.log(2.0)
     inf.refresh()
     for _ in range(sweeps):
@@ -39,13 +40,15 @@ def mapped_sparse(full, features):
     W = features.rtimes(th, full.s.alpha)
     st = SparseState(theta=th.copy(), W=W, cov=full.s.lam.copy(), m_S=full.s.m_S.copy(),
                      v_S=full.s.v_S.copy(), r=full.s.r.copy(), family="khan")
-    return SparseGPSLInference(full.p, features, st, lambda_floor=0.0)
+    return SparseGPSLInference(full.p, features, st, lambda_floor=0.0,
+                               lse_bound=full.lse_bound)
 
 
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
 @pytest.mark.parametrize("missing", [0.0, 0.3])
-def test_khan_family_with_linear_features_equals_the_full_gp_bound(missing):
+def test_khan_family_with_linear_features_equals_the_full_gp_bound(missing, lse_bound):
     lengths, X, y, J = data(1, missing=missing)
-    full = full_engine("linear", lengths, X, y, J)
+    full = full_engine("linear", lengths, X, y, J, lse_bound=lse_bound)
     k = make_kernel("linear")
     sparse = mapped_sparse(full, LinearFeatures(X, k.jitter(k.base_diag(X))))
     np.testing.assert_allclose(sparse.c.M, full.c.M, rtol=1e-8, atol=1e-10)
@@ -77,21 +80,23 @@ def test_khan_family_sweeps_from_the_mapped_state_stay_at_the_full_gp_bound():
     assert sparse.elbo() == pytest.approx(full.elbo(), rel=1e-5)
 
 
-def sparse_engine(family="meanfield", kernel="linear", missing=0.3, seed=4, **kw):
+def sparse_engine(family="meanfield", kernel="linear", missing=0.3, seed=4, lse_bound="jensen",
+                  **kw):
     lengths, X, y, J = data(seed, missing=missing)
     k = make_kernel(kernel)
     theta0 = np.array([np.log(2.0)]) if kernel == "linear" else k.default_params(
         k.base_diag(X), k.base(X))
     feats = k.weight_space(X, np.tile(theta0, (J, 1)), inducing=10)
     return SparseGPSLInference(Problem.build(lengths, y, (-1, 1), J), feats, family=family,
-                               theta0=theta0, lambda_floor=0.0, **kw)
+                               theta0=theta0, lambda_floor=0.0, lse_bound=lse_bound, **kw)
 
 
 @pytest.mark.parametrize("family,kernel", [("meanfield", "linear"), ("khan", "linear"),
                                            ("meanfield", "rbf"), ("khan", "rbf")])
 @pytest.mark.parametrize("missing", [0.0, 0.4])
-def test_sparse_bound_never_decreases_over_sweeps(family, kernel, missing):
-    inf = sparse_engine(family, kernel, missing)
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+def test_sparse_bound_never_decreases_over_sweeps(family, kernel, missing, lse_bound):
+    inf = sparse_engine(family, kernel, missing, lse_bound=lse_bound)
     trace = [inf.elbo()]
     for _ in range(6):
         trace.append(inf.sweep())
@@ -100,8 +105,9 @@ def test_sparse_bound_never_decreases_over_sweeps(family, kernel, missing):
 
 
 @pytest.mark.parametrize("family", ["meanfield", "khan"])
-def test_sparse_gradients_match_finite_differences(family):
-    inf = sparse_engine(family)
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+def test_sparse_gradients_match_finite_differences(family, lse_bound):
+    inf = sparse_engine(family, lse_bound=lse_bound)
     for _ in range(2):
         inf.sweep()
     g = inf.gradients()
@@ -170,3 +176,42 @@ def test_lbfgs_minimises_a_convex_quadratic_and_never_goes_uphill():
     x, f = lbfgs_min(fun, np.zeros(30), maxiter=200, ftol=0, gtol=1e-10)
     np.testing.assert_allclose(x, np.linalg.solve(H, b), rtol=1e-5, atol=1e-6)
     assert f <= seen[0]
+
+
+def test_bohning_bound_is_above_the_expected_log_sum_exp():
+    """E_f[lse(f + s)] <= lse(m + s) + (1 - 1/J)/4 sum_j V_j for f ~ N(m, diag V) (Monte Carlo,
+    10^5 draws; the gap is checked with a margin of 5 standard errors)."""
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(0)
+    for J in (2, 5, 12):
+        m = rng.normal(size=J) * 2
+        V = rng.uniform(0.01, 3.0, size=J)
+        f = m + rng.normal(size=(100_000, J)) * np.sqrt(V)
+        vals = logsumexp(f, axis=1)
+        mc, se = vals.mean(), vals.std() / np.sqrt(vals.size)
+        bound = logsumexp(m) + 0.25 * (1 - 1 / J) * V.sum()
+        assert mc <= bound + 5 * se, (J, mc, bound)
+
+
+def test_full_gp_with_the_bohning_bound_never_decreases_and_has_a_fixed_covariance():
+    lengths, X, y, J = data(6, missing=0.3)
+    full = full_engine("linear", lengths, X, y, J, sweeps=0, lse_bound="bohning")
+    trace = [full.elbo()]
+    for _ in range(6):
+        trace.append(full.sweep())
+    assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[:-1]))
+    np.testing.assert_allclose(full.s.lam, 2 * full.kappa)  # lambda = 2 kappa everywhere
+    g = full.gradients()["m_U"]
+    alpha0 = full.s.alpha.copy()
+    U = np.random.default_rng(1).normal(size=alpha0.shape)
+    eps = 1e-5
+
+    def at(a):
+        full.s.alpha = a
+        full.c.M = full.K_times(a)
+        return full.elbo()
+
+    fd = (at(alpha0 + eps * U) - at(alpha0 - eps * U)) / (2 * eps)
+    at(alpha0)
+    assert float(np.sum(g * full.K_times(U))) == pytest.approx(fd, rel=1e-5, abs=1e-6)
