@@ -174,9 +174,10 @@ class PseudoLikelihoodBound:
         gS = self.gS() if gS is None else gS
         r = self.s.r if r is None else r
         c = self._c_terms(gS, r)
-        a = M.T + c.sum(axis=0)
         if self.lse_bound == "jensen":
-            a = a + 0.5 * Vd.T
+            a = M.T + 0.5 * Vd.T + c.sum(axis=0)  # this order: Table 1 reproduces exactly
+        else:
+            a = M.T + c.sum(axis=0)
         lse = logsumexp(a, axis=1)
         pi = np.exp(a - lse[:, None])
         return {"a": a, "lse": lse, "pi": pi, "c": c}
@@ -350,5 +351,8 @@ class PseudoLikelihoodBound:
 
 
 def _converged(old, new, tol) -> bool:
-    """Relative improvement of the bound below ``tol``."""
+    """Relative improvement of the bound below ``tol`` (never at a non-finite bound: a first
+    bound of -inf, e.g. from -inf evidence, is not convergence)."""
+    if not (np.isfinite(old) and np.isfinite(new)):
+        return False
     return abs(new - old) <= tol * max(1.0, abs(old))
