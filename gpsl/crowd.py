@@ -79,6 +79,11 @@ from scipy.special import gammaln, logsumexp
 
 from gpsl.errors import InputError
 
+#: floor of ``log pi`` (``pi = 1e-304``): a zero in ``pi`` (possible only with ``prior_off = 0``)
+#: would make the evidence ``-inf`` and the engine's bound before its first ``r`` update
+#: ``-inf``; with the floor every term stays finite and the change of the bound is < 1e-290.
+LOG_FLOOR = -700.0
+
 __all__ = ["CrowdGPSL", "CrowdModel", "DawidSkene", "MajorityVote", "Votes", "m_step"]
 
 
@@ -252,11 +257,8 @@ class CrowdModel:
         return np.exp(self.log_pi)
 
     def evidence(self, votes: Votes, M=None) -> np.ndarray:
-        """``e_t(y) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]``, shape (n, J) (0 without votes).
-
-        ``-inf`` entries (a zero in ``pi``, possible when ``prior_off = 0``) are kept; a
-        ``0 * -inf`` of a token without that vote does not arise as only voted entries sum.
-        """
+        """``e_t(y) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]``, shape (n, J) (0 without votes);
+        ``log pi`` is floored at :data:`LOG_FLOOR` (see there)."""
         out = np.zeros((votes.n, votes.J))
         if votes.token.size == 0:
             return out
@@ -337,6 +339,7 @@ def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
             with np.errstate(divide="ignore", invalid="ignore"):
                 P = np.where(tot > 0, W / np.where(tot > 0, tot, 1.0), 1.0 / J)
                 log_pi[a] = np.log(P)
+    np.maximum(log_pi, LOG_FLOOR, out=log_pi)
     return CrowdModel(log_pi=log_pi, one_coin=np.asarray(one_coin, dtype=bool).copy(),
                       prior_diag=float(prior_diag), prior_off=float(prior_off))
 
