@@ -152,6 +152,9 @@ def _add_crowd_options(p: argparse.ArgumentParser) -> None:
                    help="Dirichlet pseudo-count on the confusion matrices' diagonal (2)")
     p.add_argument("--prior-off", type=_non_negative_float, default=0.1, metavar="X",
                    help="Dirichlet pseudo-count off the diagonal (0.1)")
+    p.add_argument("--shrink", type=_non_negative_float, default=10.0, metavar="K",
+                   help="shrink each confusion matrix towards the annotator's one-skill matrix "
+                        "with K pseudo-votes per row (default 10; 0: fixed prior, MAP)")
     p.add_argument("--report", metavar="REPORT_JSON",
                    help="write the annotator report (votes, estimated accuracy, confusion "
                         "matrix) as JSON")
@@ -500,7 +503,7 @@ def _cmd_aggregate(args: argparse.Namespace) -> int:
         agg = MajorityVote().fit_votes(votes)
     else:
         agg = DawidSkene(prior_diag=args.prior_diag, prior_off=args.prior_off,
-                         min_votes=args.min_votes).fit_votes(votes)
+                         min_votes=args.min_votes, shrink=args.shrink).fit_votes(votes)
     P = agg.probas_
     labels = agg.labels_array_
     prob = [float(P[t].max()) if labels[t] is not None else None for t in range(votes.n)]
@@ -566,7 +569,7 @@ def _cmd_train_crowd(args: argparse.Namespace) -> int:
                  f"time={float(info.get('seconds', 0.0)):.2f}s")
 
     joint = CrowdGPSL(model, prior_diag=args.prior_diag, prior_off=args.prior_off,
-                      min_votes=args.min_votes)
+                      min_votes=args.min_votes, shrink=args.shrink)
     joint.fit([s.tokens for s in sents], votes, callback=progress)
     joint.model_.save(args.model_dir)
     rows = annotator_report(joint, votes)

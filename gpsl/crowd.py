@@ -6,26 +6,37 @@ unknown skill); a *trusted* annotator (the lead's adjudication) gives an observe
 Model
 -----
 Annotator ``a`` reports label ``l`` for a token whose true label is ``y`` with probability
-``pi_a[y, l]`` (Dawid and Skene, 1979). Two parametrisations:
+``pi_a[y, l]`` (Dawid and Skene, 1979). Three parametrisations, all with priors favouring the
+diagonal (``prior_diag``, ``prior_off`` are pseudo-counts, ``kappa = shrink``):
 
-* **full** (annotators with at least ``min_votes`` votes): a ``J x J`` confusion matrix with
-  rows ``pi_a[y, :] ~ Dir(beta_y)``, ``beta_y[l] = 1 + prior_off + prior_diag [l = y]``, a prior
-  favouring the diagonal;
-* **one-coin** (fewer votes): one skill ``s_a``, ``pi_a[y, y] = s_a`` and
-  ``pi_a[y, l] = (1 - s_a) / (J - 1)`` otherwise, ``s_a ~ Beta(1 + prior_diag, 1 + prior_off)``.
+* **full with shrinkage** (default, annotators with at least ``min_votes`` votes): a ``J x J``
+  matrix whose rows are shrunk towards the annotator's own one-coin matrix ``m(s_a)`` (``s_a``
+  on the diagonal, ``(1 - s_a) / (J - 1)`` elsewhere):
+  ``pi_a[y, :] ~ Dir(kappa m(s_a)[y, :])`` (PS), ``s_a ~ Beta(1 + prior_diag, 1 + prior_off)``
+  (P1). A row seen in few votes (a rare true label) stays near ``m(s_a)``: a spammer's vote
+  for a rare label carries no weight, an expert's does. ``pi_a`` gets a variational posterior
+  ``q(pi_a[y, :]) = Dir(alpha_a[y, :])`` (a MAP estimate of ``pi`` jointly with ``s_a`` is
+  degenerate: the Dirichlet's density at its own mode grows without bound as ``s_a -> 1``);
+* **full, fixed prior** (``shrink = 0``): MAP rows with ``pi_a[y, :] ~ Dir(beta_y)``,
+  ``beta_y[l] = 1 + prior_off + prior_diag [l = y]`` (P0);
+* **one-coin** (fewer than ``min_votes`` votes): MAP skill ``s_a`` with the prior (P1),
+  ``pi_a[y, y] = s_a`` and ``pi_a[y, l] = (1 - s_a) / (J - 1)`` otherwise.
 
-Write ``e_t(y; pi) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]`` (0 for a token without votes).
+Write ``e_t(y) = sum_{v: t_v = t} E[log pi_{a_v}[y, l_v]]`` (0 for a token without votes), the
+expectation under ``q`` for a variational annotator (``psi(alpha[y, l]) - psi(sum_l'
+alpha[y, l'])``) and the plain ``log pi`` for a MAP one.
 
 The joint bound (one objective)
 -------------------------------
-With the GPSL variational family ``q(f) prod_{t missing} r_t(y_t)`` of
-:mod:`gpsl.inference` (eq. lb2 extended to missing labels) and a point estimate of ``pi``
-(MAP-EM), Jensen's inequality on ``log sum_Y p(Y, L, f | X, pi)`` gives
+With the GPSL variational family ``q(f) prod_{t missing} r_t(y_t)`` of :mod:`gpsl.inference`
+(eq. lb2 extended to missing labels), ``q(pi)`` for the variational annotators and point
+estimates for the others, Jensen's inequality on ``log sum_Y p(Y, L, f, pi | X)`` gives
 
 .. math::
 
-   \mathcal{J}(q, r, \pi) = \mathcal{L}_{GPSL}(q, r)
-       + \sum_t \sum_y r_t(y)\, e_t(y; \pi) + \sum_a \log p(\pi_a)          \qquad (J1)
+   \mathcal{J} = \mathcal{L}_{GPSL}(q, r) + \sum_t \sum_y r_t(y)\, e_t(y)
+       + \sum_{a\ \mathrm{VB}} \big(\log p(s_a) - \mathrm{KL}(q(\pi_a) \,\|\, p(\pi_a | s_a))\big)
+       + \sum_{a\ \mathrm{MAP}} \log p(\pi_a)                                      \qquad (J1)
 
 where ``L_GPSL`` is the bound of :mod:`gpsl.inference` (its entropy term ``H(r_t)`` over the
 latent labels included) and ``r_t`` is one-hot at an observed (trusted) token. The votes are
@@ -34,38 +45,50 @@ Tokens without votes have ``e_t = 0``: exactly today's missing labels.
 
 Monotone coordinate ascent:
 
-1. ``(q, r)`` with ``pi`` fixed: one sweep of Algorithm 1 with the evidence ``e_t`` of the
-   missing tokens (:attr:`gpsl.inference.Problem.evidence`). The engine's bound is
-   ``L_GPSL + sum_{t missing} r_t' e_t``; the other terms of (J1) do not depend on ``(q, r)``,
-   so the sweep never lowers (J1). The ``r`` update is the softmax of today's terms plus
-   ``e_t`` (``sum_a log pi_a[y, l_ta]``).
-2. ``pi`` with ``(q, r)`` fixed (:func:`m_step`, eq. M): (J1) depends on ``pi_a`` through
-   ``sum_{y,l} (N_a[y, l] + beta_y[l] - 1) log pi_a[y, l]`` with the expected counts
-   ``N_a[y, l] = sum_{v: a_v = a, l_v = l} r_{t_v}(y)``; row by row on the simplex (Lagrange,
-   concave as every coefficient is >= 0)
+1. ``(q(f), r)`` with the annotators fixed: one sweep of Algorithm 1 with the evidence ``e_t``
+   of the missing tokens (:attr:`gpsl.inference.Problem.evidence`). The engine's bound is
+   ``L_GPSL + sum_{t missing} r_t' e_t``; the other terms of (J1) do not depend on
+   ``(q(f), r)``, so the sweep never lowers (J1). The ``r`` update is the softmax of today's
+   terms plus ``e_t`` (``sum_a E log pi_a[y, l_ta]``).
+2. The annotators with ``r`` fixed (:func:`m_step`). (J1) depends on annotator ``a`` through
+   the expected counts ``N_a[y, l] = sum_{v: a_v = a, l_v = l} r_{t_v}(y)``:
 
-   .. math::  \pi_a[y, l] = \frac{N_a[y, l] + \beta_y[l] - 1}
-                                 {\sum_{l'} (N_a[y, l'] + \beta_y[l'] - 1)}        \qquad (M)
+   * variational: ``sum N_a E_q[log pi_a] - KL(q || Dir(kappa m(s_a))) + log p(s_a)``. For
+     fixed ``s_a`` its maximiser over ``q`` is exact (conjugacy)
 
-   and for the one-coin model, with ``C_a = sum_{v: a_v = a} r_{t_v}(l_v)`` the expected
-   correct votes out of ``n_a``,
-   ``s_a = (C_a + prior_diag) / (n_a + prior_diag + prior_off)``                  (M1).
+     .. math::  \alpha_a[y, l] = N_a[y, l] + \kappa\, m(s_a)[y, l]                 \qquad (VB)
 
-   Both are exact block maximisers, so this step never lowers (J1) either.
+     and for fixed ``q`` the terms in ``s_a``, ``log p(s_a) + sum_y [log Gamma(kappa) -
+     sum_l log Gamma(kappa m_yl(s_a)) + sum_l (kappa m_yl(s_a) - 1) E_q log pi_a[y, l]]``
+     (eq. S), are concave in ``s_a`` (``-log Gamma`` of an affine function is concave) and
+     maximised by a bounded 1-D search; (VB) and (S) alternate to convergence;
+   * MAP, fixed prior: ``sum_{y,l} (N_a[y, l] + beta_y[l] - 1) log pi_a[y, l]``, row by row
+     on the simplex (Lagrange; concave, every coefficient >= 0)
+
+     .. math::  \pi_a[y, l] = \frac{N_a[y, l] + \beta_y[l] - 1}
+                                   {\sum_{l'} (N_a[y, l'] + \beta_y[l'] - 1)}      \qquad (M)
+
+   * one-coin, with ``C_a = sum_{v: a_v = a} r_{t_v}(l_v)`` the expected correct votes out of
+     ``n_a``: ``s_a = (C_a + prior_diag) / (n_a + prior_diag + prior_off)``          (M1).
+
+   All are exact block maximisations (started from the previous ``s_a``), so this step never
+   lowers (J1) either.
 
 :class:`CrowdGPSL` runs step 2 in the engine's ``on_sweep`` hook after every sweep, sets the
-new evidence and hands back (J1) = ``engine.elbo()`` + the observed tokens' vote term + the log
-priors, which goes into the model's bound trace. It uses only ``engine.p``, ``engine.s.r`` and
-``engine.elbo()``, so it works with any engine offering those (full or sparse inference).
+new evidence and hands back (J1) = ``engine.elbo()`` + the observed tokens' vote term + the
+annotator terms, which goes into the model's bound trace. It uses only ``engine.p``,
+``engine.s.r`` and ``engine.elbo()``, so it works with any engine offering those (full or sparse
+inference).
 
 Aggregation alone (:class:`DawidSkene`) is the same with ``L_GPSL`` replaced by a class prior
-``sum_t sum_y r_t(y) log rho(y) + H(r_t)`` (``rho`` maximised in closed form,
-``rho(y) ∝ sum_t r_t(y)``) and ``r_t(y) ∝ rho(y) exp e_t(y)`` (exact, eq. E):
+``sum_t sum_y r_t(y) log rho(y) + H(r_t)`` over the voted tokens (``rho`` maximised in closed
+form, ``rho(y) ∝ sum_t r_t(y)``) and the exact ``r`` update
 
 .. math::  r_t(y) = \frac{\rho(y)\, e^{e_t(y)}}{\sum_{y'} \rho(y')\, e^{e_t(y')}}   \qquad (E)
 
 Per-annotator accuracy is estimated as the posterior expected fraction of correct votes,
-``acc_a = C_a / n_a`` (eq. A); the confusion matrices and skills are reported too.
+``acc_a = C_a / n_a`` (eq. A); the confusion matrices (posterior means for ``q``) and the
+skills ``s_a`` are reported too.
 """
 
 from __future__ import annotations
@@ -75,7 +98,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
-from scipy.special import gammaln, logsumexp
+from scipy.special import digamma, gammaln, logsumexp
 
 from gpsl.errors import InputError
 
@@ -83,6 +106,9 @@ from gpsl.errors import InputError
 #: would make the evidence ``-inf`` and the engine's bound before its first ``r`` update
 #: ``-inf``; with the floor every term stays finite and the change of the bound is < 1e-290.
 LOG_FLOOR = -700.0
+#: default strength ``kappa`` of the shrinkage of a confusion matrix towards the annotator's
+#: one-coin matrix (pseudo-counts per row)
+DEFAULT_SHRINK = 10.0
 
 __all__ = ["CrowdGPSL", "CrowdModel", "DawidSkene", "MajorityVote", "Votes", "m_step"]
 
@@ -245,16 +271,29 @@ def _votes_from_frame(data) -> tuple[Votes, list]:
 
 @dataclass
 class CrowdModel:
-    """Annotator parameters: ``log_pi`` (A, J, J) and which annotators use one skill."""
+    """Annotator parameters: ``log_pi`` (A, J, J; ``E_q[log pi]`` for a variational annotator),
+    which annotators use one skill, the skills ``s_a`` (the one-coin skill, or the centre of
+    the shrinkage prior of a full matrix)."""
 
     log_pi: np.ndarray
     one_coin: np.ndarray  # (A,) bool
     prior_diag: float
     prior_off: float
+    shrink: float = 0.0
+    skill: np.ndarray | None = None  # (A,)
+    #: Dirichlet parameters of ``q(pi_a[y, :])`` of the annotators with a variational posterior
+    #: (full matrices with shrinkage, eq. VB); NaN for the others. ``log_pi`` then holds
+    #: ``E_q[log pi]``.
+    alpha: np.ndarray | None = None
 
     @property
     def pi(self) -> np.ndarray:
-        return np.exp(self.log_pi)
+        """Point estimates of the confusion matrices (posterior means where ``q`` is used)."""
+        out = np.exp(self.log_pi)
+        if self.alpha is not None:
+            vb = ~np.isnan(self.alpha[:, 0, 0])
+            out[vb] = self.alpha[vb] / self.alpha[vb].sum(axis=2, keepdims=True)
+        return out
 
     def evidence(self, votes: Votes, M=None) -> np.ndarray:
         """``e_t(y) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]``, shape (n, J) (0 without votes);
@@ -267,30 +306,52 @@ class CrowdModel:
         return out
 
     def log_prior(self) -> float:
-        """``sum_a log p(pi_a)``: Dirichlet rows (full) or a Beta skill (one-coin), normalised."""
+        """The annotator terms of (J1): ``log p(pi_a)`` for a MAP annotator (P0 or P1, normalised
+        densities), ``log p(s_a) - KL(q(pi_a) || Dir(kappa m(s_a)))`` for a variational one."""
         A, J = self.log_pi.shape[:2]
+        if J == 1:
+            return 0.0
         total = 0.0
-        beta = _beta_matrix(J, self.prior_diag, self.prior_off)
-        lognorm_row = gammaln(beta.sum(axis=1)) - gammaln(beta).sum(axis=1)  # (J,)
-        b1, b0 = 1.0 + self.prior_diag, 1.0 + self.prior_off
         for a in range(A):
             if self.one_coin[a]:
-                s = float(np.exp(self.log_pi[a, 0, 0])) if J > 1 else 1.0
-                if J == 1:
-                    continue
-                log1ms = np.log1p(-s) if s < 1.0 else -np.inf
-                total += (gammaln(b1 + b0) - gammaln(b1) - gammaln(b0)
-                          + _xlogy(b1 - 1.0, np.log(s)) + _xlogy(b0 - 1.0, log1ms))
+                s = float(np.exp(self.log_pi[a, 0, 0]))
+                total += _log_beta_pdf(s, self.prior_diag, self.prior_off)
+            elif self.shrink > 0:
+                s = float(self.skill[a])
+                total += _log_beta_pdf(s, self.prior_diag, self.prior_off) \
+                    - _kl_dirichlet_rows(self.alpha[a], _shrink_beta(J, s, self.shrink))
             else:
-                total += float(lognorm_row.sum()) + float(np.sum(_xlogy(beta - 1.0,
-                                                                        self.log_pi[a])))
+                total += _log_dirichlet_rows(self.log_pi[a],
+                                             _beta_matrix(J, self.prior_diag, self.prior_off))
         return float(total)
 
-    def accuracy_from_confusion(self, weights: np.ndarray) -> np.ndarray:
-        """``sum_y w_a(y) pi_a[y, y]`` for per-annotator label weights ``w`` (A, J)."""
-        diag = np.exp(np.einsum("ayy->ay", self.log_pi))
-        w = weights / np.maximum(weights.sum(axis=1, keepdims=True), 1e-300)
-        return np.sum(w * diag, axis=1)
+
+def _log_beta_pdf(s: float, prior_diag: float, prior_off: float) -> float:
+    """``log Beta(s; 1 + prior_diag, 1 + prior_off)``."""
+    b1, b0 = 1.0 + prior_diag, 1.0 + prior_off
+    log_s = np.log(s) if s > 0 else -np.inf
+    log_1ms = np.log1p(-s) if s < 1.0 else -np.inf
+    return float(gammaln(b1 + b0) - gammaln(b1) - gammaln(b0)
+                 + _xlogy(b1 - 1.0, log_s) + _xlogy(b0 - 1.0, log_1ms))
+
+
+def _log_dirichlet_rows(log_pi: np.ndarray, beta: np.ndarray) -> float:
+    """``sum_y log Dir(pi[y, :]; beta[y, :])``."""
+    lognorm = gammaln(beta.sum(axis=1)) - gammaln(beta).sum(axis=1)
+    return float(lognorm.sum() + np.sum(_xlogy(beta - 1.0, log_pi)))
+
+
+def _kl_dirichlet_rows(alpha: np.ndarray, beta: np.ndarray) -> float:
+    """``sum_y KL(Dir(alpha[y]) || Dir(beta[y]))``."""
+    a0 = alpha.sum(axis=1)
+    return float(np.sum(gammaln(a0) - gammaln(alpha).sum(axis=1) - gammaln(beta.sum(axis=1))
+                        + gammaln(beta).sum(axis=1))
+                 + np.sum((alpha - beta) * (digamma(alpha) - digamma(a0)[:, None])))
+
+
+def _dirichlet_elog(alpha: np.ndarray) -> np.ndarray:
+    """``E[log pi]`` under ``Dir(alpha)`` row by row: ``psi(alpha) - psi(sum alpha)``."""
+    return digamma(alpha) - digamma(alpha.sum(axis=1, keepdims=True))
 
 
 def _xlogy(c, logx):
@@ -303,8 +364,17 @@ def _xlogy(c, logx):
 
 
 def _beta_matrix(J: int, prior_diag: float, prior_off: float) -> np.ndarray:
-    """Dirichlet parameters of the confusion rows: ``1 + prior_off + prior_diag [l = y]``."""
+    """Dirichlet parameters of the confusion rows without shrinkage (eq. P0):
+    ``1 + prior_off + prior_diag [l = y]``."""
     return np.full((J, J), 1.0 + prior_off) + prior_diag * np.eye(J)
+
+
+def _shrink_beta(J: int, s: float, shrink: float) -> np.ndarray:
+    """Dirichlet parameters of the shrinkage prior (eq. PS): ``kappa m(s)`` with the
+    one-coin matrix ``m(s)`` (``s`` on the diagonal, ``(1 - s) / (J - 1)`` elsewhere)."""
+    B = np.full((J, J), shrink * (1.0 - s) / (J - 1))
+    np.fill_diagonal(B, shrink * s)
+    return B
 
 
 def expected_counts(votes: Votes, r: np.ndarray, M=None) -> np.ndarray:
@@ -314,34 +384,88 @@ def expected_counts(votes: Votes, r: np.ndarray, M=None) -> np.ndarray:
     return N.transpose(0, 2, 1)
 
 
+def _dirichlet_map(W: np.ndarray) -> np.ndarray:
+    """Row-wise ``log(W / sum W)`` (eq. M), uniform for an all-zero row."""
+    J = W.shape[1]
+    tot = W.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        P = np.where(tot > 0, W / np.where(tot > 0, tot, 1.0), 1.0 / J)
+        return np.log(P)
+
+
+def _skill_objective(s: float, log_pi: np.ndarray, shrink: float, prior_diag: float,
+                     prior_off: float) -> float:
+    """The part of (J1) that depends on the shrinkage centre ``s`` (eq. S): concave in ``s``."""
+    J = log_pi.shape[0]
+    return _log_beta_pdf(s, prior_diag, prior_off) + _log_dirichlet_rows(
+        log_pi, _shrink_beta(J, s, shrink))
+
+
+def _update_skill(s0: float, log_pi: np.ndarray, shrink: float, prior_diag: float,
+                  prior_off: float) -> float:
+    """Maximise eq. (S) over ``s`` in (0, 1) (bounded Brent; kept only if not worse)."""
+    from scipy.optimize import minimize_scalar
+
+    lp = np.maximum(log_pi, LOG_FLOOR)
+    res = minimize_scalar(lambda x: -_skill_objective(x, lp, shrink, prior_diag, prior_off),
+                          bounds=(1e-9, 1.0 - 1e-9), method="bounded",
+                          options={"xatol": 1e-10})
+    f0 = _skill_objective(s0, lp, shrink, prior_diag, prior_off)
+    return float(res.x) if -res.fun >= f0 else float(s0)
+
+
 def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
-           prior_off: float, M=None) -> CrowdModel:
-    """The closed-form maximiser of (J1) over the confusion matrices, eqs. (M) and (M1)."""
-    if prior_diag < 0 or prior_off < 0:
+           prior_off: float, M=None, *, shrink: float = 0.0, skill=None,
+           inner: int = 30) -> CrowdModel:
+    """Maximise (J1) over the annotator parameters with ``r`` fixed.
+
+    * one-coin annotators: eq. (M1), closed form;
+    * full matrices without shrinkage (``shrink = 0``): eq. (M) with the prior (P0);
+    * full matrices with shrinkage: block coordinate ascent between eq. (M) with the prior
+      ``beta = 1 + kappa m(s_a)`` (closed form) and eq. (S) (a concave 1-D maximisation),
+      ``inner`` rounds starting from ``skill`` (or the one-coin estimate); every round is an
+      exact block maximisation, so the result is never worse than the starting point.
+    """
+    if prior_diag < 0 or prior_off < 0 or shrink < 0:
         raise ValueError("prior pseudo-counts must be >= 0")
     A, J = votes.A, votes.J
     N = expected_counts(votes, r, M)
-    beta = _beta_matrix(J, prior_diag, prior_off)
     log_pi = np.empty((A, J, J))
+    alpha = np.full((A, J, J), np.nan)
+    skills = np.full(A, np.nan)
     for a in range(A):
-        if one_coin[a] and J > 1:
-            n_a = float(N[a].sum())
-            C_a = float(np.trace(N[a]))
-            s = (C_a + prior_diag) / (n_a + prior_diag + prior_off) \
-                if n_a + prior_diag + prior_off > 0 else 1.0 / J
+        n_a = float(N[a].sum())
+        C_a = float(np.trace(N[a]))
+        s1 = (C_a + prior_diag) / (n_a + prior_diag + prior_off) \
+            if n_a + prior_diag + prior_off > 0 else 1.0 / J
+        if J == 1:
+            log_pi[a] = 0.0
+            skills[a] = 1.0
+        elif one_coin[a]:
             with np.errstate(divide="ignore"):
-                off = np.log((1.0 - s) / (J - 1)) if s < 1.0 else -np.inf
-                log_pi[a] = off
-                np.fill_diagonal(log_pi[a], np.log(s) if s > 0 else -np.inf)
+                log_pi[a] = np.log((1.0 - s1) / (J - 1)) if s1 < 1.0 else -np.inf
+                np.fill_diagonal(log_pi[a], np.log(s1) if s1 > 0 else -np.inf)
+            skills[a] = s1
+        elif shrink > 0:
+            s = float(np.clip(s1 if skill is None or not np.isfinite(skill[a]) else skill[a],
+                              1e-9, 1.0 - 1e-9))
+            for _ in range(inner):
+                elog = _dirichlet_elog(N[a] + _shrink_beta(J, s, shrink))  # eq. VB
+                s_new = _update_skill(s, elog, shrink, prior_diag, prior_off)  # eq. S
+                done = abs(s_new - s) < 1e-10
+                s = s_new
+                if done:
+                    break
+            alpha[a] = N[a] + _shrink_beta(J, s, shrink)
+            log_pi[a] = _dirichlet_elog(alpha[a])
+            skills[a] = s
         else:
-            W = N[a] + beta - 1.0
-            tot = W.sum(axis=1, keepdims=True)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                P = np.where(tot > 0, W / np.where(tot > 0, tot, 1.0), 1.0 / J)
-                log_pi[a] = np.log(P)
+            log_pi[a] = _dirichlet_map(N[a] + _beta_matrix(J, prior_diag, prior_off) - 1.0)
+            skills[a] = s1
     np.maximum(log_pi, LOG_FLOOR, out=log_pi)
     return CrowdModel(log_pi=log_pi, one_coin=np.asarray(one_coin, dtype=bool).copy(),
-                      prior_diag=float(prior_diag), prior_off=float(prior_off))
+                      prior_diag=float(prior_diag), prior_off=float(prior_off),
+                      shrink=float(shrink), skill=skills, alpha=alpha)
 
 
 def majority_posteriors(votes: Votes) -> np.ndarray:
@@ -402,12 +526,14 @@ class MajorityVote(_Aggregator):
 
 
 class DawidSkene(_Aggregator):
-    """Dawid-Skene aggregation alone (eqs. E, M, M1) with a diagonal-favouring prior.
+    """Dawid-Skene aggregation alone (eqs. E, VB/S, M, M1) with diagonal-favouring priors.
 
     Parameters
     ----------
-    prior_diag, prior_off: Dirichlet pseudo-counts (see the module docstring).
+    prior_diag, prior_off: prior pseudo-counts (see the module docstring).
     min_votes: annotators with fewer votes get the one-coin skill model.
+    shrink: ``kappa``, the strength of the shrinkage of a confusion matrix towards the
+        annotator's one-coin matrix (variational); ``0``: MAP matrices with the fixed prior.
     max_iter, tol: EM iterations and the relative-improvement stop on the bound.
 
     Attributes after ``fit``: ``probas_`` (n, J) posteriors, ``labels_`` (crowd-kit style
@@ -416,9 +542,11 @@ class DawidSkene(_Aggregator):
     ``class_prior_``, ``bound_trace_``.
     """
 
-    def __init__(self, prior_diag=2.0, prior_off=0.1, min_votes=30, max_iter=200, tol=1e-8):
+    def __init__(self, prior_diag=2.0, prior_off=0.1, min_votes=30, max_iter=200, tol=1e-8,
+                 shrink=DEFAULT_SHRINK):
         self.prior_diag = prior_diag
         self.prior_off = prior_off
+        self.shrink = shrink
         self.min_votes = min_votes
         self.max_iter = max_iter
         self.tol = tol
@@ -431,7 +559,8 @@ class DawidSkene(_Aggregator):
         trace = []
         model = None
         for _ in range(self.max_iter):
-            model = m_step(votes, r, one_coin, self.prior_diag, self.prior_off, M)
+            model = m_step(votes, r, one_coin, self.prior_diag, self.prior_off, M,
+                           shrink=self.shrink, skill=None if model is None else model.skill)
             rho = r[free | (votes.observed >= 0)].sum(axis=0)
             rho = rho / rho.sum()
             log_rho = np.log(np.maximum(rho, 1e-300))
@@ -474,7 +603,7 @@ class CrowdGPSL:
     Parameters
     ----------
     model: an unfitted :class:`gpsl.model.GPSL` (default ``GPSL()``); its settings are used.
-    prior_diag, prior_off, min_votes: as :class:`DawidSkene`.
+    prior_diag, prior_off, min_votes, shrink: as :class:`DawidSkene`.
     init: ``"dawid-skene"`` (start ``pi`` from Dawid-Skene alone, default) or ``"majority"``
         (one M-step from the vote fractions).
 
@@ -486,10 +615,11 @@ class CrowdGPSL:
     """
 
     def __init__(self, model=None, *, prior_diag=2.0, prior_off=0.1, min_votes=30,
-                 init="dawid-skene"):
+                 shrink=DEFAULT_SHRINK, init="dawid-skene"):
         self.model = model
         self.prior_diag = prior_diag
         self.prior_off = prior_off
+        self.shrink = shrink
         self.min_votes = min_votes
         self.init = init
 
@@ -502,11 +632,12 @@ class CrowdGPSL:
         M = votes.design()
         one_coin = votes.n_votes() < self.min_votes
         if self.init == "dawid-skene":
-            ds = DawidSkene(self.prior_diag, self.prior_off, self.min_votes).fit_votes(votes)
+            ds = DawidSkene(self.prior_diag, self.prior_off, self.min_votes,
+                            shrink=self.shrink).fit_votes(votes)
             crowd = ds.model_
         elif self.init == "majority":
             crowd = m_step(votes, majority_posteriors(votes), one_coin, self.prior_diag,
-                           self.prior_off, M)
+                           self.prior_off, M, shrink=self.shrink)
         else:
             raise ValueError(f"init must be 'dawid-skene' or 'majority', not {self.init!r}")
         classes = list(votes.classes)
@@ -526,7 +657,8 @@ class CrowdGPSL:
             joint.append(float(engine.elbo()) + extras(state["crowd"], engine.p.evidence
                                                        if engine.p.evidence is not None
                                                        else E))
-            cm = m_step(votes, r, one_coin, self.prior_diag, self.prior_off, M)
+            cm = m_step(votes, r, one_coin, self.prior_diag, self.prior_off, M,
+                        shrink=self.shrink, skill=state["crowd"].skill)
             E_new = cm.evidence(votes, M)
             engine.p.set_evidence(E_new)
             state["crowd"] = cm
@@ -569,12 +701,16 @@ def annotator_report(agg, votes: Votes) -> list[dict]:
     np.add.at(agree, votes.annotator, (idx[votes.token] == votes.label).astype(float))
     conf = getattr(agg, "confusions_", None)
     one = getattr(agg, "one_coin_", np.zeros(votes.A, dtype=bool))
+    crowd = getattr(agg, "crowd_", None) or getattr(agg, "model_", None)
+    skill = getattr(crowd, "skill", None) if isinstance(crowd, CrowdModel) else None
     rows = []
     for a, name in enumerate(votes.annotators):
         row = {"annotator": name, "votes": int(n[a]),
                "model": "one-coin" if one[a] else "full",
                "accuracy": float(agg.accuracy_[a]) if n[a] else None,
                "agreement": float(agree[a] / n[a]) if n[a] else None}
+        if skill is not None and np.isfinite(skill[a]):
+            row["skill"] = float(skill[a])
         if conf is not None:
             row["confusion"] = {y: {lab: float(conf[a, i, k])
                                     for k, lab in enumerate(votes.classes)}

@@ -78,13 +78,14 @@ def test_trusted_annotator_is_todays_fit_exactly():
 
 
 def test_one_perfectly_reliable_annotator_gives_todays_results():
-    """One (untrusted) annotator labels every token correctly. With no off-diagonal prior mass
-    the M-step finds pi = I, so every r_t is the voted label and the joint bound is today's
-    bound plus the constant log prior: same bound trace, same predictions."""
+    """One (untrusted) annotator labels every token correctly. With the MAP confusion matrix
+    (no shrinkage) and no off-diagonal prior mass the M-step finds pi = I, so every r_t is the
+    voted label and the joint bound is today's bound plus the constant log prior: same bound
+    trace, same predictions."""
     X, y = corpus()
     sents = [CrowdSentence(x, None, 1, None, annotations={"a1": lab}) for x, lab in zip(X, y)]
     votes = Votes.from_sentences(sents)
-    joint = CrowdGPSL(gpsl(), prior_off=0.0).fit(X, votes)
+    joint = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0).fit(X, votes)
     plain = gpsl().fit(X, y)
     np.testing.assert_allclose(np.diag(joint.confusions_[0]), 1.0)
     const = joint.crowd_.log_prior()
@@ -111,10 +112,12 @@ def test_reliable_annotator_with_default_prior_keeps_the_labels():
     assert joint.predict(Xt) == plain.predict(Xt)
 
 
-def test_joint_bound_never_decreases_and_beats_majority():
+@pytest.mark.parametrize("shrink, min_votes", [(10.0, 5), (0.0, 5), (10.0, 10**6)])
+def test_joint_bound_never_decreases_and_beats_majority(shrink, min_votes):
+    """Variational confusion matrices with shrinkage (default), MAP matrices, one-coin skills."""
     X, y = corpus(20, seed=5)
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
-    joint = CrowdGPSL(gpsl(25), min_votes=5).fit(X, votes)
+    joint = CrowdGPSL(gpsl(25), min_votes=min_votes, shrink=shrink).fit(X, votes)
     jt = np.array(joint.joint_trace_)
     assert jt.size >= 6  # at least three sweeps, each with its M-step
     assert np.all(np.diff(jt) >= -1e-9 * np.abs(jt).max()), np.diff(jt).min()
@@ -130,7 +133,8 @@ def test_joint_bound_never_decreases_and_beats_majority():
     assert acc_joint > acc_mv
 
 
-def test_dawid_skene_bound_monotone_and_skills_recovered():
+@pytest.mark.parametrize("shrink", [10.0, 0.0])
+def test_dawid_skene_bound_monotone_and_skills_recovered(shrink):
     rng = np.random.default_rng(0)
     n, J = 3000, 3
     y = rng.integers(0, J, n)
@@ -144,7 +148,7 @@ def test_dawid_skene_bound_monotone_and_skills_recovered():
             lab.append(y[t] if right else rng.choice([c for c in range(J) if c != y[t]]))
     votes = Votes(lengths=[n], token=tok, annotator=ann, label=lab,
                   annotators=list("abcd"), classes=["x", "y", "z"])
-    ds = DawidSkene().fit_votes(votes)
+    ds = DawidSkene(shrink=shrink).fit_votes(votes)
     assert np.all(np.diff(ds.bound_trace_) >= -1e-9 * abs(ds.bound_trace_[-1]))
     realised = np.bincount(ann, weights=np.array(lab) == y[tok]) / np.bincount(ann)
     assert np.max(np.abs(ds.accuracy_ - realised)) < 0.02
@@ -170,7 +174,7 @@ def test_m_step_matches_brute_force_full_confusion():
                   annotators=["a"], classes=["p", "q", "s"])
     r = rng.dirichlet(np.ones(J), size=n)
     pd_, po = 1.5, 0.3
-    cm = m_step(votes, r, np.array([False]), pd_, po)
+    cm = m_step(votes, r, np.array([False]), pd_, po, shrink=0.0)
     N = expected_counts(votes, r)[0]
     # brute-force N by loops
     Nb = np.zeros((J, J))
@@ -211,6 +215,54 @@ def test_m_step_matches_brute_force_one_coin():
     off = np.exp(cm.log_pi[0][~np.eye(J, dtype=bool)])
     np.testing.assert_allclose(off, (1 - s_hat) / (J - 1))
     np.testing.assert_allclose(np.exp(cm.log_pi[0]).sum(axis=1), 1.0)
+
+
+def _vb_objective(N, alpha, s, kappa, pd_, po):
+    """The part of (J1) that depends on q(pi) = Dir(alpha) and s: sum N E[log pi]
+    - KL(q || Dir(kappa m(s))) + log Beta(s; 1 + pd, 1 + po)."""
+    from scipy.special import digamma, gammaln
+    from scipy.stats import beta as beta_dist
+    from scipy.stats import dirichlet
+
+    J = N.shape[0]
+    prior = np.full((J, J), kappa * (1 - s) / (J - 1))
+    np.fill_diagonal(prior, kappa * s)
+    total = float(beta_dist.logpdf(s, 1 + pd_, 1 + po))
+    for y in range(J):
+        a, b = alpha[y], prior[y]
+        elog = digamma(a) - digamma(a.sum())
+        kl = (gammaln(a.sum()) - gammaln(a).sum() - gammaln(b.sum()) + gammaln(b).sum()
+              + np.sum((a - b) * elog))
+        total += float(N[y] @ elog) - kl
+        # sanity of the closed form of the KL against scipy's entropy / cross-entropy
+        x = np.random.default_rng(y).dirichlet(a, size=4000)
+        mc = np.mean(dirichlet.logpdf(x.T, a) - dirichlet.logpdf(x.T, b))
+        assert kl == pytest.approx(mc, abs=0.2)
+    return total
+
+
+def test_variational_m_step_matches_brute_force():
+    """With shrinkage, the M-step's q(pi) = Dir(N + kappa m(s)) and s maximise the bound's
+    annotator terms: no perturbed Dirichlet and no s on a grid does better."""
+    rng = np.random.default_rng(8)
+    J, n, kappa, pd_, po = 3, 12, 6.0, 2.0, 0.1
+    label = rng.integers(0, J, n)
+    votes = Votes(lengths=[n], token=np.arange(n), annotator=np.zeros(n, dtype=int),
+                  label=label, annotators=["a"], classes=list("abc"))
+    r = rng.dirichlet(np.ones(J), size=n)
+    cm = m_step(votes, r, np.array([False]), pd_, po, shrink=kappa, inner=200)
+    N = expected_counts(votes, r)[0]
+    s_hat, alpha = float(cm.skill[0]), cm.alpha[0]
+    best = _vb_objective(N, alpha, s_hat, kappa, pd_, po)
+    # the bound's own bookkeeping agrees
+    assert cm.log_prior() + float(np.sum(N * cm.log_pi[0])) == pytest.approx(best, rel=1e-9)
+    for _ in range(40):
+        pert = alpha * np.exp(rng.normal(scale=0.2, size=alpha.shape))
+        assert _vb_objective(N, pert, s_hat, kappa, pd_, po) <= best + 1e-9
+    grid = np.linspace(0.01, 0.99, 99)
+    vals = [_vb_objective(N, alpha, g, kappa, pd_, po) for g in grid]
+    assert max(vals) <= best + 1e-9
+    assert abs(grid[int(np.argmax(vals))] - s_hat) <= 0.011
 
 
 def test_evidence_is_the_sum_of_log_confusions():
