@@ -59,6 +59,8 @@ DEFAULT_SIZES = {"basenp": (80, 80), "chunking": (40, 40), "seg": (20, 16),
 #: the acceptance scenario of issue 15: 5 votes per token, 50% coverage, 30% spammers
 DEFAULT_SCENARIOS = ("5:0.5:0.3",)
 ACCEPTANCE = "5:0.5:0.3"
+#: extra scenarios of the default run (other votes per token and coverages), per data set
+DEFAULT_GRID = {"chunking": ("3:1.0:0.3", "1-5:0.3:0.3")}
 ACCEPTANCE_DATASETS = ("chunking", "basenp")
 PEERS = ("MV", "crowdkit-DS", "crowdkit-GLAD", "crowdkit-MACE", "gpsl-DS")
 CROWDKIT = ("crowdkit-DS", "crowdkit-GLAD", "crowdkit-MACE")
@@ -70,6 +72,7 @@ ORACLE = "GPSL2 on true labels"
 class Config:
     datasets: list = field(default_factory=lambda: list(DATASETS))
     scenarios: list = field(default_factory=lambda: list(DEFAULT_SCENARIOS))
+    grid: dict = field(default_factory=dict)  # data set -> extra scenarios
     sizes: dict = field(default_factory=lambda: dict(DEFAULT_SIZES))
     n_annotators: int = 10
     seed: int = 0
@@ -521,7 +524,8 @@ def run(cfg: Config, command: str = "") -> dict:
     out = Path(cfg.out_dir)
     for name in cfg.datasets:
         data = load_pooled(Path(cfg.data_dir), name)
-        for scenario in cfg.scenarios:
+        for scenario in list(cfg.scenarios) + [s for s in cfg.grid.get(name, ())
+                                                if s not in cfg.scenarios]:
             cells.append(run_cell(cfg, data, name, scenario, log))
             meta["total_seconds"] = time.perf_counter() - t_start
             write_outputs(build_report(cfg, meta, cells, complete=False), out)
@@ -563,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", nargs="+", metavar="V:C:S",
                    help="VOTES:COVERAGE:SPAM, VOTES an integer or a range like 1-5 (default "
                         f"{' '.join(DEFAULT_SCENARIOS)})")
+    p.add_argument("--no-grid", action="store_true",
+                   help="skip the extra scenarios of the default run ("
+                        + "; ".join(f"{d}: {' '.join(v)}" for d, v in DEFAULT_GRID.items())
+                        + "); they are skipped anyway when --scenarios is given")
     p.add_argument("--sizes", help="train/test sentences: '40/40' or 'basenp=80/80,seg=20/16' "
                                    "(default " + ", ".join(f"{d}={a}/{b}" for d, (a, b)
                                                            in DEFAULT_SIZES.items()) + ")")
@@ -593,7 +601,8 @@ def config_from_args(args) -> Config:
         sizes.update(parse_sizes(args.sizes, datasets))
     if args.annotators < 2:
         raise ValueError("--annotators must be at least 2")
-    return Config(datasets=datasets,
+    grid = {} if (args.no_grid or args.scenarios) else dict(DEFAULT_GRID)
+    return Config(datasets=datasets, grid=grid,
                   scenarios=[check_scenario(s) for s in (args.scenarios or DEFAULT_SCENARIOS)],
                   sizes=sizes, n_annotators=args.annotators, seed=args.seed,
                   max_iter=args.max_iter, peers=peers, taggers=not args.no_taggers,
