@@ -75,7 +75,7 @@ class Config:
     grid: dict = field(default_factory=dict)  # data set -> extra scenarios
     sizes: dict = field(default_factory=lambda: dict(DEFAULT_SIZES))
     n_annotators: int = 10
-    seed: int = 0
+    seeds: list = field(default_factory=lambda: [0])  # one partition + crowd per seed
     max_iter: int = 100
     peers: list = field(default_factory=lambda: list(PEERS))
     taggers: bool = True  # GPSL2 / CRFsuite after every peer
@@ -305,14 +305,15 @@ def fit_crfsuite(labels_flat, lengths, classes, Xtr, Xte, template):
 # --------------------------------------------------------------------------- one cell
 
 
-def run_cell(cfg: Config, data, name: str, scenario: str, log) -> dict:
-    """One data set x one scenario: every method on the same simulated crowd."""
+def run_cell(cfg: Config, data, name: str, scenario: str, log, seed: int = 0) -> dict:
+    """One data set x one scenario x one seed (partition and crowd): every method on the same
+    simulated crowd."""
     from gpsl.crowd import CrowdGPSL, DawidSkene, Votes
 
     votes_spec, coverage, spam = scenario.split(":")
     coverage, spam = float(coverage), float(spam)
     n_tr, n_te = cfg.sizes[name]
-    tr, te = partitions(len(data), n_tr, n_te, 1, cfg.seed, name)[0]
+    tr, te = partitions(len(data), n_tr, n_te, 1, seed, name)[0]
     Xtr = [data.X[i] for i in tr]
     Xte = [data.X[i] for i in te]
     ytr = [data.y[i] for i in tr]
@@ -324,14 +325,14 @@ def run_cell(cfg: Config, data, name: str, scenario: str, log) -> dict:
     y_true = np.array([index[v] for lab in ytr for v in lab], dtype=np.int64)
     n = y_true.size
     rng = np.random.default_rng(np.random.SeedSequence(
-        [cfg.seed, dataset_key(name), dataset_key(scenario), 15]))
+        [seed, dataset_key(name), dataset_key(scenario), 15]))
     sim = simulate(y_true, classes, cfg.n_annotators, votes_spec, coverage, spam, rng)
     voted = np.zeros(n, dtype=bool)
     voted[sim["covered"]] = True
     realised = sim["realised"]
-    log(f"[{name} {scenario}] {n_tr}/{n_te} sentences, {n} training tokens, "
+    log(f"[{name} {scenario} seed {seed}] {n_tr}/{n_te} sentences, {n} training tokens, "
         f"{int(voted.sum())} voted, {sim['token'].size} votes, {J} labels")
-    cell = {"dataset": name, "scenario": scenario, "n_train_tokens": n,
+    cell = {"dataset": name, "scenario": scenario, "seed": seed, "n_train_tokens": n,
             "n_voted": int(voted.sum()), "n_votes": int(sim["token"].size),
             "annotators": [{"kind": k, "realised_accuracy": float(a), "votes": int(c)}
                            for k, a, c in zip(sim["kinds"], realised,
@@ -357,7 +358,7 @@ def run_cell(cfg: Config, data, name: str, scenario: str, log) -> dict:
                           classes=classes)
             P = DawidSkene().fit_votes(votes).probas_
         else:
-            P = crowdkit_posteriors(method, sim, n, J, cfg.seed)
+            P = crowdkit_posteriors(method, sim, n, J, seed)
         rec = score(P, method, time.perf_counter() - t0)
         agg = np.where(voted, P.argmax(axis=1), -1)
         msg = f"  {method}: label acc {rec['label_accuracy']:.2f}%, " \
@@ -429,18 +430,71 @@ def acceptance(cell: dict) -> dict:
 def build_report(cfg: Config, meta: dict, cells: list, complete: bool) -> dict:
     settings = asdict(cfg)
     settings.pop("verbose", None)
-    return {"meta": meta, "settings": settings, "complete": complete, "cells": cells}
+    report = {"meta": meta, "settings": settings, "complete": complete, "cells": cells}
+    report["summary"] = summary(report)
+    return report
 
 
 def _f(v, d=2):
     return "–" if v is None else f"{v:.{d}f}"
 
 
+def summary(report: dict) -> list[dict]:
+    """Per data set and scenario: the mean over seeds of the acceptance figures."""
+    groups: dict = {}
+    for cell in report["cells"]:
+        groups.setdefault((cell["dataset"], cell["scenario"]), []).append(cell)
+    rows = []
+    for (name, scen), cells in groups.items():
+        acc = [c.get("acceptance") or {} for c in cells]
+        m = [c["methods"] for c in cells]
+
+        def mean(values):
+            v = [x for x in values if x is not None]
+            return float(np.mean(v)) if v else None
+
+        rows.append({
+            "dataset": name, "scenario": scen, "seeds": [c.get("seed", 0) for c in cells],
+            "joint_label_accuracy": mean([x.get(JOINT, {}).get("label_accuracy") for x in m]),
+            "gpsl_ds_label_accuracy": mean([x.get("gpsl-DS", {}).get("label_accuracy")
+                                            for x in m]),
+            "best_crowdkit_label_accuracy": mean([
+                max((x[k]["label_accuracy"] for k in CROWDKIT if k in x), default=None)
+                for x in m]),
+            "label_margin": mean([a.get("label_margin") for a in acc]),
+            "joint_test_loss": mean([x.get(JOINT, {}).get("test_loss") for x in m]),
+            "oracle_test_loss": mean([x.get(ORACLE, {}).get("test_loss") for x in m]),
+            "loss_gap": mean([a.get("loss_gap") for a in acc]),
+            "annotator_mae": mean([a.get("annotator_mae") for a in acc]),
+        })
+    return rows
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = ["## Summary (mean over seeds)", "",
+             "| data set | scenario | seeds | joint label acc. % | gpsl-DS % | best crowd-kit % "
+             "| joint − best crowd-kit | joint test loss % | GPSL2 on true labels % | gap "
+             "| annotator MAE |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in summary(report):
+        lines.append(
+            f"| {r['dataset']} | {r['scenario']} | {len(r['seeds'])} | "
+            f"{_f(r['joint_label_accuracy'])} | {_f(r['gpsl_ds_label_accuracy'])} | "
+            f"{_f(r['best_crowdkit_label_accuracy'])} | {_f(r['label_margin'])} | "
+            f"{_f(r['joint_test_loss'])} | {_f(r['oracle_test_loss'])} | {_f(r['loss_gap'])} | "
+            f"{_f(r['annotator_mae'], 3)} |")
+    lines += ["", f"Acceptance (issue 15, scenario {ACCEPTANCE} on "
+              f"{' and '.join(ACCEPTANCE_DATASETS)}): joint − best crowd-kit ≥ +1 point, test "
+              "loss gap ≤ 1 point, annotator MAE ≤ 0.05.", ""]
+    return lines
+
+
 def table_lines(report: dict) -> list[str]:
     lines = []
     for cell in report["cells"]:
         m = cell["methods"]
-        lines.append(f"### {cell['dataset']}, scenario {cell['scenario']} "
+        lines.append(f"### {cell['dataset']}, scenario {cell['scenario']}, seed "
+                     f"{cell.get('seed', 0)} "
                      f"({cell['n_train_tokens']} training tokens, {cell['n_voted']} voted, "
                      f"{cell['n_votes']} votes)")
         lines.append("")
@@ -491,9 +545,9 @@ def write_outputs(report: dict, out: Path) -> None:
                          meta["machine"], meta["git"], meta["command"])
     s = report["settings"]
     lines += [
-        f"* settings: {s['n_annotators']} annotators per pool, seed {s['seed']}, sizes "
+        f"* settings: {s['n_annotators']} annotators per pool, seeds {s['seeds']}, sizes "
         + ", ".join(f"{d} {a}/{b}" for d, (a, b) in s["sizes"].items() if d in s["datasets"])
-        + f" (train/test sentences, one partition), GPSL max_iter {s['max_iter']}",
+        + f" (train/test sentences, one partition per seed), GPSL max_iter {s['max_iter']}",
         f"* total time: {meta.get('total_seconds', 0):.0f} s"
         + ("" if report["complete"] else " (incomplete run: written after every cell)"),
         "",
@@ -505,7 +559,8 @@ def write_outputs(report: dict, out: Path) -> None:
         "expected fraction of correct votes.",
         "",
     ]
-    lines += table_lines(report)
+    lines += summary_lines(report)
+    lines += ["## Cells", ""] + table_lines(report)
     (out / "crowd.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "crowd.json").write_text(json.dumps(jsonable(report), indent=1) + "\n",
                                     encoding="utf-8")
@@ -526,9 +581,10 @@ def run(cfg: Config, command: str = "") -> dict:
         data = load_pooled(Path(cfg.data_dir), name)
         for scenario in list(cfg.scenarios) + [s for s in cfg.grid.get(name, ())
                                                 if s not in cfg.scenarios]:
-            cells.append(run_cell(cfg, data, name, scenario, log))
-            meta["total_seconds"] = time.perf_counter() - t_start
-            write_outputs(build_report(cfg, meta, cells, complete=False), out)
+            for seed in cfg.seeds:
+                cells.append(run_cell(cfg, data, name, scenario, log, seed))
+                meta["total_seconds"] = time.perf_counter() - t_start
+                write_outputs(build_report(cfg, meta, cells, complete=False), out)
     meta["total_seconds"] = time.perf_counter() - t_start
     report = build_report(cfg, meta, cells, complete=True)
     write_outputs(report, out)
@@ -579,7 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"aggregation peers (default: {' '.join(PEERS)})")
     p.add_argument("--no-taggers", action="store_true",
                    help="skip GPSL2/CRFsuite after the peers (aggregation only)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], metavar="SEED",
+                   help="one partition and simulated crowd per seed (default 0)")
     p.add_argument("--max-iter", type=int, default=100, help="GPSL max_iter (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -604,7 +661,7 @@ def config_from_args(args) -> Config:
     grid = {} if (args.no_grid or args.scenarios) else dict(DEFAULT_GRID)
     return Config(datasets=datasets, grid=grid,
                   scenarios=[check_scenario(s) for s in (args.scenarios or DEFAULT_SCENARIOS)],
-                  sizes=sizes, n_annotators=args.annotators, seed=args.seed,
+                  sizes=sizes, n_annotators=args.annotators, seeds=list(dict.fromkeys(args.seeds)),
                   max_iter=args.max_iter, peers=peers, taggers=not args.no_taggers,
                   data_dir=args.data_dir, out_dir=args.out, verbose=not args.quiet)
 
@@ -618,7 +675,7 @@ def main(argv=None) -> int:
     except (DataMissing, ValueError) as exc:
         print(f"bench.crowd: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(table_lines(report)))
+    print("\n".join(table_lines(report) + summary_lines(report)))
     print(f"command: {report['meta']['command']}")
     print(f"wrote {Path(cfg.out_dir) / 'crowd.md'} and crowd.json")
     return 0

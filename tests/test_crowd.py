@@ -503,9 +503,17 @@ def test_bench_crowd_simulation_and_harness(tmp_path):
     if not (DATA_DIR / "seg" / "train.data").is_file():
         pytest.skip("shared CRF++ data absent")
     code = bc.main(["--datasets", "seg", "--sizes", "6/4", "--max-iter", "4", "--peers", "MV",
-                    "gpsl-DS", "--scenarios", "3:0.6:0.3", "--out", str(tmp_path), "-q"])
+                    "gpsl-DS", "--scenarios", "3:0.6:0.3", "--seeds", "0", "1", "--out",
+                    str(tmp_path), "-q"])
     assert code == 0
     report = json.loads((tmp_path / "crowd.json").read_text(encoding="utf-8"))
+    assert [c["seed"] for c in report["cells"]] == [0, 1]
+    assert report["cells"][0]["n_votes"] != report["cells"][1]["n_votes"] or \
+        report["cells"][0]["annotators"] != report["cells"][1]["annotators"]
+    (row,) = report["summary"]
+    assert row["seeds"] == [0, 1]
+    assert row["joint_label_accuracy"] == pytest.approx(np.mean(
+        [c["methods"][bc.JOINT]["label_accuracy"] for c in report["cells"]]))
     cell = report["cells"][0]
     assert set(cell["methods"]) == {"MV", "gpsl-DS", bc.JOINT, bc.ORACLE}
     for m in ("MV", "gpsl-DS", bc.JOINT):
