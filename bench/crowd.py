@@ -55,7 +55,7 @@ from bench.common import (
 
 #: train/test sentences of the default run (the full GP costs about n^2.5 in tokens).
 DEFAULT_SIZES = {"basenp": (80, 80), "chunking": (40, 40), "seg": (20, 16),
-                 "JapaneseNE": (40, 40)}
+                 "JapaneseNE": (30, 30)}
 #: the acceptance scenario of issue 15: 5 votes per token, 50% coverage, 30% spammers
 DEFAULT_SCENARIOS = ("5:0.5:0.3",)
 ACCEPTANCE = "5:0.5:0.3"
