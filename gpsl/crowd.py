@@ -421,10 +421,11 @@ def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
 
     * one-coin annotators: eq. (M1), closed form;
     * full matrices without shrinkage (``shrink = 0``): eq. (M) with the prior (P0);
-    * full matrices with shrinkage: block coordinate ascent between eq. (M) with the prior
-      ``beta = 1 + kappa m(s_a)`` (closed form) and eq. (S) (a concave 1-D maximisation),
-      ``inner`` rounds starting from ``skill`` (or the one-coin estimate); every round is an
-      exact block maximisation, so the result is never worse than the starting point.
+    * full matrices with shrinkage: block coordinate ascent between the variational posterior
+      ``q(pi_a[y]) = Dir(N_a[y] + kappa m(s_a)[y])`` (eq. VB, exact) and eq. (S) (a concave
+      1-D maximisation), ``inner`` rounds starting from ``skill`` (or the one-coin estimate);
+      every round is an exact block maximisation, so the result is never worse than the
+      starting point when ``skill`` is the previous ``s_a``.
     """
     if prior_diag < 0 or prior_off < 0 or shrink < 0:
         raise ValueError("prior pseudo-counts must be >= 0")
@@ -552,6 +553,8 @@ class DawidSkene(_Aggregator):
         self.tol = tol
 
     def fit_votes(self, votes: Votes) -> DawidSkene:
+        if votes.token.size == 0 and not np.any(votes.observed >= 0):
+            raise ValueError("no votes to aggregate")
         M = votes.design()
         one_coin = votes.n_votes() < self.min_votes
         r = majority_posteriors(votes)
@@ -694,7 +697,8 @@ class CrowdGPSL:
 
 def annotator_report(agg, votes: Votes) -> list[dict]:
     """One row per annotator: votes, model (full / one-coin), estimated accuracy (eq. A),
-    agreement with the aggregated label, and the diagonal of the confusion matrix."""
+    agreement with the aggregated label, skill ``s_a`` and the confusion matrix (posterior
+    mean where it is variational) as ``{true label: {reported label: probability}}``."""
     n = votes.n_votes()
     agree = np.zeros(votes.A)
     idx = np.asarray(agg.probas_).argmax(axis=1)
