@@ -133,6 +133,23 @@ def test_joint_bound_never_decreases_and_beats_majority(shrink, min_votes):
     assert acc_joint > acc_mv
 
 
+def test_joint_model_with_the_sparse_engine():
+    """The crowd M-step only uses engine.p, engine.s.r and engine.elbo(): the sparse mode runs
+    it too, with the same monotone joint bound and labels as good as the full mode's."""
+    X, y = corpus(20, seed=5)
+    votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
+    model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-6, inference="sparse")
+    joint = CrowdGPSL(model, min_votes=5).fit(X, votes)
+    assert joint.model_.inference_ == "sparse"
+    jt = np.array(joint.joint_trace_)
+    assert jt.size >= 6 and np.all(np.diff(jt) >= -1e-8 * np.abs(jt).max())
+    full = CrowdGPSL(gpsl(25), min_votes=5).fit(X, votes)
+    truth = np.array([v for lab in y for v in lab])
+    voted = votes.voted()
+    acc = [np.mean(np.array(m.labels_array_)[voted] == truth[voted]) for m in (joint, full)]
+    assert acc[0] >= acc[1] - 0.02
+
+
 @pytest.mark.parametrize("shrink", [10.0, 0.0])
 def test_dawid_skene_bound_monotone_and_skills_recovered(shrink):
     rng = np.random.default_rng(0)

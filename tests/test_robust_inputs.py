@@ -38,7 +38,8 @@ from gpsl.io import (  # noqa: E402
     read_text,
 )
 from gpsl.model import GPSL  # noqa: E402
-from gpsl.persist import load_model  # noqa: E402
+
+load_model = GPSL.load
 from gpsl.store import Store  # noqa: E402
 
 LONG = os.environ.get("GPSL_LONG_TESTS") == "1"
