@@ -308,6 +308,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if getattr(args, "crowd", False):
         return _cmd_train_crowd(args)
+    _refuse_crowd_options(args)
     t0 = time.perf_counter()
     check_destination(args.model_dir)  # refuse before spending time on training
     sents = read_conll(args.train_file, encoding=args.encoding, missing=args.missing,
@@ -444,6 +445,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- crowds
+
+
+def _refuse_crowd_options(args: argparse.Namespace) -> None:
+    """``train`` without ``--crowd``: a crowd option given anyway is an error, not ignored."""
+    given = [opt for opt, value, default in (
+        ("--crowd-format", args.crowd_format, None), ("--annotators", args.annotators, None),
+        ("--annotator-names", args.annotator_names, None), ("--labels", args.labels, None),
+        ("--trusted", args.trusted, []), ("--report", args.report, None))
+        if value != default]
+    if given:
+        raise InputError(f"{given[0]} needs --crowd", source="arguments")
 
 
 def _read_crowd_votes(args: argparse.Namespace, path: str):

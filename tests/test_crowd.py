@@ -472,6 +472,7 @@ def test_cli_train_crowd_and_test(tmp_path, capsys):
      "duplicate annotator 'x'"),
     (["train", "--crowd", "{conll}", "{model}"], "needs --annotators N"),
     (["aggregate", "{missing}"], "missing.jsonl"),
+    (["train", "--annotators", "3", "{conll}", "{model}"], "--annotators needs --crowd"),
 ])
 def test_cli_crowd_errors_are_one_line(tmp_path, capsys, argv, needle):
     conll = tmp_path / "c.data"
