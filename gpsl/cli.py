@@ -5,6 +5,12 @@
     python -m gpsl train -t template [-d -1,1] [--kernel linear|rbf] train.data model_dir
     python -m gpsl test -m model_dir [--decoder rns|viterbi] [--marginals] test.data [-o out]
     python -m gpsl eval -m model_dir test.data
+    python -m gpsl aggregate crowd.jsonl [-o out] [--report annotators.json]
+    python -m gpsl train --crowd [--trusted NAME] crowd.jsonl model_dir
+
+Crowd input (``--crowd``, ``aggregate``) is JSONL with ``"annotations"`` or CoNLL with one label
+column per annotator (``--annotators N``), see :func:`gpsl.io.read_crowd`; ``aggregate`` writes
+the aggregated label and its probability after every token (``_ _`` for a token without votes).
 
 ``test`` writes every input token line (columns joined by tabs, a gold label column kept as is)
 with the predicted label appended, and a blank line after each sentence, exactly like
@@ -27,6 +33,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+import numpy as np
 
 from gpsl.errors import GpslError, InputError
 from gpsl.model import parse_offsets
@@ -117,6 +125,41 @@ def _add_max_tokens(p: argparse.ArgumentParser) -> None:
                         f"{limits.DEFAULT_MAX_TOKENS} or ${limits.ENV_MAX_TOKENS}; 0: no limit)")
 
 
+def _names(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",")]
+    if any(not v or any(ch.isspace() for ch in v) for v in names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
+
+
+def _add_crowd_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--crowd-format", choices=("jsonl", "conll"), default=None,
+                   help="crowd input format (default: jsonl for *.jsonl/*.json, else conll)")
+    p.add_argument("--annotators", type=_positive_int, default=None, metavar="N",
+                   help="CoNLL crowd input: the last N columns are one label column per "
+                        "annotator ('_' = no label)")
+    p.add_argument("--annotator-names", type=_names, default=None, metavar="A,B,...",
+                   help="names of the CoNLL annotator columns (default a1..aN)")
+    p.add_argument("--labels", type=_names, default=None, metavar="L1,L2,...",
+                   help="the label set; any other label in the votes is an error")
+    p.add_argument("--trusted", action="append", default=[], metavar="NAME",
+                   help="an annotator whose labels are taken as observed (adjudication); "
+                        "repeatable")
+    p.add_argument("--min-votes", type=_positive_int, default=30, metavar="N",
+                   help="annotators with fewer votes get one skill parameter instead of a "
+                        "confusion matrix (default 30)")
+    p.add_argument("--prior-diag", type=_non_negative_float, default=2.0, metavar="X",
+                   help="Dirichlet pseudo-count on the confusion matrices' diagonal (2)")
+    p.add_argument("--prior-off", type=_non_negative_float, default=0.1, metavar="X",
+                   help="Dirichlet pseudo-count off the diagonal (0.1)")
+    p.add_argument("--shrink", type=_non_negative_float, default=10.0, metavar="K",
+                   help="shrink each confusion matrix towards the annotator's one-skill matrix "
+                        "with K pseudo-votes per row (default 10; 0: fixed prior, MAP)")
+    p.add_argument("--report", metavar="REPORT_JSON",
+                   help="write the annotator report (votes, estimated accuracy, confusion "
+                        "matrix) as JSON")
+
+
 def _missing(text: str) -> str:
     if text == "" or any(ch.isspace() for ch in text):
         raise argparse.ArgumentTypeError("the missing-label marker must be non-empty, no spaces")
@@ -172,9 +215,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="label marking a missing label (default _)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     _add_max_tokens(p)
+    p.add_argument("--crowd", action="store_true",
+                   help="TRAIN_FILE holds crowd votes (JSONL annotations, or CoNLL with "
+                        "--annotators N): learn annotator confusion matrices jointly")
+    _add_crowd_options(p)
     p.add_argument("train_file", metavar="TRAIN_FILE")
     p.add_argument("model_dir", metavar="MODEL_DIR")
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("aggregate", help="aggregate crowd votes (Dawid-Skene) without a tagger",
+                       description="Per-token posteriors and per-annotator reliability from "
+                                   "crowd votes (JSONL annotations, or CoNLL with one label "
+                                   "column per annotator).")
+    p.add_argument("--method", choices=("dawid-skene", "majority"), default="dawid-skene")
+    p.add_argument("--encoding", type=_encoding, default="utf-8")
+    p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
+                   help="label marking 'no label' (default _)")
+    p.add_argument("--output-format", choices=("conll", "jsonl"), default="conll",
+                   help="conll: feature columns, label, probability (default); jsonl: "
+                        "tokens, labels, probabilities")
+    p.add_argument("-o", "--output", metavar="OUT", help="output file (default stdout)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no annotator table on stderr")
+    _add_max_tokens(p)
+    _add_crowd_options(p)
+    p.add_argument("crowd_file", metavar="CROWD_FILE")
+    p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("test", help="label a CRF++ column file (like crf_test)",
                        description="Append the predicted label to every token line.")
@@ -244,6 +309,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gpsl.io import read_conll
     from gpsl.persist import check_destination
 
+    if getattr(args, "crowd", False):
+        return _cmd_train_crowd(args)
+    _refuse_crowd_options(args)
     t0 = time.perf_counter()
     check_destination(args.model_dir)  # refuse before spending time on training
     sents = read_conll(args.train_file, encoding=args.encoding, missing=args.missing,
@@ -379,6 +447,168 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- crowds
+
+
+def _refuse_crowd_options(args: argparse.Namespace) -> None:
+    """``train`` without ``--crowd``: a crowd option given anyway is an error, not ignored."""
+    given = [opt for opt, value, default in (
+        ("--crowd-format", args.crowd_format, None), ("--annotators", args.annotators, None),
+        ("--annotator-names", args.annotator_names, None), ("--labels", args.labels, None),
+        ("--trusted", args.trusted, []), ("--report", args.report, None))
+        if value != default]
+    if given:
+        raise InputError(f"{given[0]} needs --crowd", source="arguments")
+
+
+def _read_crowd_votes(args: argparse.Namespace, path: str):
+    """Crowd sentences and their :class:`gpsl.crowd.Votes` from the crowd options."""
+    from gpsl.crowd import Votes
+    from gpsl.io import read_crowd
+
+    kw: dict[str, Any] = {"encoding": args.encoding, "missing": args.missing,
+                          "labels": args.labels, "max_tokens": args.max_tokens}
+    fmt = args.crowd_format
+    if fmt is None:
+        fmt = "jsonl" if path.lower().endswith((".jsonl", ".json")) else "conll"
+    if fmt == "jsonl" and (args.annotators is not None or args.annotator_names is not None):
+        raise InputError("--annotators/--annotator-names apply to CoNLL crowd input only",
+                         source=path)
+    if fmt == "conll":
+        if args.annotators is None:
+            raise InputError("a CoNLL crowd file needs --annotators N (the number of "
+                             "annotator label columns)", source=path)
+        kw["annotators"] = args.annotator_names
+    sents = read_crowd(path, fmt, n_annotators=args.annotators, **kw)
+    names = {a for s in sents for a in s.annotations}
+    unknown = [t for t in args.trusted if t not in names]
+    if unknown:
+        raise InputError(f"--trusted {unknown[0]!r}: no such annotator in the file", source=path)
+    votes = Votes.from_sentences(sents, classes=args.labels, trusted=args.trusted, source=path)
+    if votes.token.size == 0 and not (votes.observed >= 0).any():
+        raise InputError("no votes in the file", source=path)
+    return sents, votes
+
+
+def _annotator_table(rows: list[dict]) -> str:
+    lines = [f"{'annotator':<16} {'votes':>7} {'model':>9} {'accuracy':>9} {'agreement':>10}"]
+    for r in rows:
+        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
+        agr = "-" if r["agreement"] is None else f"{r['agreement']:.3f}"
+        lines.append(f"{r['annotator'][:16]:<16} {r['votes']:>7d} {r['model']:>9} {acc:>9} "
+                     f"{agr:>10}")
+    return "\n".join(lines)
+
+
+def _write_report(path: str | None, payload: dict) -> None:
+    import json
+
+    if path is None:
+        return
+    _write_output(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", path, "utf-8")
+
+
+def _gold_accuracy(sents, labels_flat) -> float | None:
+    gold = [v for s in sents for v in s.labels]
+    pairs = [(g, p) for g, p in zip(gold, labels_flat) if g is not None and p is not None]
+    return 100.0 * sum(g == p for g, p in pairs) / len(pairs) if pairs else None
+
+
+def _cmd_aggregate(args: argparse.Namespace) -> int:
+    import json
+
+    from gpsl.crowd import DawidSkene, MajorityVote, annotator_report
+    from gpsl.io import format_conll
+
+    sents, votes = _read_crowd_votes(args, args.crowd_file)
+    if args.method == "majority":
+        agg = MajorityVote().fit_votes(votes)
+    else:
+        agg = DawidSkene(prior_diag=args.prior_diag, prior_off=args.prior_off,
+                         min_votes=args.min_votes, shrink=args.shrink).fit_votes(votes)
+    P = agg.probas_
+    labels = agg.labels_array_
+    prob = [float(P[t].max()) if labels[t] is not None else None for t in range(votes.n)]
+    cuts = np.cumsum(votes.lengths)[:-1]
+    lab_s = np.split(np.array(labels, dtype=object), cuts)
+    prob_s = np.split(np.array(prob, dtype=object), cuts)
+    if args.output_format == "conll":
+        extra = [[["_" if lab is None else lab, "_" if p is None else f"{p:.6f}"]
+                  for lab, p in zip(ls, ps)] for ls, ps in zip(lab_s, prob_s)]
+        text = format_conll(sents, extra_columns=extra, label=False,
+                            source=args.output or "<stdout>")
+    else:
+        out = []
+        for s, ls, ps in zip(sents, lab_s, prob_s):
+            toks = [t[0] if len(t) == 1 else list(t) for t in s.tokens]
+            obj: dict[str, Any] = {"tokens": toks, "labels": list(ls),
+                                   "probabilities": [None if p is None else round(p, 6)
+                                                     for p in ps]}
+            if s.id is not None:
+                obj = {"id": s.id, **obj}
+            out.append(json.dumps(obj, ensure_ascii=False))
+        text = "\n".join(out) + "\n"
+    _write_output(text, args.output, args.encoding)
+    rows = annotator_report(agg, votes)
+    gold = _gold_accuracy(sents, labels)
+    _write_report(args.report, {"method": args.method, "classes": votes.classes,
+                                "tokens": votes.n, "voted_tokens": int(votes.voted().sum()),
+                                "gold_accuracy": gold, "annotators": rows})
+    if not args.quiet:
+        _err(_annotator_table(rows))
+        _err(f"gpsl: aggregated {int(votes.token.size)} votes of {votes.A} annotators on "
+             f"{int(votes.voted().sum())} of {votes.n} tokens"
+             + ("" if gold is None else f"; accuracy against the gold labels {gold:.2f}%"))
+    return 0
+
+
+def _cmd_train_crowd(args: argparse.Namespace) -> int:
+    from gpsl.crowd import CrowdGPSL, annotator_report
+    from gpsl.features import Template
+    from gpsl.model import GPSL
+    from gpsl.persist import check_destination
+
+    t0 = time.perf_counter()
+    check_destination(args.model_dir)
+    sents, votes = _read_crowd_votes(args, args.train_file)
+    n_columns = len(sents[0].tokens[0])
+    template_text = None
+    if args.template is not None:
+        template = Template.from_file(args.template, encoding=args.encoding)
+        template.validate(n_columns)
+        template_text = template.text
+    extra: dict[str, Any] = {} if args.tol is None else {"tol": args.tol}
+    if getattr(args, "inference", None) is not None:
+        extra["inference"] = args.inference
+    if getattr(args, "inducing", None) is not None:
+        extra["inducing"] = args.inducing
+    model = GPSL(offsets=args.offsets, kernel=args.kernel, template=template_text,
+                 min_freq=args.min_freq, max_iter=args.max_iter,
+                 learn_hyper=args.learn_hyper, variance=args.variance, **extra)
+
+    def progress(info: dict) -> None:
+        if not args.quiet:
+            _err(f"iter={int(info.get('iteration', 0)):<4d} "
+                 f"bound={float(info.get('bound', float('nan'))):.6f} "
+                 f"time={float(info.get('seconds', 0.0)):.2f}s")
+
+    joint = CrowdGPSL(model, prior_diag=args.prior_diag, prior_off=args.prior_off,
+                      min_votes=args.min_votes, shrink=args.shrink)
+    joint.fit([s.tokens for s in sents], votes, callback=progress)
+    joint.model_.save(args.model_dir)
+    rows = annotator_report(joint, votes)
+    gold = _gold_accuracy(sents, joint.labels_array_)
+    _write_report(args.report, {"method": "joint", "classes": votes.classes, "tokens": votes.n,
+                                "voted_tokens": int(votes.voted().sum()),
+                                "gold_accuracy": gold, "annotators": rows})
+    if not args.quiet:
+        _err(_annotator_table(rows))
+    _err(f"gpsl: trained on {votes.n} tokens ({len(sents)} sentences) with {votes.token.size} "
+         f"votes of {votes.A} annotators, {len(votes.classes)} labels, "
+         f"{time.perf_counter() - t0:.2f} seconds; model saved to {args.model_dir}")
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -401,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     if getattr(args, "func", None) is None:
-        _err("gpsl: error: a command is required: train, test or eval (see gpsl --help)")
+        _err("gpsl: error: a command is required: train, test, eval or aggregate (see gpsl --help)")
         return 2
     try:
         return int(args.func(args))
