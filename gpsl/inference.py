@@ -142,11 +142,39 @@ class Problem:
     nb: np.ndarray  # (n, R) neighbour index or -1
     J: int
     offsets: tuple
+    #: optional ``(n, J)`` log-potentials ``e_t(y)`` on the labels of tokens whose label is
+    #: missing (ignored where ``y >= 0``): extra evidence about a latent label, e.g. the
+    #: crowd model's ``sum_a log pi_a[y, l_ta]``. The bound gains ``sum_t sum_y r_t(y) e_t(y)``
+    #: and the ``r`` update adds ``e_t`` to its softmax argument.
+    evidence: np.ndarray | None = None
 
     @classmethod
-    def build(cls, lengths, y, offsets, J) -> Problem:
+    def build(cls, lengths, y, offsets, J, evidence=None) -> Problem:
         y = np.asarray(y, dtype=np.int64)
-        return cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
+        prob = cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
+        prob.set_evidence(evidence)
+        return prob
+
+    def set_evidence(self, evidence) -> None:
+        """Replace the evidence array (``None`` for none); checked against ``(n, J)``."""
+        if evidence is None:
+            self.evidence = None
+            return
+        e = np.asarray(evidence, dtype=float)
+        if e.shape != (self.n, self.J):
+            raise ValueError(f"evidence must have shape {(self.n, self.J)}, not {e.shape}")
+        if np.isnan(e).any() or np.isposinf(e).any():
+            raise ValueError("evidence must not contain NaN or +inf")
+        self.evidence = e
+
+    def evidence_term(self, r) -> float:
+        """``sum_{t missing} sum_y r_t(y) e_t(y)`` (0 without evidence; 0 * -inf = 0)."""
+        if self.evidence is None:
+            return 0.0
+        m = self.missing
+        rm, em = r[m], self.evidence[m]
+        pos = rm > 0
+        return float(np.sum(rm[pos] * em[pos]))
 
     @property
     def n(self) -> int:
@@ -363,7 +391,8 @@ class GPSLInference:
 
     def elbo(self) -> float:
         """The variational lower bound (eq. lb2, extended to missing labels)."""
-        return self.kl_U() + self.kl_S() + self.data_term() + self.entropy()
+        return (self.kl_U() + self.kl_S() + self.data_term() + self.entropy()
+                + self.p.evidence_term(self.s.r))
 
     def gradients(self) -> dict:
         """Analytic gradients of the bound (used by the finite-difference tests).
@@ -652,6 +681,8 @@ class GPSLInference:
                     contrib -= ratio @ E.T
                     np.add.at(G, nbd[s_idx], contrib)
                 Gc = G[cls]
+                if self.p.evidence is not None:
+                    Gc = Gc + self.p.evidence[cls]
                 Gc -= Gc.max(axis=1, keepdims=True)
                 rc = np.exp(Gc)
                 rc /= rc.sum(axis=1, keepdims=True)
@@ -713,8 +744,14 @@ class GPSLInference:
         self.update_r()
         return self.elbo()
 
-    def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20):
-        """Variational EM (Algorithm 1); returns the bound trace (one value per sweep)."""
+    def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20,
+            on_sweep=None):
+        """Variational EM (Algorithm 1); returns the bound trace (one value per sweep).
+
+        ``on_sweep(engine)`` (optional) runs after every sweep, before the stop rule; it may
+        change the problem's evidence (:meth:`Problem.set_evidence`), e.g. the crowd model's
+        M-step, and returns the bound after its change (or ``None`` to keep the sweep's).
+        """
         t0 = time.perf_counter()
         trace = [self.elbo()]
         it = 0
@@ -726,6 +763,10 @@ class GPSLInference:
             for _ in range(inner_max):
                 it += 1
                 trace.append(self.sweep())
+                if on_sweep is not None:
+                    extra = on_sweep(self)
+                    if extra is not None:
+                        trace[-1] = float(extra)
                 if callback is not None:
                     callback({"iteration": it, "bound": trace[-1],
                               "seconds": time.perf_counter() - t0})

@@ -149,7 +149,8 @@ class GPSL:
                  rns_tol=1e-4, rns_max_iter=100, rns_schedule="jacobi", rns_damping=0.5,
                  rns_variance=False,
                  warm_start=False,
-                 lambda_floor=1e-8, n_jobs=None, callback=None, verbose=False):
+                 lambda_floor=1e-8, inference="auto", n_jobs=None, callback=None,
+                 verbose=False):
         self.offsets = offsets
         self.kernel = kernel
         self.template = template
@@ -166,6 +167,7 @@ class GPSL:
         self.rns_variance = rns_variance
         self.warm_start = warm_start
         self.lambda_floor = lambda_floor
+        self.inference = inference
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
@@ -178,7 +180,7 @@ class GPSL:
             "variance", "decoder", "rns_tol", "rns_max_iter", "rns_schedule", "rns_damping",
             "rns_variance",
             "warm_start",
-            "lambda_floor", "n_jobs", "callback", "verbose")}
+            "lambda_floor", "inference", "n_jobs", "callback", "verbose")}
 
     def set_params(self, **params) -> GPSL:
         for k, v in params.items():
@@ -212,8 +214,16 @@ class GPSL:
 
     # ------------------------------------------------------------------ fit
 
-    def fit(self, X: Sequence, y: Sequence, callback=None) -> GPSL:
-        """Fit on sentences ``X`` (lists of token tuples) and labels ``y`` (None = missing)."""
+    def fit(self, X: Sequence, y: Sequence, callback=None, *, classes=None, evidence=None,
+            on_sweep=None) -> GPSL:
+        """Fit on sentences ``X`` (lists of token tuples) and labels ``y`` (None = missing).
+
+        ``classes`` fixes the label set (default: the labels seen in ``y``). ``evidence``
+        (optional) is one ``(len(sentence), n_classes)`` array of log-potentials per
+        sentence, columns in the order of the sorted classes, used at tokens whose label is
+        missing (:attr:`gpsl.inference.Problem.evidence`). ``on_sweep(engine)`` runs after
+        every sweep (see :meth:`gpsl.inference.GPSLInference.fit`).
+        """
         t0 = time.perf_counter()
         offsets = parse_offsets(self.offsets)
         kernel = make_kernel(self.kernel)
@@ -236,7 +246,17 @@ class GPSL:
                 raise InputError(f"sentence {i + 1} has {len(s)} tokens but {len(lab)} labels",
                                  source="input")
         flat = [None if (v is None or v == "") else str(v) for lab in labels for v in lab]
-        classes = sorted({v for v in flat if v is not None})
+        seen = {v for v in flat if v is not None}
+        if classes is not None:
+            classes = [str(c) for c in classes]
+            if len(set(classes)) != len(classes):
+                raise InputError("duplicate labels in classes", source="input")
+            unknown = sorted(seen - set(classes))
+            if unknown:
+                raise InputError(f"labels not in classes: {unknown[:5]}", source="input")
+            classes = sorted(classes)
+        else:
+            classes = sorted(seen)
         if not classes:
             raise InputError("no labeled token in the training data", source="input")
         prev = self if (self.warm_start and hasattr(self, "state_")) else None
@@ -253,7 +273,9 @@ class GPSL:
             classes = sorted(set(classes) | set(prev.classes_))
         index = {c: i for i, c in enumerate(classes)}
         y_idx = np.array([-1 if v is None else index[v] for v in flat], dtype=np.int64)
-        problem = Problem.build(lengths, y_idx, offsets, len(classes))
+        problem = Problem.build(lengths, y_idx, offsets, len(classes),
+                                evidence=self._evidence(evidence, lengths, len(classes)))
+        mode = self._inference_mode(int(np.sum(y_idx >= 0)))
 
         base = kernel.base(Xf)
         base_diag = kernel.base_diag(Xf)
@@ -266,7 +288,8 @@ class GPSL:
                                 lambda_floor=self.lambda_floor, n_threads=self.n_jobs)
             cb = callback if callback is not None else self.callback
             trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
-                            learn_hyper=self.learn_hyper, callback=cb)
+                            learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
+        self.inference_ = mode
 
         self.classes_ = classes
         self.offsets_ = offsets
@@ -285,6 +308,29 @@ class GPSL:
         self.fit_seconds_ = time.perf_counter() - t0
         self._predictor = None
         return self
+
+    @staticmethod
+    def _evidence(evidence, lengths, J):
+        if evidence is None:
+            return None
+        parts = list(evidence)
+        if len(parts) != len(lengths):
+            raise InputError(f"evidence for {len(parts)} sentences, expected {len(lengths)}",
+                             source="input")
+        for i, (e, L) in enumerate(zip(parts, lengths)):
+            if np.shape(e) != (int(L), J):
+                raise InputError(f"sentence {i + 1}: evidence shape {np.shape(e)}, expected "
+                                 f"{(int(L), J)}", source="input")
+        return np.concatenate([np.asarray(e, dtype=float) for e in parts], axis=0)
+
+    def _inference_mode(self, n_labeled: int) -> str:
+        mode = str(self.inference).lower()
+        if mode not in ("auto", "full", "sparse"):
+            raise ValueError(f"inference must be 'auto', 'full' or 'sparse', not "
+                             f"{self.inference!r}")
+        if mode == "sparse":
+            raise NotImplementedError("the scalable inference mode is being written")
+        return "full"
 
     def _warm_state(self, prev, problem, classes, keys, lengths, offsets, kernel):
         """Start from the previous fit (``warm_start=True``), see :mod:`gpsl.warm`.
