@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpsl.store import Store  # noqa: E402
+from gpsl.annotation import Store  # noqa: E402
 
 LABELS = ["B-DATE", "I-DATE", "B-LOC", "I-LOC", "B-MONEY", "I-MONEY", "B-ORG", "I-ORG",
           "B-PER", "I-PER", "O"]

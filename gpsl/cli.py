@@ -192,7 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_max_tokens(p)
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("worker", help="run one training job of the annotation app",
+                       description="Run the training pipeline of one model version of the "
+                                   "annotation store named by GPSL_DB (started by the app).")
+    p.add_argument("--version", dest="model_version", type=_positive_int, required=True,
+                   metavar="ID", help="model version id")
+    p.add_argument("--models-root", default=None, metavar="DIR",
+                   help="directory of saved models")
+    p.set_defaults(func=_cmd_worker)
     return parser
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from gpsl.annotation.jobs import worker_main
+
+    return worker_main(args.model_version, args.models_root)
 
 
 def _join_offsets(argv: list[str]) -> list[str]:
@@ -391,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     if getattr(args, "func", None) is None:
-        _err("gpsl: error: a command is required: train, test or eval (see gpsl --help)")
+        _err("gpsl: error: a command is required: train, test, eval or worker (see gpsl --help)")
         return 2
     try:
         return int(args.func(args))

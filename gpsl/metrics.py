@@ -15,11 +15,12 @@ Only numpy and scipy are used. Conventions:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from gpsl.tags import split_tag
 
 __all__ = [
     "TokenCounts",
@@ -237,13 +238,8 @@ def negative_log_likelihood(marginals, gold, eps: float = 1e-12) -> float:
 
 # --------------------------------------------------------------------------- chunks
 
-_LABEL_RE = re.compile(r"^([^-]*)-(.*)$")
-
-
 def _split_label(label: str) -> tuple[str, str]:
-    """``'B-NP'`` -> ``('B', 'NP')``; ``'O'`` -> ``('O', '')``; ``'B'`` -> ``('B', '')``."""
-    m = _LABEL_RE.match(label)
-    return (m.group(1), m.group(2)) if m else (label, "")
+    return split_tag(label)
 
 
 def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:

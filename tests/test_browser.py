@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _support import serve_app
 
-from gpsl.store import Store
+from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -33,7 +33,7 @@ def assert_no_lost_writes(report: dict) -> None:
         assert report[key] == 0, (key, report)
     assert report["race_rounds_checked"] == report["race_rounds"] > 0
     assert report["race_both_in_history"] == report["race_rounds"]
-    assert report["race_later_write_wins"] == report["race_rounds"]
+    assert report["race_both_votes_kept"] == report["race_rounds"]
     assert report["integrity_check"] == "ok"
 
 

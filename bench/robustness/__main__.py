@@ -102,7 +102,7 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
         "write_errors": sum(c.get("errors", 0) for c in conc),
         "locked_errors": sum(c.get("locked_errors", 0) for c in conc),
         "race_rounds": sum(c.get("race_rounds", 0) for c in conc),
-        "race_rounds_later_write_wins": sum(c.get("race_later_write_wins", 0) for c in conc),
+        "race_rounds_both_votes_kept": sum(c.get("race_both_votes_kept", 0) for c in conc),
         "race_rounds_both_in_history": sum(c.get("race_both_in_history", 0) for c in conc),
         "concurrency_stores_corrupted": sum(c.get("integrity_check") != "ok" for c in conc),
         "crash_trials": crashes.get("trials", 0),
@@ -116,7 +116,7 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
         inputs.get("available") and not inputs.get("error")
         and s["inputs_tried"] == s["inputs_accepted"] + s["inputs_rejected_cleanly"]
         and s["tracebacks"] == 0 and s["lost_writes"] == 0 and s["write_errors"] == 0
-        and s["race_rounds_later_write_wins"] == s["race_rounds"]
+        and s["race_rounds_both_votes_kept"] == s["race_rounds"]
         and s["race_rounds_both_in_history"] == s["race_rounds"]
         and s["concurrency_stores_corrupted"] == 0
         and s["crash_trials_intact"] == s["crash_trials"] and s["crash_stores_corrupted"] == 0
@@ -144,8 +144,8 @@ def markdown(report: dict) -> str:
         f"| lost writes | {s['lost_writes']} |",
         f"| errors seen by writers (\"database is locked\") | {s['write_errors']} "
         f"({s['locked_errors']}) |",
-        f"| same-token races: later write wins, both in history | "
-        f"{s['race_rounds_later_write_wins']} / {s['race_rounds']}, "
+        f"| same-token races: both votes kept, both in history | "
+        f"{s['race_rounds_both_votes_kept']} / {s['race_rounds']}, "
         f"{s['race_rounds_both_in_history']} / {s['race_rounds']} |",
         f"| crash trials (SIGKILL) | {s['crash_trials']} |",
         f"| trials with data intact | {s['crash_trials_intact']} |",
@@ -183,7 +183,7 @@ def markdown(report: dict) -> str:
             f"| {c['mode']} | {c['writers']} x {c['labels_per_writer']} | "
             f"{c.get('seconds', '–')} | {c.get('writes_per_second', '–')} | "
             f"{c['writes_attempted']} | {c.get('writes_found', 0)} | {c['lost_writes']} | "
-            f"{c.get('errors', 0)} | {c.get('race_later_write_wins', 0)}/"
+            f"{c.get('errors', 0)} | {c.get('race_both_votes_kept', 0)}/"
             f"{c.get('race_rounds', 0)} | {c.get('integrity_check')} |")
     crashes = report["crashes"]
     lines += ["", "## Crashes", ""]
@@ -208,7 +208,7 @@ def markdown(report: dict) -> str:
         "A training trial is intact when the reopened store passes `PRAGMA integrity_check`, "
         "the killed version is marked failed, the previous model is still active and loads, "
         "its predictions cover every sentence, no unfinished version has a model path and "
-        "no staging or temporary model directory survives `gpsl.training.recover` (run by "
+        "no staging or temporary model directory survives `gpsl.annotation.jobs.recover` (run by "
         "the app on start). A label trial is intact when every write reported after "
         "`set_label` returned is in the history and every token holds its newest label.",
         "",
