@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.robustness.concurrency import run_concurrency_trial
-from bench.robustness.crashes import run_crash_trials
+from bench.robustness.crashes import run_crash_trials, run_label_crash_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = os.environ.get("GPSL_LONG_TESTS") == "1"
@@ -43,6 +43,23 @@ def test_concurrent_writers_lose_nothing(tmp_path, mode):
     report = run_concurrency_trial(tmp_path / "c.sqlite3", writers=4, labels_per_writer=50,
                                    mode=mode, race_rounds=8)
     assert_no_lost_writes(report)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_concurrent_writers_lose_nothing_on_postgresql(tmp_path, pg_url, mode):
+    report = run_concurrency_trial(pg_url, writers=4, labels_per_writer=50, mode=mode,
+                                   race_rounds=8, workdir=tmp_path)
+    assert_no_lost_writes(report)
+
+
+@pytest.mark.timeout(180)
+def test_sigkilled_writers_lose_nothing_committed_on_postgresql(tmp_path, postgres_server):
+    report = run_label_crash_trials(2, tmp_path, seed=3,
+                                    new_store=lambda k: postgres_server.new_database())
+    assert report["trials"] == report["intact"] == 2, report["failures"]
+    assert report["lost_labels"] == 0 and report["corrupted"] == 0
+    assert report["writes_reported"] > 0
 
 
 @pytest.mark.timeout(180)

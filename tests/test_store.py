@@ -33,8 +33,15 @@ LABELS = ["B", "I", "O"]
 
 
 @pytest.fixture
-def store(tmp_path):
-    return Store(tmp_path / "data" / "gpsl.sqlite3")
+def store(store_target):
+    """A new store on SQLite and on PostgreSQL (the tests below run on both)."""
+    s = Store(store_target)
+    yield s
+    s.close()
+
+
+# tests that look into the SQLite file itself
+SQLITE_ONLY = pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)
 
 
 def words(n, prefix="w"):
@@ -68,6 +75,7 @@ def test_default_db_url(monkeypatch, tmp_path):
     assert default_db_url(tmp_path) == str(tmp_path / "other.db")
 
 
+@SQLITE_ONLY
 def test_schema_wal_and_version(store, tmp_path):
     con = sqlite3.connect(store.path)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -110,10 +118,9 @@ def test_project_crud(store):
     assert store.delete_project(pid) is True
     assert store.get_project(pid) is None and store.delete_project(pid) is False
     assert [q["id"] for q in store.list_projects()] == [pid2]
-    con = sqlite3.connect(store.path)  # cascades
-    assert con.execute("SELECT COUNT(*) FROM sentences").fetchone()[0] == 0
-    assert con.execute("SELECT COUNT(*) FROM annotation_history").fetchone()[0] == 0
-    con.close()
+    for table in ("sentences", "votes", "annotation_history"):  # cascades
+        assert store.db.read(lambda c, t=table: c.exec_driver_sql(
+            f"SELECT COUNT(*) FROM {t}").scalar()) == 0
 
 
 def test_sort_labels():
@@ -188,6 +195,7 @@ def _drop_trigger(path):
         conn.execute("DROP TRIGGER boom")
 
 
+@SQLITE_ONLY
 def test_create_project_with_sentences_is_one_transaction(store):
     train = [Sentence(words(2), ["B", "O"], line=1), {"tokens": words(3)}]
     held = [{"tokens": words(2)}]
@@ -219,6 +227,7 @@ def test_create_project_with_sentences_is_one_transaction(store):
     assert store.sentence_count(store.create_project("q", LABELS, "", [-1])) == 0
 
 
+@SQLITE_ONLY
 def test_add_sentences_with_new_labels_is_one_transaction(store):
     pid = store.create_project("p", ["O"], sentences=[{"tokens": words(1), "labels": ["O"]}])
     before = (store.get_project(pid), store.history(project_id=pid), store.progress(pid))
@@ -561,16 +570,17 @@ def test_model_version_lifecycle(store):
 # ---------------------------------------------------------------------- concurrency
 
 
-def _process_writer(path, sentence_ids, annotator):
+def _process_writer(target, sentence_ids, annotator, err_dir=None):
     try:
-        st = Store(path)
+        st = Store(target)
         for sid in sentence_ids:
             for t in range(20):
                 st.set_label(sid, t, LABELS[t % 3], annotator)
     except BaseException:  # report the child's error to the parent test, then fail
         import traceback
 
-        Path(f"{path}.{annotator}.err").write_text(traceback.format_exc())
+        if err_dir is not None:
+            (Path(err_dir) / f"{annotator}.err").write_text(traceback.format_exc())
         raise
 
 
@@ -597,7 +607,7 @@ def test_threads_share_one_store(store):
 
     def work(k):
         try:
-            _process_writer(store.path, [], names[k])  # a second Store on the same file
+            _process_writer(store.target, [], names[k])  # a second Store on the same store
             for sid in ids[10 * k:10 * k + 10]:
                 for t in range(20):
                     store.set_label(sid, t, LABELS[t % 3], names[k])
@@ -614,16 +624,17 @@ def test_threads_share_one_store(store):
     _check_all_written(store, pid, ids, names)
 
 
-def test_processes_share_one_file(store):
+def test_processes_share_one_store(store, tmp_path):
     pid, ids = _concurrency_project(store, 20)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_process_writer, args=(str(store.path), ids[10 * k:10 * k + 10],
-                                                       f"p{k}")) for k in range(2)]
+    procs = [ctx.Process(target=_process_writer, args=(store.target, ids[10 * k:10 * k + 10],
+                                                       f"p{k}", str(tmp_path)))
+             for k in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
-    errors = [Path(f"{store.path}.p{k}.err") for k in range(2)]
+    errors = [tmp_path / f"p{k}.err" for k in range(2)]
     assert [p.exitcode for p in procs] == [0, 0], [e.read_text() for e in errors if e.exists()]
     _check_all_written(store, pid, ids, ["p0", "p1"])
 

@@ -267,14 +267,16 @@ def verify(store_path, results: list[dict], race_results: list[dict] | None = No
     exclusive_mismatch = sum(ann.get((s, t)) != lab for r in results
                              for s, t, lab in r["final_exclusive"])
     count_mismatch = sum(n != m for n, m in counts.values())
-    # history order is commit order: timestamps never go backwards along the ids
+    # within a sentence the history order is commit order: timestamps never go backwards
+    # along the ids (writers of one sentence are serialised: SQLite's write lock, a row
+    # lock on PostgreSQL, where ids of different sentences may interleave)
     order_violations = 0
-    last_at = ""
+    last_at: dict[int, str] = {}
     for hid in sorted(hist):
-        at = hist[hid][4]
-        if at < last_at:
+        sid, at = hist[hid][0], hist[hid][4]
+        if at < last_at.get(sid, ""):
             order_violations += 1
-        last_at = max(last_at, at)
+        last_at[sid] = max(last_at.get(sid, ""), at)
     errors = [e for r in results + list(race_results or []) for e in r["errors"]]
     out = {
         "writes_attempted": attempted,

@@ -257,14 +257,17 @@ def _label_writer(db: str, report: str, seed: int) -> None:
         os.write(fd, lines.encode())
 
 
-def run_label_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
-    """``n_trials`` label writers killed at random moments (see the module docstring)."""
+def run_label_crash_trials(n_trials: int, workdir, seed: int = 0, new_store=None) -> dict:
+    """``n_trials`` label writers killed at random moments (see the module docstring).
+    ``new_store(k)`` gives the target of trial ``k``'s new store (default: a SQLite file in
+    ``workdir``; a PostgreSQL URL for that back end)."""
     rng = random.Random(seed + 1)
     workdir = Path(workdir)
     ctx = mp.get_context("spawn")
     trials = []
     for k in range(n_trials):
-        path = workdir / f"labels-crash-{k}.sqlite3"
+        path = new_store(k) if new_store is not None else \
+            workdir / f"labels-crash-{k}.sqlite3"
         X, _ = make_chain_task(30, n_labels=3, seed=seed + k)
         store = Store(path)
         pid = store.create_project("labels", ["L0", "L1", "L2", "O"])

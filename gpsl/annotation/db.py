@@ -148,22 +148,25 @@ class Database:
         if not target or target == ":memory:":
             raise ValueError("the store needs a file path or a database URL")
         self.timeout = float(timeout)
-        if _is_url(target):
+        given_url = _is_url(target)
+        if given_url:
             self.url = make_url(target)
             if self.url.get_backend_name() == "sqlite":
-                self.path: Path | None = Path(self.url.database or "").expanduser()
+                name = self.url.database or ""
+                name = name[5:] if name.startswith("file:") else name  # uri=true form
+                self.path: Path | None = Path(name).expanduser()
             else:
                 self.path = None
         else:
             self.path = Path(target).expanduser()
-            self.url = make_url("sqlite://")  # placeholder, replaced below
         self.dialect = "sqlite" if self.path is not None else self.url.get_backend_name()
         if self.dialect not in ("sqlite", "postgresql"):
             raise InputError(f"unsupported database {self.dialect!r} (use a SQLite file or "
                              "postgresql+psycopg://)", source="GPSL_DB")
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.url = make_url(f"sqlite:///{self.path}")
+            if not given_url:
+                self.url = make_url(f"sqlite:///{self.path}")
             self.engine = self._sqlite_engine()
         else:
             self.engine = create_engine(self.url, pool_pre_ping=True, pool_size=5,
