@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gpsl import metrics
 from gpsl.errors import GpslError, InputError
 from gpsl.model import parse_offsets
 
@@ -183,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_test)
 
-    p = sub.add_parser("eval", help="token accuracy and Hamming loss on a labeled file")
+    p = sub.add_parser("eval", help="token accuracy, Hamming loss and (BIO/IOB labels) "
+                                    "conlleval per-type P/R/F1 on a labeled file")
     p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
     p.add_argument("--decoder", choices=("rns", "viterbi", "exact"), default=None)
     p.add_argument("--encoding", type=_encoding, default="utf-8")
@@ -381,6 +383,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"tokens: {total + missing} (scored {total}, missing {missing})")
     print(f"accuracy: {acc:.2f}%")
     print(f"hamming loss: {100.0 - acc:.2f}%")
+    gold = [[tok[-1] for tok in s.tokens] for s in sents]
+    if metrics.is_chunk_label_set(lab for g in gold for lab in g if lab != args.missing):
+        keep = [i for i, g in enumerate(gold) if args.missing not in g]
+        print(f"chunks (conlleval, seqeval): {len(keep)} of {len(gold)} sentences with "
+              "complete gold labels")
+        print(metrics.conlleval_report([gold[i] for i in keep], [list(pred[i]) for i in keep]))
     return 0
 
 
