@@ -138,7 +138,7 @@ def test_report_command_writes_json_and_markdown(tmp_path, monkeypatch):
 
     monkeypatch.setitem(report_main.SIZES, "default", {
         "inputs_per_kind": 3, "concurrency": [(2, 20, 0)], "race_rounds": 4, "crash_training": 1,
-        "crash_labels": 1})
+        "crash_labels": 1, "postgres_concurrency": [(2, 20, 0)], "postgres_crash_labels": 1})
     status = report_main.main(["--out", str(tmp_path)])
     report = json.loads((tmp_path / "robustness.json").read_text())
     s = report["summary"]
@@ -148,6 +148,14 @@ def test_report_command_writes_json_and_markdown(tmp_path, monkeypatch):
     assert s["tracebacks"] == s["input_tracebacks"]  # none from concurrency or crashes
     md = (tmp_path / "robustness.md").read_text()
     assert "python -m bench.robustness --out" in md and "| lost writes | 0 |" in md
+    assert "| figure | SQLite | PostgreSQL |" in md
+    pg = s["postgresql"]
+    if pg is None:  # no PostgreSQL here: the report says so (and CI must have it)
+        assert "PostgreSQL not run" in md and os.environ.get("CI", "") != "true"
+    else:
+        assert pg["writes_attempted"] == 2 * 2 * 20 and pg["lost_writes"] == 0
+        assert pg["locked_errors"] == 0 and pg["lost_labels_after_kill"] == 0
+        assert pg["label_crash_trials"] == pg["label_crash_trials_intact"] == 1
     if report["inputs"].get("available"):  # bench.robustness.inputs (its own tests check it)
         assert s["inputs_tried"] > 0
         assert s["inputs_tried"] == (s["inputs_accepted"] + s["inputs_rejected_cleanly"]
