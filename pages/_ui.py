@@ -40,7 +40,7 @@ h1 { font-size: 2.1rem !important; }
 </style>"""
 PERSISTENT_KEYS = ("project_id", "annotator", "queue_order", "accept_thr", "train_preset",
                    "train_custom", "train_kernel", "train_hyper", "train_iter", "train_max_sent",
-                   "conf_version")
+                   "train_inference", "conf_version")
 
 
 def _prefer_navigation() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -178,6 +178,7 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
             "dependencies": f"{preset_of(offs)} ({offsets_text(offs)})",
             "kernel": s.get("kernel", ""),
             "hyper": "learned" if s.get("learn_hyper") else "fixed",
+            "inference": m.get("inference") or s.get("inference") or "full",
             "iterations": m.get("n_iter"),
             "labeled tokens": v.get("n_labeled_tokens"),
             "accuracy": m.get("heldout_accuracy"),
@@ -207,6 +208,7 @@ class TokenView:
     suggestion: str | None  # model's argmax (None without predictions)
     confidence: float | None  # model's max marginal
     top: list[tuple[str, float]]  # best three (label, p)
+    votes: dict = field(default_factory=dict)  # annotator -> label (None: cleared)
 
     @property
     def uncertainty(self) -> float:
@@ -227,9 +229,10 @@ def sentence_view(sentence: dict, marginals: np.ndarray | None,
             order = np.argsort(-row)[:3]
             top = [(classes[j], float(row[j])) for j in order]
             sug, conf = top[0][0], top[0][1]
+        votes = sentence["votes"][t] if sentence.get("votes") else {}
         views.append(TokenView(t, tok[0], tuple(tok), sentence["labels"][t],
                                sentence["sources"][t], sentence["annotators"][t], sug, conf,
-                               top))
+                               top, votes))
     return views
 
 
@@ -286,6 +289,9 @@ def token_help(v: TokenView) -> str:
     if v.label is not None:
         how = "accepted suggestion" if v.source == "accepted" else "labeled"
         parts.append(f"{how}: {md_escape(v.label)} by {md_escape(v.annotator or '?')}")
+    if len(v.votes) > 1:
+        parts.append("votes: " + ", ".join(f"{md_escape(who)} {md_escape(lab or '(none)')}"
+                                           for who, lab in v.votes.items()))
     if v.top:
         parts.append("model: " + ", ".join(f"{md_escape(lab)} {p:.2f}" for lab, p in v.top))
     return "  \n".join(parts)

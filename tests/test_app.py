@@ -213,10 +213,15 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     at.text_input(key="train_custom").set_value("-2, -1, 1").run()
     at.toggle(key="train_hyper").set_value(False).run()
     at.number_input(key="train_iter").set_value(3).run()
+    assert at.segmented_control(key="train_inference").value == "auto"
+    assert at.number_input(key="train_max_sent").value == 0  # no cap by default
+    at.segmented_control(key="train_inference").set_value("full").run()
     at.button(key="start").click().run()
     assert not at.exception and not at.error
     versions = store.list_model_versions(pid)
     assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
+    assert versions[0]["settings"]["inference"] == "full"
+    assert versions[0]["settings"]["max_sentences"] is None
     deadline = time.monotonic() + 120
     while jobs.running_version(store, pid) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -227,6 +232,10 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert list(table["version"]) == [version["id"]] and list(table["status"]) == ["done"]
     assert list(table["dependencies"]) == ["Custom (-2, -1, 1)"]
     assert any("Last run: **v1**" in m.value for m in at.markdown)
+    assert version["metrics"]["inference"] == "full"
+    labeled = [s for s in store.get_sentences(pid, "train")
+               if any(lab is not None for lab in s["labels"])]
+    assert version["metrics"]["train_sentences"] == len(labeled)  # every labeled sentence
 
 
 def test_confidence_page_with_a_model_and_click_through(db):
