@@ -71,7 +71,7 @@ class TempPostgres:
                       "-U", "postgres", "-E", "UTF8", "--no-sync")
             self.port = _free_port()
             opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-                    " -c max_connections=200" + ("" if self.fsync else " -c fsync=off"
+                    " -c max_connections=500" + ("" if self.fsync else " -c fsync=off"
                                                  " -c synchronous_commit=off"))
             self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w",
                       "-t", "60", "-l", str(self.dir / "server.log"), "start")
@@ -106,7 +106,7 @@ class TempPostgres:
             self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
         else:
             opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-                    " -c max_connections=200" + ("" if self.fsync else " -c fsync=off"))
+                    " -c max_connections=500" + ("" if self.fsync else " -c fsync=off"))
             self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w",
                       "-t", "60", "-l", str(self.dir / "server.log"), "start")
 

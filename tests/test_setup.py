@@ -22,7 +22,8 @@ def test_requirements_are_pinned(name):
     specs = [ln for ln in lines if ln and not ln.startswith(("#", "-r "))]
     assert specs
     for spec in specs:
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[0-9][0-9A-Za-z.\-+]*", spec), spec
+        pinned = r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[0-9][0-9A-Za-z.\-+]*"
+        assert re.fullmatch(pinned, spec), spec
 
 
 def test_app_opens_on_the_sample_project(tmp_path, monkeypatch):

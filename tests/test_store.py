@@ -576,6 +576,7 @@ def _process_writer(target, sentence_ids, annotator, err_dir=None):
         for sid in sentence_ids:
             for t in range(20):
                 st.set_label(sid, t, LABELS[t % 3], annotator)
+        st.close()
     except BaseException:  # report the child's error to the parent test, then fail
         import traceback
 

@@ -242,7 +242,8 @@ def markdown(report: dict) -> str:
     if pg is None:
         lines += [f"PostgreSQL not run: {s.get('postgresql_error')}", ""]
     sq = s["sqlite"]
-    rows = [("most writers in one trial", "writers"), ("label writes attempted", "writes_attempted"),
+    rows = [("most writers in one trial", "writers"),
+            ("label writes attempted", "writes_attempted"),
             ("label writes found", "writes_found"), ("lost writes", "lost_writes"),
             ("errors seen by writers", "write_errors"),
             ("\"locked\" errors", "locked_errors"),

@@ -256,7 +256,8 @@ def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
            "heldout_accuracy": float(np.mean(correct)),
            "heldout_ece": float(metrics.expected_calibration_error(conf, correct)),
            "confidence": conf, "correct": correct}
-    if all(lab is not None for g in y_true for lab in g):
+    if all(lab is not None for g in y_true for lab in g) and \
+            metrics.is_chunk_label_set(lab for g in y_true for lab in g):
         with contextlib.suppress(ValueError):
             out["heldout_chunk_f1"] = float(metrics.chunk_f1(y_true, y_pred))
     return out
