@@ -204,7 +204,7 @@ def sidebar(store: Store) -> dict | None:
             st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
         pid = st.session_state.get("project_id")
         if pid is not None:
-            progress = store.progress(pid, split="train")
+            progress = store.progress(pid, split="train", detail=False)
             version = store.active_model(pid)
             st.caption(sup.status_line(progress, version))
     return store.get_project(pid) if pid is not None else None

@@ -115,9 +115,11 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             for name in ("first", "second"):
                 page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
                 page.goto(url)
-                field = page.get_by_test_id("stSidebar").get_by_label("Annotator")
+                page.get_by_role("heading", name="Project").wait_for(timeout=60_000)
+                field = page.get_by_test_id("stSidebar").get_by_test_id("stTextInputField")
                 field.fill(name)
                 field.press("Enter")
+                page.wait_for_timeout(2000)  # the rerun that takes the new name
                 page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
                     timeout=60_000)
                 page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)

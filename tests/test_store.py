@@ -393,6 +393,9 @@ def test_progress_exact(store):
     pid, (s1, s2, s3, s4) = small_project(store)
     p = store.progress(pid)
     assert (p["sentences"], p["tokens"], p["labeled_tokens"]) == (4, 11, 6)
+    quick = store.progress(pid, detail=False)  # the sidebar's counts only
+    assert {k: quick[k] for k in ("sentences", "tokens", "labeled_tokens", "pct_complete")} == \
+        {k: p[k] for k in ("sentences", "tokens", "labeled_tokens", "pct_complete")}
     assert (p["complete_sentences"], p["partial_sentences"], p["unlabeled_sentences"]) == (2, 1, 1)
     assert p["pct_complete"] == pytest.approx(600 / 11)
     store.set_label(s3, 0, "B", "alice")

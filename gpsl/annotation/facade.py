@@ -166,8 +166,9 @@ class Store:
     def skip(self, sentence_id: int, annotator: str) -> None:
         labels.skip(self.db, sentence_id, annotator)
 
-    def progress(self, project_id: int, split: str | None = None) -> dict:
-        return stats.progress(self.db, project_id, split)
+    def progress(self, project_id: int, split: str | None = None, *,
+                 detail: bool = True) -> dict:
+        return stats.progress(self.db, project_id, split, detail=detail)
 
     # model versions
     def start_model_version(self, project_id: int, settings=None, *, pid=None) -> int:

@@ -205,7 +205,7 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
             raise TrainingBusyError(
                 f"model version {busy['id']} is still training (worker pid "
                 f"{busy['settings'].get('pid')}); wait for it or stop it first")
-        if store.progress(project_id, split="train")["labeled_tokens"] == 0:
+        if store.progress(project_id, split="train", detail=False)["labeled_tokens"] == 0:
             raise InputError("no labeled tokens yet: label some tokens before training",
                              source="<train>")
         cleanup_staging(store, project_id, root)
