@@ -17,6 +17,10 @@ base = exp.safe_filename(project["name"])
 SPLITS = {"train": "Training sentences", "heldout": "Held-out sentences", "all": "All sentences"}
 EXPORT_FORMATS = {"conll": "CoNLL (.conll)", "jsonl": "JSONL (.jsonl)"}
 MIME = {"conll": "text/plain", "jsonl": "application/jsonl"}
+TOOL_FORMATS = {"labelstudio": "Label Studio JSON", "doccano": "doccano JSONL",
+                "prodigy": "Prodigy JSONL", "conll2003": "CoNLL-2003 columns"}
+TOOL_SUFFIX = {"labelstudio": ".json", "doccano": ".jsonl", "prodigy": ".jsonl",
+               "conll2003": ".txt"}
 
 _ui.header("Data", "Export what you have, download models, and add more sentences.", project)
 _ui.show_flash()
@@ -62,6 +66,19 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 st.code(exp.preview_text(preview, fmt), language=None, height=180)
             except InputError as exc:
                 st.error(str(exc))
+        with st.expander("For other tools", icon=":material/swap_horiz:"):
+            st.caption("Entity spans on the sentence text (tokens joined by spaces; BIO/IOB "
+                       "labels, a missing label counts as outside), or CoNLL-2003 columns.")
+            with st.container(horizontal=True, vertical_alignment="bottom"):
+                tool = st.selectbox("Format", list(TOOL_FORMATS), format_func=TOOL_FORMATS.get,
+                                    key="exp_tool_fmt", width=220)
+                st.download_button(
+                    "Download", icon=":material/download:",
+                    data=_ui.on_click_data(
+                        lambda: exp.export_annotations(store, pid, tool, split),
+                        "Annotations not exported"),
+                    file_name=f"{base}-{tool}{TOOL_SUFFIX[tool]}", mime="text/plain",
+                    key="dl_tool", on_click="ignore")
 
     with right:
         st.subheader("Export predictions", anchor=False)

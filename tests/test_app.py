@@ -302,7 +302,8 @@ def test_prediction_export_and_model_zip(db):
     names = zipfile.ZipFile(io.BytesIO(blob)).namelist()
     assert f"{version['id']}/model.json" in names
     at = app("data")
-    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_pred", "dl_model"}
+    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_tool", "dl_pred",
+                                                                "dl_model"}
 
 
 def test_hostile_token_text_is_escaped(db):

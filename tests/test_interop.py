@@ -99,3 +99,23 @@ def test_through_the_store(tmp_path):
                                "label": [[0, 10, "PER"], [20, 28, "LOC"], [36, 39, "PER"]]}
     ls = json.loads(exp.export_annotations(store, pid, "labelstudio"))
     assert ls[0]["annotations"][0]["result"][1]["value"]["labels"] == ["LOC"]
+
+
+def test_the_data_page_offers_the_other_tools_formats(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    monkeypatch.setenv("GPSL_DB", str(tmp_path / "gpsl.sqlite3"))
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/data.py").run()
+    assert not at.exception, at.exception
+    box = at.selectbox(key="exp_tool_fmt")
+    assert box.options == ["Label Studio JSON", "doccano JSONL", "Prodigy JSONL",
+                           "CoNLL-2003 columns"]
+    box.set_value("doccano").run()
+    assert not at.exception and not at.error
