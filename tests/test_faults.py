@@ -5,6 +5,7 @@ that goes away mid-session and comes back.  Committed labels are never lost."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sqlite3
@@ -190,4 +191,28 @@ def test_app_pages_show_a_full_disk_as_one_line(tmp_path, monkeypatch):
         assert all("\n" not in e.value for e in at.error)
         filler.unlink()
         shutil.rmtree(disk / "models", ignore_errors=True)
+        store.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_that_runs_out_of_disk_records_why(tmp_path):
+    """The disk fills while a training worker starts: it can write neither its progress nor
+    its failure; it exits with ENOSPC and the app process records that as the reason."""
+    from gpsl.annotation import jobs, pipeline
+
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        store, pid = tiny_store(disk / "s.sqlite3")
+        vid = jobs.start_training(store, pid, pipeline.TrainConfig(max_iter=3), disk / "models")
+        filler = _fill(disk)
+        proc = jobs._WORKERS[vid][0]
+        proc.wait(timeout=120)
+        assert proc.returncode == errno.ENOSPC
+        jobs.reap_workers()  # the disk is still full: nothing can be written yet
+        assert vid in jobs._WORKERS
+        filler.unlink()
+        jobs.reap_workers()  # now the reason is recorded
+        version = store.get_model_version(vid)
+        assert version["status"] == "failed", version
+        assert "out of disk space" in version["error"]
+        assert vid not in jobs._WORKERS
         store.close()

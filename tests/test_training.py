@@ -271,3 +271,20 @@ def test_a_damaged_model_is_never_offered_for_download(tmp_path):
         exports.check_model(version["path"])
     with pytest.raises(ModelFormatError):
         exports.model_zip(version["path"])
+
+
+def test_the_parent_records_why_a_worker_could_not(tmp_path):
+    """A worker whose failure could not be written (the disk full) exits with the errno;
+    the app process that started it records the reason."""
+    import errno
+    import subprocess
+    import sys
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.exit({errno.ENOSPC})"])
+    vid = store.start_model_version(pid, TINY.to_settings(), pid=proc.pid)
+    jobs._WORKERS[vid] = (proc, store)
+    proc.wait()
+    jobs.reap_workers()
+    v = store.get_model_version(vid)
+    assert v["status"] == "failed" and "out of disk space" in v["error"]

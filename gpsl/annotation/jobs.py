@@ -13,6 +13,7 @@ status), else the next recovery (the last line of its log).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -31,6 +32,10 @@ from gpsl.errors import GpslError, InputError
 _WORKERS: dict[int, tuple[subprocess.Popen, object]] = {}  # version -> (process, store)
 _LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
 _START_SLACK = 0.05  # seconds: psutil's create_time is rounded to the clock tick
+# exit statuses of a worker that could not record its failure (pipeline.UnrecordedFailure)
+_EXIT_REASONS = {errno.ENOSPC: "out of disk space (ENOSPC)",
+                 errno.EROFS: "read-only file system (EROFS)", errno.EIO: "I/O error (EIO)",
+                 errno.ENOMEM: "out of memory (ENOMEM)"}
 
 
 class TrainingBusyError(GpslError):
@@ -91,22 +96,27 @@ def _gone_reason(models_root: Path, version: dict) -> str:
 
 def reap_workers() -> None:
     """Collect the workers this process started; a worker that exited without recording
-    its end gets its exit status recorded as the reason."""
+    its end gets its exit status recorded as the reason (kept until the store can be
+    written, e.g. once there is disk space again)."""
     for vid, (proc, store) in list(_WORKERS.items()):
         code = proc.poll()
         if code is None:
             continue
-        _WORKERS.pop(vid, None)
         if code < 0:
             try:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
             reason = f"worker process {proc.pid} was killed by {name}"
+        elif code in _EXIT_REASONS:
+            reason = f"worker process {proc.pid} failed: {_EXIT_REASONS[code]}"
         else:
             reason = f"worker process {proc.pid} exited with status {code} without finishing"
-        with contextlib.suppress(GpslError):
+        try:
             store.fail_model_version(vid, reason)
+        except GpslError:  # the store cannot be written now (full disk ...): next time
+            continue
+        _WORKERS.pop(vid, None)
 
 
 def mark_stale(store, models_root, project_id: int | None = None) -> list[int]:
@@ -267,7 +277,10 @@ def worker_main(version_id: int, models_root: str | None, db: str | None = None)
     with contextlib.suppress(OSError, AttributeError):
         os.nice(5)
     store = Store(target, models_root=models_root)
-    version = pipeline.run(store, version_id, store.models_root)
+    try:
+        version = pipeline.run(store, version_id, store.models_root)
+    except pipeline.UnrecordedFailure as exc:
+        return exc.exit_code
     print(f"version {version_id}: {version['status']}"
           + (f" ({version['error']})" if version.get("error") else ""), flush=True)
     return 0 if version["status"] == "done" else 1

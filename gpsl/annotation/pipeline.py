@@ -274,6 +274,16 @@ def evaluate_heldout(model, store, project_id: int) -> dict:
     return out
 
 
+class UnrecordedFailure(Exception):
+    """A run failed and its reason could not be written to the store (e.g. the disk is
+    full): the worker exits with ``exit_code`` (the errno when there is one) so that the
+    process that started it can record why."""
+
+    def __init__(self, reason: str, exit_code: int):
+        super().__init__(reason)
+        self.exit_code = exit_code
+
+
 def one_line(exc: BaseException) -> str:
     if isinstance(exc, InputError):
         return str(exc)
@@ -298,11 +308,12 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
     project_id = version["project_id"]
     root = Path(models_root)
     config = TrainConfig.from_settings(version["settings"])
-    progress = Progress(progress_file(root, project_id, version_id), config.max_iter,
-                        config.inference)
     staging = staging_dir(root, project_id, version_id)
     final = model_dir(root, project_id, version_id)
+    progress = None
     try:
+        progress = Progress(progress_file(root, project_id, version_id), config.max_iter,
+                            config.inference)
         project = store.get_project(project_id)
         ids, X, y = store.training_data(project_id, "train", only_labeled=True, with_ids=True)
         if not X:
@@ -351,12 +362,17 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
         with contextlib.suppress(Exception):
             store.fail_model_version(version_id, reason)
             recorded = True
-        with contextlib.suppress(Exception):
-            progress.phase("failed", error=reason)
+        if progress is not None:
+            with contextlib.suppress(Exception):
+                progress.phase("failed", error=reason)
         if not recorded:  # e.g. the disk is full: the parent records the exit status
             with contextlib.suppress(Exception):
                 print(f"gpsl worker: version {version_id} failed: {reason}", flush=True)
         shutil.rmtree(staging, ignore_errors=True)
         if raise_errors or not isinstance(exc, Exception):
             raise
+        if not recorded:
+            code = getattr(exc, "errno", None)
+            raise UnrecordedFailure(reason, code if isinstance(code, int) and 0 < code < 126
+                                    else 1) from exc
     return store.get_model_version(version_id)
