@@ -216,3 +216,46 @@ def test_a_worker_that_runs_out_of_disk_records_why(tmp_path):
         assert "out of disk space" in version["error"]
         assert vid not in jobs._WORKERS
         store.close()
+
+
+@pytest.mark.timeout(180)
+def test_app_pages_when_postgresql_goes_away_and_comes_back(monkeypatch):
+    from bench.postgres import PostgresUnavailable, TempPostgres
+
+    try:
+        server = TempPostgres().start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(str(exc))
+        pytest.skip(f"PostgreSQL half skipped: {exc}")
+    try:
+        url = server.new_database()
+        store, pid = tiny_store(url)
+        sid = store.queue(pid, "sequential")[0]
+        monkeypatch.setenv("GPSL_DB", url)
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        at.switch_page("pages/annotate.py").run()
+        assert not at.exception, at.exception
+        server.pg_ctl("stop")
+        at.button(key="lab_0").click().run()  # the label write: one line
+        assert not at.exception, at.exception
+        errors = [e.value for e in at.error]
+        assert errors and all("\n" not in e and "Traceback" not in e for e in errors), errors
+        assert any("not reachable" in e for e in errors), errors
+        for page in ("train", "confidence", "data", "project"):  # every page: one line
+            at.switch_page(f"pages/{page}.py").run()
+            assert not at.exception, (page, at.exception)
+            assert all("\n" not in e.value for e in at.error), page
+            assert any("not reachable" in e.value for e in at.error), page
+        server.pg_ctl("start")
+        at.switch_page("pages/annotate.py").run()  # shows the failed click's message once
+        assert not at.exception, at.exception
+        at.run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        at.button(key="tok_0").click().run()
+        at.button(key="lab_0").click().run()  # works again
+        assert not at.error, [e.value for e in at.error]
+        assert store.get_sentence(sid)["labels"][0] is not None
+        store.close()
+    finally:
+        server.stop()

@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+SERVER_RETRY_SECONDS = 3.0  # how long a call waits for a database server that went away
 _DATABASES: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -252,8 +253,18 @@ class Database:
                                          f"{message}")
         return None
 
+    def _stop(self, state) -> bool:
+        """Stop retrying after ``timeout`` seconds, or after :data:`SERVER_RETRY_SECONDS`
+        while the database server is not reachable (a click must not hang for long)."""
+        limit = max(self.timeout, 0.05)
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, DBAPIError) and self.dialect != "sqlite" and (
+                exc.connection_invalidated or _pg_connection_problem(exc)):
+            limit = min(limit, SERVER_RETRY_SECONDS)
+        return state.seconds_since_start >= limit
+
     def _run(self, fn: Callable[[Connection], T], write: bool) -> T:
-        retrying = _Retrying(stop=stop_after_delay(max(self.timeout, 0.05)),
+        retrying = _Retrying(stop=self._stop,
                              wait=wait_random_exponential(multiplier=0.005, max=0.25),
                              retry=retry_if_exception(self._retryable), reraise=True)
         try:
