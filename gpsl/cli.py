@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="label dependency offsets: -1 (GPSL1), -1,1 (GPSL2, default), "
                         "-2,-1,1,2 (GPSL4)")
     p.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
+    p.add_argument("--inference", choices=("auto", "full", "sparse"), default="auto",
+                   help="full GP, the scalable weight-space mode, or auto (full up to "
+                        "4,000 training tokens)")
+    p.add_argument("--lse-bound", choices=("auto", "jensen", "bohning"), default="auto",
+                   help="bound on the expected log-partition (auto: jensen for full, bohning "
+                        "for sparse)")
+    p.add_argument("--inducing", type=_positive_int, default=500, metavar="M",
+                   help="inducing tokens of the rbf kernel in the sparse mode (default 500)")
     p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
                    help="maximum number of coordinate-ascent sweeps (default 100)")
     p.add_argument("--tol", type=_non_negative_float, default=None, metavar="X",
@@ -274,6 +282,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model = GPSL(offsets=args.offsets, kernel=args.kernel, template=template_text,
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
+                 inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
                  **({} if args.tol is None else {"tol": args.tol}))
 
     def progress(info: dict) -> None:
@@ -286,7 +295,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model.save(args.model_dir)
     seconds = time.perf_counter() - t0
     n_features = len(model.extractor_.vocabulary_)
-    _err(f"gpsl: trained on {n_tokens} tokens ({len(sents)} sentences), "
+    _err(f"gpsl: trained on {n_tokens} tokens ({len(sents)} sentences, {model.inference_} "
+         f"inference), "
          f"{len(model.classes_)} labels, {n_missing} missing labels, {n_features} features, "
          f"{seconds:.2f} seconds; model saved to {args.model_dir}")
     return 0

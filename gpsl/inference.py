@@ -107,93 +107,23 @@ minorise-maximise steps, or steps accepted only when ``L`` does not drop):
 
 from __future__ import annotations
 
-import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import cho_solve, lapack, solve_triangular
+from scipy.linalg import cho_solve, solve_triangular
 from scipy.optimize import minimize
-from scipy.special import logsumexp
 
-# --------------------------------------------------------------------------- problem
-
-
-def neighbour_index(lengths, offsets) -> np.ndarray:
-    """``nb[t, d]`` = index of token ``t + offsets[d]`` in the same sentence, else -1."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = int(lengths.sum())
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    pos = np.arange(n) - starts
-    L = np.repeat(lengths, lengths)
-    nb = np.full((n, len(offsets)), -1, dtype=np.int64)
-    for d, o in enumerate(offsets):
-        ok = (pos + o >= 0) & (pos + o < L)
-        nb[ok, d] = np.arange(n)[ok] + o
-    return nb
-
-
-@dataclass
-class Problem:
-    """Fixed training data: label indices (-1 = missing) and neighbour structure."""
-
-    y: np.ndarray  # (n,) int, -1 for a missing label
-    nb: np.ndarray  # (n, R) neighbour index or -1
-    J: int
-    offsets: tuple
-    #: optional ``(n, J)`` log-potentials ``e_t(y)`` on the labels of tokens whose label is
-    #: missing (ignored where ``y >= 0``): extra evidence about a latent label, e.g. the
-    #: crowd model's ``sum_a log pi_a[y, l_ta]``. The bound gains ``sum_t sum_y r_t(y) e_t(y)``
-    #: and the ``r`` update adds ``e_t`` to its softmax argument.
-    evidence: np.ndarray | None = None
-
-    @classmethod
-    def build(cls, lengths, y, offsets, J, evidence=None) -> Problem:
-        y = np.asarray(y, dtype=np.int64)
-        prob = cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
-        prob.set_evidence(evidence)
-        return prob
-
-    def set_evidence(self, evidence) -> None:
-        """Replace the evidence array (``None`` for none); checked against ``(n, J)``."""
-        if evidence is None:
-            self.evidence = None
-            return
-        e = np.asarray(evidence, dtype=float)
-        if e.shape != (self.n, self.J):
-            raise ValueError(f"evidence must have shape {(self.n, self.J)}, not {e.shape}")
-        if np.isnan(e).any() or np.isposinf(e).any():
-            raise ValueError("evidence must not contain NaN or +inf")
-        self.evidence = e
-
-    def evidence_term(self, r) -> float:
-        """``sum_{t missing} sum_y r_t(y) e_t(y)`` (0 without evidence; 0 * -inf = 0)."""
-        if self.evidence is None:
-            return 0.0
-        m = self.missing
-        rm, em = r[m], self.evidence[m]
-        pos = rm > 0
-        return float(np.sum(rm[pos] * em[pos]))
-
-    @property
-    def n(self) -> int:
-        return int(self.y.shape[0])
-
-    @property
-    def R(self) -> int:
-        return len(self.offsets)
-
-    @property
-    def missing(self) -> np.ndarray:
-        return self.y < 0
-
-    def colours(self) -> list[np.ndarray]:
-        """Colour classes of the missing tokens (no two share a factor)."""
-        span = 2 * max((abs(o) for o in self.offsets), default=0) + 1
-        idx = np.flatnonzero(self.missing)
-        return [c for c in (idx[idx % span == k] for k in range(span)) if c.size]
-
+from gpsl.likelihood import LSE_BOUNDS, Problem, PseudoLikelihoodBound, neighbour_index  # noqa: F401
+from gpsl.linalg import (  # noqa: F401
+    B_factor,
+    default_threads,
+    jitter_for,
+    neg_kl_and_grad,
+    posterior_diag,
+    theta_gradient,
+    train_matrix,
+)
 
 # --------------------------------------------------------------------------- state
 
@@ -244,7 +174,7 @@ class _Cache:
     K_theta: np.ndarray | None = None
 
 
-class GPSLInference:
+class GPSLInference(PseudoLikelihoodBound):
     """Algorithm 1 on one training set.
 
     Parameters
@@ -256,7 +186,10 @@ class GPSLInference:
     """
 
     def __init__(self, problem, kernel, base, base_diag, state=None, *, lambda_floor=1e-8,
-                 mean_steps=15, n_threads=None):
+                 mean_steps=15, n_threads=None, lse_bound="jensen"):
+        if lse_bound not in LSE_BOUNDS:
+            raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {lse_bound!r}")
+        self.lse_bound = lse_bound
         self.p = problem
         #: threads that refresh the labels' ``diag V_j`` side by side in :meth:`update_cov_U`
         #: (the Cholesky factors release the GIL); ``None``: :func:`default_threads`.
@@ -271,10 +204,7 @@ class GPSLInference:
         self.rho_growth = 1.25  # growth of rho after a step accepted at the first try
         self.mean_steps = int(mean_steps)
         if state is None:
-            if kernel.name == "rbf":
-                theta0 = kernel.default_params(base_diag, base)
-            else:
-                theta0 = kernel.default_params(base_diag)
+            theta0 = kernel.default_params(base_diag, base)
             state = initial_state(problem, theta0)
         self.s = state
         self.c = _Cache()
@@ -283,7 +213,7 @@ class GPSLInference:
     # ----------------------------------------------------------------- pieces
 
     def K(self, j: int) -> np.ndarray:
-        if self.kernel.name == "linear":
+        if self.kernel.scale_only:
             return train_matrix(self.kernel, self.s.theta[j], self.base, self.jitter)
         if self.c.K_theta is None or not np.array_equal(self.c.K_theta, self.s.theta):
             self.c.K_list = [train_matrix(self.kernel, th, self.base, self.jitter)
@@ -293,7 +223,7 @@ class GPSLInference:
 
     def K_times(self, A: np.ndarray) -> np.ndarray:
         """Stacked ``[K_j A_j]_j`` for ``A`` of shape ``(J, n)``."""
-        if self.kernel.name == "linear":
+        if self.kernel.scale_only:
             s = np.exp(self.s.theta[:, 0])[:, None]
             return s * (A @ self.base) + (s * self.jitter) * A
         return np.stack([self.K(j) @ A[j] for j in range(self.p.J)])
@@ -322,72 +252,12 @@ class GPSLInference:
         self.c.logdetB[j] = logdet
         self.c.sumlamV[j] = float(lam @ vd)
 
-    def gS(self) -> np.ndarray:
-        return self.s.m_S + 0.5 * self.s.v_S
-
-    def _c_terms(self, gS: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """c[d] (n, J): log E_{r_nb}[exp g_d(y_nb, q)], zero where no neighbour."""
-        n, J, R = self.p.n, self.p.J, self.p.R
-        c = np.zeros((R, n, J))
-        for d in range(R):
-            nbd = self.p.nb[:, d]
-            has = nbd >= 0
-            if not has.any():
-                continue
-            shift = gS[d].max(axis=0)
-            E = np.exp(gS[d] - shift)
-            with np.errstate(divide="ignore"):
-                c[d][has] = np.log(r[nbd[has]] @ E) + shift
-        return c
-
-    def terms(self, M=None, Vd=None, gS=None, r=None) -> dict:
-        M = self.c.M if M is None else M
-        Vd = self.c.Vd if Vd is None else Vd
-        gS = self.gS() if gS is None else gS
-        r = self.s.r if r is None else r
-        c = self._c_terms(gS, r)
-        a = M.T + 0.5 * Vd.T + c.sum(axis=0)
-        lse = logsumexp(a, axis=1)
-        pi = np.exp(a - lse[:, None])
-        return {"a": a, "lse": lse, "pi": pi, "c": c}
-
-    def pair_counts(self, r=None) -> np.ndarray:
-        """Expected label-pair counts N_d[p, q] = sum_t r_nb(t,d)(p) r_t(q), shape (R, J, J)."""
-        r = self.s.r if r is None else r
-        return np.stack([r[nb[nb >= 0]].T @ r[nb >= 0] for nb in self.p.nb.T])
-
-    def _pair_term(self, m_S, r) -> float:
-        tot = 0.0
-        for d in range(self.p.R):
-            nbd = self.p.nb[:, d]
-            has = nbd >= 0
-            tot += float(np.sum((r[nbd[has]] @ m_S[d]) * r[has]))
-        return tot
-
     # ----------------------------------------------------------------- the bound
 
     def kl_U(self) -> float:
         """sum_j -KL(q(f_Uj) || p(f_Uj)) = 1/2 sum_j (-log|B_j| + sum lam V - alpha'm)."""
         return 0.5 * float(np.sum(-self.c.logdetB + self.c.sumlamV
                                   - np.einsum("jn,jn->j", self.s.alpha, self.c.M)))
-
-    def kl_S(self, m_S=None, v_S=None) -> float:
-        m_S = self.s.m_S if m_S is None else m_S
-        v_S = self.s.v_S if v_S is None else v_S
-        return 0.5 * float(np.sum(np.log(v_S) - v_S - m_S ** 2 + 1.0))
-
-    def entropy(self, r=None) -> float:
-        r = self.s.r if r is None else r
-        rm = r[self.p.missing]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return float(-np.sum(np.where(rm > 0, rm * np.log(rm), 0.0)))
-
-    def data_term(self, T=None, M=None, r=None, m_S=None) -> float:
-        T = self.terms() if T is None else T
-        M = self.c.M if M is None else M
-        r = self.s.r if r is None else r
-        m_S = self.s.m_S if m_S is None else m_S
-        return float(np.sum(r * M.T)) + self._pair_term(m_S, r) - float(T["lse"].sum())
 
     def elbo(self) -> float:
         """The variational lower bound (eq. lb2, extended to missing labels)."""
@@ -406,7 +276,7 @@ class GPSLInference:
         out = {"m_U": (self.s.r - T["pi"]).T - self.s.alpha}
         if R:
             x = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
-            base_a = self.c.M.T + 0.5 * self.c.Vd.T
+            base_a = self.base_a()
             g = -self._S_objective(x, base_a, self.pair_counts())[1]
             out["m_S"] = g[: R * J * J].reshape(R, J, J)
             out["v_S"] = g[R * J * J:].reshape(R, J, J) / self.s.v_S
@@ -424,7 +294,7 @@ class GPSLInference:
         ``c = max_j s_j / 2`` makes every ``I + w_j K_j`` the same matrix, so one Cholesky
         factor and one multi-right-hand-side solve serve all labels.
         """
-        if self.kernel.name == "linear":
+        if self.kernel.scale_only:
             s = np.exp(self.s.theta[:, 0])
             return (0.5 * s.max()) / s
         return np.full(self.p.J, 0.5)
@@ -433,7 +303,7 @@ class GPSLInference:
         w = self._mean_curvature()
         key = (self.s.theta.tobytes(), w.tobytes())
         if self.c.chol_mean_key != key:
-            if self.kernel.name == "linear":
+            if self.kernel.scale_only:
                 A = (w[0] * np.exp(self.s.theta[0, 0])) * self.base
                 A[np.diag_indices_from(A)] += 1.0 + w[0] * np.exp(self.s.theta[0, 0]) \
                     * self.jitter
@@ -535,7 +405,7 @@ class GPSLInference:
         thread per Cholesky): 11.5 s per fit with two threads against 18.5 s label by label.
         """
         before = self.elbo()
-        target = self._lam_target(self.terms()["pi"].T)  # (J, n)
+        target = self._lam_target(self.v_weight(self.terms()["pi"]).T)  # (J, n)
         todo = [j for j in range(self.p.J)
                 if np.max(np.abs(target[j] - self.s.lam[j])) > skip_tol]
         if not todo:
@@ -543,7 +413,7 @@ class GPSLInference:
         lam_old = self.s.lam.copy()
         old = (self.c.Vd.copy(), self.c.logdetB.copy(), self.c.sumlamV.copy())
         rho = self._rho.copy()
-        if self.kernel.name != "linear":
+        if not self.kernel.scale_only:
             self.K(todo[0])  # build the cached K_j list before the threads read it
         for attempt in range(max_tries):
             for j in todo:
@@ -586,7 +456,7 @@ class GPSLInference:
         """
         before = self.elbo()
         for j in range(self.p.J):
-            target = self._lam_target(self.terms()["pi"][:, j])
+            target = self._lam_target(self.v_weight(self.terms()["pi"])[:, j])
             lam_old = self.s.lam[j].copy()
             if np.max(np.abs(target - lam_old)) <= skip_tol:
                 continue
@@ -607,91 +477,10 @@ class GPSLInference:
                 self.c.Vd[j], self.c.logdetB[j], self.c.sumlamV[j] = old
                 self._rho[j] = rho
 
-    def _S_objective(self, x, base_a, counts):
-        """-L and its gradient in x = (m_S, log v_S), everything else fixed.
-
-        dL/dm_S[d,p,q] = N_d[p,q] - s_d[p,q] - m_S[d,p,q],
-        dL/dv_S[d,p,q] = 1/2 (1/v - 1) - 1/2 s_d[p,q],
-        with expected pair counts N_d = sum_t r_nb(t) r_t' and
-        s_d[p,q] = sum_t pi_tq r_nb(p) e^{g[p,q]} / e^{c[t,d,q]}.
-        """
-        R, J = self.p.R, self.p.J
-        m_S = x[: R * J * J].reshape(R, J, J)
-        v_S = np.exp(x[R * J * J:].reshape(R, J, J))
-        gS = m_S + 0.5 * v_S
-        r = self.s.r
-        c = self._c_terms(gS, r)
-        a = base_a + c.sum(axis=0)
-        lse = logsumexp(a, axis=1)
-        pi = np.exp(a - lse[:, None])
-        f = self._pair_term(m_S, r) - float(lse.sum()) + self.kl_S(m_S, v_S)
-        soft = np.empty((R, J, J))
-        for d in range(R):
-            nbd = self.p.nb[:, d]
-            has = nbd >= 0
-            shift = gS[d].max(axis=0)
-            E = np.exp(gS[d] - shift)
-            with np.errstate(over="ignore"):
-                ratio = pi[has] * np.exp(shift - c[d][has])
-            soft[d] = E * (r[nbd[has]].T @ ratio)
-        grad_m = counts - soft - m_S
-        grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0) - 0.5 * soft)
-        return -f, -np.concatenate([grad_m.ravel(), grad_logv.ravel()])
-
-    def update_S(self, maxiter=50):
-        """Maximise L over (m_S, v_S) with L-BFGS-B on the exact gradient."""
-        if self.p.R == 0:
-            return
-        R, J = self.p.R, self.p.J
-        counts = self.pair_counts()
-        base_a = self.c.M.T + 0.5 * self.c.Vd.T
-        x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
-        f0 = self._S_objective(x0, base_a, counts)[0]
-        bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
-        res = minimize(self._S_objective, x0, args=(base_a, counts), jac=True, method="L-BFGS-B",
-                       bounds=bounds, options={"maxiter": maxiter})
-        if res.fun <= f0:
-            self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()
-            self.s.v_S = np.exp(res.x[R * J * J:]).reshape(R, J, J).copy()
-
-    def update_r(self, rounds=2):
-        """Minorise-maximise update of the label distributions of missing tokens."""
-        classes = self.p.colours()
-        if not classes:
-            return
-        R = self.p.R
-        for _ in range(rounds):
-            for cls in classes:
-                gS = self.gS()
-                T = self.terms(gS=gS)
-                G = self.c.M.T.copy()  # own local term, (n, J)
-                for d in range(R):
-                    nbd = self.p.nb[:, d]
-                    has = nbd >= 0
-                    # own factor: sum_p r_nb(p) m_S[p, q]
-                    G[has] += self.s.r[nbd[has]] @ self.s.m_S[d]
-                    # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
-                    #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
-                    s_idx = np.flatnonzero(has)
-                    contrib = self.s.r[s_idx] @ self.s.m_S[d].T
-                    shift = gS[d].max(axis=0)
-                    E = np.exp(gS[d] - shift)
-                    with np.errstate(over="ignore"):
-                        ratio = T["pi"][s_idx] * np.exp(shift - T["c"][d][s_idx])
-                    contrib -= ratio @ E.T
-                    np.add.at(G, nbd[s_idx], contrib)
-                Gc = G[cls]
-                if self.p.evidence is not None:
-                    Gc = Gc + self.p.evidence[cls]
-                Gc -= Gc.max(axis=1, keepdims=True)
-                rc = np.exp(Gc)
-                rc /= rc.sum(axis=1, keepdims=True)
-                self.s.r[cls] = rc
-
     def update_theta(self):
         """M-step of variational EM: maximise L over theta with q = (m, V) held fixed."""
         n = self.p.n
-        if self.kernel.name == "linear":
+        if self.kernel.scale_only:
             for j in range(self.p.J):
                 am = float(self.s.alpha[j] @ self.c.M[j])
                 ratio = (n - self.c.sumlamV[j] + am) / n
@@ -736,165 +525,3 @@ class GPSLInference:
 
     # ----------------------------------------------------------------- Algorithm 1
 
-    def sweep(self):
-        self.update_r()
-        self.update_mean_U()
-        self.update_cov_U()
-        self.update_S()
-        self.update_r()
-        return self.elbo()
-
-    def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20,
-            on_sweep=None):
-        """Variational EM (Algorithm 1); returns the bound trace (one value per sweep).
-
-        ``on_sweep(engine)`` (optional) runs after every sweep, before the stop rule; it may
-        change the problem's evidence (:meth:`Problem.set_evidence`), e.g. the crowd model's
-        M-step, and returns the bound after its change (or ``None`` to keep the sweep's).
-        """
-        t0 = time.perf_counter()
-        trace = [self.elbo()]
-        it = 0
-        outer_prev = trace[0]
-        if not learn_hyper:
-            inner_max = max_iter
-        while it < max_iter:
-            # inner loop: coordinate ascent for fixed theta
-            for _ in range(inner_max):
-                it += 1
-                trace.append(self.sweep())
-                if on_sweep is not None:
-                    extra = on_sweep(self)
-                    if extra is not None:
-                        trace[-1] = float(extra)
-                if callback is not None:
-                    callback({"iteration": it, "bound": trace[-1],
-                              "seconds": time.perf_counter() - t0})
-                if _converged(trace[-2], trace[-1], tol) or it >= max_iter:
-                    break
-            if not learn_hyper or it >= max_iter:
-                break
-            if _converged(outer_prev, trace[-1], tol) and len(trace) > 2:
-                break
-            outer_prev = trace[-1]
-            self.update_theta()
-        self.n_iter = it
-        return trace
-
-
-def _converged(old, new, tol) -> bool:
-    """Relative improvement of the bound below ``tol``."""
-    return abs(new - old) <= tol * max(1.0, abs(old))
-
-
-# --------------------------------------------------------------------------- linear algebra
-
-
-def default_threads() -> int:
-    """Threads for per-label linear algebra: one more than the usable CPUs, at most 4.
-
-    One extra thread keeps both cores busy when the number of labels to refresh is odd
-    (basenp, 3 labels on 2 cores: 54 s per fit with 3 threads, 60 s with 2).
-    """
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n + 1))
-
-
-def jitter_for(kernel, base_diag) -> float:
-    """Jitter added to the training covariance's diagonal, relative to its scale.
-
-    ``K = X X'`` is rank-deficient whenever tokens outnumber features or share
-    feature vectors; without jitter, components of ``alpha`` in the null space of
-    ``K`` are invisible to the bound and an extrapolated mean step can inflate them
-    until round-off dominates ``alpha' K alpha``. GPflow and GPML use the same fix.
-    """
-    if kernel.name == "linear":
-        return 1e-6 * max(float(np.mean(base_diag)) if base_diag.size else 1.0, 1e-12)
-    return 1e-6
-
-
-def train_matrix(kernel, params, base, jitter) -> np.ndarray:
-    """The training covariance ``K_j`` including jitter (scaled by the kernel variance)."""
-    K = kernel.matrix(params, base)
-    K[np.diag_indices_from(K)] += jitter * np.exp(params[0])
-    return K
-
-
-def posterior_diag(K: np.ndarray, Kdiag: np.ndarray, lam: np.ndarray):
-    """diag of V = (K^-1 + diag(lam))^-1 and log|B|, B = I + L^1/2 K L^1/2.
-
-    Only tokens with ``lam > 0`` (the active set A) enter the Cholesky factor
-    ``B_A = L L'``. For an active token, ``V_tt = (1 - (B^-1)_tt) / lam_t``
-    (expand ``V = K - K_{:A} Lam^1/2 B^-1 Lam^1/2 K_{A:}`` using
-    ``Lam^1/2 K_{At} = (B - I) e_t / sqrt(lam_t)``), and ``diag(B^-1)`` is the column
-    sums of squares of ``L^-1`` (one triangular inverse, n^3/3 flop, instead of a
-    triangular solve with n right-hand sides). It loses relative precision when
-    ``lam_t K_tt`` is tiny, so those tokens and the inactive ones use
-    ``V_tt = K_tt - ||L^-1 Lam^1/2 K_{At}||^2``. Returns ``(diag V, log|B|)``.
-    """
-    act, sl, Lc = B_factor(K, lam)
-    if act.size == 0:
-        return Kdiag.copy(), 0.0
-    Linv, info = lapack.dtrtri(Lc, lower=1)
-    if info != 0:  # pragma: no cover - B is positive definite
-        raise np.linalg.LinAlgError("triangular inverse failed")
-    vd = Kdiag.copy()
-    stable = lam[act] * Kdiag[act] >= 1e-4
-    dBinv = np.einsum("ij,ij->j", Linv, Linv)
-    vd[act[stable]] = (1.0 - dBinv[stable]) / lam[act[stable]]
-    rest = np.setdiff1d(np.arange(lam.size), act[stable], assume_unique=True)
-    if rest.size:
-        C = Linv @ (sl[:, None] * K[np.ix_(act, rest)])
-        vd[rest] = Kdiag[rest] - np.einsum("ij,ij->j", C, C)
-    np.maximum(vd, 1e-12 * np.maximum(Kdiag, 1e-300), out=vd)
-    return vd, 2.0 * float(np.sum(np.log(np.diag(Lc))))
-
-
-def B_factor(K: np.ndarray, lam: np.ndarray):
-    """(active indices, sqrt(lam_active), lower Cholesky of B on the active set)."""
-    act = np.flatnonzero(lam > 0)
-    sl = np.sqrt(lam[act])
-    if act.size == 0:
-        return act, sl, np.zeros((0, 0))
-    B = (K if act.size == lam.size else K[np.ix_(act, act)]) * sl[:, None]
-    B *= sl[None, :]
-    B[np.diag_indices_from(B)] += 1.0
-    return act, sl, np.linalg.cholesky(B)
-
-
-def neg_kl_and_grad(kernel, params, base, jitter, m, V, logdet_V):
-    """-KL(N(m, V) || N(0, K_theta)) and its gradient in theta (q held fixed).
-
-    ``-KL = 1/2 (log|V| - log|K| - tr(K^-1 V) - m'K^-1 m + n)`` and
-    ``d(-KL)/dtheta = 1/2 [a' dK a - tr(W dK)]`` with ``a = K^-1 m`` and
-    ``W = K^-1 (K - V) K^-1``, all through the Cholesky factor of ``K``.
-    """
-    K = train_matrix(kernel, params, base, jitter)
-    L = np.linalg.cholesky(K)
-    n = K.shape[0]
-    a = cho_solve((L, True), m, check_finite=False)
-    KinvV = cho_solve((L, True), V, check_finite=False)
-    logdet_K = 2.0 * float(np.sum(np.log(np.diag(L))))
-    f = 0.5 * (logdet_V - logdet_K - float(np.trace(KinvV)) - float(m @ a) + n)
-    W = cho_solve((L, True), (np.eye(n) - KinvV).T, check_finite=False)  # K^-1 (K - V) K^-1
-    grad = np.array([0.5 * (float(a @ dK @ a) - float(np.sum(W * dK)))
-                     for dK in kernel.grads(params, base, K)])
-    return f, grad
-
-
-def theta_gradient(kernel, params, base, alpha, lam, jitter=0.0) -> np.ndarray:
-    """dL/dtheta_j with q held fixed: 1/2 [alpha' dK alpha - tr(R dK)] (R = L^1/2 B^-1 L^1/2)."""
-    K = train_matrix(kernel, params, base, jitter)
-    act, sl, Lc = B_factor(K, lam)
-    n = K.shape[0]
-    R = np.zeros((n, n))
-    if act.size:
-        Linv = solve_triangular(Lc, np.diag(sl), lower=True, check_finite=False)
-        R[np.ix_(act, act)] = Linv.T @ Linv
-    out = []
-    for dK in kernel.grads(params, base, K):
-        out.append(0.5 * (float(alpha @ dK @ alpha) - float(np.sum(R * dK))))
-    return np.array(out)

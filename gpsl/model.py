@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import time
 from collections.abc import Sequence
 
@@ -17,9 +18,12 @@ import numpy as np
 
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
-from gpsl.inference import GPSLInference, Problem, VariationalState, initial_state
-from gpsl.kernels import make_kernel
-from gpsl.predict import LatentPredictor, pl_decode, rns, viterbi
+from gpsl.inference import GPSLInference, VariationalState, initial_state
+from gpsl.kernels import LinearKernel, make_kernel
+from gpsl.likelihood import Problem
+from gpsl.persist import read_model, save_model
+from gpsl.predict import make_predictor, pl_decode, rns, viterbi
+from gpsl.sparse import SparseGPSLInference, SparseState
 from gpsl.warm import warm_state
 
 GPSL1 = (-1,)
@@ -61,7 +65,19 @@ def parse_offsets(offsets) -> tuple[int, ...]:
 
 
 #: prior variance of each feature weight of the linear kernel when ``variance=None``
-DEFAULT_LINEAR_VARIANCE = 4.0
+DEFAULT_LINEAR_VARIANCE = LinearKernel.default_variance
+
+#: ``inference="auto"`` uses the full GP up to this many training tokens and the scalable
+#: weight-space mode above it. Every partition of the paper's protocol (at most 3,600 tokens)
+#: stays full; the full GP's time grows as n^2.4-3 (about 50 s at 3,500 tokens on 2 cores)
+#: while the sparse mode's grows about linearly (README, "Scale").
+AUTO_SPARSE_TOKENS = 4000
+
+#: the bound on the expected log-partition each mode uses with ``lse_bound="auto"``
+AUTO_LSE_BOUND = {"full": "jensen", "sparse": "bohning"}
+
+#: tokens of the subsample that sets the rbf kernel's default length-scale in the sparse mode
+_THETA0_SAMPLE = 2000
 
 
 def _single_threaded_blas():
@@ -141,6 +157,19 @@ class GPSL:
         (``None``: one more than the CPUs, at most 4). BLAS itself runs single-threaded
         during ``fit`` (threadpoolctl): two BLAS threads per factorisation made a chunking
         fit 2.4 times slower on 2 cores.
+    inference: ``"full"`` (the full GP of Algorithm 1, ``O(n^3)`` in training tokens),
+        ``"sparse"`` (the scalable weight-space mode of :mod:`gpsl.sparse`, about linear in
+        ``n``) or ``"auto"`` (full up to :data:`AUTO_SPARSE_TOKENS` training tokens).
+    covariance: the sparse mode's covariance family: ``"meanfield"``, ``"khan"`` or
+        ``"auto"`` (mean-field for the linear kernel, Khan for the rbf kernel's Nystrom
+        features).
+    inducing: inducing tokens of the rbf kernel in the sparse mode.
+    lse_bound: the upper bound on the expected log-partition (:mod:`gpsl.likelihood`):
+        ``"jensen"`` (the paper's eq. lb2), ``"bohning"`` (variances enter additively and do
+        not move the means) or ``"auto"`` (Jensen in the full mode, Boehning in the sparse
+        mode: with the mean-field covariance, whose variances over-state the uncertainty,
+        Jensen's bound pulls the means and cost 0.4-0.8 points against Boehning's on
+        chunking, basenp and JapaneseNE at 600-800 sentences; see README, "Scale").
     callback: called after every sweep with ``{"iteration", "bound", "seconds"}``.
     """
 
@@ -149,8 +178,8 @@ class GPSL:
                  rns_tol=1e-4, rns_max_iter=100, rns_schedule="jacobi", rns_damping=0.5,
                  rns_variance=False,
                  warm_start=False,
-                 lambda_floor=1e-8, inference="auto", n_jobs=None, callback=None,
-                 verbose=False):
+                 lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
+                 lse_bound="auto", n_jobs=None, callback=None, verbose=False):
         self.offsets = offsets
         self.kernel = kernel
         self.template = template
@@ -168,19 +197,22 @@ class GPSL:
         self.warm_start = warm_start
         self.lambda_floor = lambda_floor
         self.inference = inference
+        self.covariance = covariance
+        self.inducing = inducing
+        self.lse_bound = lse_bound
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
 
     # ------------------------------------------------------------------ helpers
 
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        """The constructor's parameters, in order (the one list of them)."""
+        return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
     def get_params(self, deep=True) -> dict:
-        return {k: getattr(self, k) for k in (
-            "offsets", "kernel", "template", "min_freq", "max_iter", "tol", "learn_hyper",
-            "variance", "decoder", "rns_tol", "rns_max_iter", "rns_schedule", "rns_damping",
-            "rns_variance",
-            "warm_start",
-            "lambda_floor", "inference", "n_jobs", "callback", "verbose")}
+        return {k: getattr(self, k) for k in self.param_names()}
 
     def set_params(self, **params) -> GPSL:
         for k, v in params.items():
@@ -275,21 +307,40 @@ class GPSL:
         y_idx = np.array([-1 if v is None else index[v] for v in flat], dtype=np.int64)
         problem = Problem.build(lengths, y_idx, offsets, len(classes),
                                 evidence=self._evidence(evidence, lengths, len(classes)))
-        mode = self._inference_mode(int(np.sum(y_idx >= 0)))
+        mode = self._inference_mode(int(y_idx.size))
+        if mode == "sparse" and self.learn_hyper and not kernel.scale_only:
+            raise ValueError("learn_hyper with the rbf kernel needs inference='full'")
 
-        base = kernel.base(Xf)
-        base_diag = kernel.base_diag(Xf)
         keys = [_sentence_key(x) for x in sents]
-        state = self._warm_state(prev, problem, classes, keys, lengths, offsets, kernel)
-        if state is None:
-            state = initial_state(problem, self._theta0(kernel, base, base_diag))
+        cb = callback if callback is not None else self.callback
         with _single_threaded_blas():
-            inf = GPSLInference(problem, kernel, base, base_diag, state,
-                                lambda_floor=self.lambda_floor, n_threads=self.n_jobs)
-            cb = callback if callback is not None else self.callback
+            if mode == "full":
+                base = kernel.base(Xf)
+                base_diag = kernel.base_diag(Xf)
+                state = self._warm_state(prev, problem, classes, keys, lengths, offsets,
+                                         kernel)
+                if state is None:
+                    state = initial_state(problem, self._theta0(kernel, Xf))
+                inf = GPSLInference(problem, kernel, base, base_diag, state,
+                                    lambda_floor=self.lambda_floor, n_threads=self.n_jobs,
+                                    lse_bound=self._lse_bound(mode))
+            else:
+                theta0 = self._theta0(kernel, Xf)
+                if (prev is not None and getattr(prev, "inference_", "full") == "sparse"
+                        and prev.kernel_.name == kernel.name
+                        and list(prev.classes_) == list(classes)):
+                    theta0 = prev.state_.theta[0].copy()  # warm start: theta only
+                features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
+                                               inducing=self.inducing)
+                inf = SparseGPSLInference(problem, features, family=self._family(kernel),
+                                          theta0=theta0, lambda_floor=self.lambda_floor,
+                                          lse_bound=self._lse_bound(mode))
             trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
                             learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
         self.inference_ = mode
+        feats = getattr(inf, "features", None)
+        self._features_train = feats
+        self.inducing_idx_ = np.asarray(getattr(feats, "Z_idx", np.empty(0)), dtype=np.int64)
 
         self.classes_ = classes
         self.offsets_ = offsets
@@ -309,6 +360,24 @@ class GPSL:
         self._predictor = None
         return self
 
+    def _lse_bound(self, mode: str) -> str:
+        b = str(self.lse_bound).lower()
+        if b == "auto":
+            return AUTO_LSE_BOUND[mode]
+        if b not in ("jensen", "bohning"):
+            raise ValueError(f"lse_bound must be 'auto', 'jensen' or 'bohning', not "
+                             f"{self.lse_bound!r}")
+        return b
+
+    def _family(self, kernel) -> str:
+        fam = str(self.covariance).lower()
+        if fam == "auto":
+            return "meanfield" if kernel.scale_only else "khan"
+        if fam not in ("meanfield", "khan"):
+            raise ValueError(f"covariance must be 'auto', 'meanfield' or 'khan', not "
+                             f"{self.covariance!r}")
+        return fam
+
     @staticmethod
     def _evidence(evidence, lengths, J):
         if evidence is None:
@@ -323,14 +392,16 @@ class GPSL:
                                  f"{(int(L), J)}", source="input")
         return np.concatenate([np.asarray(e, dtype=float) for e in parts], axis=0)
 
-    def _inference_mode(self, n_labeled: int) -> str:
+    def _inference_mode(self, n_tokens: int) -> str:
+        """The inference mode for ``n_tokens`` training tokens (``auto``: see
+        :data:`AUTO_SPARSE_TOKENS`)."""
         mode = str(self.inference).lower()
         if mode not in ("auto", "full", "sparse"):
             raise ValueError(f"inference must be 'auto', 'full' or 'sparse', not "
                              f"{self.inference!r}")
-        if mode == "sparse":
-            raise NotImplementedError("the scalable inference mode is being written")
-        return "full"
+        if mode == "auto":
+            return "sparse" if n_tokens > AUTO_SPARSE_TOKENS else "full"
+        return mode
 
     def _warm_state(self, prev, problem, classes, keys, lengths, offsets, kernel):
         """Start from the previous fit (``warm_start=True``), see :mod:`gpsl.warm`.
@@ -348,14 +419,14 @@ class GPSL:
         return warm_state(prev.state_, getattr(prev, "sentence_keys_", None) or [],
                           prev.lengths_, problem, keys, lengths)
 
-    def _theta0(self, kernel, base, base_diag) -> np.ndarray:
-        if kernel.name == "rbf":
-            theta = kernel.default_params(base_diag, base)
-        else:
-            theta = kernel.default_params(base_diag)
-        variance = self.variance
-        if variance is None and kernel.name == "linear":
-            variance = DEFAULT_LINEAR_VARIANCE
+    def _theta0(self, kernel, Xf) -> np.ndarray:
+        """Initial hyper-parameters: the kernel's defaults (the rbf length-scale from a
+        subsample of at most 2,000 tokens), the variance from ``variance``."""
+        sub = Xf
+        if Xf.shape[0] > _THETA0_SAMPLE:
+            sub = Xf[np.linspace(0, Xf.shape[0] - 1, _THETA0_SAMPLE).astype(np.int64)]
+        theta = kernel.default_params(kernel.base_diag(sub), kernel.base(sub))
+        variance = self.variance if self.variance is not None else kernel.default_variance
         if variance is not None:
             v = float(variance)
             if not v > 0:
@@ -365,14 +436,19 @@ class GPSL:
 
     # ------------------------------------------------------------------ predict
 
-    def _latent(self, X):
+    @property
+    def predictor_(self):
+        """The predictive distribution of ``f^U`` (:func:`gpsl.predict.make_predictor`),
+        built on first use and cached."""
+        self._check_fitted()
+        if self._predictor is None:
+            self._predictor = make_predictor(self)
+        return self._predictor
+
+    def _latent(self, X, with_variance=True):
         self._check_fitted()
         Xf, lengths = self._features(X)
-        if self._predictor is None:
-            st = self.state_
-            self._predictor = LatentPredictor(self.kernel_, self.X_train_, st.theta, st.alpha,
-                                              st.lam)
-        mean, var = self._predictor(Xf)
+        mean, var = self.predictor_(Xf, with_variance=with_variance)
         return mean, var, lengths
 
     def predict_latent(self, X):
@@ -383,8 +459,9 @@ class GPSL:
 
     def local_scores(self, X):
         """The local scores of Algorithm 2, ``m`` (or ``m + v/2`` with ``rns_variance``),
-        as one ``(n_tokens, J)`` array, plus the sentence lengths."""
-        mean, var, lengths = self._latent(X)
+        as one ``(n_tokens, J)`` array, plus the sentence lengths. The predictive variance
+        is computed only when ``rns_variance`` uses it."""
+        mean, var, lengths = self._latent(X, with_variance=bool(self.rns_variance))
         return (mean + 0.5 * var if self.rns_variance else mean), lengths
 
     def _gS(self):
@@ -439,20 +516,57 @@ class GPSL:
 
     # ------------------------------------------------------------------ persistence
 
+    #: constructor parameters that are not part of a saved model (run-time settings, or saved
+    #: elsewhere in the model directory: offsets, template)
+    _NOT_PERSISTED = ("offsets", "template", "warm_start", "n_jobs", "callback", "verbose")
+
+    def persisted_config(self) -> dict:
+        """The constructor parameters a model directory records (JSON values)."""
+        params = self.get_params()
+        return {k: params[k] for k in self.param_names() if k not in self._NOT_PERSISTED}
+
     def save(self, path) -> None:
         """Write the fitted model as a directory of JSON and NPZ (no pickle)."""
-        from gpsl.persist import save_model
-
         self._check_fitted()
         save_model(self, path)
 
     @classmethod
     def load(cls, path) -> GPSL:
-        from gpsl.persist import load_model
-
-        return load_model(path)
+        """A model saved by :meth:`save` (format 1, before the sparse mode, loads as full)."""
+        parts = read_model(path)
+        meta, arrays = parts.meta, parts.arrays
+        known = set(cls.param_names())
+        model = cls(offsets=tuple(meta["offsets"]), template=parts.extractor.template,
+                    **{k: v for k, v in parts.config.items() if k in known and k != "kernel"})
+        model.kernel = meta["kernel"]
+        model.classes_ = list(meta["classes"])
+        model.offsets_ = tuple(meta["offsets"])
+        model.kernel_ = parts.kernel
+        model.template_ = parts.extractor.template
+        model.extractor_ = parts.extractor
+        model.n_columns_ = int(meta["n_columns"])
+        model.X_train_ = parts.X
+        model.lengths_ = arrays["lengths"].astype(np.int64)
+        model.y_train_ = arrays["y_train"].astype(np.int64)
+        model.inference_ = parts.inference
+        a = arrays
+        if parts.inference == "sparse":
+            model.state_ = SparseState(theta=a["theta"], W=a["W"], cov=a["cov"], m_S=a["m_S"],
+                                       v_S=a["v_S"], r=a["r"], family=parts.family)
+            model.inducing_idx_ = arrays["inducing"].astype(np.int64)
+        else:
+            model.state_ = VariationalState(theta=a["theta"], alpha=a["alpha"], lam=a["lam"],
+                                            m_S=a["m_S"], v_S=a["v_S"], r=a["r"])
+            model.inducing_idx_ = np.empty(0, dtype=np.int64)
+        model._features_train = None
+        model.bound_trace_ = [float(v) for v in meta.get("bound_trace", [])]
+        model.n_iter_ = int(meta.get("n_iter", 0))
+        model.n_missing_ = int(np.sum(model.y_train_ < 0))
+        model.fit_seconds_ = float(meta.get("fit_seconds", 0.0))
+        model._predictor = None
+        return model
 
     @property
-    def state(self) -> VariationalState:
+    def state(self):
         self._check_fitted()
         return self.state_

@@ -2,9 +2,14 @@
 
 Layout of a model directory::
 
-    model.json   format name and version, configuration, classes, template text,
-                 feature vocabulary, kernel, bound trace, SHA-256 of arrays.npz
-    arrays.npz   theta, alpha, lambda, m_S, v_S, r and the training features (CSR parts)
+    model.json   format name and version, configuration, inference mode, classes, template
+                 text, feature vocabulary, kernel, bound trace, SHA-256 of arrays.npz
+    arrays.npz   the variational state, r and the training features (CSR parts): theta,
+                 alpha, lambda (full mode) or theta, W, cov, inducing (sparse mode)
+
+Format version 1 (before the sparse mode) has no ``inference`` field and is read as a full
+model. This module does not import :mod:`gpsl.model`: :func:`read_model` returns the parts and
+:meth:`gpsl.model.GPSL.load` assembles the estimator.
 
 A model is written to a temporary sibling directory and renamed into place, so a
 crash never leaves a half-written model where a complete one is expected. Loading
@@ -22,6 +27,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,12 +37,18 @@ import scipy.sparse as sp
 from gpsl.errors import InputError, ModelFormatError
 
 FORMAT_NAME = "gpsl-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAX_META = 1 << 30  # a model description larger than this is refused unread
-_FLOAT_ARRAYS = ("theta", "alpha", "lam", "m_S", "v_S", "r", "X_data")
-_INT_ARRAYS = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
-_ARRAYS = ("theta", "alpha", "lam", "m_S", "v_S", "r", "y_train", "lengths",
-           "X_data", "X_indices", "X_indptr", "X_shape")
+_COMMON_FLOAT = ("theta", "m_S", "v_S", "r", "X_data")
+_COMMON_INT = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
+#: the state arrays of each inference mode: (floating point, integer)
+_MODE_ARRAYS = {"full": (("alpha", "lam"), ()), "sparse": (("W", "cov"), ("inducing",))}
+FAMILIES = ("meanfield", "khan")
+
+
+def _array_names(mode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    f, i = _MODE_ARRAYS[mode]
+    return _COMMON_FLOAT + f, _COMMON_INT + i
 
 
 def _sha256(path: Path) -> str:
@@ -103,20 +115,23 @@ def save_model(model, path) -> Path:
     try:
         st = model.state_
         X = model.X_train_.tocsr()
-        np.savez(tmp / "arrays.npz", theta=st.theta, alpha=st.alpha, lam=st.lam, m_S=st.m_S,
-                 v_S=st.v_S, r=st.r, y_train=model.y_train_, lengths=model.lengths_,
-                 X_data=X.data, X_indices=X.indices, X_indptr=X.indptr,
-                 X_shape=np.array(X.shape, dtype=np.int64))
-        params = model.get_params()
-        saved = ("kernel", "min_freq", "max_iter", "tol", "learn_hyper", "decoder", "rns_tol",
-                 "rns_max_iter", "rns_schedule", "rns_damping", "rns_variance", "lambda_floor",
-                 "variance")
-        config = {k: params[k] for k in saved if k in params}
+        mode = model.inference_
+        if mode == "sparse":
+            state = {"W": st.W, "cov": st.cov,
+                     "inducing": np.asarray(model.inducing_idx_, dtype=np.int64)}
+        else:
+            state = {"alpha": st.alpha, "lam": st.lam}
+        np.savez(tmp / "arrays.npz", theta=st.theta, m_S=st.m_S, v_S=st.v_S, r=st.r,
+                 y_train=model.y_train_, lengths=model.lengths_, X_data=X.data,
+                 X_indices=X.indices, X_indptr=X.indptr,
+                 X_shape=np.array(X.shape, dtype=np.int64), **state)
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "gpsl_version": __version__,
-            "config": config,
+            "config": model.persisted_config(),
+            "inference": mode,
+            "family": getattr(st, "family", None),
             "offsets": list(model.offsets_),
             "kernel": model.kernel_.name,
             "param_names": list(model.kernel_.param_names),
@@ -178,16 +193,18 @@ def _read_meta(meta_path: Path) -> dict:
     return meta
 
 
-def _read_arrays(arr_path: Path, expected: str) -> dict[str, np.ndarray]:
+def _read_arrays(arr_path: Path, expected: str, mode: str) -> dict[str, np.ndarray]:
     """The arrays of ``arrays.npz``, after the checksum and every member's header are checked:
     object (pickled) arrays, sizes larger than the member and missing members are refused
     before any data is read; ``np.load`` runs with ``allow_pickle=False``."""
     if _sha256(arr_path) != expected:
         _fail(arr_path, "checksum mismatch: the model arrays are damaged or were modified")
+    float_names, int_names = _array_names(mode)
+    names = float_names + int_names
     try:
         with zipfile.ZipFile(arr_path) as zf:
             infos = {i.filename: i for i in zf.infolist()}
-            for name in _ARRAYS:
+            for name in names:
                 info = infos.get(name + ".npy")
                 if info is None:
                     _fail(arr_path, f"damaged model arrays: array {name} is missing")
@@ -207,19 +224,19 @@ def _read_arrays(arr_path: Path, expected: str) -> dict[str, np.ndarray]:
                         _fail(arr_path, f"damaged model arrays: {name} declares shape {shape},"
                                         " larger than its data")
         with np.load(arr_path, allow_pickle=False) as z:
-            arrays = {k: np.array(z[k]) for k in _ARRAYS}
+            arrays = {k: np.array(z[k]) for k in names}
     except ModelFormatError:
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, MemoryError,
             TypeError, AttributeError) as e:
         _fail(arr_path, f"damaged model arrays: {type(e).__name__}: {e}")
-    for name in _FLOAT_ARRAYS:
+    for name in float_names:
         a = arrays[name]
         if a.dtype.kind != "f":
             _fail(arr_path, f"array {name} has dtype {a.dtype}, expected floating point")
         if not np.all(np.isfinite(a)):
             _fail(arr_path, f"array {name} contains NaN or infinite values")
-    for name in _INT_ARRAYS:
+    for name in int_names:
         a = arrays[name]
         if a.dtype.kind not in "iu":
             _fail(arr_path, f"array {name} has dtype {a.dtype}, expected integers")
@@ -240,6 +257,10 @@ _CONFIG_CHECKS = {
     "rns_variance": lambda v: isinstance(v, bool),
     "lambda_floor": lambda v: _is_num(v) and v > 0,
     "variance": lambda v: v is None or (_is_num(v) and v > 0),
+    "inference": lambda v: v in ("auto", "full", "sparse"),
+    "covariance": lambda v: v in ("auto",) + FAMILIES,
+    "inducing": lambda v: _is_int(v) and v >= 1,
+    "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
 }
 
 
@@ -284,17 +305,39 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
         _fail(meta_path, "damaged model description: kernel or extractor is missing")
 
 
-def load_model(path):
-    """Load a model directory written by :func:`save_model`.
+@dataclass
+class ModelParts:
+    """Everything a model directory holds, checked: what :meth:`gpsl.model.GPSL.load` needs."""
+
+    meta: dict
+    config: dict
+    inference: str
+    family: str | None
+    kernel: object
+    extractor: object
+    X: sp.csr_matrix
+    arrays: dict
+
+
+def _mode_of(meta: dict, meta_path: Path) -> tuple[str, str | None]:
+    mode = meta.get("inference", "full")  # format 1: the full mode only
+    if mode not in _MODE_ARRAYS:
+        _fail(meta_path, f"damaged model description: unknown inference mode {mode!r}")
+    family = meta.get("family")
+    if mode == "sparse" and family not in FAMILIES:
+        _fail(meta_path, f"damaged model description: unknown covariance family {family!r}")
+    return mode, (family if mode == "sparse" else None)
+
+
+def read_model(path) -> ModelParts:
+    """Read and check a model directory written by :func:`save_model`.
 
     Every problem (missing files, damaged or modified JSON or NPZ, a newer format, pickled
     object arrays, inconsistent shapes, out-of-range values) is a one-line
     :class:`~gpsl.errors.ModelFormatError` naming the file.
     """
     from gpsl.features import FeatureExtractor
-    from gpsl.inference import VariationalState
     from gpsl.kernels import make_kernel
-    from gpsl.model import GPSL
 
     path = Path(path)
     meta_path = path / "model.json"
@@ -310,7 +353,8 @@ def load_model(path):
         _fail(path, "not a gpsl model directory: model.json or arrays.npz is missing")
     meta = _read_meta(meta_path)
     _check_meta_fields(meta, meta_path)
-    arrays = _read_arrays(arr_path, meta["sha256"]["arrays.npz"])
+    mode, family = _mode_of(meta, meta_path)
+    arrays = _read_arrays(arr_path, meta["sha256"]["arrays.npz"], mode)
     classes = list(meta["classes"])
     offsets = tuple(meta["offsets"])
     config = dict(meta.get("config") or {})
@@ -340,11 +384,22 @@ def load_model(path):
     except (ValueError, TypeError, IndexError, MemoryError) as e:
         _fail(arr_path, f"damaged training features: {e}")
     n, J, R = X.shape[0], len(classes), len(offsets)
-    checks = {"theta": (J, len(kernel.param_names)), "alpha": (J, n), "lam": (J, n),
-              "m_S": (R, J, J), "v_S": (R, J, J), "r": (n, J), "y_train": (n,)}
+    checks = {"theta": (J, len(kernel.param_names)), "m_S": (R, J, J), "v_S": (R, J, J),
+              "r": (n, J), "y_train": (n,)}
+    if mode == "full":
+        checks.update(alpha=(J, n), lam=(J, n))
+    else:
+        Z = arrays["inducing"]
+        if Z.ndim != 1 or (Z.size and (Z.min() < 0 or Z.max() >= n)):
+            _fail(arr_path, "array inducing holds rows outside the training tokens")
+        D = X.shape[1] + n if kernel.scale_only else int(Z.size)
+        checks["W"] = (D, J)
+        checks["cov"] = (D, J) if family == "meanfield" else (J, n)
     for name, shp in checks.items():
         if arrays[name].shape != shp:
             _fail(arr_path, f"array {name} has shape {arrays[name].shape}, expected {shp}")
+    if mode == "sparse" and family == "meanfield" and np.any(arrays["cov"] <= 0):
+        _fail(arr_path, "array cov holds precisions that are not positive")
     lengths = arrays["lengths"]
     if lengths.ndim != 1 or np.any(lengths < 0) or int(lengths.sum()) != n \
             or X.shape[1] != len(extractor.vocabulary_):
@@ -352,26 +407,5 @@ def load_model(path):
     y = arrays["y_train"]
     if y.size and (y.min() < -1 or y.max() >= J):
         _fail(arr_path, f"array y_train has labels outside 0..{J - 1} (and -1 for missing)")
-
-    known = set(GPSL().get_params())
-    model = GPSL(offsets=offsets, template=extractor.template,
-                 **{k: v for k, v in config.items() if k in known and k != "kernel"})
-    model.kernel = meta["kernel"]
-    model.classes_ = classes
-    model.offsets_ = offsets
-    model.kernel_ = kernel
-    model.template_ = extractor.template
-    model.extractor_ = extractor
-    model.n_columns_ = int(meta["n_columns"])
-    model.X_train_ = X
-    model.lengths_ = lengths.astype(np.int64)
-    model.y_train_ = y.astype(np.int64)
-    model.state_ = VariationalState(theta=arrays["theta"], alpha=arrays["alpha"],
-                                    lam=arrays["lam"], m_S=arrays["m_S"], v_S=arrays["v_S"],
-                                    r=arrays["r"])
-    model.bound_trace_ = [float(v) for v in meta.get("bound_trace", [])]
-    model.n_iter_ = int(meta.get("n_iter", 0))
-    model.n_missing_ = int(np.sum(model.y_train_ < 0))
-    model.fit_seconds_ = float(meta.get("fit_seconds", 0.0))
-    model._predictor = None
-    return model
+    return ModelParts(meta=meta, config=config, inference=mode, family=family, kernel=kernel,
+                      extractor=extractor, X=X, arrays=arrays)

@@ -24,11 +24,19 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp, softmax
 
-from gpsl.inference import B_factor, jitter_for, neighbour_index, train_matrix
+from gpsl.likelihood import neighbour_index
+from gpsl.linalg import B_factor, train_matrix
+from gpsl.sparse import khan_factors, predictive_variance
 
 
 class LatentPredictor:
-    """Predictive mean and variance of f^U for new tokens (Cholesky factors cached)."""
+    """Predictive mean and variance of f^U for new tokens in the full mode.
+
+    The mean of a kernel with a finite weight space (the linear kernel) is ``X_* W`` with
+    ``W = kernel.weights(...)`` computed once: one sparse product per call, independent of the
+    training size. The variance needs the Cholesky factors of ``B_j`` (computed on first use and
+    cached) and is computed only when asked for (``with_variance=True``).
+    """
 
     def __init__(self, kernel, X_train, theta, alpha, lam, batch_size=4096):
         self.kernel = kernel
@@ -38,11 +46,12 @@ class LatentPredictor:
         self.lam = np.asarray(lam)
         self.batch_size = int(batch_size)
         self._factors = None
+        self._weights = kernel.weights(self.theta, X_train, self.alpha)
 
     def _get_factors(self):
         if self._factors is None:
             base = self.kernel.base(self.X_train)
-            jitter = jitter_for(self.kernel, self.kernel.base_diag(self.X_train))
+            jitter = self.kernel.jitter(self.kernel.base_diag(self.X_train))
             self._factors = []
             for j in range(self.alpha.shape[0]):
                 K = train_matrix(self.kernel, self.theta[j], base, jitter)
@@ -50,11 +59,13 @@ class LatentPredictor:
         return self._factors
 
     def __call__(self, X_test, with_variance=True):
-        """(mean, variance), each ``(n_test, J)``."""
+        """(mean, variance), each ``(n_test, J)``; the variance is zeros unless asked for."""
         J = self.alpha.shape[0]
         n_test = X_test.shape[0]
+        var = np.zeros((n_test, J))
+        if self._weights is not None and not with_variance:
+            return np.asarray(X_test @ self._weights), var
         mean = np.empty((n_test, J))
-        var = np.empty((n_test, J))
         factors = self._get_factors() if with_variance else None
         for lo in range(0, n_test, self.batch_size):
             hi = min(lo + self.batch_size, n_test)
@@ -72,9 +83,41 @@ class LatentPredictor:
                                              check_finite=False)
                         kss = kss - np.einsum("ij,ij->j", C, C)
                     var[lo:hi, j] = np.maximum(kss, 0.0)
-        if not with_variance:
-            var[:] = 0.0
         return mean, var
+
+
+class SparsePredictor:
+    """Predictive mean and variance of f^U in the scalable mode (:mod:`gpsl.sparse`):
+    ``m_* = phi(x_*)' mu``, ``v_* = phi(x_*)' Sigma phi(x_*) + e_*``."""
+
+    def __init__(self, features, state):
+        self.features = features
+        self.s = state
+        self._chol = None
+
+    def __call__(self, X_test, with_variance=True):
+        test = self.features.test(X_test)
+        mean = np.ascontiguousarray(test.times(self.s.theta, self.s.W).T)
+        if not with_variance:
+            return mean, np.zeros_like(mean)
+        if self.s.family == "khan" and self._chol is None:
+            self._chol = khan_factors(self.features, self.s.theta, self.s.cov)
+        var = predictive_variance(self.features, self.s.theta, self.s.cov, self.s.family, test,
+                                  self._chol)
+        return mean, np.maximum(var.T, 0.0)
+
+
+def make_predictor(model):
+    """The predictor of a fitted :class:`gpsl.model.GPSL` for its inference mode."""
+    st = model.state_
+    if getattr(model, "inference_", "full") == "sparse":
+        feats = getattr(model, "_features_train", None)
+        if feats is None:
+            Z = getattr(model, "inducing_idx_", None)
+            feats = model.kernel_.weight_space(model.X_train_, st.theta,
+                                               Z_idx=Z if Z is not None and Z.size else None)
+        return SparsePredictor(feats, st)
+    return LatentPredictor(model.kernel_, model.X_train_, st.theta, st.alpha, st.lam)
 
 
 def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
@@ -133,32 +176,88 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
     P = fix(softmax(b, axis=1))  # RNS^0
     if R == 0 or b.shape[0] == 0:
         return P, 0
-    has = [nb[:, d] >= 0 for d in range(R)]
-    if schedule == "sequential":
-        starts = np.cumsum(lengths) - lengths
-        by_pos = [starts[lengths > p] + p for p in range(int(lengths.max()))]
+    if schedule == "jacobi":
+        return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp)
+    starts = np.cumsum(lengths) - lengths
+    by_pos = [starts[lengths > p] + p for p in range(int(lengths.max()))]
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
-        if schedule == "jacobi":
-            a = b.copy()
+        delta = 0.0
+        for idx in by_pos:
+            a = b[idx].copy()
             for d in range(R):
-                a[has[d]] += P[nb[has[d], d]] @ g[d]
-            P_new = fix(softmax(a, axis=1))
-            delta = float(np.max(np.abs(P_new - P)))
-            P = P_new if eta == 1.0 else (1.0 - eta) * P + eta * P_new
-        else:
-            delta = 0.0
-            for idx in by_pos:
-                a = b[idx].copy()
-                for d in range(R):
-                    nbi = nb[idx, d]
-                    ok = nbi >= 0
-                    a[ok] += P[nbi[ok]] @ g[d]
-                new = fix(softmax(a, axis=1), idx)
-                delta = max(delta, float(np.max(np.abs(new - P[idx]))))
-                P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
+                nbi = nb[idx, d]
+                ok = nbi >= 0
+                a[ok] += P[nbi[ok]] @ g[d]
+            new = fix(softmax(a, axis=1), idx)
+            delta = max(delta, float(np.max(np.abs(new - P[idx]))))
+            P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
         if delta < tol:
             break
+    return P, it
+
+
+def _softmax_rows(a: np.ndarray) -> np.ndarray:
+    a = a - a.max(axis=1, keepdims=True)
+    np.exp(a, out=a)
+    a /= a.sum(axis=1, keepdims=True)
+    return a
+
+
+def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp):
+    """The Jacobi schedule of :func:`rns`, vectorised over all tokens of all sentences.
+
+    Sentences do not interact, so a sentence whose largest change falls below ``tol`` is done
+    and leaves the iteration (its RNS is final); the passes continue on the others only. The
+    pass count returned is that of the slowest sentence.
+    """
+    n = b.shape[0]
+    R = nb.shape[1]
+    sent = np.repeat(np.arange(lengths.size), lengths)
+    active = np.ones(lengths.size, dtype=bool)
+    active[lengths == 0] = False
+
+    def build():
+        tok = np.flatnonzero(active[sent])
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[tok] = np.arange(tok.size)
+        rows, srcs = [], []
+        for d in range(R):
+            r = np.flatnonzero(nb[tok, d] >= 0)
+            rows.append(r)
+            srcs.append(pos[nb[tok[r], d]])
+        st = sent[tok]
+        seg = np.flatnonzero(np.r_[True, st[1:] != st[:-1]]) if tok.size else tok
+        kr = None
+        if known is not None:
+            kr = np.flatnonzero(known[tok])
+        return tok, rows, srcs, seg, st[seg] if tok.size else seg, kr
+
+    tok, rows, srcs, seg, seg_sent, kr = build()
+    Pa, ba = P[tok], b[tok]
+    J = b.shape[1]
+    G = np.concatenate(list(g), axis=1)  # (J, R J): one product for every offset
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        a = ba.copy()
+        PG = Pa @ G  # row t, block d = RNS_t' g_d; gathered below (P[src] g = (P g)[src])
+        for d in range(R):
+            a[rows[d]] += PG[srcs[d], d * J:(d + 1) * J]
+        Pn = _softmax_rows(a)
+        if kr is not None and kr.size:
+            Pn[kr] = 0.0
+            Pn[kr, clamp[tok[kr]]] = 1.0
+        dsent = np.maximum.reduceat(np.abs(Pn - Pa), seg, axis=0).max(axis=1)
+        Pa = Pn if eta == 1.0 else (1.0 - eta) * Pa + eta * Pn
+        done = dsent < tol
+        if done.any():
+            P[tok] = Pa
+            active[seg_sent[done]] = False
+            if not active.any():
+                return P, it
+            tok, rows, srcs, seg, seg_sent, kr = build()
+            Pa, ba = P[tok], b[tok]
+    P[tok] = Pa
     return P, it
 
 

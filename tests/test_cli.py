@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import subprocess
 import sys
 import types
@@ -168,6 +169,7 @@ class FakeModel:
 
     n_columns_ = 2
     classes_ = ["N", "O"]
+    inference_ = "sparse"
     kwargs: dict = {}
     saved_to = None
 
@@ -208,12 +210,13 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     tmp, train, template = files
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
                           "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
-                          "-f", "2",
+                          "-f", "2", "--inference", "sparse", "--inducing", "30",
                           train, tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
-                               variance=2.5)
+                               variance=2.5, inference="sparse", inducing=30,
+                               lse_bound="auto")
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]
@@ -221,7 +224,8 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     lines = err.splitlines()
     assert lines[0] == "iter=1    bound=-10.000000 time=0.50s"
     assert lines[1] == "iter=2    bound=-5.000000 time=1.00s"
-    assert lines[2].startswith("gpsl: trained on 12 tokens (4 sentences), 2 labels, "
+    assert lines[2].startswith("gpsl: trained on 12 tokens (4 sentences, sparse inference), "
+                               "2 labels, "
                                "1 missing labels, 3 features, ")
     assert len(lines) == 3
 
@@ -342,8 +346,22 @@ def test_real_summary_line(files, capsys):
     assert code == 0, err
     lines = err.splitlines()
     assert lines[0].startswith("iter=1 ")
-    assert lines[-1].startswith("gpsl: trained on 12 tokens (4 sentences), 3 labels, "
+    assert lines[-1].startswith("gpsl: trained on 12 tokens (4 sentences, full inference), "
+                                "3 labels, "
                                 "1 missing labels, ")
+
+
+@real
+def test_real_sparse_mode_trains_saves_and_tags(files, capsys, tmp_path):
+    tmp, train, template = files
+    code, _, err = run(["train", "-t", template, "--inference", "sparse", "--max-iter", "5",
+                        train, tmp / "ms"], capsys)
+    assert code == 0, err
+    assert "sparse inference" in err.splitlines()[-1]
+    assert json.loads((tmp / "ms" / "model.json").read_text())["inference"] == "sparse"
+    code, out, err = run(["test", "-m", tmp / "ms", train], capsys)
+    assert code == 0, err
+    assert len([ln for ln in out.splitlines() if ln.strip()]) == 12
 
 
 @real

@@ -204,3 +204,87 @@ def test_exact_decoder_maximises_the_pseudo_likelihood_product(fitted, task):
         yr = [fitted.classes_.index(v) for v in r]
         assert pl_log_score(be, g, fitted.offsets_, ye) >= \
             pl_log_score(be, g, fitted.offsets_, yr) - 1e-9
+
+
+@pytest.mark.parametrize("kernel", ["linear", "rbf"])
+def test_sparse_mode_saves_loads_and_predicts_the_same(tmp_path, kernel):
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(n_sentences=30, seed=3)[:2]
+    m = GPSL(inference="sparse", kernel=kernel, max_iter=15, inducing=40).fit(X, y)
+    assert m.inference_ == "sparse"
+    P = m.predict_marginals(X[:5])
+    mean, var = m.predict_latent(X[:5])
+    m.save(tmp_path / "m")
+    m2 = GPSL.load(tmp_path / "m")
+    assert m2.inference_ == "sparse" and m2.inference == "sparse"
+    for a, b in zip(P, m2.predict_marginals(X[:5])):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    mean2, var2 = m2.predict_latent(X[:5])
+    for a, b in zip(var, var2):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+        assert np.all(a > 0)
+
+
+def test_auto_mode_picks_full_below_and_sparse_above_the_threshold(monkeypatch):
+    import gpsl.model as gm
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(n_sentences=20, seed=1)[:2]
+    n = sum(len(s) for s in X)
+    monkeypatch.setattr(gm, "AUTO_SPARSE_TOKENS", n)
+    assert GPSL(max_iter=3).fit(X, y).inference_ == "full"
+    monkeypatch.setattr(gm, "AUTO_SPARSE_TOKENS", n - 1)
+    assert GPSL(max_iter=3).fit(X, y).inference_ == "sparse"
+    with pytest.raises(ValueError, match="inference"):
+        GPSL(inference="fast").fit(X, y)
+
+
+def test_full_mode_mean_from_weights_equals_the_kernel_form():
+    from gpsl.predict import LatentPredictor
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(n_sentences=15, seed=2)[:2]
+    m = GPSL(inference="full", max_iter=5).fit(X, y)
+    Xf, _ = m._features(X)
+    st = m.state_
+    pred = LatentPredictor(m.kernel_, m.X_train_, st.theta, st.alpha, st.lam)
+    fast, zero = pred(Xf, with_variance=False)
+    slow, var = pred(Xf, with_variance=True)
+    np.testing.assert_allclose(fast, slow, rtol=1e-9, atol=1e-12)
+    assert not zero.any() and np.all(var > 0)
+
+
+def test_params_are_listed_once_and_a_saved_model_records_its_mode(tmp_path):
+    import inspect
+
+    names = [p for p in inspect.signature(GPSL.__init__).parameters if p != "self"]
+    assert list(GPSL().get_params()) == names
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(n_sentences=8, seed=2)[:2]
+    GPSL(inference="full", max_iter=3).fit(X, y).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["inference"] == "full" and meta["format_version"] == 2
+    assert set(meta["config"]) == set(names) - set(GPSL._NOT_PERSISTED)
+
+
+def test_a_model_directory_of_format_1_still_loads_as_a_full_model(tmp_path):
+    """Format 1 (before the sparse mode): no inference field, the old config keys."""
+    from gpsl.persist import _meta_digest
+
+    X, y = make_chain_task(n_sentences=8, seed=5)
+    m = GPSL(inference="full", max_iter=4).fit(X, y)
+    m.save(tmp_path / "m")
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["format_version"] = 1
+    del meta["inference"], meta["family"]
+    for k in ("inference", "covariance", "inducing", "lse_bound"):
+        del meta["config"][k]
+    meta["sha256"]["model.json"] = _meta_digest(meta)
+    meta_path.write_text(json.dumps(meta))
+    old = GPSL.load(tmp_path / "m")
+    assert old.inference_ == "full" and old.inference == "auto"
+    for a, b in zip(m.predict_marginals(X), old.predict_marginals(X)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

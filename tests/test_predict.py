@@ -166,3 +166,27 @@ def test_damped_rns_finds_the_same_marginals_when_algorithm_2_converges():
     np.testing.assert_allclose(P1, P2, atol=1e-9)
     with pytest.raises(ValueError):
         rns(b, g, lengths, (-1, 1), damping=0.0)
+
+
+def test_jacobi_rns_of_a_batch_equals_each_sentence_on_its_own():
+    """Sentences leave the iteration when they converge: the batch gives exactly what each
+    sentence gives alone, with or without clamped labels."""
+    rng = np.random.default_rng(7)
+    lengths = np.array([1, 5, 9, 3, 12])
+    J = 4
+    b = rng.normal(size=(lengths.sum(), J)) * 2
+    g = rng.normal(size=(2, J, J)) * 2.5  # strong couplings: sentences converge at different passes
+    clamp = np.full(lengths.sum(), -1)
+    clamp[[2, 10]] = [1, 3]
+    for cl in (None, clamp):
+        P, it = rns(b, g, lengths, (-1, 1), tol=1e-6, max_iter=300, damping=0.5, clamp=cl)
+        start, its = 0, []
+        for L in lengths:
+            part = None if cl is None else cl[start:start + L]
+            Ps, i = rns(b[start:start + L], g, [L], (-1, 1), tol=1e-6, max_iter=300,
+                        damping=0.5, clamp=part)
+            np.testing.assert_allclose(P[start:start + L], Ps, rtol=0, atol=1e-15)
+            its.append(i)
+            start += L
+        assert it == max(its)
+        np.testing.assert_allclose(P.sum(axis=1), 1.0)

@@ -41,7 +41,8 @@ from gpsl.io import (  # noqa: E402
     read_text,
 )
 from gpsl.model import GPSL  # noqa: E402
-from gpsl.persist import load_model  # noqa: E402
+
+load_model = GPSL.load
 
 LONG = os.environ.get("GPSL_LONG_TESTS") == "1"
 PROPERTY = settings(max_examples=2000 if LONG else 60, deadline=None,

@@ -1,4 +1,4 @@
-"""Tests for gpsl.store: the SQLite annotation project store."""
+"""Tests for gpsl.annotation (through its Store facade), on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 

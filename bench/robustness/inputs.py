@@ -11,7 +11,7 @@ jsonl      :func:`gpsl.io.read_jsonl` (round trip too)
 text       :func:`gpsl.io.read_text`
 template   :meth:`gpsl.features.Template.parse`, ``validate`` and feature extraction
 offsets    :func:`gpsl.model.parse_offsets` (command line ``-d`` and the app's custom field)
-model_dir  :func:`gpsl.persist.load_model` on damaged/tampered copies of a small model, then
+model_dir  :meth:`gpsl.model.GPSL.load` on damaged/tampered copies of a small model, then
            ``predict`` on what loads
 cli_args   the real ``python -m gpsl`` in a subprocess (``max(3, n // 10)`` runs)
 upload     :func:`gpsl.annotation.imports.parse_upload`, ``create_project`` and ``import_sentences``

@@ -140,12 +140,12 @@ def export_predictions(store, project_id: int, version: dict, fmt: str = "conll"
 def check_model(path: str | os.PathLike) -> None:
     """Raise :class:`gpsl.errors.ModelFormatError` (one line) unless the saved model at
     ``path`` loads cleanly (checksums, array headers, description)."""
-    from gpsl.persist import load_model
+    from gpsl.model import GPSL
 
     path = Path(path)
     if not path.is_dir():
         raise InputError("the model directory is missing", source=str(path))
-    load_model(path)
+    GPSL.load(path)
 
 
 def model_zip(path: str | os.PathLike) -> bytes:

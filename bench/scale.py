@@ -1,0 +1,305 @@
+"""GPSL at scale: fit time, peak memory and loss against training size, beside CRFsuite.
+
+    python -m bench.scale [--sizes 25 50 100 200 400 800] [--full-max 200]
+                          [--synthetic 20000 50000 100000 200000] [--labels 20]
+                          [--repeats 3] [--out bench/results]
+
+(a) Pooled chunking (train.data + test.data), one seeded permutation: the last 100 sentences
+    are the fixed test slice, the first N the training set. For every N: full GPSL2 (up to
+    ``--full-max`` sentences: its time grows as n^2.4-3; the paper's Jensen bound), scalable
+    GPSL2 (``inference="sparse"``, its default Boehning bound, and with the paper's Jensen
+    bound) and CRFsuite (L-BFGS, c2 = 0.5, all possible transitions), each in its own fresh
+    process so that its peak resident memory is its own.
+(b) A synthetic corpus from :func:`gpsl.synthetic.make_chain_task` with ``--labels`` labels
+    at each token count of ``--synthetic`` (test: 2,000 further sentences): scalable GPSL2 and
+    CRFsuite.
+(c) Per-token prediction (tagging) time from raw tokens (feature extraction included for both),
+    median of ``--repeats`` runs over the test set, against CRFsuite's, for every model of (a).
+(d) The 800-sentence split of (a) drawn with ``--split-seeds`` further seeds (another fixed
+    test slice each): scalable GPSL2 against CRFsuite, paired per seed (a 100-sentence test
+    slice is about 2,400 tokens, so one split's difference is mostly noise).
+
+Growth exponents are least-squares slopes of log(fit seconds) on log(training tokens).
+Writes ``scale.md`` and ``scale.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shlex
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import (
+    DATA_DIR,
+    RESULTS_DIR,
+    DataMissing,
+    check_data,
+    git_commit,
+    header_lines,
+    jsonable,
+    load_pooled,
+    machine_info,
+    now_iso,
+)
+
+TEST_SENTENCES = 100
+SYNTH_TEST_SENTENCES = 2000
+CRF_PARAMS = {"algorithm": "lbfgs", "c1": 0.0, "c2": 0.5, "max_iterations": 500,
+              "all_possible_transitions": True}
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _chunking_split(n_train: int, seed: int):
+    data = load_pooled(DATA_DIR, "chunking")
+    perm = np.random.default_rng(seed).permutation(len(data.X))
+    test = perm[-TEST_SENTENCES:]
+    if n_train > len(perm) - TEST_SENTENCES:
+        raise ValueError(f"chunking has {len(perm) - TEST_SENTENCES} training sentences at most")
+    train = perm[:n_train]
+    return ([data.X[i] for i in train], [data.y[i] for i in train],
+            [data.X[i] for i in test], [data.y[i] for i in test], data.template)
+
+
+def _synthetic(n_tokens: int, labels: int, seed: int):
+    from gpsl.synthetic import UNIGRAM_TEMPLATE, make_chain_task
+
+    mean_len = 9.5  # make_chain_task's default lengths are uniform on 5..14
+    n_sent = max(1, int(round(n_tokens / mean_len)))
+    X, y = make_chain_task(n_sent + SYNTH_TEST_SENTENCES, n_labels=labels, seed=seed,
+                           vocab_per_label=40, shared_vocab=60)
+    return X[:n_sent], y[:n_sent], X[n_sent:], y[n_sent:], UNIGRAM_TEMPLATE
+
+
+def _time_predict(fn, repeats: int) -> float:
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def run_job(job: dict) -> dict:
+    """One fit in this (fresh) process: ``{fit_s, loss, peak_rss_mib, ...}``."""
+    from gpsl.features import Template
+    from gpsl.metrics import hamming_loss
+
+    if job["source"] in ("chunking", "split"):
+        Xtr, ytr, Xte, yte, template = _chunking_split(job["size"], job["seed"])
+    else:
+        Xtr, ytr, Xte, yte, template = _synthetic(job["size"], job["labels"], job["seed"])
+    n_tokens = sum(len(s) for s in Xtr)
+    n_test = sum(len(s) for s in Xte)
+    rss_before = _peak_rss_mib()
+    out = {**job, "train_sentences": len(Xtr), "train_tokens": n_tokens, "test_tokens": n_test}
+    if job["method"] == "CRFsuite":
+        import sklearn_crfsuite
+
+        from bench.paper import template_features
+
+        tmpl = Template.parse(template)
+        t0 = time.perf_counter()
+        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
+        crf.fit(template_features(tmpl, Xtr), ytr)
+        out["fit_s"] = time.perf_counter() - t0
+        pred = crf.predict(template_features(tmpl, Xte))
+        out["predict_s"] = _time_predict(lambda: crf.predict(template_features(tmpl, Xte)),
+                                         job["repeats"])
+        out["labels"] = len(crf.classes_)
+    else:
+        from gpsl.model import GPSL
+
+        mode = "full" if job["method"] == "GPSL2 full" else "sparse"
+        bound = "jensen" if job["method"] == "GPSL2 sparse, Jensen" else "auto"
+        model = GPSL(offsets=(-1, 1), template=template, inference=mode, lse_bound=bound)
+        t0 = time.perf_counter()
+        model.fit(Xtr, ytr)
+        out["fit_s"] = time.perf_counter() - t0
+        out["sweeps"] = model.n_iter_
+        out["bound"] = model.bound_trace_[-1]
+        out["labels"] = len(model.classes_)
+        pred = model.predict(Xte)
+        out["rns_passes"] = int(getattr(model, "rns_iterations_", 0))
+        out["predict_s"] = _time_predict(lambda: model.predict(Xte), job["repeats"])
+    out["loss"] = hamming_loss(yte, pred)
+    out["predict_us_per_token"] = 1e6 * out["predict_s"] / max(n_test, 1)
+    out["peak_rss_mib"] = _peak_rss_mib()
+    out["rss_before_fit_mib"] = rss_before
+    return out
+
+
+def _in_child(job: dict) -> dict:
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
+        return ex.submit(run_job, job).result()
+
+
+def exponent(rows: list[dict]) -> float | None:
+    pts = [(r["train_tokens"], r["fit_s"]) for r in rows if r.get("fit_s")]
+    if len(pts) < 2:
+        return None
+    x = np.log([p[0] for p in pts])
+    y = np.log([p[1] for p in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def run(args, log=print) -> dict:
+    jobs = []
+    if args.sizes:
+        check_data(DATA_DIR, ["chunking"])
+        for n in args.sizes:
+            methods = ["GPSL2 sparse", "GPSL2 sparse, Jensen", "CRFsuite"]
+            if n <= args.full_max:
+                methods.insert(0, "GPSL2 full")
+            jobs += [{"source": "chunking", "size": n, "method": m, "seed": args.seed,
+                      "labels": None, "repeats": args.repeats} for m in methods]
+    for seed in range(args.seed + 1, args.seed + 1 + args.split_seeds):
+        jobs += [{"source": "split", "size": args.split_size, "method": m, "seed": seed,
+                  "labels": None, "repeats": 1} for m in ("GPSL2 sparse", "CRFsuite")]
+    for n in args.synthetic or []:
+        jobs += [{"source": "synthetic", "size": n, "method": m, "seed": args.seed,
+                  "labels": args.labels, "repeats": args.repeats}
+                 for m in ("GPSL2 sparse", "CRFsuite")]
+    rows = []
+    for job in jobs:
+        r = _in_child(job)
+        rows.append(r)
+        log(f"[{r['source']} {r['size']:>6} {r['method']:<13}] {r['train_tokens']:>7} tokens "
+            f"fit {r['fit_s']:8.1f}s loss {r['loss']:6.2f}% peak {r['peak_rss_mib']:7.0f} MiB "
+            f"predict {r['predict_us_per_token']:7.1f} us/token")
+    summary = {}
+    for source in ("chunking", "synthetic", "split"):
+        for method in ("GPSL2 full", "GPSL2 sparse", "GPSL2 sparse, Jensen", "CRFsuite"):
+            sel = [r for r in rows if r["source"] == source and r["method"] == method]
+            if sel:
+                summary[f"{source}/{method}"] = {"exponent": exponent(sel),
+                                                 "sizes": [r["size"] for r in sel]}
+    return {"rows": rows, "summary": summary}
+
+
+def _ratio(a, b):
+    return f"{a / b:.1f}×" if a and b else "–"
+
+
+def write(report: dict, out: Path) -> list[str]:
+    rows = report["rows"]
+    lines = header_lines("GPSL at scale (`bench.scale`)", report["date"], report["machine"],
+                         report["git"], report["command"])
+    lines += ["Each fit runs in a fresh process (peak RSS is that process's, data included). "
+              "Times are wall-clock seconds on a shared 2-core machine; read the ratios.", ""]
+
+    def table(source, title, size_name):
+        sel = [r for r in rows if r["source"] == source]
+        if not sel:
+            return
+        lines.extend([f"## {title}", "",
+                      f"| {size_name} | tokens | method | fit (s) | × CRFsuite | sweeps "
+                      "| peak RSS (MiB) | Hamming loss (%) |",
+                      "|---:|---:|---|---:|---:|---:|---:|---:|"])
+        for r in sel:
+            crf = next((c for c in sel if c["size"] == r["size"]
+                        and c["method"] == "CRFsuite"), None)
+            lines.append(f"| {r['size']} | {r['train_tokens']} | {r['method']} | "
+                         f"{r['fit_s']:.1f} | {_ratio(r['fit_s'], crf and crf['fit_s'])} | "
+                         f"{r.get('sweeps', '–')} | {r['peak_rss_mib']:.0f} | "
+                         f"{r['loss']:.2f} |")
+        lines.append("")
+        ex = [f"{m}: {v['exponent']:.2f}" for k, v in report["summary"].items()
+              if k.startswith(source + "/") and v["exponent"] is not None
+              for m in [k.split("/", 1)[1]]]
+        if ex:
+            lines.extend(["Growth exponent of fit time in training tokens (least squares over "
+                          "the sizes run): " + "; ".join(ex) + ".", ""])
+
+    table("chunking", "(a) Pooled chunking, GPSL2 against CRFsuite (test: 100 sentences)",
+          "sentences")
+    table("synthetic", "(b) Synthetic corpus (`gpsl.synthetic.make_chain_task`)", "tokens")
+    split = [r for r in rows if r["source"] == "split"]
+    main = [r for r in rows if r["source"] == "chunking" and r["size"] == report.get(
+        "split_size") and r["method"] in ("GPSL2 sparse", "CRFsuite")]
+    if split:
+        lines.extend([f"## (d) {report.get('split_size')} chunking sentences on "
+                      f"{len(split) // 2 + (1 if main else 0)} random splits (100 test "
+                      "sentences each)", "",
+                      "| seed | GPSL2 sparse loss (%) | CRFsuite loss (%) | difference | "
+                      "GPSL2 fit (s) | CRFsuite fit (s) |", "|---:|---:|---:|---:|---:|---:|"])
+        diffs = []
+        for seed in sorted({r["seed"] for r in split + main}):
+            g = next((r for r in split + main if r["seed"] == seed
+                      and r["method"] == "GPSL2 sparse"), None)
+            c = next((r for r in split + main if r["seed"] == seed
+                      and r["method"] == "CRFsuite"), None)
+            if g and c:
+                diffs.append(g["loss"] - c["loss"])
+                lines.append(f"| {seed} | {g['loss']:.2f} | {c['loss']:.2f} | "
+                             f"{diffs[-1]:+.2f} | {g['fit_s']:.1f} | {c['fit_s']:.1f} |")
+        if diffs:
+            d = np.array(diffs)
+            sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
+            lines.extend(["", f"Mean difference (GPSL2 − CRFsuite) {d.mean():+.2f} points, "
+                          f"sd {sd:.2f}, over {d.size} splits.", ""])
+    sel = [r for r in rows if r["source"] == "chunking"]
+    if sel:
+        lines.extend(["## (c) Tagging time per token (features extracted from raw tokens, "
+                      "median of repeats)", "",
+                      "| training sentences | method | µs / token | × CRFsuite | RNS passes |",
+                      "|---:|---|---:|---:|---:|"])
+        for r in sel:
+            crf = next((c for c in sel if c["size"] == r["size"]
+                        and c["method"] == "CRFsuite"), None)
+            lines.append(f"| {r['size']} | {r['method']} | {r['predict_us_per_token']:.1f} | "
+                         f"{_ratio(r['predict_us_per_token'], crf and crf['predict_us_per_token'])}"
+                         f" | {r.get('rns_passes', '–')} |")
+        lines.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale.md").write_text("\n".join(lines), encoding="utf-8")
+    (out / "scale.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="*", default=[25, 50, 100, 200, 400, 800])
+    p.add_argument("--full-max", type=int, default=200,
+                   help="largest training size (sentences) of the full GP (default 200)")
+    p.add_argument("--synthetic", type=int, nargs="*", default=[20000, 50000, 100000, 200000])
+    p.add_argument("--labels", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--split-size", type=int, default=800,
+                   help="training sentences of the repeated splits of (d) (default 800)")
+    p.add_argument("--split-seeds", type=int, default=4,
+                   help="further random splits for (d) (default 4; 0 = none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(RESULTS_DIR))
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except DataMissing as exc:
+        print(f"bench.scale: {exc}", file=sys.stderr)
+        return 2
+    report.update(split_size=args.split_size,
+                  command=shlex.join(["python", "-m", "bench.scale", *argv]), date=now_iso(),
+                  machine=machine_info(), git=git_commit())
+    print("\n".join(write(report, Path(args.out))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

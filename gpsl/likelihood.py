@@ -1,0 +1,354 @@
+r"""The pseudo-likelihood part of GPSL's variational bound, shared by every inference mode.
+
+The model's likelihood (paper eq. 4) and everything in the bound that depends on the local
+functions only through their marginal means ``m_tj`` and variances ``V_tj`` at the training
+tokens lives here: the dependent label-pair functions ``q(f^S)``, the missing-label
+distributions ``r`` (and the evidence hook on them), the Jensen bound on the expected
+log-partition, and the coordinate-ascent updates of ``q(f^S)`` and ``r``. An inference mode
+(:mod:`gpsl.inference` for the full GP, :mod:`gpsl.sparse` for the scalable one) subclasses
+:class:`PseudoLikelihoodBound` and supplies the prior part: ``kl_U`` and the updates of
+``q(f^U)``, keeping ``self.c.M`` (``(J, n)`` means) and ``self.c.Vd`` (``(J, n)`` marginal
+variances) current. The derivation of the terms is in :mod:`gpsl.inference`'s docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import logsumexp
+
+# --------------------------------------------------------------------------- problem
+
+
+def neighbour_index(lengths, offsets) -> np.ndarray:
+    """``nb[t, d]`` = index of token ``t + offsets[d]`` in the same sentence, else -1."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = int(lengths.sum())
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    pos = np.arange(n) - starts
+    L = np.repeat(lengths, lengths)
+    nb = np.full((n, len(offsets)), -1, dtype=np.int64)
+    for d, o in enumerate(offsets):
+        ok = (pos + o >= 0) & (pos + o < L)
+        nb[ok, d] = np.arange(n)[ok] + o
+    return nb
+
+
+@dataclass
+class Problem:
+    """Fixed training data: label indices (-1 = missing) and neighbour structure."""
+
+    y: np.ndarray  # (n,) int, -1 for a missing label
+    nb: np.ndarray  # (n, R) neighbour index or -1
+    J: int
+    offsets: tuple
+    #: optional ``(n, J)`` log-potentials ``e_t(y)`` on the labels of tokens whose label is
+    #: missing (ignored where ``y >= 0``): extra evidence about a latent label, e.g. the
+    #: crowd model's ``sum_a log pi_a[y, l_ta]``. The bound gains ``sum_t sum_y r_t(y) e_t(y)``
+    #: and the ``r`` update adds ``e_t`` to its softmax argument.
+    evidence: np.ndarray | None = None
+
+    @classmethod
+    def build(cls, lengths, y, offsets, J, evidence=None) -> Problem:
+        y = np.asarray(y, dtype=np.int64)
+        prob = cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
+        prob.set_evidence(evidence)
+        return prob
+
+    def set_evidence(self, evidence) -> None:
+        """Replace the evidence array (``None`` for none); checked against ``(n, J)``."""
+        if evidence is None:
+            self.evidence = None
+            return
+        e = np.asarray(evidence, dtype=float)
+        if e.shape != (self.n, self.J):
+            raise ValueError(f"evidence must have shape {(self.n, self.J)}, not {e.shape}")
+        if np.isnan(e).any() or np.isposinf(e).any():
+            raise ValueError("evidence must not contain NaN or +inf")
+        self.evidence = e
+
+    def evidence_term(self, r) -> float:
+        """``sum_{t missing} sum_y r_t(y) e_t(y)`` (0 without evidence; 0 * -inf = 0)."""
+        if self.evidence is None:
+            return 0.0
+        m = self.missing
+        rm, em = r[m], self.evidence[m]
+        pos = rm > 0
+        return float(np.sum(rm[pos] * em[pos]))
+
+    @property
+    def n(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def R(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def missing(self) -> np.ndarray:
+        return self.y < 0
+
+    def colours(self) -> list[np.ndarray]:
+        """Colour classes of the missing tokens (no two share a factor)."""
+        span = 2 * max((abs(o) for o in self.offsets), default=0) + 1
+        idx = np.flatnonzero(self.missing)
+        return [c for c in (idx[idx % span == k] for k in range(span)) if c.size]
+
+
+# --------------------------------------------------------------------------- the bound
+
+
+LSE_BOUNDS = ("jensen", "bohning")
+
+
+class PseudoLikelihoodBound:
+    r"""The data, ``q(f^S)`` and ``r`` parts of the bound, and Algorithm 1's sweep loop.
+
+    Subclasses set ``self.p`` (:class:`Problem`), ``self.s`` (a state with ``theta``,
+    ``m_S``, ``v_S``, ``r``), ``self.c`` (a cache with ``M`` and ``Vd``) and implement
+    ``kl_U``, ``update_mean_U``, ``update_cov_U`` and ``update_theta``.
+
+    ``lse_bound`` chooses the upper bound on ``E_q[log sum_q exp(f^U_tq + s_tq)]`` over the
+    local functions (the neighbours' part ``s`` always takes the Jensen step of
+    :mod:`gpsl.inference`):
+
+    * ``"jensen"`` (the paper's eq. lb2): ``log sum_q exp(m_tq + V_tq/2 + c_tq)``;
+    * ``"bohning"``: the Hessian of log-sum-exp is bounded by
+      ``A = (I - 11'/J)/2`` (Boehning 1992), so a second-order expansion around ``m`` and the
+      expectation over ``f ~ N(m, diag V)`` give
+      ``log sum_q exp(m_tq + c_tq) + kappa sum_q V_tq`` with ``kappa = (1 - 1/J)/4``.
+      The variances then enter the bound additively, independent of the means: a covariance
+      family that over-states ``V`` (the sparse mode's mean-field) no longer distorts the
+      means. ``dL/dV_tq = -kappa`` for every token and label, so the covariance fixed point
+      is data-independent (Khan: ``lambda = 2 kappa``).
+
+    Both are valid upper bounds, so ``L`` stays a lower bound either way.
+    """
+
+    lse_bound = "jensen"
+
+    @property
+    def kappa(self) -> float:
+        """The Boehning bound's variance weight ``(1 - 1/J)/4``."""
+        return 0.25 * (1.0 - 1.0 / self.p.J)
+
+    def v_scale(self) -> float:
+        """The weight of ``V`` inside the log-sum-exp: 1/2 (Jensen) or 0 (Boehning)."""
+        return 0.5 if self.lse_bound == "jensen" else 0.0
+
+    def v_weight(self, pi: np.ndarray) -> np.ndarray:
+        """``-2 dL/dV`` per token and label: ``pi`` (Jensen) or ``2 kappa`` (Boehning)."""
+        if self.lse_bound == "jensen":
+            return pi
+        return np.full_like(pi, 2.0 * self.kappa)
+
+    def base_a(self) -> np.ndarray:
+        """``m + V/2`` (Jensen) or ``m`` (Boehning): the local part of ``a``, ``(n, J)``."""
+        return self.c.M.T + self.v_scale() * self.c.Vd.T if self.lse_bound == "jensen" \
+            else self.c.M.T.copy()
+
+    def gS(self) -> np.ndarray:
+        return self.s.m_S + 0.5 * self.s.v_S
+
+    def _c_terms(self, gS: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """c[d] (n, J): log E_{r_nb}[exp g_d(y_nb, q)], zero where no neighbour."""
+        n, J, R = self.p.n, self.p.J, self.p.R
+        c = np.zeros((R, n, J))
+        for d in range(R):
+            nbd = self.p.nb[:, d]
+            has = nbd >= 0
+            if not has.any():
+                continue
+            shift = gS[d].max(axis=0)
+            E = np.exp(gS[d] - shift)
+            with np.errstate(divide="ignore"):
+                c[d][has] = np.log(r[nbd[has]] @ E) + shift
+        return c
+
+    def terms(self, M=None, Vd=None, gS=None, r=None) -> dict:
+        M = self.c.M if M is None else M
+        Vd = self.c.Vd if Vd is None else Vd
+        gS = self.gS() if gS is None else gS
+        r = self.s.r if r is None else r
+        c = self._c_terms(gS, r)
+        a = M.T + c.sum(axis=0)
+        if self.lse_bound == "jensen":
+            a = a + 0.5 * Vd.T
+        lse = logsumexp(a, axis=1)
+        pi = np.exp(a - lse[:, None])
+        return {"a": a, "lse": lse, "pi": pi, "c": c}
+
+    def pair_counts(self, r=None) -> np.ndarray:
+        """Expected label-pair counts N_d[p, q] = sum_t r_nb(t,d)(p) r_t(q), shape (R, J, J)."""
+        r = self.s.r if r is None else r
+        return np.stack([r[nb[nb >= 0]].T @ r[nb >= 0] for nb in self.p.nb.T])
+
+    def _pair_term(self, m_S, r) -> float:
+        tot = 0.0
+        for d in range(self.p.R):
+            nbd = self.p.nb[:, d]
+            has = nbd >= 0
+            tot += float(np.sum((r[nbd[has]] @ m_S[d]) * r[has]))
+        return tot
+
+    def kl_S(self, m_S=None, v_S=None) -> float:
+        m_S = self.s.m_S if m_S is None else m_S
+        v_S = self.s.v_S if v_S is None else v_S
+        return 0.5 * float(np.sum(np.log(v_S) - v_S - m_S ** 2 + 1.0))
+
+    def entropy(self, r=None) -> float:
+        r = self.s.r if r is None else r
+        rm = r[self.p.missing]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(-np.sum(np.where(rm > 0, rm * np.log(rm), 0.0)))
+
+    def data_term(self, T=None, M=None, r=None, m_S=None) -> float:
+        T = self.terms() if T is None else T
+        M = self.c.M if M is None else M
+        r = self.s.r if r is None else r
+        m_S = self.s.m_S if m_S is None else m_S
+        out = float(np.sum(r * M.T)) + self._pair_term(m_S, r) - float(T["lse"].sum())
+        if self.lse_bound == "bohning":
+            out -= self.kappa * float(np.sum(self.c.Vd))
+        return out
+
+    def elbo(self) -> float:
+        """The variational lower bound (eq. lb2, extended to missing labels and evidence)."""
+        return (self.kl_U() + self.kl_S() + self.data_term() + self.entropy()
+                + self.p.evidence_term(self.s.r))
+
+    def _S_objective(self, x, base_a, counts):
+        """-L and its gradient in x = (m_S, log v_S), everything else fixed.
+
+        dL/dm_S[d,p,q] = N_d[p,q] - s_d[p,q] - m_S[d,p,q],
+        dL/dv_S[d,p,q] = 1/2 (1/v - 1) - 1/2 s_d[p,q],
+        with expected pair counts N_d = sum_t r_nb(t) r_t' and
+        s_d[p,q] = sum_t pi_tq r_nb(p) e^{g[p,q]} / e^{c[t,d,q]}.
+        """
+        R, J = self.p.R, self.p.J
+        m_S = x[: R * J * J].reshape(R, J, J)
+        v_S = np.exp(x[R * J * J:].reshape(R, J, J))
+        gS = m_S + 0.5 * v_S
+        r = self.s.r
+        c = self._c_terms(gS, r)
+        a = base_a + c.sum(axis=0)
+        lse = logsumexp(a, axis=1)
+        pi = np.exp(a - lse[:, None])
+        f = self._pair_term(m_S, r) - float(lse.sum()) + self.kl_S(m_S, v_S)
+        soft = np.empty((R, J, J))
+        for d in range(R):
+            nbd = self.p.nb[:, d]
+            has = nbd >= 0
+            shift = gS[d].max(axis=0)
+            E = np.exp(gS[d] - shift)
+            with np.errstate(over="ignore"):
+                ratio = pi[has] * np.exp(shift - c[d][has])
+            soft[d] = E * (r[nbd[has]].T @ ratio)
+        grad_m = counts - soft - m_S
+        grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0) - 0.5 * soft)
+        return -f, -np.concatenate([grad_m.ravel(), grad_logv.ravel()])
+
+    def update_S(self, maxiter=50):
+        """Maximise L over (m_S, v_S) with L-BFGS-B on the exact gradient."""
+        if self.p.R == 0:
+            return
+        R, J = self.p.R, self.p.J
+        counts = self.pair_counts()
+        base_a = self.base_a()
+        x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
+        f0 = self._S_objective(x0, base_a, counts)[0]
+        bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
+        res = minimize(self._S_objective, x0, args=(base_a, counts), jac=True, method="L-BFGS-B",
+                       bounds=bounds, options={"maxiter": maxiter})
+        if res.fun <= f0:
+            self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()
+            self.s.v_S = np.exp(res.x[R * J * J:]).reshape(R, J, J).copy()
+
+    def update_r(self, rounds=2):
+        """Minorise-maximise update of the label distributions of missing tokens."""
+        classes = self.p.colours()
+        if not classes:
+            return
+        R = self.p.R
+        for _ in range(rounds):
+            for cls in classes:
+                gS = self.gS()
+                T = self.terms(gS=gS)
+                G = self.c.M.T.copy()  # own local term, (n, J)
+                for d in range(R):
+                    nbd = self.p.nb[:, d]
+                    has = nbd >= 0
+                    # own factor: sum_p r_nb(p) m_S[p, q]
+                    G[has] += self.s.r[nbd[has]] @ self.s.m_S[d]
+                    # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
+                    #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
+                    s_idx = np.flatnonzero(has)
+                    contrib = self.s.r[s_idx] @ self.s.m_S[d].T
+                    shift = gS[d].max(axis=0)
+                    E = np.exp(gS[d] - shift)
+                    with np.errstate(over="ignore"):
+                        ratio = T["pi"][s_idx] * np.exp(shift - T["c"][d][s_idx])
+                    contrib -= ratio @ E.T
+                    np.add.at(G, nbd[s_idx], contrib)
+                Gc = G[cls]
+                if self.p.evidence is not None:
+                    Gc = Gc + self.p.evidence[cls]
+                Gc -= Gc.max(axis=1, keepdims=True)
+                rc = np.exp(Gc)
+                rc /= rc.sum(axis=1, keepdims=True)
+                self.s.r[cls] = rc
+
+    # ----------------------------------------------------------------- Algorithm 1
+
+    def sweep(self):
+        self.update_r()
+        self.update_mean_U()
+        self.update_cov_U()
+        self.update_S()
+        self.update_r()
+        return self.elbo()
+
+    def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20,
+            on_sweep=None):
+        """Variational EM (Algorithm 1); returns the bound trace (one value per sweep).
+
+        ``on_sweep(engine)`` (optional) runs after every sweep, before the stop rule; it may
+        change the problem's evidence (:meth:`Problem.set_evidence`), e.g. the crowd model's
+        M-step, and returns the bound after its change (or ``None`` to keep the sweep's).
+        """
+        t0 = time.perf_counter()
+        trace = [self.elbo()]
+        it = 0
+        outer_prev = trace[0]
+        if not learn_hyper:
+            inner_max = max_iter
+        while it < max_iter:
+            # inner loop: coordinate ascent for fixed theta
+            for _ in range(inner_max):
+                it += 1
+                trace.append(self.sweep())
+                if on_sweep is not None:
+                    extra = on_sweep(self)
+                    if extra is not None:
+                        trace[-1] = float(extra)
+                if callback is not None:
+                    callback({"iteration": it, "bound": trace[-1],
+                              "seconds": time.perf_counter() - t0})
+                if _converged(trace[-2], trace[-1], tol) or it >= max_iter:
+                    break
+            if not learn_hyper or it >= max_iter:
+                break
+            if _converged(outer_prev, trace[-1], tol) and len(trace) > 2:
+                break
+            outer_prev = trace[-1]
+            self.update_theta()
+        self.n_iter = it
+        return trace
+
+
+def _converged(old, new, tol) -> bool:
+    """Relative improvement of the bound below ``tol``."""
+    return abs(new - old) <= tol * max(1.0, abs(old))

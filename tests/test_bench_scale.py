@@ -1,0 +1,53 @@
+"""The scale benchmark end to end at toy sizes, and the sparse mode on a paper partition."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import common, scale
+
+needs_data = pytest.mark.skipif(not common.DATA_DIR.is_dir(),
+                                reason="../shared/data/crfpp is absent")
+
+
+@needs_data
+def test_scale_benchmark_tiny_run(tmp_path):
+    assert scale.main(["--sizes", "10", "--full-max", "10", "--synthetic", "800",
+                       "--labels", "4", "--repeats", "1", "--split-size", "10",
+                       "--split-seeds", "1", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "scale.json").read_text())
+    methods = {(r["source"], r["method"]) for r in report["rows"]}
+    assert methods == {("chunking", "GPSL2 full"), ("chunking", "GPSL2 sparse"),
+                       ("chunking", "GPSL2 sparse, Jensen"), ("chunking", "CRFsuite"),
+                       ("synthetic", "GPSL2 sparse"), ("synthetic", "CRFsuite"),
+                       ("split", "GPSL2 sparse"), ("split", "CRFsuite")}
+    for r in report["rows"]:
+        assert r["fit_s"] > 0 and r["peak_rss_mib"] > 0 and 0 <= r["loss"] <= 100
+    md = (tmp_path / "scale.md").read_text()
+    assert "python -m bench.scale --sizes 10" in md and "µs / token" in md
+    assert "Mean difference (GPSL2 − CRFsuite)" in md and "over 2 splits" in md
+
+
+def test_growth_exponent_of_a_power_law():
+    rows = [{"train_tokens": n, "fit_s": 3e-4 * n ** 1.5} for n in (100, 1000, 10000)]
+    assert scale.exponent(rows) == pytest.approx(1.5)
+
+
+@needs_data
+def test_sparse_mode_is_within_0_3_points_of_the_full_gp_on_a_paper_partition():
+    """Chunking, the paper's sizes (50/50), partition 0 of bench.paper's seed."""
+    from gpsl.metrics import hamming_loss
+    from gpsl.model import GPSL
+
+    data = common.load_pooled(common.DATA_DIR, "chunking")
+    train, test = common.partitions(len(data.X), 50, 50, 1, 0, "chunking")[0]
+    Xtr, ytr = [data.X[i] for i in train], [data.y[i] for i in train]
+    Xte, yte = [data.X[i] for i in test], [data.y[i] for i in test]
+    loss = {}
+    for mode in ("full", "sparse"):
+        m = GPSL(template=data.template, inference=mode).fit(Xtr, ytr)
+        assert m.inference_ == mode
+        loss[mode] = hamming_loss(yte, m.predict(Xte))
+    assert loss["sparse"] <= loss["full"] + 0.3, loss
+    assert np.isfinite(list(loss.values())).all()

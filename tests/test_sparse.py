@@ -1,0 +1,217 @@
+"""Numerical tests of the scalable (weight-space) inference mode (gpsl.sparse)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gpsl.inference import GPSLInference, Problem
+from gpsl.kernels import LinearFeatures, NystromFeatures, make_kernel
+from gpsl.sparse import SparseGPSLInference, SparseState
+
+
+def data(seed=0, n_sent=5, J=3, P=15, missing=0.0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 7, size=n_sent)
+    n = int(lengths.sum())
+    X = sp.random(n, P, density=0.3, random_state=seed, format="csr")
+    X.data[:] = 1.0
+    y = rng.integers(0, J, size=n)
+    y[rng.random(n) < missing] = -1
+    if (y >= 0).sum() == 0:
+        y[0] = 0
+    return lengths, X, y, J
+
+
+def full_engine(kernel, lengths, X, y, J, sweeps=3, lse_bound="jensen"):
+    k = make_kernel(kernel)
+    prob = Problem.build(lengths, y, (-1, 1), J)
+    inf = GPSLInference(prob, k, k.base(X), k.base_diag(X), lambda_floor=0.0,
+                        lse_bound=lse_bound)
+    inf.s.theta[:, 0] = np.log(2.0)
+    inf.refresh()
+    for _ in range(sweeps):
+        inf.sweep()
+    return inf
+
+
+def mapped_sparse(full, features):
+    """The full mode's state in weight space: W_j = Phi_j' alpha_j, Khan lambda unchanged."""
+    th = full.s.theta
+    W = features.rtimes(th, full.s.alpha)
+    st = SparseState(theta=th.copy(), W=W, cov=full.s.lam.copy(), m_S=full.s.m_S.copy(),
+                     v_S=full.s.v_S.copy(), r=full.s.r.copy(), family="khan")
+    return SparseGPSLInference(full.p, features, st, lambda_floor=0.0,
+                               lse_bound=full.lse_bound)
+
+
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+@pytest.mark.parametrize("missing", [0.0, 0.3])
+def test_khan_family_with_linear_features_equals_the_full_gp_bound(missing, lse_bound):
+    lengths, X, y, J = data(1, missing=missing)
+    full = full_engine("linear", lengths, X, y, J, lse_bound=lse_bound)
+    k = make_kernel("linear")
+    sparse = mapped_sparse(full, LinearFeatures(X, k.jitter(k.base_diag(X))))
+    np.testing.assert_allclose(sparse.c.M, full.c.M, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(sparse.c.Vd, full.c.Vd, rtol=1e-6)
+    assert sparse.elbo() == pytest.approx(full.elbo(), rel=1e-6)
+
+
+def test_nystrom_with_every_token_inducing_equals_the_full_gp_bound():
+    lengths, X, y, J = data(2, missing=0.2)
+    full = full_engine("rbf", lengths, X, y, J)
+    k = make_kernel("rbf")
+    feats = NystromFeatures(k, X, full.s.theta, np.arange(X.shape[0]), k.jitter(None))
+    assert np.max(feats.resid(None)) < 1e-8
+    sparse = mapped_sparse(full, feats)
+    np.testing.assert_allclose(sparse.c.Vd, full.c.Vd, rtol=1e-6, atol=1e-9)
+    assert sparse.elbo() == pytest.approx(full.elbo(), rel=1e-6)
+
+
+def test_khan_family_sweeps_from_the_mapped_state_stay_at_the_full_gp_bound():
+    """Starting both modes at the full mode's optimum, further sweeps of the exact weight-space
+    form reach the same bound (same model, same fixed point)."""
+    lengths, X, y, J = data(3)
+    full = full_engine("linear", lengths, X, y, J, sweeps=40)
+    k = make_kernel("linear")
+    sparse = mapped_sparse(full, LinearFeatures(X, k.jitter(k.base_diag(X))))
+    sparse.mean_iter = 200
+    for _ in range(5):
+        sparse.sweep()
+    assert sparse.elbo() == pytest.approx(full.elbo(), rel=1e-5)
+
+
+def sparse_engine(family="meanfield", kernel="linear", missing=0.3, seed=4, lse_bound="jensen",
+                  **kw):
+    lengths, X, y, J = data(seed, missing=missing)
+    k = make_kernel(kernel)
+    theta0 = np.array([np.log(2.0)]) if kernel == "linear" else k.default_params(
+        k.base_diag(X), k.base(X))
+    feats = k.weight_space(X, np.tile(theta0, (J, 1)), inducing=10)
+    return SparseGPSLInference(Problem.build(lengths, y, (-1, 1), J), feats, family=family,
+                               theta0=theta0, lambda_floor=0.0, lse_bound=lse_bound, **kw)
+
+
+@pytest.mark.parametrize("family,kernel", [("meanfield", "linear"), ("khan", "linear"),
+                                           ("meanfield", "rbf"), ("khan", "rbf")])
+@pytest.mark.parametrize("missing", [0.0, 0.4])
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+def test_sparse_bound_never_decreases_over_sweeps(family, kernel, missing, lse_bound):
+    inf = sparse_engine(family, kernel, missing, lse_bound=lse_bound)
+    trace = [inf.elbo()]
+    for _ in range(6):
+        trace.append(inf.sweep())
+    assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[:-1])), trace
+    assert trace[-1] > trace[0]
+
+
+@pytest.mark.parametrize("family", ["meanfield", "khan"])
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+def test_sparse_gradients_match_finite_differences(family, lse_bound):
+    inf = sparse_engine(family, lse_bound=lse_bound)
+    for _ in range(2):
+        inf.sweep()
+    g = inf.gradients()
+    rng = np.random.default_rng(0)
+    W0 = inf.s.W.copy()
+    U = rng.normal(size=W0.shape)
+    eps = 1e-6
+
+    def at(W):
+        inf.s.W = W
+        inf.refresh()
+        return inf.elbo()
+
+    fd = (at(W0 + eps * U) - at(W0 - eps * U)) / (2 * eps)
+    at(W0)
+    assert float(np.sum(g["W"] * U)) == pytest.approx(fd, rel=1e-5, abs=1e-6)
+    if family == "meanfield":
+        P0 = inf.s.cov.copy()
+        S0 = 1.0 / P0
+        dS = rng.normal(size=S0.shape) * S0 * 0.1
+
+        def at_s(S):
+            inf.s.cov = 1.0 / S
+            inf.refresh()
+            return inf.elbo()
+
+        fd = (at_s(S0 + eps * dS) - at_s(S0 - eps * dS)) / (2 * eps)
+        at_s(S0)
+        assert float(np.sum(g["s"] * dS)) == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+def test_sparse_em_step_for_the_linear_variance_does_not_lower_the_bound():
+    inf = sparse_engine("meanfield", missing=0.0)
+    for _ in range(3):
+        inf.sweep()
+    before = inf.elbo()
+    inf.update_theta()
+    assert inf.elbo() >= before - 1e-9 * abs(before)
+
+
+def test_sparse_evidence_enters_the_bound_and_r():
+    inf = sparse_engine("meanfield", missing=0.5)
+    miss = np.flatnonzero(inf.p.missing)
+    E = np.zeros((inf.p.n, inf.p.J))
+    E[miss, 1] = 6.0
+    inf.p.set_evidence(E)
+    for _ in range(4):
+        inf.sweep()
+    assert inf.s.r[miss, 1].mean() > 0.9
+
+
+def test_lbfgs_minimises_a_convex_quadratic_and_never_goes_uphill():
+    from gpsl.sparse import lbfgs_min
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(30, 30))
+    H = A @ A.T + 0.5 * np.eye(30)
+    b = rng.normal(size=30)
+    seen = []
+
+    def fun(x):
+        f = 0.5 * x @ H @ x - b @ x
+        seen.append(f)
+        return f, H @ x - b
+
+    x, f = lbfgs_min(fun, np.zeros(30), maxiter=200, ftol=0, gtol=1e-10)
+    np.testing.assert_allclose(x, np.linalg.solve(H, b), rtol=1e-5, atol=1e-6)
+    assert f <= seen[0]
+
+
+def test_bohning_bound_is_above_the_expected_log_sum_exp():
+    """E_f[lse(f + s)] <= lse(m + s) + (1 - 1/J)/4 sum_j V_j for f ~ N(m, diag V) (Monte Carlo,
+    10^5 draws; the gap is checked with a margin of 5 standard errors)."""
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(0)
+    for J in (2, 5, 12):
+        m = rng.normal(size=J) * 2
+        V = rng.uniform(0.01, 3.0, size=J)
+        f = m + rng.normal(size=(100_000, J)) * np.sqrt(V)
+        vals = logsumexp(f, axis=1)
+        mc, se = vals.mean(), vals.std() / np.sqrt(vals.size)
+        bound = logsumexp(m) + 0.25 * (1 - 1 / J) * V.sum()
+        assert mc <= bound + 5 * se, (J, mc, bound)
+
+
+def test_full_gp_with_the_bohning_bound_never_decreases_and_has_a_fixed_covariance():
+    lengths, X, y, J = data(6, missing=0.3)
+    full = full_engine("linear", lengths, X, y, J, sweeps=0, lse_bound="bohning")
+    trace = [full.elbo()]
+    for _ in range(6):
+        trace.append(full.sweep())
+    assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[:-1]))
+    np.testing.assert_allclose(full.s.lam, 2 * full.kappa)  # lambda = 2 kappa everywhere
+    g = full.gradients()["m_U"]
+    alpha0 = full.s.alpha.copy()
+    U = np.random.default_rng(1).normal(size=alpha0.shape)
+    eps = 1e-5
+
+    def at(a):
+        full.s.alpha = a
+        full.c.M = full.K_times(a)
+        return full.elbo()
+
+    fd = (at(alpha0 + eps * U) - at(alpha0 - eps * U)) / (2 * eps)
+    at(alpha0)
+    assert float(np.sum(g * full.K_times(U))) == pytest.approx(fd, rel=1e-5, abs=1e-6)
