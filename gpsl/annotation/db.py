@@ -27,12 +27,12 @@ import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from tenacity import Retrying as _Retrying
 from tenacity import (
     retry_if_exception,
@@ -435,10 +435,6 @@ def _migrate_1_to_2(conn: Connection) -> None:
     conn.execute(text("DROP TABLE annotations"))
 
 
-def is_unique_violation(exc: BaseException) -> bool:
-    return isinstance(exc, IntegrityError)
-
-
 def run_in_child_after_fork() -> None:
     """Forget the parent's pooled connections in a forked child (never close them)."""
     for db in list(_DATABASES):
@@ -448,6 +444,3 @@ def run_in_child_after_fork() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=run_in_child_after_fork)
 
-
-def row_dict(row: Any) -> dict:
-    return dict(row._mapping)

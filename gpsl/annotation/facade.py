@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpsl.annotation import labels as label_votes
 from gpsl.annotation import (
-    labels,
     predictions,
     projects,
     queue,
@@ -75,13 +75,13 @@ class Store:
         return f"Store({self.where!r})"
 
     # projects
-    def create_project(self, name, labels_, template="", offsets=(-1, 1), kernel="linear",
+    def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
                        settings=None, **kw) -> int:
-        return projects.create(self.db, name, labels_, template, offsets, kernel, settings, **kw)
+        return projects.create(self.db, name, labels, template, offsets, kernel, settings, **kw)
 
-    def create_project_from_sentences(self, name, sentences_, labels_, template, offsets,
+    def create_project_from_sentences(self, name, sentences_, labels, template, offsets,
                                       kernel="linear", **kw) -> int:
-        return projects.create_from_sentences(self.db, name, sentences_, labels_, template,
+        return projects.create_from_sentences(self.db, name, sentences_, labels, template,
                                               offsets, kernel, **kw)
 
     def create_sample_copy(self, name: str, sample_dir) -> int:
@@ -138,9 +138,9 @@ class Store:
                 for s in self.get_sentences(project_id, split=split)]
 
     # labels
-    def set_labels(self, sentence_id: int, labels_: Mapping[int, str | None], annotator: str,
+    def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        return labels.set_labels(self.db, sentence_id, labels_, annotator, source)
+        return label_votes.set_labels(self.db, sentence_id, labels, annotator, source)
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -151,20 +151,20 @@ class Store:
         return self.set_label(sentence_id, token_index, None, annotator)
 
     def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        return labels.undo(self.db, project_id, annotator)
+        return label_votes.undo(self.db, project_id, annotator)
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        labels.adjudicate(self.db, sentence_id, token_index, label, lead)
+        label_votes.adjudicate(self.db, sentence_id, token_index, label, lead)
 
     def votes(self, sentence_id: int) -> list[dict]:
-        return labels.votes_of(self.db, sentence_id)
+        return label_votes.votes_of(self.db, sentence_id)
 
     def history(self, sentence_id=None, project_id=None, annotator=None, limit=100):
-        return labels.history(self.db, sentence_id, project_id, annotator, limit)
+        return label_votes.history(self.db, sentence_id, project_id, annotator, limit)
 
     def skip(self, sentence_id: int, annotator: str) -> None:
-        labels.skip(self.db, sentence_id, annotator)
+        label_votes.skip(self.db, sentence_id, annotator)
 
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 from sqlalchemy import bindparam, text
 
 from gpsl.annotation import queue
-from gpsl.annotation.db import Database, NotFoundError, dumps
+from gpsl.annotation.db import Database, NotFoundError
 
 
 def encode_marginals(arr: np.ndarray) -> bytes:
@@ -114,5 +114,4 @@ def prune(db: Database, project_id: int, keep: int = 2) -> int:
     return db.write(tx)
 
 
-__all__ = ["decode_marginals", "delete", "dumps", "encode_marginals", "get", "has_any",
-           "prune", "save"]
+__all__ = ["decode_marginals", "delete", "encode_marginals", "get", "has_any", "prune", "save"]
