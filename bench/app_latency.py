@@ -1,6 +1,7 @@
 """Latency of an Annotate interaction on a large project (AppTest, no browser).
 
     python -m bench.app_latency [--sentences 5000] [--clicks 40] [--keep DIR]
+                                [--backend sqlite|postgresql]
 
 Builds a temporary store with a synthetic project of ``--sentences`` sentences (two feature
 columns, 8-40 tokens, 11 BIO labels, a third of the sentences partly labeled) and an active
@@ -11,6 +12,8 @@ times reruns: clicking a token chip (select), clicking a label button (the label
 to the store, the rerun reads it back), and Next (the queue query).  Every timed rerun is a
 full script run (sidebar + page) as in a browser session; AppTest's own overhead (element
 tree parsing) is included, so the numbers are an upper bound of the server-side time.
+``--backend postgresql`` runs the same on a temporary PostgreSQL server
+(:mod:`bench.postgres`, fsync on) instead of the SQLite file.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpsl.store import Store  # noqa: E402
+from gpsl.annotation import Store  # noqa: E402
 
 LABELS = ["B-DATE", "I-DATE", "B-LOC", "I-LOC", "B-MONEY", "I-MONEY", "B-ORG", "I-ORG",
           "B-PER", "I-PER", "O"]
 POS = ["NNP", "NN", "NNS", "VBD", "IN", "DT", "CD", "JJ", "PUNCT"]
 
 
-def build_store(path: Path, n_sentences: int, seed: int = 0) -> tuple[Store, int, int]:
+def build_store(path, n_sentences: int, seed: int = 0) -> tuple[Store, int, int]:
     rng = np.random.default_rng(seed)
     store = Store(path)
     pid = store.create_project("Synthetic 5k", LABELS, "", [-1, 1])
@@ -80,15 +83,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=5000)
     parser.add_argument("--clicks", type=int, default=40, help="label clicks to time")
     parser.add_argument("--keep", default=None, help="build the store in DIR and keep it")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args(argv)
 
     from streamlit.testing.v1 import AppTest
 
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpsl-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    db = workdir / "bench.sqlite3"
-    if db.exists():
-        db.unlink()
+    server = None
+    if args.backend == "postgresql":
+        from bench.postgres import TempPostgres
+
+        server = TempPostgres(fsync=True).start()
+        db = server.new_database("latency")
+    else:
+        db = workdir / "bench.sqlite3"
+        if db.exists():
+            db.unlink()
     t0 = time.perf_counter()
     store, pid, vid = build_store(db, args.sentences)
     build_s = time.perf_counter() - t0
@@ -124,10 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     assert written == len(label), f"{written} of {len(label)} labels reached the store"
 
     progress = store.progress(pid)
-    print(f"Annotate latency: {args.sentences:,} sentences, {progress['tokens']:,} tokens, "
+    print(f"Annotate latency ({args.backend}): {args.sentences:,} sentences, "
+          f"{progress['tokens']:,} tokens, "
           f"{progress['labeled_tokens']:,} labeled; active model v{vid} with predictions "
           f"for every sentence (store built in {build_s:.1f} s"
-          + (f" at {db})" if args.keep else ")"))
+          + (f" at {db})" if args.keep and server is None else ")"))
     print()
     print(f"| {'rerun after ...':<22} |   n | median ms |   p95 ms |   max ms |")
     print(f"|{'-' * 24}|----:|----------:|---------:|---------:|")
@@ -139,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                  [os.path.relpath(sys.executable, ROOT), "-m", "bench.app_latency",
                                   *(argv if argv is not None else sys.argv[1:])]))
     store.close()
+    if server is not None:
+        server.stop()
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

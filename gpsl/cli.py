@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from gpsl import metrics
 from gpsl.errors import GpslError, InputError
 from gpsl.model import parse_offsets
 
@@ -256,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_test)
 
-    p = sub.add_parser("eval", help="token accuracy and Hamming loss on a labeled file")
+    p = sub.add_parser("eval", help="token accuracy, Hamming loss and (BIO/IOB labels) "
+                                    "conlleval per-type P/R/F1 on a labeled file")
     p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
     p.add_argument("--decoder", choices=("rns", "viterbi", "exact"), default=None)
     p.add_argument("--encoding", type=_encoding, default="utf-8")
@@ -265,7 +267,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_max_tokens(p)
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("worker", help="run one training job of the annotation app",
+                       description="Run the training pipeline of one model version of the "
+                                   "annotation store named by GPSL_DB (started by the app).")
+    p.add_argument("--version", dest="model_version", type=_positive_int, required=True,
+                   metavar="ID", help="model version id")
+    p.add_argument("--models-root", default=None, metavar="DIR",
+                   help="directory of saved models")
+    p.set_defaults(func=_cmd_worker)
     return parser
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from gpsl.annotation.jobs import worker_main
+
+    return worker_main(args.model_version, args.models_root)
 
 
 def _join_offsets(argv: list[str]) -> list[str]:
@@ -444,6 +461,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"tokens: {total + missing} (scored {total}, missing {missing})")
     print(f"accuracy: {acc:.2f}%")
     print(f"hamming loss: {100.0 - acc:.2f}%")
+    gold = [[tok[-1] for tok in s.tokens] for s in sents]
+    if metrics.is_chunk_label_set(lab for g in gold for lab in g if lab != args.missing):
+        keep = [i for i, g in enumerate(gold) if args.missing not in g]
+        print(f"chunks (conlleval, seqeval): {len(keep)} of {len(gold)} sentences with "
+              "complete gold labels")
+        print(metrics.conlleval_report([gold[i] for i in keep], [list(pred[i]) for i in keep]))
     return 0
 
 
@@ -631,7 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     if getattr(args, "func", None) is None:
-        _err("gpsl: error: a command is required: train, test, eval or aggregate (see gpsl --help)")
+        _err("gpsl: error: a command is required: train, test, eval, aggregate or worker "
+             "(see gpsl --help)")
         return 2
     try:
         return int(args.func(args))

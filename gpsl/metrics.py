@@ -1,6 +1,6 @@
 """Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1.
 
-Only numpy and scipy are used. Conventions:
+numpy and scipy, and seqeval for chunks (conlleval rules). Conventions:
 
 * Label sequences are ``list[list[str | None]]`` (one list per sentence). A gold label ``None`` is a
   missing label: the token is excluded from token metrics and counted separately (see
@@ -15,21 +15,25 @@ Only numpy and scipy are used. Conventions:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from gpsl.tags import split_tag
 
 __all__ = [
     "TokenCounts",
     "brier_score",
     "chunk_f1",
     "chunk_scores",
+    "chunk_scores_by_type",
     "chunks",
+    "conlleval_report",
     "expected_calibration_error",
     "flatten",
     "hamming_loss",
+    "is_chunk_label_set",
     "negative_log_likelihood",
     "paired_t_test",
     "reliability_table",
@@ -236,55 +240,35 @@ def negative_log_likelihood(marginals, gold, eps: float = 1e-12) -> float:
 
 
 # --------------------------------------------------------------------------- chunks
-
-_LABEL_RE = re.compile(r"^([^-]*)-(.*)$")
-
-
-def _split_label(label: str) -> tuple[str, str]:
-    """``'B-NP'`` -> ``('B', 'NP')``; ``'O'`` -> ``('O', '')``; ``'B'`` -> ``('B', '')``."""
-    m = _LABEL_RE.match(label)
-    return (m.group(1), m.group(2)) if m else (label, "")
+#
+# Chunks are found by seqeval (a maintained conlleval implementation; its default mode
+# follows conlleval's start/end-of-chunk rules for IOB1, IOB2/BIO, IOBES and untyped B/I/O).
 
 
-def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    # conlleval's endOfChunk
-    if prev_tag == "B" and tag in ("B", "S", "O"):
-        return True
-    if prev_tag == "I" and tag in ("B", "S", "O"):
-        return True
-    if prev_tag in ("E", "S"):
-        return True
-    return prev_tag not in ("O", ".") and prev_type != type_
-
-
-def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    # conlleval's startOfChunk
-    if tag in ("B", "S"):
-        return True
-    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
-        return True
-    return tag not in ("O", ".") and prev_type != type_
+def _complete(labels: Sequence) -> list[str]:
+    out = list(labels)
+    if any(lab is None for lab in out):
+        raise ValueError("chunk metrics need complete labels (found None)")
+    return [str(lab) for lab in out]
 
 
 def chunks(labels: Sequence[str]) -> list[tuple[int, int, str]]:
-    """Chunks of one labeled sentence as ``(start, end_exclusive, type)``, conlleval rules.
+    """Chunks of one labeled sentence as ``(start, end_exclusive, type)`` (untyped ``B``/``I``
+    chunks have type ``""``), by :func:`seqeval.metrics.sequence_labeling.get_entities`."""
+    from seqeval.metrics.sequence_labeling import get_entities
 
-    Handles IOB1/IOB2 (``B-NP``/``I-NP``/``O``), IOBES and untyped ``B``/``I``/``O`` labels.
-    """
+    labels = _complete(labels)
     out = []
-    prev_tag, prev_type = "O", ""
-    start = None
-    for i, label in enumerate(list(labels) + ["O"]):
-        if label is None:
-            raise ValueError("chunk metrics need complete labels (found None)")
-        tag, type_ = _split_label(str(label))
-        if start is not None and _end_of_chunk(prev_tag, tag, prev_type, type_):
-            out.append((start, i, prev_type))
-            start = None
-        if _start_of_chunk(prev_tag, tag, prev_type, type_):
-            start = i
-        prev_tag, prev_type = tag, type_
+    for kind, start, end in get_entities(labels):
+        untyped = kind == "_" and not any(split_tag(lab)[1] == "_" for lab in labels)
+        out.append((start, end + 1, "" if untyped else kind))
     return out
+
+
+def _chunk_sets(y_true, y_pred):
+    _check_paired(y_true, y_pred)
+    for t, p in zip(y_true, y_pred):
+        yield set(chunks(t)), set(chunks(p))
 
 
 def chunk_scores(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]]) -> dict:
@@ -293,26 +277,63 @@ def chunk_scores(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]
     Returns ``precision``, ``recall``, ``f1``, ``n_true``, ``n_pred``, ``n_correct``. A chunk is
     correct when its start, end and type all match. Gold labels must be complete (no ``None``).
     """
-    _check_paired(y_true, y_pred)
     n_true = n_pred = n_correct = 0
-    for t, p in zip(y_true, y_pred):
-        ct, cp = set(chunks(t)), set(chunks(p))
+    for ct, cp in _chunk_sets(y_true, y_pred):
         n_true += len(ct)
         n_pred += len(cp)
         n_correct += len(ct & cp)
+    return _prf(n_true, n_pred, n_correct)
+
+
+def _prf(n_true: int, n_pred: int, n_correct: int) -> dict:
     precision = n_correct / n_pred if n_pred else 0.0
     recall = n_correct / n_true if n_true else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "n_true": n_true,
-        "n_pred": n_pred,
-        "n_correct": n_correct,
-    }
+    return {"precision": precision, "recall": recall, "f1": f1, "n_true": n_true,
+            "n_pred": n_pred, "n_correct": n_correct}
 
 
 def chunk_f1(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]]) -> float:
     """conlleval-style chunk F1 as a fraction (see :func:`chunk_scores`)."""
     return chunk_scores(y_true, y_pred)["f1"]
+
+
+def chunk_scores_by_type(y_true, y_pred) -> dict[str, dict]:
+    """:func:`chunk_scores` per chunk type (sorted by type)."""
+    counts: dict[str, list[int]] = {}
+    for ct, cp in _chunk_sets(y_true, y_pred):
+        for _a, _b, kind in ct:
+            counts.setdefault(kind, [0, 0, 0])[0] += 1
+        for _a, _b, kind in cp:
+            counts.setdefault(kind, [0, 0, 0])[1] += 1
+        for _a, _b, kind in ct & cp:
+            counts[kind][2] += 1
+    return {kind: _prf(*counts[kind]) for kind in sorted(counts)}
+
+
+def is_chunk_label_set(labels: Iterable[str]) -> bool:
+    """True when every label is ``O`` or has a one-letter IOB/IOBES prefix (``B-NP``, ``I``)."""
+    labels = [lab for lab in labels if lab is not None]
+    return bool(labels) and all(
+        lab == "O" or split_tag(lab)[0] in ("B", "I", "E", "S") for lab in labels) and \
+        any(lab != "O" for lab in labels)
+
+
+def conlleval_report(y_true, y_pred) -> str:
+    """The conlleval summary: tokens, phrases, accuracy and overall and per-type precision,
+    recall and FB1 (percentages), one line per chunk type."""
+    n_tokens = sum(len(s) for s in y_true)
+    right = sum(a == b for t, p in zip(y_true, y_pred) for a, b in zip(t, p))
+    total = chunk_scores(y_true, y_pred)
+    lines = [
+        f"processed {n_tokens} tokens with {total['n_true']} phrases; found: "
+        f"{total['n_pred']} phrases; correct: {total['n_correct']}.",
+        f"accuracy: {100.0 * right / max(1, n_tokens):6.2f}%; precision: "
+        f"{100 * total['precision']:6.2f}%; recall: {100 * total['recall']:6.2f}%; "
+        f"FB1: {100 * total['f1']:6.2f}",
+    ]
+    for kind, s in chunk_scores_by_type(y_true, y_pred).items():
+        lines.append(f"{kind or '(untyped)':>17}: precision: {100 * s['precision']:6.2f}%; "
+                     f"recall: {100 * s['recall']:6.2f}%; FB1: {100 * s['f1']:6.2f}  "
+                     f"{s['n_pred']}")
+    return "\n".join(lines)

@@ -321,10 +321,10 @@ class ModelParts:
 
 def _mode_of(meta: dict, meta_path: Path) -> tuple[str, str | None]:
     mode = meta.get("inference", "full")  # format 1: the full mode only
-    if mode not in _MODE_ARRAYS:
+    if not isinstance(mode, str) or mode not in _MODE_ARRAYS:
         _fail(meta_path, f"damaged model description: unknown inference mode {mode!r}")
     family = meta.get("family")
-    if mode == "sparse" and family not in FAMILIES:
+    if mode == "sparse" and (not isinstance(family, str) or family not in FAMILIES):
         _fail(meta_path, f"damaged model description: unknown covariance family {family!r}")
     return mode, (family if mode == "sparse" else None)
 

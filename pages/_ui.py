@@ -6,6 +6,7 @@ Not a page itself (``app.py`` lists the pages with ``st.navigation``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import streamlit as st
+from sqlalchemy.exc import SQLAlchemyError
 
-from gpsl import app_support as sup
+from gpsl.annotation import Store, default_db_url
+from gpsl.annotation import imports as imp
+from gpsl.annotation.jobs import recover
 from gpsl.errors import GpslError, InputError
-from gpsl.store import Store, default_db_path
-from gpsl.training import models_root_for, recover
+from pages import _view as sup
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
@@ -37,7 +40,7 @@ h1 { font-size: 2.1rem !important; }
 </style>"""
 PERSISTENT_KEYS = ("project_id", "annotator", "queue_order", "accept_thr", "train_preset",
                    "train_custom", "train_kernel", "train_hyper", "train_iter", "train_max_sent",
-                   "conf_version")
+                   "train_inference", "conf_version")
 
 
 def _prefer_navigation() -> None:
@@ -55,15 +58,17 @@ def _prefer_navigation() -> None:
 _prefer_navigation()
 
 
-def db_path() -> Path:
-    """``--db PATH`` after ``--`` on the streamlit command line, else ``$GPSL_DB``, else
-    ``data/gpsl.sqlite3`` next to app.py."""
+def db_target() -> str:
+    """``--db PATH_OR_URL`` after ``--`` on the streamlit command line, else ``$GPSL_DB``
+    (a SQLite file or ``postgresql+psycopg://...``), else ``data/gpsl.sqlite3`` next to
+    app.py."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--db", default=None)
     args, _ = parser.parse_known_args(sys.argv[1:])
-    if args.db:
-        return Path(args.db).expanduser()
-    return default_db_path(ROOT)
+    target = args.db or default_db_url(ROOT)
+    if "://" in target:
+        return target
+    return str(Path(target).expanduser().resolve())
 
 
 @st.cache_resource(show_spinner="Opening the annotation store ...")
@@ -75,7 +80,7 @@ def _open_store(path: str) -> Store:
 
 
 def store() -> Store:
-    return _open_store(str(db_path().resolve()))
+    return _open_store(db_target())
 
 
 def error_text(exc: BaseException, action: str | None = None) -> str:
@@ -93,10 +98,29 @@ def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
     Streamlit's own control flow (``st.rerun``, ``st.stop``) passes through."""
     try:
         yield
-    except GpslError as exc:
+    except (GpslError, SQLAlchemyError) as exc:
         st.error(error_text(exc, action), icon=":material/error:")
         if stop:
             st.stop()
+
+
+def callback(action: str):
+    """Decorate a widget callback: a :class:`gpsl.errors.GpslError` raised in it (the store
+    busy past its timeout, full, read-only or unreachable ...) becomes one error line,
+    ``"<action>: <message>"``, on the next run instead of a traceback."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (GpslError, SQLAlchemyError) as exc:
+                flash("error", error_text(exc, action))
+                return None
+
+        return run
+
+    return wrap
 
 
 def on_click_data(build, action: str):
@@ -119,7 +143,7 @@ def parse_upload(upload, fmt: str) -> list | None:
     """The sentences of an uploaded file, or ``None`` after showing one error line (never a
     traceback for a bad file)."""
     try:
-        return sup.parse_upload(upload.getvalue(), upload.name, fmt)
+        return imp.parse_upload(upload.getvalue(), upload.name, fmt)
     except InputError as exc:
         st.error(str(exc), icon=":material/error:")
     except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback
@@ -129,7 +153,7 @@ def parse_upload(upload, fmt: str) -> list | None:
 
 
 def models_root() -> Path:
-    return models_root_for(store().path)
+    return store().models_root
 
 
 def keep_widget_state() -> None:
@@ -180,7 +204,7 @@ def sidebar(store: Store) -> dict | None:
             st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
         pid = st.session_state.get("project_id")
         if pid is not None:
-            progress = store.progress(pid, split="train")
+            progress = store.progress(pid, split="train", detail=False)
             version = store.active_model(pid)
             st.caption(sup.status_line(progress, version))
     return store.get_project(pid) if pid is not None else None

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpsl import app_support as sup
 from gpsl.errors import GpslError
 from pages import _ui
+from pages import _view as sup
 
 ORDERS = {"uncertainty": "Most uncertain first", "sequential": "In file order"}
 SHORTCUTS = [
@@ -51,6 +51,7 @@ def go_to(sid: int | None) -> None:
     state["seen"].add(sid)
 
 
+@_ui.callback("Cannot open the next sentence")
 def next_sentence() -> None:
     if state["fwd"]:
         state["back"].append(state["current"])
@@ -63,6 +64,7 @@ def next_sentence() -> None:
     go_to(sid)
 
 
+@_ui.callback("Cannot go back")
 def previous_sentence() -> None:
     if not state["back"]:
         _ui.flash("info", "This is the first sentence of this session.")
@@ -71,6 +73,7 @@ def previous_sentence() -> None:
     state["current"] = state["back"].pop()
 
 
+@_ui.callback("Sentence not skipped")
 def skip() -> None:
     if state["current"] is not None:
         store.skip(state["current"], annotator)
@@ -82,6 +85,7 @@ def select_token(t: int) -> None:
     state["sel"], state["sel_sid"] = t, state["current"]
 
 
+@_ui.callback("Cannot move the selection")
 def move_selection(step: int) -> None:
     sentence = store.get_sentence(state["current"])
     if sentence is None:
@@ -91,6 +95,7 @@ def move_selection(step: int) -> None:
     state["sel_sid"] = state["current"]
 
 
+@_ui.callback("Label not saved")
 def set_label(label: str | None) -> None:
     sid, t = state["current"], state["sel"]
     if sid is None or t is None:
@@ -106,6 +111,7 @@ def set_label(label: str | None) -> None:
         state["sel_sid"] = sid
 
 
+@_ui.callback("Suggestions not accepted")
 def accept_suggestions() -> None:
     sid = state["current"]
     version = store.active_model(pid)
@@ -128,6 +134,7 @@ def accept_suggestions() -> None:
                       f"(confidence ≥ {threshold:.2f}).")
 
 
+@_ui.callback("Nothing undone")
 def undo() -> None:
     try:
         result = store.undo(pid, annotator)
@@ -144,6 +151,7 @@ def undo() -> None:
     _ui.flash("info", f"Undid the last change ({n} token{'s' if n > 1 else ''}).")
 
 
+@_ui.callback("Cannot open the sentence")
 def jump() -> None:
     position = st.session_state.get("jump_to")
     sid = sup.sentence_at(store, pid, int(position or 1))

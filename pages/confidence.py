@@ -6,8 +6,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from gpsl import app_support as sup
 from pages import _ui
+from pages import _view as sup
 
 store, project = _ui.setup()
 project = _ui.require_project(project)
@@ -50,8 +50,8 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
                  help="Dashboards of this version's stored predictions.")
     version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
     stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
-    tokens = load_tokens(str(store.path), pid, version["id"], stamp)
-    calib = load_calibration(str(store.path), pid, version["id"])
+    tokens = load_tokens(store.where, pid, version["id"], stamp)
+    calib = load_calibration(store.where, pid, version["id"])
 
 colors = sup.label_colors(project["labels"])
 free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
@@ -76,8 +76,7 @@ with left:
         fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1],
                            title="Confidence of unlabeled tokens",
                            color_discrete_sequence=["#f59e0b"])
-        fig.update_layout(height=330, bargap=0.05, yaxis_title="tokens",
-                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        sup.styled(fig, height=330, bargap=0.05, yaxis_title="tokens")
         st.plotly_chart(fig, config={"displayModeBar": False})
     else:
         st.success("Every training token is labeled.")
@@ -87,15 +86,14 @@ with right:
         fig = px.box(free, x="predicted", y="confidence", color="predicted",
                      category_orders={"predicted": order}, color_discrete_map=colors,
                      title="Confidence by predicted label", points=False)
-        fig.update_layout(height=330, showlegend=False, xaxis_title="predicted label",
-                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        sup.styled(fig, height=330, showlegend=False, xaxis_title="predicted label")
         st.plotly_chart(fig, config={"displayModeBar": False})
 
 left, right = st.columns(2, gap="large")
 with left:
     if calib:
         table = calib["table"].dropna(subset=["accuracy"])
-        fig = go.Figure()
+        fig = sup.figure()
         fig.add_trace(go.Bar(x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["accuracy"],
                              width=0.095, name="accuracy", marker_color="#4f46e5",
                              customdata=table["count"],
@@ -103,11 +101,10 @@ with left:
                                            "<br>%{customdata} tokens<extra></extra>"))
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                                  line={"dash": "dash", "color": "#94a3b8"}))
-        fig.update_layout(title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
+        sup.styled(fig, title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
                                 "tokens", height=330, xaxis_title="confidence",
                           yaxis_title="accuracy", xaxis_range=[0, 1], yaxis_range=[0, 1.02],
-                          legend={"orientation": "h", "y": -0.25},
-                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+                          legend={"orientation": "h", "y": -0.25})
         st.plotly_chart(fig, config={"displayModeBar": False})
     else:
         st.info("No held-out gold labels in this project, so no reliability diagram. Create "
@@ -119,15 +116,14 @@ with right:
         fig = px.line(curve, x="labeled tokens", y="accuracy", markers=True, text="version",
                       title="Learning curve: held-out accuracy by labeled tokens")
         fig.update_traces(textposition="top center", line_color="#16a34a")
-        fig.update_layout(height=330, yaxis_tickformat=".0%", yaxis_range=[0, 1.05],
-                          xaxis_rangemode="tozero",
-                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        sup.styled(fig, height=330, yaxis_tickformat=".0%", yaxis_range=[0, 1.05],
+                          xaxis_rangemode="tozero")
         st.plotly_chart(fig, config={"displayModeBar": False})
 
 st.subheader("Where the model is least sure", anchor=False)
 st.caption("Training sentences ranked by their least confident unlabeled token; open one to "
            "annotate it.")
-top = sup.uncertain_sentences(tokens, 8)
+top = sup.uncertain_sentences(store, pid, tokens, 8)
 if top.empty:
     st.success("No unlabeled training tokens left.")
 for row in top.itertuples():
@@ -151,13 +147,12 @@ with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
 
 st.subheader("Annotator progress", anchor=False)
 with _ui.guard("Cannot show the annotator progress"):
-    activity = load_activity(str(store.path), pid, stamp)
+    activity = load_activity(store.where, pid, stamp)
     if activity.empty:
         st.caption("No labels set in the app yet (imported labels are not counted).")
     else:
         fig = px.bar(activity, x="day", y="labels", color="annotator",
                      title="Labels set per annotator per day")
         fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
-        fig.update_layout(height=300, xaxis_type="category",
-                          margin={"t": 40, "b": 10, "l": 10, "r": 10})
+        sup.styled(fig, height=300, xaxis_type="category")
         st.plotly_chart(fig, config={"displayModeBar": False})

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpsl import app_support as sup
+from gpsl.annotation import exports as exp
+from gpsl.annotation import imports as imp
 from gpsl.errors import GpslError, InputError
 from pages import _ui
+from pages import _view as sup
 
 store, project = _ui.setup()
 project = _ui.require_project(project)
 pid = project["id"]
-base = sup.safe_filename(project["name"])
+base = exp.safe_filename(project["name"])
 SPLITS = {"train": "Training sentences", "heldout": "Held-out sentences", "all": "All sentences"}
 EXPORT_FORMATS = {"conll": "CoNLL (.conll)", "jsonl": "JSONL (.jsonl)"}
 MIME = {"conll": "text/plain", "jsonl": "application/jsonl"}
+TOOL_FORMATS = {"labelstudio": "Label Studio JSON", "doccano": "doccano JSONL",
+                "prodigy": "Prodigy JSONL", "conll2003": "CoNLL-2003 columns"}
+TOOL_SUFFIX = {"labelstudio": ".json", "doccano": ".jsonl", "prodigy": ".jsonl",
+               "conll2003": ".txt"}
 
 _ui.header("Data", "Export what you have, download models, and add more sentences.", project)
 _ui.show_flash()
@@ -41,7 +47,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         ann_data, ann_error = None, None
         if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
             try:
-                ann_data = sup.export_annotations(store, pid, fmt, split)
+                ann_data = exp.export_annotations(store, pid, fmt, split)
             except InputError as exc:
                 ann_error = str(exc)
         if ann_error:
@@ -49,7 +55,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         st.download_button(
             "Download annotations", icon=":material/download:", type="primary",
             data=ann_data if ann_data is not None else
-            _ui.on_click_data(lambda: sup.export_annotations(store, pid, fmt, split),
+            _ui.on_click_data(lambda: exp.export_annotations(store, pid, fmt, split),
                               "Annotations not exported"),
             file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
             on_click="ignore", disabled=ann_error is not None)
@@ -57,9 +63,22 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         if preview:
             st.caption("Preview of the first two sentences:")
             try:
-                st.code(sup.preview_text(preview, fmt), language=None, height=180)
+                st.code(exp.preview_text(preview, fmt), language=None, height=180)
             except InputError as exc:
                 st.error(str(exc))
+        with st.expander("For other tools", icon=":material/swap_horiz:"):
+            st.caption("Entity spans on the sentence text (tokens joined by spaces; BIO/IOB "
+                       "labels, a missing label counts as outside), or CoNLL-2003 columns.")
+            with st.container(horizontal=True, vertical_alignment="bottom"):
+                tool = st.selectbox("Format", list(TOOL_FORMATS), format_func=TOOL_FORMATS.get,
+                                    key="exp_tool_fmt", width=220)
+                st.download_button(
+                    "Download", icon=":material/download:",
+                    data=_ui.on_click_data(
+                        lambda: exp.export_annotations(store, pid, tool, split),
+                        "Annotations not exported"),
+                    file_name=f"{base}-{tool}{TOOL_SUFFIX[tool]}", mime="text/plain",
+                    key="dl_tool", on_click="ignore")
 
     with right:
         st.subheader("Export predictions", anchor=False)
@@ -85,7 +104,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             pred_data, pred_error = None, None
             if pfmt == "conll":
                 try:
-                    pred_data = sup.export_predictions(store, pid, version, pfmt, psplit)
+                    pred_data = exp.export_predictions(store, pid, version, pfmt, psplit)
                 except InputError as exc:
                     pred_error = str(exc)
             if pred_error:
@@ -94,7 +113,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 "Download predictions", icon=":material/download:",
                 data=pred_data if pred_data is not None else
                 _ui.on_click_data(
-                    lambda: sup.export_predictions(store, pid, version, pfmt, psplit),
+                    lambda: exp.export_predictions(store, pid, version, pfmt, psplit),
                     "Predictions not exported"),
                 file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
                 on_click="ignore", disabled=pred_error is not None)
@@ -111,11 +130,18 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
                                   format_func=lambda i: f"v{i}", key="zip_version", width=160)
                 path = next(v["path"] for v in saved if v["id"] == mv)
+                try:  # a damaged model is never offered for download
+                    exp.check_model(path)
+                    damage = None
+                except InputError as exc:
+                    damage = str(exc)
                 st.download_button("Download model (.zip)", icon=":material/deployed_code:",
-                                   data=_ui.on_click_data(lambda: sup.zip_directory(path),
+                                   data=_ui.on_click_data(lambda: exp.model_zip(path),
                                                           "Model not exported"),
                                    file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
-                                   key="dl_model", on_click="ignore")
+                                   key="dl_model", on_click="ignore", disabled=damage is not None)
+            if damage is not None:
+                st.error(f"Model v{mv} cannot be downloaded: {damage}", icon=":material/error:")
 
 st.divider()
 st.subheader("Import sentences", anchor=False)
@@ -134,8 +160,8 @@ if upload is not None:
                                        "heldout": "held-out sentences (labels = gold)"}.get)
     sentences = _ui.parse_upload(upload, fmt_in)
     if sentences:
-        summary = sup.summarize(sentences)
-        new_labels = sup.unknown_labels(sentences, project["labels"])
+        summary = imp.summarize(sentences)
+        new_labels = imp.unknown_labels(sentences, project["labels"])
         st.markdown(f"**{sup.fmt_int(summary.sentences)}** sentences · "
                     f"**{sup.fmt_int(summary.tokens)}** tokens · "
                     f"**{sup.fmt_int(summary.labeled)}** labeled")
@@ -147,7 +173,7 @@ if upload is not None:
                 help="Otherwise the import is refused: every label must be in the label set.")
         if st.button("Import", type="primary", icon=":material/upload:", key=f"imp_go_{fid}"):
             try:
-                n = sup.import_sentences(store, pid, sentences, split=target, doc=upload.name,
+                n = imp.import_sentences(store, pid, sentences, split=target, doc=upload.name,
                                          annotator=_ui.annotator(),
                                          add_labels=new_labels if add_labels else ())
             except GpslError as exc:

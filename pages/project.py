@@ -8,9 +8,10 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from gpsl import app_support as sup
+from gpsl.annotation import imports as imp
 from gpsl.errors import GpslError, InputError
 from pages import _ui
+from pages import _view as sup
 
 store, project = _ui.setup()
 pid = project["id"] if project else None
@@ -71,7 +72,7 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                 fig = px.bar(pd.DataFrame({"label": shown, "tokens": [counts[x] for x in shown]}),
                              x="label", y="tokens", color="label", color_discrete_map=colors,
                              title="Labeled tokens per label")
-                fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10},
+                sup.styled(fig, height=320,
                                   showlegend=False, xaxis_title=None)
                 st.plotly_chart(fig, config={"displayModeBar": False})
                 if counts.get("O"):
@@ -88,7 +89,7 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                          color="status", color_discrete_map={"complete": "#16a34a",
                                                              "partly labeled": "#f59e0b",
                                                              "unlabeled": "#cbd5e1"})
-            fig.update_layout(height=320, margin={"t": 40, "b": 10, "l": 10, "r": 10})
+            sup.styled(fig, height=320)
             st.plotly_chart(fig, config={"displayModeBar": False})
 
         details = st.columns([3, 2], gap="large")
@@ -169,7 +170,7 @@ with upload_tab:
                            help="Guessed from the file extension.")
         sentences = _ui.parse_upload(upload, fmt)
         if sentences:
-            summary = sup.summarize(sentences)
+            summary = imp.summarize(sentences)
             st.markdown(
                 f"**{sup.fmt_int(summary.sentences)}** sentences · "
                 f"**{sup.fmt_int(summary.tokens)}** tokens · "
@@ -201,8 +202,8 @@ with upload_tab:
             if st.button("Create project", type="primary", key=f"create_upload_{fid}",
                          icon=":material/add:"):
                 try:
-                    new_pid = sup.create_project(
-                        store, name, sentences, sup.parse_label_text(labels_text),
+                    new_pid = store.create_project_from_sentences(
+                        name, sentences, sup.parse_label_text(labels_text),
                         template_text, offsets or (-1, 1), "linear",
                         heldout_fraction=heldout / 100, doc=upload.name,
                         annotator=_ui.annotator())
@@ -220,7 +221,7 @@ with sample_tab:
     sample_name = st.text_input("Project name", value="Sample copy", key="sample_name")
     if st.button("Create from the sample", key="create_sample", icon=":material/content_copy:"):
         with _ui.guard("Project not created"):
-            new_pid = sup.create_sample_copy(store, sample_name, _ui.SAMPLE_DIR)
+            new_pid = store.create_sample_copy(sample_name, _ui.SAMPLE_DIR)
             _ui.switch_project(new_pid)
             _ui.flash("info", f"Created project “{sample_name.strip()}” from the sample.")
             st.rerun()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from gpsl import app_support as sup
-from gpsl import training
+from gpsl.annotation import jobs, pipeline
 from gpsl.errors import InputError
 from pages import _ui
+from pages import _view as sup
 
 store, project = _ui.setup()
 project = _ui.require_project(project)
@@ -25,22 +24,30 @@ st.session_state.setdefault("train_custom", sup.offsets_text(project["offsets"])
 st.session_state.setdefault("train_kernel", project.get("kernel") or "linear")
 st.session_state.setdefault("train_hyper", False)
 st.session_state.setdefault("train_iter", 30)
-st.session_state.setdefault("train_max_sent", 80)
+st.session_state.setdefault("train_max_sent", 0)
+st.session_state.setdefault("train_inference", "auto")
 
 with _ui.guard("Cannot read the training runs", stop=True):
-    running = training.running_version(store, pid)
+    running = jobs.running_version(store, pid, root)
 
 
-def bound_figure(bounds, title: str, first: int = 1, height: int = 300) -> go.Figure:
+def bound_figure(bounds, title: str, first: int = 1, height: int = 300):
     """The bound per iteration (``first``: the iteration of ``bounds[0]``; a stored trace
     starts with the initial bound, iteration 0)."""
-    fig = go.Figure(go.Scatter(x=list(range(first, first + len(bounds))), y=bounds,
-                               mode="lines+markers", line={"color": "#4f46e5"}))
+    fig = sup.figure(title=title, height=height, xaxis_title="iteration",
+                     yaxis_title="variational lower bound", showlegend=False)
+    fig.add_scatter(x=list(range(first, first + len(bounds))), y=bounds,
+                    mode="lines+markers", line={"color": "#4f46e5"})
     fig.update_xaxes(dtick=max(1, len(bounds) // 10))
-    fig.update_layout(title=title, height=height, xaxis_title="iteration",
-                      yaxis_title="variational lower bound",
-                      margin={"t": 40, "b": 10, "l": 10, "r": 10})
     return fig
+
+
+def fmt_eta(seconds) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(round(float(seconds)))
+    return f" · about {seconds // 60} min {seconds % 60} s left" if seconds >= 60 else \
+        f" · about {seconds} s left"
 
 
 settings_col, live_col = st.columns([2, 3], gap="large")
@@ -72,20 +79,27 @@ with settings_col:
     st.number_input("Max iterations", 1, 500, step=5, key="train_iter",
                     help="Coordinate-ascent sweeps; training stops earlier once the bound "
                          "improves by less than 0.01 %.")
+    st.segmented_control("Inference", list(pipeline.INFERENCE_MODES), key="train_inference",
+                         required=True,
+                         format_func={"auto": "Auto", "full": "Full GP",
+                                      "sparse": "Scalable"}.get,
+                         help="Full GP: exact covariances, cost grows steeply with the "
+                              "labeled tokens. Scalable: the large-project mode. Auto picks "
+                              "by the number of labeled tokens.")
     st.number_input("Train on at most N labeled sentences (0 = all)", 0, 100_000, step=50,
                     key="train_max_sent",
-                    help="GP training time grows with the cube of the labeled tokens (memory "
-                         "with the square); a cap keeps rounds short. The most labeled "
-                         "sentences are used first.")
+                    help="By default every sentence with a labeled token is used. A cap "
+                         "keeps rounds short; the most labeled sentences are used first.")
     if st.button("Start training", type="primary", icon=":material/play_arrow:",
                  disabled=running is not None or offsets is None, key="start"):
         with _ui.guard("Training not started"):  # bad settings, a run already going, busy
-            config = training.TrainConfig(
+            config = pipeline.TrainConfig(
                 offsets=offsets, kernel=st.session_state["train_kernel"],
                 learn_hyper=bool(st.session_state["train_hyper"]),
                 max_iter=int(st.session_state["train_iter"]),
+                inference=st.session_state["train_inference"],
                 max_sentences=int(st.session_state["train_max_sent"]) or None)
-            vid = training.start_training(store, pid, config, root)
+            vid = jobs.start_training(store, pid, config, root)
             _ui.flash("info", f"Training of model version {vid} started.")
             st.rerun()
     if running is not None:
@@ -109,17 +123,29 @@ with live_col:
                 st.plotly_chart(bound_figure(bounds, f"Bound of v{last['id']}", first=0),
                                 config={"displayModeBar": False})
             return
-        now = training.running_version(store, pid)  # also marks a dead worker failed
+        now = jobs.running_version(store, pid, root)  # also marks a dead worker failed
         if now is None or now["id"] != running["id"]:
             st.rerun()  # finished: refresh the whole page (versions table, sidebar)
-        prog = training.read_progress(root, pid, running["id"]) or {}
+        prog = pipeline.read_progress(root, pid, running["id"]) or {}
         it, max_it = int(prog.get("iteration", 0)), int(prog.get("max_iter", 1) or 1)
         phase = prog.get("phase", "starting")
+        mode = prog.get("inference_used") or prog.get("inference") or \
+            running["settings"].get("inference", "auto")
         secs = (prog.get("seconds") or [0.0])[-1]
-        text = (f"v{running['id']} · {phase} · iteration {it} of at most {max_it} · "
-                f"{secs:.0f} s")
-        st.progress(min(1.0, it / max_it) if phase == "fitting" else
-                    (1.0 if it else 0.0), text=text)
+        eta = fmt_eta(pipeline.eta_seconds(prog))
+        if phase == "predicting":
+            done, total = int(prog.get("done", 0)), int(prog.get("total", 0) or 1)
+            text = (f"v{running['id']} · {mode} inference · predicting: {done:,} of "
+                    f"{total:,} sentences{eta}")
+            st.progress(min(1.0, done / total), text=text)
+        else:
+            labeled = prog.get("labeled_tokens")
+            text = (f"v{running['id']} · {mode} inference · {phase} · iteration {it} of at "
+                    f"most {max_it} · {secs:.0f} s{eta}"
+                    + (f" · {labeled:,} labeled tokens in {prog.get('sentences', 0):,} "
+                       "sentences" if labeled else ""))
+            st.progress(min(1.0, it / max_it) if phase == "fitting" else
+                        (1.0 if it else 0.0), text=text)
         bounds = prog.get("bounds") or []
         if bounds:
             st.plotly_chart(bound_figure(bounds, "Variational lower bound (live)"),
@@ -129,7 +155,7 @@ with live_col:
                        "iteration can take a while on large projects.")
         if st.button("Stop training", icon=":material/stop:", key="stop"):
             with _ui.guard("Training not stopped"):
-                training.stop_training(store, running["id"])
+                jobs.stop_training(store, running["id"])
                 _ui.flash("warning", f"Stopped model version {running['id']}.")
                 st.rerun()
 

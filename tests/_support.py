@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpsl.store import Store
+from gpsl.annotation import Store
 
 BP, IP, BL, OUT = "B-PER", "I-PER", "B-LOC", "O"
 

@@ -19,12 +19,13 @@ from _support import BL, BP, IP, OUT  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl import app_support as sup  # noqa: E402
-from gpsl import training  # noqa: E402
+from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline  # noqa: E402  # noqa: E402
+from gpsl.annotation import exports as exp  # noqa: E402
+from gpsl.annotation import imports as imp  # noqa: E402
 from gpsl.io import read_conll  # noqa: E402
-from gpsl.store import SAMPLE_PROJECT_NAME, Store  # noqa: E402
+from pages import _view as sup  # noqa: E402
 
-TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
+TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "**bold**", "a_b_c",
            "$x$", "&amp;"]
 
@@ -177,7 +178,7 @@ def test_training_changes_highlights_queue_and_accept(db):
     first = current_sentence(at, pid)
     assert not any("dashed" in h.value for h in at.html if "<style>" in h.value
                    and "st-key-tok_" in h.value and "2px dashed" in h.value)
-    version = training.train_now(store, pid, TINY)
+    version = jobs.train_now(store, pid, TINY)
     assert version["status"] == "done"
     uncertain = store.queue(pid, "uncertainty")
     assert uncertain != store.queue(pid, "sequential")
@@ -212,12 +213,17 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     at.text_input(key="train_custom").set_value("-2, -1, 1").run()
     at.toggle(key="train_hyper").set_value(False).run()
     at.number_input(key="train_iter").set_value(3).run()
+    assert at.segmented_control(key="train_inference").value == "auto"
+    assert at.number_input(key="train_max_sent").value == 0  # no cap by default
+    at.segmented_control(key="train_inference").set_value("full").run()
     at.button(key="start").click().run()
     assert not at.exception and not at.error
     versions = store.list_model_versions(pid)
     assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
+    assert versions[0]["settings"]["inference"] == "full"
+    assert versions[0]["settings"]["max_sentences"] is None
     deadline = time.monotonic() + 120
-    while training.running_version(store, pid) and time.monotonic() < deadline:
+    while jobs.running_version(store, pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     version = store.get_model_version(versions[0]["id"])
     assert version["status"] == "done", version["error"]
@@ -226,13 +232,17 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert list(table["version"]) == [version["id"]] and list(table["status"]) == ["done"]
     assert list(table["dependencies"]) == ["Custom (-2, -1, 1)"]
     assert any("Last run: **v1**" in m.value for m in at.markdown)
+    assert version["metrics"]["inference"] == "full"
+    labeled = [s for s in store.get_sentences(pid, "train")
+               if any(lab is not None for lab in s["labels"])]
+    assert version["metrics"]["train_sentences"] == len(labeled)  # every labeled sentence
 
 
 def test_confidence_page_with_a_model_and_click_through(db):
     store, pid = tiny_project(db)
     at = app("confidence")
     assert any("No model yet" in i.value for i in at.info)
-    training.train_now(store, pid, TINY)
+    jobs.train_now(store, pid, TINY)
     at = app("confidence")
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
@@ -250,7 +260,7 @@ def test_export_and_reimport_round_trip(db):
     assert not at.exception
     assert {b.key for b in at.get("download_button")} >= {"dl_ann"}
     assert "Anna\tB-PER" in at.code[0].value
-    text = sup.export_annotations(store, pid, "conll", "train")  # what the button serves
+    text = exp.export_annotations(store, pid, "conll", "train")  # what the button serves
     assert "went\t_" in text
 
     at = app()
@@ -266,8 +276,8 @@ def test_export_and_reimport_round_trip(db):
     assert [s.labels for s in after] == [s.labels for s in before]
 
     # JSONL export, and import more sentences on the Data page
-    jsonl = sup.export_annotations(store, pid, "jsonl", "train")
-    assert [s.labels for s in sup.parse_upload(jsonl.encode(), "x.jsonl")] == \
+    jsonl = exp.export_annotations(store, pid, "jsonl", "train")
+    assert [s.labels for s in imp.parse_upload(jsonl.encode(), "x.jsonl")] == \
         [s.labels for s in before]
     at = app("data")
     at.file_uploader(key="imp_file").set_value(("more.txt", b"Dora went home\n", "text/plain"))
@@ -279,27 +289,28 @@ def test_export_and_reimport_round_trip(db):
 
 def test_prediction_export_and_model_zip(db):
     store, pid = tiny_project(db)
-    version = training.train_now(store, pid, TINY)
-    conll = sup.export_predictions(store, pid, version, "conll", None)
+    version = jobs.train_now(store, pid, TINY)
+    conll = exp.export_predictions(store, pid, version, "conll", None)
     first = conll.splitlines()[0].split("\t")
     assert first[:2] == ["Anna", "B-PER"] and first[2] in version["classes"]
     assert 0.0 <= float(first[3]) <= 1.0
-    jsonl = sup.export_predictions(store, pid, version, "jsonl", "train")
+    jsonl = exp.export_predictions(store, pid, version, "jsonl", "train")
     rec = json.loads(jsonl.splitlines()[0])
     assert set(rec["marginals"][0]) == set(version["classes"])
     assert abs(sum(rec["marginals"][0].values()) - 1) < 1e-3
-    blob = sup.zip_directory(version["path"])
+    blob = exp.model_zip(version["path"])
     names = zipfile.ZipFile(io.BytesIO(blob)).namelist()
     assert f"{version['id']}/model.json" in names
     at = app("data")
-    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_pred", "dl_model"}
+    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_tool", "dl_pred",
+                                                                "dl_model"}
 
 
 def test_hostile_token_text_is_escaped(db):
     extra = [{"tokens": HOSTILE}]
     store, pid = tiny_project(db, extra)
     hostile_sid = store.sentence_ids(pid, "train")[-1]
-    training.train_now(store, pid, TINY)
+    jobs.train_now(store, pid, TINY)
 
     at = app("annotate")
     at.session_state["goto_sentence"] = hostile_sid

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _support import serve_app
 
-from gpsl.store import Store
+from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -94,5 +94,69 @@ def test_label_a_token_in_the_browser(server):
             assert store.get_sentence(store.sentence_ids(hostile)[0])["tokens"][:2] == \
                 [(tok,) for tok in HOSTILE]
             page.screenshot(path=str(ARTIFACTS / "browser_hostile.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian Chromium (/usr/bin/chromium) missing")
+def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
+    """Two browser sessions with different annotator names label the same token; the second
+    one's Undo removes only the second one's vote (it used to remove the first one's label)."""
+    from playwright.sync_api import sync_playwright
+
+    url, db = server
+    store = Store(db)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            pages = []
+            for name in ("first", "second"):
+                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                page.goto(url)
+                page.get_by_role("heading", name="Project").wait_for(timeout=60_000)
+                field = page.get_by_test_id("stSidebar").get_by_test_id("stTextInputField")
+                field.fill(name)
+                field.press("Enter")
+                page.wait_for_timeout(2000)  # the rerun that takes the new name
+                page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
+                    timeout=60_000)
+                page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+                pages.append(page)
+            pid = store.list_projects()[0]["id"]
+            sid = store.queue(pid, "sequential")[0]
+            sentence = store.get_sentence(sid)
+            t = sentence["labels"].index(None)
+            labels = store.get_project(pid)["labels"]
+
+            def label(page, name):
+                page.locator(f".st-key-tok_{t}[data-stale='false'] button").first.click(
+                    timeout=30_000)
+                page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
+                    timeout=30_000)
+                page.locator(f".st-key-lab_{labels.index(name)}[data-stale='false'] button"
+                             ).first.click(timeout=30_000)
+
+            def votes():
+                return store.get_sentence(sid)["votes"][t]
+
+            def wait_for(expected):
+                deadline = time.monotonic() + 30
+                while votes() != expected:
+                    assert time.monotonic() < deadline, votes()
+                    time.sleep(0.2)
+
+            label(pages[0], "B-ORG")
+            wait_for({"first": "B-ORG"})
+            label(pages[1], "B-PER")
+            wait_for({"first": "B-ORG", "second": "B-PER"})
+            assert store.get_sentence(sid)["labels"][t] is None  # a tie: left unlabeled
+            pages[1].locator(".st-key-undo[data-stale='false'] button").first.click(
+                timeout=30_000)
+            wait_for({"first": "B-ORG"})
+            assert store.get_sentence(sid)["labels"][t] == "B-ORG"
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            pages[1].screenshot(path=str(ARTIFACTS / "browser_two_annotators.png"))
         finally:
             browser.close()

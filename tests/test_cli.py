@@ -331,6 +331,12 @@ def test_real_train_then_test(trained, capsys):
     code, out, err = run(["eval", "-m", model, test], capsys)
     assert code == 0, err
     assert "accuracy: 100.00%" in out and "hamming loss: 0.00%" in out
+    # B/I/O labels: the conlleval summary (by seqeval) follows, untyped chunks here
+    lines = out.splitlines()
+    assert "chunks (conlleval, seqeval): 2 of 2 sentences with complete gold labels" in lines
+    assert "processed 5 tokens with 2 phrases; found: 2 phrases; correct: 2." in lines
+    assert any(ln.strip() == "(untyped): precision: 100.00%; recall: 100.00%; FB1: 100.00  2"
+               for ln in lines)
 
 
 @real

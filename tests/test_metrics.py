@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,3 +197,89 @@ def test_chunk_f1_unequal_precision_recall_and_edge_cases():
         M.chunk_f1([["B", None]], [["B", "I"]])
     with pytest.raises(ValueError):
         M.chunk_f1([["B"]], [["B", "I"]])
+
+
+# ------------------------------------------- seqeval agrees with the former hand-written code
+
+
+def _conlleval_chunks(labels):
+    """The hand-written conlleval chunker gpsl used before seqeval (kept as the reference)."""
+    def split(label):
+        head, sep, kind = label.partition("-")
+        return (head, kind) if sep else (label, "")
+
+    def end_of_chunk(prev_tag, tag, prev_type, type_):
+        if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+            return True
+        if prev_tag in ("E", "S"):
+            return True
+        return prev_tag not in ("O", ".") and prev_type != type_
+
+    def start_of_chunk(prev_tag, tag, prev_type, type_):
+        if tag in ("B", "S"):
+            return True
+        if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+            return True
+        return tag not in ("O", ".") and prev_type != type_
+
+    out, prev_tag, prev_type, start = [], "O", "", None
+    for i, label in enumerate(list(labels) + ["O"]):
+        tag, type_ = split(label)
+        if start is not None and end_of_chunk(prev_tag, tag, prev_type, type_):
+            out.append((start, i, prev_type))
+            start = None
+        if start_of_chunk(prev_tag, tag, prev_type, type_):
+            start = i
+        prev_tag, prev_type = tag, type_
+    return out
+
+
+def _reference_scores(y_true, y_pred):
+    n_true = n_pred = n_correct = 0
+    for t, p in zip(y_true, y_pred):
+        ct, cp = set(_conlleval_chunks(t)), set(_conlleval_chunks(p))
+        n_true, n_pred, n_correct = n_true + len(ct), n_pred + len(cp), n_correct + len(ct & cp)
+    return n_true, n_pred, n_correct
+
+
+def _fixture():
+    """The sample project's gold labels (BIO, five entity types) against corrupted copies,
+    plus random IOB1, IOBES and untyped sequences."""
+    from gpsl.io import read_conll
+
+    gold = [s.labels for s in read_conll(Path(__file__).resolve().parents[1] / "sample_data"
+                                         / "sample_gold.conll")]
+    rng = np.random.default_rng(7)
+    label_set = sorted({lab for g in gold for lab in g})
+    pred = [[lab if rng.random() > 0.15 else label_set[rng.integers(len(label_set))]
+             for lab in g] for g in gold]
+    sets = {"iob1": ["I-NP", "I-VP", "B-NP", "O"], "iobes": ["B-X", "I-X", "E-X", "S-X",
+                                                             "S-Y", "B-Y", "E-Y", "O"],
+            "untyped": ["B", "I", "O"]}
+    for labels in sets.values():
+        for _ in range(200):
+            n = int(rng.integers(1, 12))
+            gold.append([labels[k] for k in rng.integers(len(labels), size=n)])
+            pred.append([labels[k] for k in rng.integers(len(labels), size=n)])
+    return gold, pred
+
+
+def test_seqeval_chunk_scores_agree_with_the_hand_written_conlleval():
+    gold, pred = _fixture()
+    assert len(gold) > 900
+    s = M.chunk_scores(gold, pred)
+    assert (s["n_true"], s["n_pred"], s["n_correct"]) == _reference_scores(gold, pred)
+    for g in gold:
+        assert M.chunks(g) == _conlleval_chunks(g)
+
+
+def test_conlleval_report_per_type():
+    y_true = [["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC", "O"]]
+    y_pred = [["B-PER", "I-PER", "O", "O"], ["B-LOC", "B-PER"]]
+    text = M.conlleval_report(y_true, y_pred)
+    lines = text.splitlines()
+    assert lines[0] == "processed 6 tokens with 3 phrases; found: 3 phrases; correct: 2."
+    assert lines[1].startswith("accuracy:  66.67%; precision:  66.67%; recall:  66.67%")
+    assert lines[2].strip() == "LOC: precision: 100.00%; recall:  50.00%; FB1:  66.67  1"
+    assert lines[3].strip() == "PER: precision:  50.00%; recall: 100.00%; FB1:  66.67  2"
+    assert M.is_chunk_label_set(["B-PER", "I-PER", "O"]) and not M.is_chunk_label_set(["N", "V"])

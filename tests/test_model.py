@@ -288,3 +288,19 @@ def test_a_model_directory_of_format_1_still_loads_as_a_full_model(tmp_path):
     assert old.inference_ == "full" and old.inference == "auto"
     for a, b in zip(m.predict_marginals(X), old.predict_marginals(X)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("field,value", [("inference", ["sparse"]), ("inference", "fast"),
+                                         ("family", {"a": 1})])
+def test_a_bad_inference_mode_in_model_json_is_one_line(tmp_path, field, value):
+    from gpsl.persist import _meta_digest
+
+    X, y = make_chain_task(n_sentences=6, seed=5)
+    GPSL(inference="sparse", max_iter=2).fit(X, y).save(tmp_path / "m")
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta[field] = value
+    meta["sha256"]["model.json"] = _meta_digest(meta)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelFormatError, match="damaged model description"):
+        GPSL.load(tmp_path / "m")

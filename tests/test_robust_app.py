@@ -26,12 +26,13 @@ from _support import BL, BP, IP, OUT  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl import app_support as sup  # noqa: E402
-from gpsl import training  # noqa: E402
+from gpsl.annotation import exports as exp  # noqa: E402
+from gpsl.annotation import jobs, pipeline  # noqa: E402
 from gpsl.errors import InputError  # noqa: E402
 from gpsl.io import read_jsonl  # noqa: E402
+from pages import _view as sup  # noqa: E402
 
-TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
+TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = [
     "<script>alert(1)</script>",
     "<img src=x onerror=alert(1)>",
@@ -65,7 +66,7 @@ def hostile(db):
     store.update_project(pid, name=PROJECT)
     sid = store.sentence_ids(pid, "train")[-1]
     store.set_labels(sid, {1: BP, 3: OUT}, ANNOTATOR)
-    training.train_now(store, pid, TINY)
+    jobs.train_now(store, pid, TINY)
     return store, pid, sid
 
 
@@ -191,7 +192,7 @@ def test_train_and_project_pages_escape_the_project_name(hostile):
 
 def test_exports_keep_hostile_text_unchanged(hostile, tmp_path):
     store, pid, sid = hostile
-    jsonl = sup.export_annotations(store, pid, "jsonl", "train")
+    jsonl = exp.export_annotations(store, pid, "jsonl", "train")
     records = [json.loads(line) for line in jsonl.splitlines()]
     hostile_record = records[-1]
     assert [t if isinstance(t, str) else t[0] for t in hostile_record["tokens"]] == HOSTILE
@@ -203,18 +204,18 @@ def test_exports_keep_hostile_text_unchanged(hostile, tmp_path):
 
     # CoNLL cannot hold a token with whitespace: a clean one-line refusal, no bad file
     with pytest.raises(InputError) as info:
-        sup.export_annotations(store, pid, "conll", "train")
+        exp.export_annotations(store, pid, "conll", "train")
     assert "\n" not in str(info.value) and "whitespace" in str(info.value)
     solid = [tok for tok in HOSTILE if not any(c.isspace() for c in tok)]
     other = store.create_project("solid", [BP, OUT])
     store.add_sentences(other, [{"tokens": solid, "labels": [BP] + [None] * (len(solid) - 1)}])
-    conll = sup.export_annotations(store, other, "conll", "train")
+    conll = exp.export_annotations(store, other, "conll", "train")
     assert [line.split("\t")[0] for line in conll.splitlines() if line] == solid
     assert conll.splitlines()[0] == f"{solid[0]}\t{BP}"
     assert "&lt;" not in conll and "\\*" not in conll  # data, not HTML or Markdown
 
     version = store.active_model(pid)
-    preds = sup.export_predictions(store, pid, version, "jsonl", "train")
+    preds = exp.export_predictions(store, pid, version, "jsonl", "train")
     last = json.loads(preds.splitlines()[-1])
     assert [t if isinstance(t, str) else t[0] for t in last["tokens"]] == HOSTILE
     assert {BP, IP, BL, OUT} >= set(last["marginals"][0])
@@ -262,7 +263,7 @@ def test_app_restarted_after_a_killed_writer_shows_every_saved_label(db, tmp_pat
 
 
 def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
-    from gpsl.store import Store, StoreBusyError
+    from gpsl.annotation import Store, StoreBusyError
 
     tiny_project(db)
     at = app("annotate")
@@ -303,7 +304,7 @@ def _errors(at: AppTest) -> list[str]:
     ("annotate", "get_project", "Cannot read the annotation store"),  # the sidebar
 ])
 def test_a_busy_store_is_one_line_on_every_page(db, monkeypatch, page, method, message):
-    from gpsl.store import Store, StoreBusyError
+    from gpsl.annotation import Store, StoreBusyError
 
     tiny_project(db)
     at = app(page)
@@ -324,7 +325,7 @@ def test_a_busy_store_is_one_line_on_every_page(db, monkeypatch, page, method, m
 
 
 def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
-    from gpsl.store import Store, StoreBusyError
+    from gpsl.annotation import Store, StoreBusyError
 
     store, pid = tiny_project(db)
     at = app()
@@ -338,7 +339,7 @@ def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
     assert _errors(at) == [f"Project not deleted: {BUSY}"]
     assert store.get_project(pid) is not None
 
-    monkeypatch.setattr(Store, "create_project", _raising(
+    monkeypatch.setattr(Store, "create_sample_copy", _raising(
         InputError("a project named 'tiny' already exists", source="<project>")))
     at.button(key="create_sample").click().run()
     assert _errors(at) == ["Project not created: <project>: a project named 'tiny' already "
@@ -347,7 +348,7 @@ def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
 
 
 def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
-    from gpsl.store import Store, StoreBusyError
+    from gpsl.annotation import Store, StoreBusyError
 
     store, pid = tiny_project(db)
     at = app("train")
@@ -366,7 +367,7 @@ def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
 
 
 def test_a_download_that_fails_on_click_gives_one_line_instead_of_a_broken_download():
-    from gpsl.store import StoreBusyError
+    from gpsl.annotation import StoreBusyError
     from pages import _ui
 
     def busy():

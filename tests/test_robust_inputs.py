@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy.exc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpsl import app_support as sup  # noqa: E402
 from gpsl import limits  # noqa: E402
+from gpsl.annotation import Store  # noqa: E402
+from gpsl.annotation import exports as exp  # noqa: E402
+from gpsl.annotation import imports as imp  # noqa: E402
 from gpsl.errors import InputError, ModelFormatError  # noqa: E402
 from gpsl.features import FeatureExtractor, Template  # noqa: E402
 from gpsl.io import (  # noqa: E402
@@ -40,7 +43,6 @@ from gpsl.io import (  # noqa: E402
 from gpsl.model import GPSL  # noqa: E402
 
 load_model = GPSL.load
-from gpsl.store import Store  # noqa: E402
 
 LONG = os.environ.get("GPSL_LONG_TESTS") == "1"
 PROPERTY = settings(max_examples=2000 if LONG else 60, deadline=None,
@@ -181,7 +183,7 @@ def test_conll_property(data, labeled):
 @PROPERTY
 @given(st.binary(max_size=500), st.sampled_from(["conll", "jsonl", "text"]))
 def test_arbitrary_bytes_every_format(data, fmt):
-    sents = clean_or_consistent(lambda: sup.parse_upload(data, "up.bin", fmt), "up.bin")
+    sents = clean_or_consistent(lambda: imp.parse_upload(data, "up.bin", fmt), "up.bin")
     if sents is not None:
         check_sentences(sents)
 
@@ -508,34 +510,35 @@ def test_cli_refuses_tampered_model_and_foreign_model_dir(tmp_path, small_model)
 def test_upload_size_limit(monkeypatch):
     data = b"a X\n" * 100
     with pytest.raises(InputError) as e:
-        sup.parse_upload(data, "big.conll", max_bytes=100)
+        imp.parse_upload(data, "big.conll", max_bytes=100)
     assert str(e.value) == ("big.conll: the file is 400 bytes; the upload limit is 100 bytes "
                             "(set GPSL_MAX_UPLOAD_MB)")
     monkeypatch.setenv("GPSL_MAX_UPLOAD_MB", "0.0001")
     with pytest.raises(InputError, match="upload limit is 104 bytes"):
-        sup.parse_upload(data, "big.conll")
+        imp.parse_upload(data, "big.conll")
     monkeypatch.delenv("GPSL_MAX_UPLOAD_MB")
     assert limits.max_upload_bytes() == 20 * 2**20
-    assert len(sup.parse_upload(data, "big.conll")) == 1
+    assert len(imp.parse_upload(data, "big.conll")) == 1
 
 
 def test_refused_imports_write_nothing(tmp_path):
     store = Store(tmp_path / "db.sqlite3")
-    sents = sup.parse_upload(b"Anna B-PER\nwent O\n\nRome B-LOC\n", "f.conll")
+    sents = imp.parse_upload(b"Anna B-PER\nwent O\n\nRome B-LOC\n", "f.conll")
     with pytest.raises(InputError) as e:
-        sup.create_project(store, "p", sents, ["B-PER", "O"], "", (-1, 1), doc="f.conll")
+        store.create_project_from_sentences("p", sents, ["B-PER", "O"], "", (-1, 1), doc="f.conll")
     assert str(e.value).startswith("f.conll:4: sentence 2, token 1 ('Rome'): label 'B-LOC'")
     assert store.list_projects() == []
     with pytest.raises(InputError, match="template"):
-        sup.create_project(store, "p", sents, ["B-PER", "O", "B-LOC"], "U:%x[0,5]", (-1, 1))
+        store.create_project_from_sentences("p", sents, ["B-PER", "O", "B-LOC"], "U:%x[0,5]",
+                                            (-1, 1))
     assert store.list_projects() == []
-    pid = sup.create_project(store, "p", sents[:1], ["B-PER", "O"], "", (-1, 1))
+    pid = store.create_project_from_sentences("p", sents[:1], ["B-PER", "O"], "", (-1, 1))
     bad = sents[1:] + [Sentence([("x", "y")], None, 9)]
     with pytest.raises(InputError, match="2 columns, but the project's tokens have 1"):
-        sup.import_sentences(store, pid, bad, doc="g.conll", add_labels=["B-LOC"])
+        imp.import_sentences(store, pid, bad, doc="g.conll", add_labels=["B-LOC"])
     assert store.get_project(pid)["labels"] == ["B-PER", "O"]
     assert store.sentence_count(pid) == 1
-    assert sup.import_sentences(store, pid, sents[1:], add_labels=["B-LOC"]) == 1
+    assert imp.import_sentences(store, pid, sents[1:], add_labels=["B-LOC"]) == 1
     assert "B-LOC" in store.get_project(pid)["labels"]
 
 
@@ -560,33 +563,33 @@ def test_imports_interrupted_mid_write_leave_nothing(tmp_path, monkeypatch):
             conn.execute(f"CREATE TRIGGER boom BEFORE INSERT ON sentences WHEN NEW.position = "
                          f"{position} BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
 
-    sents = sup.parse_upload(b"Anna B-PER\nwent O\n\nRome B-LOC\n\nBob B-PER\n", "f.conll")
+    sents = imp.parse_upload(b"Anna B-PER\nwent O\n\nRome B-LOC\n\nBob B-PER\n", "f.conll")
     fail_sentence(1)  # the second sentence: the first is already inserted
-    with pytest.raises(sqlite3.IntegrityError):
-        sup.create_project(store, "p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        store.create_project_from_sentences("p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
                            heldout_fraction=0.34, doc="f.conll")
     fail_sentence(2)  # the held-out sentence, after both training sentences
-    with pytest.raises(sqlite3.IntegrityError):
-        sup.create_project(store, "p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        store.create_project_from_sentences("p", sents, ["B-PER", "O", "B-LOC"], "", (-1, 1),
                            heldout_fraction=0.34, doc="f.conll")
     fail_sentence(100)  # the sample copy's held-out part (sentence 321 of 400)
-    with pytest.raises(sqlite3.IntegrityError):
-        sup.create_sample_copy(store, "copy", ROOT / "sample_data")
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        store.create_sample_copy("copy", ROOT / "sample_data")
     assert store.list_projects() == []
 
     fail_sentence(2)  # the second imported sentence
-    pid = sup.create_project(store, "p", sents[:1], ["B-PER", "O"], "", (-1, 1))
+    pid = store.create_project_from_sentences("p", sents[:1], ["B-PER", "O"], "", (-1, 1))
     for split in ("train", "heldout"):
-        with pytest.raises(sqlite3.IntegrityError):
-            sup.import_sentences(store, pid, sents[1:], split=split, add_labels=["B-LOC"])
+        with pytest.raises(sqlalchemy.exc.IntegrityError):
+            imp.import_sentences(store, pid, sents[1:], split=split, add_labels=["B-LOC"])
         assert store.get_project(pid)["labels"] == ["B-PER", "O"]
         assert store.sentence_count(pid) == 1 and len(store.history(project_id=pid)) == 2
     fail_sentence(-1)  # off
-    assert sup.import_sentences(store, pid, sents[1:], split="heldout",
+    assert imp.import_sentences(store, pid, sents[1:], split="heldout",
                                 add_labels=["B-LOC"]) == 2
     assert store.get_project(pid)["labels"] == ["B-PER", "O", "B-LOC"]
     assert store.gold_data(pid)[2] == [["B-LOC"], ["B-PER"]]
-    copy = sup.create_sample_copy(store, "copy", ROOT / "sample_data")
+    copy = store.create_sample_copy("copy", ROOT / "sample_data")
     assert store.sentence_count(copy, "train") == 320
     assert store.sentence_count(copy, "heldout") == 80
 
@@ -628,7 +631,7 @@ def test_app_conll_export_of_a_spaced_token_shows_the_problem(tmp_path, monkeypa
     monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
     store = Store(db)
     sents = read_jsonl(b'{"tokens": ["in", "New York"], "labels": ["O", "B-LOC"]}\n')
-    pid = sup.create_project(store, "spaced", sents, ["O", "B-LOC"], "", (-1, 1))
+    pid = store.create_project_from_sentences("spaced", sents, ["O", "B-LOC"], "", (-1, 1))
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30)
@@ -639,7 +642,7 @@ def test_app_conll_export_of_a_spaced_token_shows_the_problem(tmp_path, monkeypa
     errors = [e.value for e in at.error]
     assert any("sentence 1 (line 1), token 2: column 'New York' contains whitespace" in e
                and "export as JSONL instead" in e for e in errors), errors
-    assert "New York" in sup.export_annotations(store, pid, "jsonl")
+    assert "New York" in exp.export_annotations(store, pid, "jsonl")
 
 
 # --------------------------------------------------------------------------- the benchmark

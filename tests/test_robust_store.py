@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.robustness.concurrency import run_concurrency_trial
-from bench.robustness.crashes import run_crash_trials
+from bench.robustness.crashes import run_crash_trials, run_label_crash_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = os.environ.get("GPSL_LONG_TESTS") == "1"
@@ -33,7 +33,7 @@ def assert_no_lost_writes(report: dict) -> None:
         assert report[key] == 0, (key, report)
     assert report["race_rounds_checked"] == report["race_rounds"] > 0
     assert report["race_both_in_history"] == report["race_rounds"]
-    assert report["race_later_write_wins"] == report["race_rounds"]
+    assert report["race_both_votes_kept"] == report["race_rounds"]
     assert report["integrity_check"] == "ok"
 
 
@@ -43,6 +43,23 @@ def test_concurrent_writers_lose_nothing(tmp_path, mode):
     report = run_concurrency_trial(tmp_path / "c.sqlite3", writers=4, labels_per_writer=50,
                                    mode=mode, race_rounds=8)
     assert_no_lost_writes(report)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_concurrent_writers_lose_nothing_on_postgresql(tmp_path, pg_url, mode):
+    report = run_concurrency_trial(pg_url, writers=4, labels_per_writer=50, mode=mode,
+                                   race_rounds=8, workdir=tmp_path)
+    assert_no_lost_writes(report)
+
+
+@pytest.mark.timeout(180)
+def test_sigkilled_writers_lose_nothing_committed_on_postgresql(tmp_path, postgres_server):
+    report = run_label_crash_trials(2, tmp_path, seed=3,
+                                    new_store=lambda k: postgres_server.new_database())
+    assert report["trials"] == report["intact"] == 2, report["failures"]
+    assert report["lost_labels"] == 0 and report["corrupted"] == 0
+    assert report["writes_reported"] > 0
 
 
 @pytest.mark.timeout(180)
@@ -121,7 +138,7 @@ def test_report_command_writes_json_and_markdown(tmp_path, monkeypatch):
 
     monkeypatch.setitem(report_main.SIZES, "default", {
         "inputs_per_kind": 3, "concurrency": [(2, 20, 0)], "race_rounds": 4, "crash_training": 1,
-        "crash_labels": 1})
+        "crash_labels": 1, "postgres_concurrency": [(2, 20, 0)], "postgres_crash_labels": 1})
     status = report_main.main(["--out", str(tmp_path)])
     report = json.loads((tmp_path / "robustness.json").read_text())
     s = report["summary"]
@@ -131,6 +148,14 @@ def test_report_command_writes_json_and_markdown(tmp_path, monkeypatch):
     assert s["tracebacks"] == s["input_tracebacks"]  # none from concurrency or crashes
     md = (tmp_path / "robustness.md").read_text()
     assert "python -m bench.robustness --out" in md and "| lost writes | 0 |" in md
+    assert "| figure | SQLite | PostgreSQL |" in md
+    pg = s["postgresql"]
+    if pg is None:  # no PostgreSQL here: the report says so (and CI must have it)
+        assert "PostgreSQL not run" in md and os.environ.get("CI", "") != "true"
+    else:
+        assert pg["writes_attempted"] == 2 * 2 * 20 and pg["lost_writes"] == 0
+        assert pg["locked_errors"] == 0 and pg["lost_labels_after_kill"] == 0
+        assert pg["label_crash_trials"] == pg["label_crash_trials_intact"] == 1
     if report["inputs"].get("available"):  # bench.robustness.inputs (its own tests check it)
         assert s["inputs_tried"] > 0
         assert s["inputs_tried"] == (s["inputs_accepted"] + s["inputs_rejected_cleanly"]

@@ -22,7 +22,8 @@ def test_requirements_are_pinned(name):
     specs = [ln for ln in lines if ln and not ln.startswith(("#", "-r "))]
     assert specs
     for spec in specs:
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][0-9A-Za-z.\-+]*", spec), spec
+        pinned = r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[0-9][0-9A-Za-z.\-+]*"
+        assert re.fullmatch(pinned, spec), spec
 
 
 def test_app_opens_on_the_sample_project(tmp_path, monkeypatch):
@@ -52,3 +53,23 @@ def served_app(tmp_path_factory):
 def test_streamlit_run_serves_app_on_localhost(served_app):
     assert get(served_app) == 200
     assert get(served_app + "_stcore/health") == 200
+
+
+def test_the_library_has_no_streamlit_and_no_html():
+    """View code lives in pages/: gpsl/ imports no Streamlit and writes no HTML markup."""
+    imports = re.compile(r"^\s*(import|from)\s+streamlit\b", re.M)
+    markup = re.compile(r"<\s*(div|span|style|sup|br|table|code|html)\b[^>]*>", re.I)
+    for path in (ROOT / "gpsl").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not imports.search(text), path
+        assert not markup.search(text), (path, markup.search(text))
+
+
+def test_annotation_modules_are_small():
+    """One job per module in gpsl/annotation (no module over about 600 lines)."""
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
+             for p in (ROOT / "gpsl" / "annotation").glob("*.py")}
+    assert {"db.py", "validate.py", "projects.py", "sentences.py", "labels.py",
+            "versions.py", "predictions.py", "queue.py", "imports.py", "exports.py",
+            "pipeline.py", "jobs.py", "facade.py"} <= set(sizes)
+    assert max(sizes.values()) <= 600, sizes

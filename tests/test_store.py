@@ -1,4 +1,4 @@
-"""Tests for gpsl.store: the SQLite annotation project store."""
+"""Tests for gpsl.annotation (through its Store facade), on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy.exc
 
-from gpsl.errors import GpslError, InputError
-from gpsl.io import Sentence, read_conll
-from gpsl.store import (
+from gpsl.annotation import (
     SAMPLE_PROJECT_NAME,
     SCHEMA_VERSION,
     NotFoundError,
     Store,
-    default_db_path,
-    sort_labels,
+    default_db_url,
 )
+from gpsl.errors import GpslError, InputError
+from gpsl.io import Sentence, read_conll
+from gpsl.tags import sort_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -32,8 +33,15 @@ LABELS = ["B", "I", "O"]
 
 
 @pytest.fixture
-def store(tmp_path):
-    return Store(tmp_path / "data" / "gpsl.sqlite3")
+def store(store_target):
+    """A new store on SQLite and on PostgreSQL (the tests below run on both)."""
+    s = Store(store_target)
+    yield s
+    s.close()
+
+
+# tests that look into the SQLite file itself
+SQLITE_ONLY = pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)
 
 
 def words(n, prefix="w"):
@@ -60,13 +68,14 @@ def today():
 # ----------------------------------------------------------------------------- basics
 
 
-def test_default_db_path(monkeypatch, tmp_path):
+def test_default_db_url(monkeypatch, tmp_path):
     monkeypatch.delenv("GPSL_DB", raising=False)
-    assert default_db_path(tmp_path) == tmp_path / "data" / "gpsl.sqlite3"
+    assert default_db_url(tmp_path) == str(tmp_path / "data" / "gpsl.sqlite3")
     monkeypatch.setenv("GPSL_DB", str(tmp_path / "other.db"))
-    assert default_db_path(tmp_path) == tmp_path / "other.db"
+    assert default_db_url(tmp_path) == str(tmp_path / "other.db")
 
 
+@SQLITE_ONLY
 def test_schema_wal_and_version(store, tmp_path):
     con = sqlite3.connect(store.path)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -109,10 +118,9 @@ def test_project_crud(store):
     assert store.delete_project(pid) is True
     assert store.get_project(pid) is None and store.delete_project(pid) is False
     assert [q["id"] for q in store.list_projects()] == [pid2]
-    con = sqlite3.connect(store.path)  # cascades
-    assert con.execute("SELECT COUNT(*) FROM sentences").fetchone()[0] == 0
-    assert con.execute("SELECT COUNT(*) FROM annotation_history").fetchone()[0] == 0
-    con.close()
+    for table in ("sentences", "votes", "annotation_history"):  # cascades
+        assert store.db.read(lambda c, t=table: c.exec_driver_sql(
+            f"SELECT COUNT(*) FROM {t}").scalar()) == 0
 
 
 def test_sort_labels():
@@ -187,6 +195,7 @@ def _drop_trigger(path):
         conn.execute("DROP TRIGGER boom")
 
 
+@SQLITE_ONLY
 def test_create_project_with_sentences_is_one_transaction(store):
     train = [Sentence(words(2), ["B", "O"], line=1), {"tokens": words(3)}]
     held = [{"tokens": words(2)}]
@@ -207,7 +216,7 @@ def test_create_project_with_sentences_is_one_transaction(store):
                                                                 "labels": ["X"]}])
     # an SQL failure after the project row and the first sentence are inserted
     _fail_sentence_insert(store.path)
-    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+    with pytest.raises(sqlalchemy.exc.IntegrityError, match="injected failure"):
         store.create_project("q", LABELS, sentences=train)
     _drop_trigger(store.path)
     assert [p["name"] for p in store.list_projects()] == ["p"]
@@ -218,6 +227,7 @@ def test_create_project_with_sentences_is_one_transaction(store):
     assert store.sentence_count(store.create_project("q", LABELS, "", [-1])) == 0
 
 
+@SQLITE_ONLY
 def test_add_sentences_with_new_labels_is_one_transaction(store):
     pid = store.create_project("p", ["O"], sentences=[{"tokens": words(1), "labels": ["O"]}])
     before = (store.get_project(pid), store.history(project_id=pid), store.progress(pid))
@@ -227,7 +237,7 @@ def test_add_sentences_with_new_labels_is_one_transaction(store):
         store.add_sentences(pid, bad, add_labels=["B-X"])
     # an SQL failure after the label update and the first sentence
     _fail_sentence_insert(store.path, position=2)
-    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+    with pytest.raises(sqlalchemy.exc.IntegrityError, match="injected failure"):
         store.add_sentences(pid, bad[:1] * 2, add_labels=["B-X", "I-X"])
     _drop_trigger(store.path)
     with pytest.raises(InputError, match="invalid label"):
@@ -254,8 +264,9 @@ def test_set_clear_undo_round_trip(store):
     assert store.get_sentence(s1)["labels"] == ["B", "I", None]
     hist = store.history(project_id=pid, annotator="alice")
     assert [h["id"] for h in hist] == [h3, h2, h1]
+    # history rows are alice's own vote changes: she had no vote on the imported O
     assert [(h["action"], h["old_label"], h["new_label"]) for h in hist] == [
-        ("clear", "O", None), ("set", "B", "I"), ("set", None, "B")]
+        ("clear", None, None), ("set", "B", "I"), ("set", None, "B")]
 
     u = store.undo(pid, "alice")  # undo the clear: O is back, set by the importer
     assert u["sentence_id"] == s1 and u["changes"] == [
@@ -296,19 +307,53 @@ def test_set_labels_batch_is_one_undo_step(store):
     assert store.get_sentence(s3)["labels"] == [None] * 4
 
 
-def test_last_write_wins_both_in_history(store):
+def test_two_annotators_keep_two_votes_and_undo_only_their_own(store):
     pid, (_, _, s3, _) = small_project(store)
     store.set_label(s3, 1, "B", "alice")
     store.set_label(s3, 1, "O", "bob")
     s = store.get_sentence(s3)
-    assert s["labels"][1] == "O" and s["annotators"][1] == "bob"
+    assert s["votes"][1] == {"alice": "B", "bob": "O"}
+    assert s["labels"][1] is None  # a tie is left missing
+    assert store.progress(pid)["disputed_tokens"] == 1
     hist = store.history(sentence_id=s3)
     assert [(h["annotator"], h["old_label"], h["new_label"]) for h in hist] == [
-        ("bob", "B", "O"), ("alice", None, "B")]
-    # alice's undo still reverts her own latest change (to its previous value)
-    store.undo(pid, "alice")
-    assert store.get_sentence(s3)["labels"][1] is None
-    assert len(store.history(sentence_id=s3)) == 3
+        ("bob", None, "O"), ("alice", None, "B")]
+    store.set_label(s3, 1, "O", "carol")  # a majority decides
+    assert store.get_sentence(s3)["labels"][1] == "O"
+    store.adjudicate(s3, 1, "B", "lead")  # the lead's decision wins over the votes
+    assert store.get_sentence(s3)["labels"][1] == "B"
+    store.adjudicate(s3, 1, None, "lead")
+    # alice's undo removes her vote and nothing else
+    u = store.undo(pid, "alice")
+    assert u["annotator"] == "alice"
+    s = store.get_sentence(s3)
+    assert s["votes"][1] == {"bob": "O", "carol": "O"} and s["labels"][1] == "O"
+    assert store.undo(pid, "alice") is None
+    assert len(store.history(sentence_id=s3)) == 4
+    # bob's undo leaves carol's vote
+    store.undo(pid, "bob")
+    assert store.get_sentence(s3)["votes"][1] == {"carol": "O"}
+
+
+def test_derive_labels_policy():
+    from gpsl.annotation.labels import Vote, derive_labels
+
+    v = Vote
+    got = derive_labels({0: [v("a", "B", "human", "1")],
+                         1: [v("a", "B", "human", "1"), v("b", "O", "human", "2")],
+                         2: [v("a", "B", "human", "1"), v("b", "O", "human", "2"),
+                             v("c", "O", "accepted", "3")],
+                         3: [v("a", "B", "human", "1"), v("b", "O", "human", "2")],
+                         4: [v("import", "O", "import", "0"), v("a", "B", "human", "1")],
+                         5: [v("import", "O", "import", "0")],
+                         6: [v("a", None, "human", "1"), v("import", "O", "import", "0")]},
+                        {3: "I"})
+    assert {t: (d.label if d else None) for t, d in got.items()} == {
+        0: "B", 1: None, 2: "O", 3: "I", 4: "B", 5: "O", 6: None}
+    # the hook a crowd model plugs into decides disputed tokens
+    crowd = derive_labels({1: [v("a", "B", "human", "1"), v("b", "O", "human", "2")]}, {},
+                          posterior=lambda t, votes: "B")
+    assert crowd[1].label == "B" and crowd[1].annotator == "a"
 
 
 def test_failed_write_leaves_nothing_behind(store, monkeypatch):
@@ -322,7 +367,9 @@ def test_failed_write_leaves_nothing_behind(store, monkeypatch):
     def boom(*args):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(Store, "_refresh_scores", staticmethod(boom))
+    from gpsl.annotation import queue
+
+    monkeypatch.setattr(queue, "refresh_scores", boom)
     with pytest.raises(RuntimeError):
         store.set_labels(s1, {0: "O", 1: None}, "alice")
     assert store.get_sentence(s1)["labels"] == ["B", "I", "O"]
@@ -346,6 +393,9 @@ def test_progress_exact(store):
     pid, (s1, s2, s3, s4) = small_project(store)
     p = store.progress(pid)
     assert (p["sentences"], p["tokens"], p["labeled_tokens"]) == (4, 11, 6)
+    quick = store.progress(pid, detail=False)  # the sidebar's counts only
+    assert {k: quick[k] for k in ("sentences", "tokens", "labeled_tokens", "pct_complete")} == \
+        {k: p[k] for k in ("sentences", "tokens", "labeled_tokens", "pct_complete")}
     assert (p["complete_sentences"], p["partial_sentences"], p["unlabeled_sentences"]) == (2, 1, 1)
     assert p["pct_complete"] == pytest.approx(600 / 11)
     store.set_label(s3, 0, "B", "alice")
@@ -443,10 +493,14 @@ def test_predictions_round_trip_and_uncertainty_queue(store):
     with pytest.raises(NotFoundError):
         store.save_predictions(vid, {10**6: marg([0.5])})
     assert store.get_predictions(vid)[s0].tobytes() == preds[s0].tobytes()
-    rid = store.record_query_round(pid, vid, "least_confident", [[s2, 1, 0.6], [s1, None, 0.7]])
-    rounds = store.list_query_rounds(pid)
-    assert [r["id"] for r in rounds] == [rid]
-    assert rounds[0]["items"] == [[s2, 1, pytest.approx(0.6)], [s1, None, pytest.approx(0.7)]]
+    # the queue's order is gpsl.active's sentence score over the unlabeled tokens
+    from gpsl.active import sentence_scores
+
+    labeled = [np.array([True, False, False]), np.zeros(3, bool), np.zeros(3, bool)]
+    scores = sentence_scores([preds[s0], preds[s1], preds[s2]], labeled,
+                             strategy="sentence_least_confidence")
+    assert [[s0, s1, s2][i] for i in np.argsort(-scores)] == store.queue(pid)[:3]
+    assert [r["sentence_id"] for r in store.ranked_queue(pid, 3)] == store.queue(pid)[:3]
     assert store.prune_predictions(pid, keep=0) == 0  # the active version is kept
     assert store.delete_predictions(vid) == 4 and store.get_predictions(vid) == {}
 
@@ -519,16 +573,18 @@ def test_model_version_lifecycle(store):
 # ---------------------------------------------------------------------- concurrency
 
 
-def _process_writer(path, sentence_ids, annotator):
+def _process_writer(target, sentence_ids, annotator, err_dir=None):
     try:
-        st = Store(path)
+        st = Store(target)
         for sid in sentence_ids:
             for t in range(20):
                 st.set_label(sid, t, LABELS[t % 3], annotator)
+        st.close()
     except BaseException:  # report the child's error to the parent test, then fail
         import traceback
 
-        Path(f"{path}.{annotator}.err").write_text(traceback.format_exc())
+        if err_dir is not None:
+            (Path(err_dir) / f"{annotator}.err").write_text(traceback.format_exc())
         raise
 
 
@@ -555,7 +611,7 @@ def test_threads_share_one_store(store):
 
     def work(k):
         try:
-            _process_writer(store.path, [], names[k])  # a second Store on the same file
+            _process_writer(store.target, [], names[k])  # a second Store on the same store
             for sid in ids[10 * k:10 * k + 10]:
                 for t in range(20):
                     store.set_label(sid, t, LABELS[t % 3], names[k])
@@ -572,16 +628,17 @@ def test_threads_share_one_store(store):
     _check_all_written(store, pid, ids, names)
 
 
-def test_processes_share_one_file(store):
+def test_processes_share_one_store(store, tmp_path):
     pid, ids = _concurrency_project(store, 20)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_process_writer, args=(str(store.path), ids[10 * k:10 * k + 10],
-                                                       f"p{k}")) for k in range(2)]
+    procs = [ctx.Process(target=_process_writer, args=(store.target, ids[10 * k:10 * k + 10],
+                                                       f"p{k}", str(tmp_path)))
+             for k in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
-    errors = [Path(f"{store.path}.p{k}.err") for k in range(2)]
+    errors = [tmp_path / f"p{k}.err" for k in range(2)]
     assert [p.exitcode for p in procs] == [0, 0], [e.read_text() for e in errors if e.exists()]
     _check_all_written(store, pid, ids, ["p0", "p1"])
 
@@ -666,7 +723,7 @@ def test_processes_opening_a_new_file_at_once_never_see_locked(tmp_path):
 
 
 def test_a_lock_held_past_the_timeout_is_a_clear_error(tmp_path):
-    from gpsl.store import StoreBusyError
+    from gpsl.annotation import StoreBusyError
 
     store = Store(tmp_path / "s.sqlite3", timeout=0.3)
     pid = store.create_project("p", LABELS)

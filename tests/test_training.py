@@ -1,4 +1,4 @@
-"""The app's training worker (gpsl.training): background process, busy check, kills."""
+"""Training jobs (gpsl.annotation.jobs / pipeline): background process, busy check, kills."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from _support import BP, OUT, tiny_store
 
-from gpsl import training
+from gpsl.annotation import Store, jobs, pipeline
 from gpsl.errors import InputError
 from gpsl.model import GPSL
-from gpsl.store import Store
 
-TINY = training.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
+TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 
 
 def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
@@ -30,7 +29,7 @@ def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
 
 def kill_worker(vid: int) -> None:
     """SIGKILL a worker this test started (by its Popen) and reap it."""
-    proc = training._WORKERS.get(vid)
+    proc = (jobs._WORKERS.get(vid) or (None,))[0]
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -39,7 +38,7 @@ def kill_worker(vid: int) -> None:
 @pytest.mark.timeout(180)
 def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    vid = training.start_training(store, pid, TINY)
+    vid = jobs.start_training(store, pid, TINY)
     first = store.get_model_version(vid)
     assert first["settings"]["pid"] != os.getpid()  # a separate process
     assert first["status"] in ("running", "done")
@@ -49,7 +48,7 @@ def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     assert version["status"] == "done", version["error"]
     assert version["active"]
     root = tmp_path / "models"
-    assert Path(version["path"]) == training.model_dir(root, pid, vid)
+    assert Path(version["path"]) == pipeline.model_dir(root, pid, vid)
     model = GPSL.load(version["path"])
     assert model.classes_ == version["classes"]
     all_ids = store.sentence_ids(pid)
@@ -62,22 +61,23 @@ def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     assert version["metrics"]["heldout_tokens"] == 5
     assert 0.0 <= version["metrics"]["heldout_accuracy"] <= 1.0
     assert len(version["bound_trace"]) >= 3
-    rounds = store.list_query_rounds(pid)
-    assert rounds and rounds[-1]["model_version_id"] == vid
-    progress = training.read_progress(root, pid, vid)
+    progress = pipeline.read_progress(root, pid, vid)
     assert progress["phase"] == "done" and progress["iteration"] == 3
-    assert training.running_version(store, pid) is None
+    # the prediction phase reported its progress per chunk, up to every sentence
+    assert progress["total"] == len(all_ids) and progress["done"] == len(all_ids)
+    assert progress["inference"] == "auto" and version["metrics"]["inference"] in ("full", "sparse")
+    assert jobs.running_version(store, pid) is None
 
 
 def test_train_now_records_errors(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     store.update_project(pid, template="this is not a template")
-    version = training.train_now(store, pid, TINY, raise_errors=False)
+    version = jobs.train_now(store, pid, TINY, raise_errors=False)
     assert version["status"] == "failed"
     assert "\n" not in version["error"] and "template" in version["error"]
     assert store.active_model(pid) is None
     with pytest.raises(InputError):
-        training.train_now(store, pid, TINY)
+        jobs.train_now(store, pid, TINY)
 
 
 def test_start_refuses_a_project_without_labels(tmp_path):
@@ -85,7 +85,7 @@ def test_start_refuses_a_project_without_labels(tmp_path):
     pid = store.create_project("empty", [BP, OUT])
     store.add_sentences(pid, [{"tokens": ["a", "b"]}])
     with pytest.raises(InputError, match="no labeled tokens"):
-        training.start_training(store, pid, TINY)
+        jobs.start_training(store, pid, TINY)
     assert store.list_model_versions(pid) == []
 
 
@@ -93,22 +93,22 @@ def test_start_refuses_a_project_without_labels(tmp_path):
 def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    first = training.train_now(store, pid, TINY)
+    first = jobs.train_now(store, pid, TINY)
     assert first["status"] == "done" and store.active_model(pid)["id"] == first["id"]
 
     # the worker stops after saving the model into its staging dir, before the rename
-    monkeypatch.setenv(training.TEST_HOOK_ENV, "pause-after-staging")
-    vid = training.start_training(store, pid, TINY)
+    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
+    vid = jobs.start_training(store, pid, TINY)
     try:
-        wait_until(lambda: (training.read_progress(root, pid, vid) or {}).get("phase")
+        wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
         staging = root / str(pid) / f".staging-{vid}"
         assert (staging / "model.json").is_file()  # a complete but not yet renamed model
         assert store.get_model_version(vid)["status"] == "running"
-        with pytest.raises(training.TrainingBusyError):
-            training.start_training(store, pid, TINY)
-        with pytest.raises(training.TrainingBusyError):
-            training.train_now(store, pid, TINY)
+        with pytest.raises(jobs.TrainingBusyError):
+            jobs.start_training(store, pid, TINY)
+        with pytest.raises(jobs.TrainingBusyError):
+            jobs.train_now(store, pid, TINY)
     finally:
         kill_worker(vid)
 
@@ -117,25 +117,25 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
     assert killed["status"] in ("failed", "killed") and killed["path"] is None
     assert not killed["active"]
     assert store.active_model(pid)["id"] == first["id"]
-    assert not training.model_dir(root, pid, vid).exists()
+    assert not pipeline.model_dir(root, pid, vid).exists()
     assert store.get_predictions(vid) == {}
     with pytest.raises(InputError):  # a failed version can never become active
         store.set_active_model(pid, vid)
-    assert training.cleanup_staging(store, pid, root) == [staging]
-    assert training.running_version(store, pid) is None
+    assert jobs.cleanup_staging(store, pid, root) == [staging]
+    assert jobs.running_version(store, pid) is None
 
 
 @pytest.mark.timeout(180)
 def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    monkeypatch.setenv(training.TEST_HOOK_ENV, "pause-after-staging")
-    vid = training.start_training(store, pid, TINY)
+    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
+    vid = jobs.start_training(store, pid, TINY)
     try:
-        wait_until(lambda: (training.read_progress(root, pid, vid) or {}).get("phase")
+        wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
-        assert training.stop_training(store, vid)
-        proc = training._WORKERS.get(vid)
+        assert jobs.stop_training(store, vid)
+        proc = (jobs._WORKERS.get(vid) or (None,))[0]
         if proc is not None:
             assert proc.wait(timeout=30) == -signal.SIGTERM
     finally:
@@ -143,7 +143,7 @@ def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     version = store.get_model_version(vid)
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None
-    assert not training.stop_training(store, vid)  # not running any more
+    assert not jobs.stop_training(store, vid)  # not running any more
 
 
 def test_recover_cleans_what_killed_workers_leave(tmp_path):
@@ -151,7 +151,7 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
     staging, temporary and orphaned model directories; done and running ones stay."""
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    done = training.train_now(store, pid, TINY, root)
+    done = jobs.train_now(store, pid, TINY, root)
     dead = store.start_model_version(pid, TINY.to_settings(), pid=2 ** 22 + 12345)
     alive = store.start_model_version(pid, TINY.to_settings())  # this process: alive
     base = root / str(pid)
@@ -163,7 +163,7 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
         (p / "model.json").write_text("{}")
     kept.append(Path(done["path"]))
 
-    out = training.recover(store, root)
+    out = jobs.recover(store, root)
     assert out["failed"] == [dead]
     assert sorted(out["removed"]) == sorted(leftovers)
     assert all(not p.exists() for p in leftovers) and all(p.exists() for p in kept)
@@ -171,3 +171,120 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
     assert store.get_model_version(alive)["status"] == "running"
     assert store.active_model(pid)["id"] == done["id"]
     assert GPSL.load(done["path"]).classes_ == done["classes"]
+
+
+def test_trains_on_every_labeled_sentence_and_counts_a_label_made_before_the_run(tmp_path):
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    before = store.progress(pid, "train")["labeled_tokens"]
+    unlabeled = store.sentence_ids(pid, "train")[3]  # "Bob Smith went to Paris ."
+    store.set_label(unlabeled, 4, "B-LOC", "alice")  # the only label of that sentence
+    version = jobs.train_now(store, pid, TINY)
+    assert version["status"] == "done", version["error"]
+    assert version["n_labeled_tokens"] == before + 1
+    assert version["metrics"]["train_labeled_tokens"] == before + 1
+    with_labels = [s for s in store.get_sentences(pid, "train")
+                   if any(lab is not None for lab in s["labels"])]
+    assert version["metrics"]["train_sentences"] == len(with_labels) == 4
+    # the optional cap still works: the most labeled sentences first
+    capped = jobs.train_now(store, pid, pipeline.TrainConfig(max_iter=2, max_sentences=2))
+    assert capped["metrics"]["train_sentences"] == 2
+
+
+def test_train_config_offers_the_inference_modes():
+    assert pipeline.TrainConfig().inference == "auto"
+    assert pipeline.TrainConfig(inference="full").to_settings()["inference"] == "full"
+    with pytest.raises(InputError, match="inference"):
+        pipeline.TrainConfig(inference="magic")
+    assert pipeline.TrainConfig().max_sentences is None  # no cap by default
+
+
+def test_eta_from_the_progress_callback():
+    assert pipeline.eta_seconds({"phase": "fitting", "seconds": [2.0, 4.0], "iteration": 2,
+                                 "max_iter": 10}) == pytest.approx(16.0)
+    assert pipeline.eta_seconds({"phase": "fitting", "seconds": []}) is None
+    t0 = time.time() - 10
+    eta = pipeline.eta_seconds({"phase": "predicting", "done": 50, "total": 100,
+                                "phase_started": t0})
+    assert eta == pytest.approx(10.0, abs=1.0)
+
+
+def test_a_reused_pid_is_not_taken_for_a_live_worker_and_is_never_signalled(tmp_path):
+    import subprocess
+    import sys
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = jobs.process_started(other.pid)
+        # a version whose worker had this pid before: its start time differs
+        vid = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
+        store.set_model_worker(vid, other.pid, started - 100.0)
+        assert jobs.worker_alive(store.get_model_version(vid)["settings"]) is False
+        assert jobs.stop_training(store, vid)  # marks it killed ...
+        time.sleep(0.3)
+        assert other.poll() is None  # ... and never signals the other process
+        # the same pid with the right start time but not a gpsl worker of this version
+        vid2 = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
+        store.set_model_worker(vid2, other.pid, started)
+        assert jobs.worker_alive(store.get_model_version(vid2)["settings"]) is True
+        assert jobs.stop_training(store, vid2)
+        time.sleep(0.3)
+        assert other.poll() is None
+        # a running version whose pid was reused is marked failed, with a reason
+        vid3 = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
+        store.set_model_worker(vid3, other.pid, started - 100.0)
+        assert jobs.running_version(store, pid) is None
+        v3 = store.get_model_version(vid3)
+        assert v3["status"] == "failed" and f"worker process {other.pid} is gone" in v3["error"]
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.timeout(180)
+def test_a_dying_worker_records_why(tmp_path, monkeypatch):
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    root = tmp_path / "models"
+    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
+    vid = jobs.start_training(store, pid, TINY)
+    try:
+        wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
+                   == "paused")
+    finally:
+        kill_worker(vid)
+    jobs.reap_workers()
+    v = store.get_model_version(vid)
+    assert v["status"] == "failed" and "killed by SIGKILL" in v["error"]
+
+
+def test_a_damaged_model_is_never_offered_for_download(tmp_path):
+    from gpsl.annotation import exports
+    from gpsl.errors import ModelFormatError
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    version = jobs.train_now(store, pid, TINY)
+    blob = exports.model_zip(version["path"])
+    assert blob[:2] == b"PK"
+    arrays = Path(version["path"]) / "arrays.npz"
+    arrays.write_bytes(arrays.read_bytes()[: arrays.stat().st_size // 2])  # truncated
+    with pytest.raises(ModelFormatError, match="arrays"):
+        exports.check_model(version["path"])
+    with pytest.raises(ModelFormatError):
+        exports.model_zip(version["path"])
+
+
+def test_the_parent_records_why_a_worker_could_not(tmp_path):
+    """A worker whose failure could not be written (the disk full) exits with the errno;
+    the app process that started it records the reason."""
+    import errno
+    import subprocess
+    import sys
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.exit({errno.ENOSPC})"])
+    vid = store.start_model_version(pid, TINY.to_settings(), pid=proc.pid)
+    jobs._WORKERS[vid] = (proc, store)
+    proc.wait()
+    jobs.reap_workers()
+    v = store.get_model_version(vid)
+    assert v["status"] == "failed" and "out of disk space" in v["error"]

@@ -9,7 +9,10 @@ Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness
 * **concurrent annotators** (:mod:`bench.robustness.concurrency`): 4 processes and 4
   threads writing 500 labels each to one store, plus same-token races;
 * **crashes** (:mod:`bench.robustness.crashes`): training workers and label writers killed
-  with SIGKILL, then the store reopened and checked.
+  with SIGKILL, then the store reopened and checked;
+* **PostgreSQL**: the concurrency trials (16 writers x 1,000 label writes) and the label
+  writers killed with SIGKILL again on a temporary PostgreSQL server (:mod:`bench.postgres`),
+  shown next to SQLite in one table.
 
 Default sizes (about 300 inputs: 40 per input kind, 4 writers x 500 labels per mode, 6 + 6
 crash trials) finish in a minute or two; ``--long`` runs the full sizes (about 2,000 inputs:
@@ -31,11 +34,14 @@ from pathlib import Path
 from bench import common
 
 SIZES = {
-    "default": {"inputs_per_kind": 40, "concurrency": [(4, 500, 0)], "race_rounds": 20,
-                "crash_training": 6, "crash_labels": 6},
+    "default": {"inputs_per_kind": 40, "concurrency": [(4, 500, 0), (16, 1000, 0)],
+                "race_rounds": 20, "crash_training": 6, "crash_labels": 6,
+                "postgres_concurrency": [(16, 1000, 0)], "postgres_crash_labels": 6},
     "long": {"inputs_per_kind": 285, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
-                                             (8, 250, 3)],
-             "race_rounds": 40, "crash_training": 20, "crash_labels": 20},
+                                             (8, 250, 3), (16, 1000, 0)],
+             "race_rounds": 40, "crash_training": 20, "crash_labels": 20,
+             "postgres_concurrency": [(16, 1000, 0), (4, 500, 1)],
+             "postgres_crash_labels": 20},
 }
 
 
@@ -76,6 +82,48 @@ def run_concurrency(plan, race_rounds: int, workdir: Path) -> list[dict]:
     return out
 
 
+def run_postgres(plan, race_rounds: int, n_label_crashes: int, seed: int,
+                 workdir: Path) -> dict:
+    """The concurrency and label-crash trials on a temporary PostgreSQL server (Debian's
+    postgresql, fsync on), one new database per trial."""
+    from bench.postgres import PostgresUnavailable, TempPostgres
+    from bench.robustness.concurrency import run_concurrency_trial
+    from bench.robustness.crashes import run_label_crash_trials
+
+    try:
+        server = TempPostgres(fsync=True).start()
+    except PostgresUnavailable as exc:
+        return {"available": False, "error": str(exc)}
+    try:
+        conc = []
+        for mode in ("process", "thread"):
+            for writers, per, s in plan:
+                try:
+                    conc.append(run_concurrency_trial(
+                        server.new_database(), writers=writers, labels_per_writer=per,
+                        mode=mode, seed=s, race_rounds=race_rounds, workdir=workdir / "pg"))
+                except Exception:
+                    conc.append({"mode": mode, "writers": writers, "labels_per_writer": per,
+                                 "seed": s, "writes_attempted": writers * per,
+                                 "writes_found": 0, "lost_writes": writers * per,
+                                 "errors": 1, "locked_errors": 0, "tracebacks": 1,
+                                 "integrity_check": "unknown",
+                                 "traceback": traceback.format_exc()[-800:]})
+        started = time.perf_counter()
+        try:
+            crashes = run_label_crash_trials(n_label_crashes, workdir / "pg", seed,
+                                             new_store=lambda k: server.new_database())
+            crashes["seconds"] = round(time.perf_counter() - started, 1)
+        except Exception:
+            crashes = {"trials": n_label_crashes, "intact": 0, "corrupted": 0,
+                       "lost_labels": 0, "tracebacks": 1, "writes_reported": 0,
+                       "traceback": traceback.format_exc()[-800:]}
+        return {"available": True, "server": f"PostgreSQL ({server.bindir.parent.name})",
+                "concurrency": conc, "label_crashes": crashes}
+    finally:
+        server.stop()
+
+
 def run_crashes(n_training: int, n_labels: int, seed: int, workdir: Path) -> dict:
     from bench.robustness.crashes import run_crash_trials
 
@@ -90,7 +138,30 @@ def run_crashes(n_training: int, n_labels: int, seed: int, workdir: Path) -> dic
     return out
 
 
-def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
+def _column(conc: list[dict], label_crashes: dict) -> dict:
+    """The figures of one back end (a column of the SQLite / PostgreSQL table)."""
+    return {
+        "writers": max((c["writers"] for c in conc), default=0),
+        "writes_attempted": sum(c["writes_attempted"] for c in conc),
+        "writes_found": sum(c.get("writes_found", 0) for c in conc),
+        "lost_writes": sum(c["lost_writes"] for c in conc),
+        "write_errors": sum(c.get("errors", 0) for c in conc),
+        "locked_errors": sum(c.get("locked_errors", 0) for c in conc),
+        "race_rounds": sum(c.get("race_rounds", 0) for c in conc),
+        "race_rounds_both_votes_kept": sum(c.get("race_both_votes_kept", 0) for c in conc),
+        "stores_corrupted": sum(c.get("integrity_check") != "ok" for c in conc),
+        "label_crash_trials": label_crashes.get("trials", 0),
+        "label_crash_trials_intact": label_crashes.get("intact", 0),
+        "label_writes_reported": label_crashes.get("writes_reported", 0),
+        "lost_labels_after_kill": label_crashes.get("lost_labels", 0),
+        "tracebacks": sum(c.get("tracebacks", 0) for c in conc)
+        + label_crashes.get("tracebacks", 0),
+    }
+
+
+def summarize(inputs: dict, conc: list[dict], crashes: dict, postgres: dict | None = None
+              ) -> dict:
+    postgres = postgres or {"available": False, "error": "not run"}
     s = {
         "inputs_tried": inputs.get("tried", 0),
         "inputs_accepted": inputs.get("accepted", 0),
@@ -102,13 +173,17 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
         "write_errors": sum(c.get("errors", 0) for c in conc),
         "locked_errors": sum(c.get("locked_errors", 0) for c in conc),
         "race_rounds": sum(c.get("race_rounds", 0) for c in conc),
-        "race_rounds_later_write_wins": sum(c.get("race_later_write_wins", 0) for c in conc),
+        "race_rounds_both_votes_kept": sum(c.get("race_both_votes_kept", 0) for c in conc),
         "race_rounds_both_in_history": sum(c.get("race_both_in_history", 0) for c in conc),
         "concurrency_stores_corrupted": sum(c.get("integrity_check") != "ok" for c in conc),
         "crash_trials": crashes.get("trials", 0),
         "crash_trials_intact": crashes.get("intact", 0),
         "crash_stores_corrupted": crashes.get("corrupted", 0),
         "lost_labels_after_kill": crashes.get("lost_labels", 0),
+        "sqlite": _column(conc, crashes.get("labels", {})),
+        "postgresql": _column(postgres["concurrency"], postgres["label_crashes"])
+        if postgres.get("available") else None,
+        "postgresql_error": None if postgres.get("available") else postgres.get("error"),
     }
     s["tracebacks"] = (s["input_tracebacks"] + sum(c.get("tracebacks", 0) for c in conc)
                        + crashes.get("tracebacks", 0))
@@ -116,11 +191,17 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict) -> dict:
         inputs.get("available") and not inputs.get("error")
         and s["inputs_tried"] == s["inputs_accepted"] + s["inputs_rejected_cleanly"]
         and s["tracebacks"] == 0 and s["lost_writes"] == 0 and s["write_errors"] == 0
-        and s["race_rounds_later_write_wins"] == s["race_rounds"]
+        and s["race_rounds_both_votes_kept"] == s["race_rounds"]
         and s["race_rounds_both_in_history"] == s["race_rounds"]
         and s["concurrency_stores_corrupted"] == 0
         and s["crash_trials_intact"] == s["crash_trials"] and s["crash_stores_corrupted"] == 0
-        and s["lost_labels_after_kill"] == 0)
+        and s["lost_labels_after_kill"] == 0
+        and (s["postgresql"] is None or (
+            s["postgresql"]["lost_writes"] == 0 and s["postgresql"]["write_errors"] == 0
+            and s["postgresql"]["tracebacks"] == 0 and s["postgresql"]["stores_corrupted"] == 0
+            and s["postgresql"]["lost_labels_after_kill"] == 0
+            and s["postgresql"]["label_crash_trials_intact"]
+            == s["postgresql"]["label_crash_trials"])))
     return s
 
 
@@ -144,8 +225,8 @@ def markdown(report: dict) -> str:
         f"| lost writes | {s['lost_writes']} |",
         f"| errors seen by writers (\"database is locked\") | {s['write_errors']} "
         f"({s['locked_errors']}) |",
-        f"| same-token races: later write wins, both in history | "
-        f"{s['race_rounds_later_write_wins']} / {s['race_rounds']}, "
+        f"| same-token races: both votes kept, both in history | "
+        f"{s['race_rounds_both_votes_kept']} / {s['race_rounds']}, "
         f"{s['race_rounds_both_in_history']} / {s['race_rounds']} |",
         f"| crash trials (SIGKILL) | {s['crash_trials']} |",
         f"| trials with data intact | {s['crash_trials_intact']} |",
@@ -154,6 +235,43 @@ def markdown(report: dict) -> str:
         f"| labels lost after a kill | {s['lost_labels_after_kill']} |",
         "",
     ]
+    lines += ["## SQLite and PostgreSQL", "",
+              "The same trials on both back ends: concurrent label writers (processes and "
+              "threads, same-token races) and label writers killed with SIGKILL.", ""]
+    pg = s.get("postgresql")
+    if pg is None:
+        lines += [f"PostgreSQL not run: {s.get('postgresql_error')}", ""]
+    sq = s["sqlite"]
+    rows = [("most writers in one trial", "writers"),
+            ("label writes attempted", "writes_attempted"),
+            ("label writes found", "writes_found"), ("lost writes", "lost_writes"),
+            ("errors seen by writers", "write_errors"),
+            ("\"locked\" errors", "locked_errors"),
+            ("same-token races: both votes kept", "race_rounds_both_votes_kept"),
+            ("corrupted stores", "stores_corrupted"),
+            ("label writers SIGKILLed", "label_crash_trials"),
+            ("... stores intact", "label_crash_trials_intact"),
+            ("... writes reported before the kills", "label_writes_reported"),
+            ("... committed labels lost", "lost_labels_after_kill"),
+            ("tracebacks", "tracebacks")]
+    lines += ["| figure | SQLite | PostgreSQL |", "|---|---:|---:|"]
+    for name, key in rows:
+        lines.append(f"| {name} | {sq.get(key, 0):,} | "
+                     + (f"{pg.get(key, 0):,}" if pg is not None else "not run") + " |")
+    lines.append("")
+    if report.get("postgresql", {}).get("concurrency"):
+        lines += ["PostgreSQL trials:", "",
+                  "| mode | writers x labels | seconds | writes/s | attempted | found | lost | "
+                  "errors | races ok | integrity |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+        for c in report["postgresql"]["concurrency"]:
+            lines.append(
+                f"| {c['mode']} | {c['writers']} x {c['labels_per_writer']} | "
+                f"{c.get('seconds', '–')} | {c.get('writes_per_second', '–')} | "
+                f"{c['writes_attempted']} | {c.get('writes_found', 0)} | {c['lost_writes']} | "
+                f"{c.get('errors', 0)} | {c.get('race_both_votes_kept', 0)}/"
+                f"{c.get('race_rounds', 0)} | {c.get('integrity_check')} |")
+        lines.append("")
     inputs = report["inputs"]
     lines += ["## Hostile inputs", ""]
     if not inputs.get("available") or inputs.get("error"):
@@ -173,8 +291,8 @@ def markdown(report: dict) -> str:
             lines.append("")
     lines += ["## Concurrent annotators", "",
               "Writers start together on one barrier and write to the same SQLite file (WAL); "
-              "each write is checked against the history afterwards, every token's label "
-              "against its newest history row.", "",
+              "each write is checked against the history afterwards, every (token, annotator) "
+              "vote against that annotator's newest history row.", "",
               "| mode | writers x labels | seconds | writes/s | attempted | found | lost | "
               "errors | races ok | integrity |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -183,7 +301,7 @@ def markdown(report: dict) -> str:
             f"| {c['mode']} | {c['writers']} x {c['labels_per_writer']} | "
             f"{c.get('seconds', '–')} | {c.get('writes_per_second', '–')} | "
             f"{c['writes_attempted']} | {c.get('writes_found', 0)} | {c['lost_writes']} | "
-            f"{c.get('errors', 0)} | {c.get('race_later_write_wins', 0)}/"
+            f"{c.get('errors', 0)} | {c.get('race_both_votes_kept', 0)}/"
             f"{c.get('race_rounds', 0)} | {c.get('integrity_check')} |")
     crashes = report["crashes"]
     lines += ["", "## Crashes", ""]
@@ -208,9 +326,9 @@ def markdown(report: dict) -> str:
         "A training trial is intact when the reopened store passes `PRAGMA integrity_check`, "
         "the killed version is marked failed, the previous model is still active and loads, "
         "its predictions cover every sentence, no unfinished version has a model path and "
-        "no staging or temporary model directory survives `gpsl.training.recover` (run by "
+        "no staging or temporary model directory survives `gpsl.annotation.jobs.recover` (run by "
         "the app on start). A label trial is intact when every write reported after "
-        "`set_label` returned is in the history and every token holds its newest label.",
+        "`set_label` returned is in the history and every vote is its annotator's newest.",
         "",
     ]
     return "\n".join(lines)
@@ -248,7 +366,12 @@ def main(argv=None) -> int:
         print("crash trials ...", file=sys.stderr, flush=True)
         report["crashes"] = run_crashes(sizes["crash_training"], sizes["crash_labels"],
                                         args.seed, work)
-    report["summary"] = summarize(report["inputs"], report["concurrency"], report["crashes"])
+        print("PostgreSQL ...", file=sys.stderr, flush=True)
+        pg_plan = [(w, n, s + args.seed) for w, n, s in sizes["postgres_concurrency"]]
+        report["postgresql"] = run_postgres(pg_plan, sizes["race_rounds"],
+                                            sizes["postgres_crash_labels"], args.seed, work)
+    report["summary"] = summarize(report["inputs"], report["concurrency"], report["crashes"],
+                                  report["postgresql"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     stem = "robustness_long" if args.long else "robustness"
     (out / f"{stem}.json").write_text(json.dumps(common.jsonable(report), indent=1),

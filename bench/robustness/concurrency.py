@@ -1,23 +1,26 @@
-"""Concurrent annotators: several processes or threads writing labels to one SQLite store.
+"""Concurrent annotators: several processes or threads writing labels to one store (SQLite
+file or PostgreSQL database).
 
 :func:`run_concurrency_trial` creates a project in a fresh store, starts ``writers`` real
 processes (``multiprocessing``, spawn) or threads that all wait on one barrier and then call
-:meth:`gpsl.store.Store.set_label` / :meth:`~gpsl.store.Store.set_labels` as fast as they
+:meth:`gpsl.annotation.Store.set_label` / :meth:`~gpsl.annotation.Store.set_labels` as fast as they
 can on the same file.  Every writer records what each call returned (the history ids), so
 afterwards the store can be checked write by write:
 
 * **writes attempted**: token writes the writers asked for; **writes found**: those whose
   history row is in the store with the same sentence, token, label and annotator;
   ``lost_writes`` = attempted - found.
-* **final labels**: every token's current label equals the ``new_label`` of its newest
-  history row (the later write wins), and each writer's exclusive tokens hold that writer's
-  last write; ``n_labeled`` of every sentence equals its number of annotations.
+* **final votes**: every (token, annotator) vote equals the ``new_label`` of that
+  annotator's newest history row for the token, and each writer's exclusive tokens carry
+  that writer's last write as their training label; ``n_labeled`` of every sentence equals
+  its number of labeled tokens.
 * **same-token races**: two annotators released by one barrier set the same token to
-  different labels; the token ends with the label of the later history row (higher id, no
-  earlier timestamp) and both writes are in the history.
+  different labels; both writes are in the history and both votes are kept (read right
+  after both wrote).
 * **errors**: any exception a writer saw (``"database is locked"`` counted separately); the
   store must absorb lock contention itself, so this must be zero.
-* ``PRAGMA integrity_check`` of the file afterwards must be ``"ok"``.
+* ``PRAGMA integrity_check`` of a SQLite file afterwards must be ``"ok"`` (PostgreSQL: no
+  vote, label or history row without its sentence).
 
 Each writer owns some tokens (its labels alternate between two labels of its own, so every
 write changes the token and leaves exactly one history row) and shares others with every
@@ -37,7 +40,7 @@ import time
 import traceback
 from pathlib import Path
 
-from gpsl.store import Store
+from gpsl.annotation import Store
 
 TOKENS_PER_SENTENCE = 8
 SHARED_SENTENCES = 2  # sentences whose tokens every writer writes to
@@ -170,7 +173,7 @@ def _race_writer(db: str, w: int, sid: int, rounds: int, barrier, out_path: str 
         seen = None
         if w == 0:
             try:
-                seen = store.get_sentence(sid)["labels"][t]
+                seen = store.get_sentence(sid)["votes"][t]
             except Exception as exc:
                 errors.append(_error_text(exc))
         log.append([k, lab, hid, seen])
@@ -181,39 +184,55 @@ def _race_writer(db: str, w: int, sid: int, rounds: int, barrier, out_path: str 
     return result
 
 
-def integrity_check(path) -> str:
-    """``PRAGMA integrity_check`` of an SQLite file ("ok" when sound)."""
-    conn = sqlite3.connect(str(path), timeout=30)
+def integrity_check(target) -> str:
+    """SQLite: ``PRAGMA integrity_check`` and ``foreign_key_check`` of the file ("ok" when
+    sound).  PostgreSQL: "ok" when no vote, derived label or history row lost its sentence."""
+    target = str(target)
+    if "://" not in target:
+        conn = sqlite3.connect(target, timeout=30)
+        try:
+            rows = conn.execute("PRAGMA integrity_check").fetchall()
+            fk = conn.execute("PRAGMA foreign_key_check").fetchall()
+        finally:
+            conn.close()
+        text = "; ".join(str(r[0]) for r in rows)
+        return text if not fk else f"{text}; foreign key violations: {len(fk)}"
+    store = Store(target)
     try:
-        rows = conn.execute("PRAGMA integrity_check").fetchall()
-        fk = conn.execute("PRAGMA foreign_key_check").fetchall()
+        orphans = store.db.read(lambda c: sum(c.exec_driver_sql(
+            f"SELECT COUNT(*) FROM {t} x WHERE NOT EXISTS (SELECT 1 FROM sentences s"
+            " WHERE s.id = x.sentence_id)").scalar() for t in
+            ("votes", "derived_labels", "annotation_history")))
     finally:
-        conn.close()
-    text = "; ".join(str(r[0]) for r in rows)
-    return text if not fk else f"{text}; foreign key violations: {len(fk)}"
+        store.close()
+    return "ok" if orphans == 0 else f"rows without their sentence: {orphans}"
 
 
-def _history_rows(path) -> dict[int, tuple]:
-    conn = sqlite3.connect(str(path), timeout=30)
+def _history_rows(target) -> dict[int, tuple]:
+    store = Store(target)
     try:
-        return {r[0]: r[1:] for r in conn.execute(
+        return store.db.read(lambda c: {r[0]: tuple(r[1:]) for r in c.exec_driver_sql(
             "SELECT id, sentence_id, token_index, new_label, annotator, at, action"
-            " FROM annotation_history")}
+            " FROM annotation_history")})
     finally:
-        conn.close()
+        store.close()
 
 
-def _final_state(path):
-    conn = sqlite3.connect(str(path), timeout=30)
+def _final_state(target):
+    store = Store(target)
     try:
-        ann = {(s, t): lab for s, t, lab in conn.execute(
-            "SELECT sentence_id, token_index, label FROM annotations")}
-        counts = {sid: (n, m) for sid, n, m in conn.execute(
-            "SELECT s.id, s.n_labeled, (SELECT COUNT(*) FROM annotations a"
-            " WHERE a.sentence_id = s.id) FROM sentences s")}
+        def read(c):
+            votes = {(s, t, a): lab for s, t, a, lab in c.exec_driver_sql(
+                "SELECT sentence_id, token_index, annotator, label FROM votes")}
+            derived = {(s, t): lab for s, t, lab in c.exec_driver_sql(
+                "SELECT sentence_id, token_index, label FROM derived_labels")}
+            counts = {sid: (n, m) for sid, n, m in c.exec_driver_sql(
+                "SELECT s.id, s.n_labeled, (SELECT COUNT(*) FROM derived_labels d"
+                " WHERE d.sentence_id = s.id) FROM sentences s")}
+            return votes, derived, counts
+        return store.db.read(read)
     finally:
-        conn.close()
-    return ann, counts
+        store.close()
 
 
 def _is_locked(text: str) -> bool:
@@ -225,7 +244,7 @@ def verify(store_path, results: list[dict], race_results: list[dict] | None = No
            race_sentence: int | None = None) -> dict:
     """Check the store against what the writers recorded (see the module docstring)."""
     hist = _history_rows(store_path)
-    ann, counts = _final_state(store_path)
+    votes, ann, counts = _final_state(store_path)
     attempted = sum(r["attempted"] for r in results)
     found, mismatched, missing_ids = 0, 0, 0
     for r in results:
@@ -237,24 +256,27 @@ def verify(store_path, results: list[dict], race_results: list[dict] | None = No
                 found += 1
             else:
                 mismatched += 1
-    # the current label of every token is the newest history row's label (last write wins)
-    newest: dict[tuple[int, int], tuple[int, str | None]] = {}
-    for hid, (sid, t, lab, _who, _at, _action) in hist.items():
-        if (sid, t) not in newest or hid > newest[(sid, t)][0]:
-            newest[(sid, t)] = (hid, lab)
-    final_mismatch = sum(ann.get(key) != lab for key, (_hid, lab) in newest.items())
-    final_mismatch += sum(key not in newest for key in ann)
+    # every annotator's vote on a token is the newest history row of that annotator there
+    newest: dict[tuple[int, int, str], tuple[int, str | None]] = {}
+    for hid, (sid, t, lab, who, _at, _action) in hist.items():
+        key = (sid, t, who)
+        if key not in newest or hid > newest[key][0]:
+            newest[key] = (hid, lab)
+    final_mismatch = sum(votes.get(key) != lab for key, (_hid, lab) in newest.items())
+    final_mismatch += sum(key not in newest for key in votes)
     exclusive_mismatch = sum(ann.get((s, t)) != lab for r in results
                              for s, t, lab in r["final_exclusive"])
     count_mismatch = sum(n != m for n, m in counts.values())
-    # history order is commit order: timestamps never go backwards along the ids
+    # within a sentence the history order is commit order: timestamps never go backwards
+    # along the ids (writers of one sentence are serialised: SQLite's write lock, a row
+    # lock on PostgreSQL, where ids of different sentences may interleave)
     order_violations = 0
-    last_at = ""
+    last_at: dict[int, str] = {}
     for hid in sorted(hist):
-        at = hist[hid][4]
-        if at < last_at:
+        sid, at = hist[hid][0], hist[hid][4]
+        if at < last_at.get(sid, ""):
             order_violations += 1
-        last_at = max(last_at, at)
+        last_at[sid] = max(last_at.get(sid, ""), at)
     errors = [e for r in results + list(race_results or []) for e in r["errors"]]
     out = {
         "writes_attempted": attempted,
@@ -271,23 +293,22 @@ def verify(store_path, results: list[dict], race_results: list[dict] | None = No
         "error_examples": sorted(set(errors))[:5],
     }
     if race_results is not None:
-        out.update(_verify_race(hist, ann, race_results, race_sentence))
+        out.update(_verify_race(hist, votes, race_results, race_sentence))
     return out
 
 
-def _verify_race(hist, ann, race_results, sid) -> dict:
-    """Per round both writes must be in the history and the token must hold the label of
-    the later one (by history id; its timestamp not earlier)."""
+def _verify_race(hist, votes, race_results, sid) -> dict:
+    """Per round both writes must be in the history, and right after both wrote the token
+    must carry both annotators' votes (nothing overwritten)."""
     rounds = min(len(r["log"]) for r in race_results) if race_results else 0
     by_round: dict[int, list] = {}
-    seen_after: dict[int, str] = {}  # the token's label read right after both wrote
+    seen_after: dict[int, dict] = {}  # the token's votes read right after both wrote
     for r in race_results:
         for k, lab, hid, seen in r["log"]:
             by_round.setdefault(k, []).append((hid, lab, r["annotator"]))
             if seen is not None:
                 seen_after[k] = seen
-    both_kept, later_wins, checked = 0, 0, 0
-    # the final label of a token is decided by the last round that wrote it
+    both_kept, votes_kept, checked = 0, 0, 0
     last_round_of_token = {}
     for k in sorted(by_round):
         last_round_of_token[k % TOKENS_PER_SENTENCE] = k
@@ -295,23 +316,19 @@ def _verify_race(hist, ann, race_results, sid) -> dict:
         if len(writes) != 2:
             continue
         checked += 1
+        t = k % TOKENS_PER_SENTENCE
         rows = [hist.get(hid) for hid, _lab, _who in writes]
-        if all(row is not None and row[0] == sid and row[1] == k % TOKENS_PER_SENTENCE
+        if all(row is not None and row[0] == sid and row[1] == t
                and row[2] == lab and row[3] == who
                for row, (_h, lab, who) in zip(rows, writes)):
             both_kept += 1
-        later = max(writes, key=lambda w: w[0])
-        earlier = min(writes, key=lambda w: w[0])
-        ok_time = hist.get(later[0]) is not None and hist.get(earlier[0]) is not None and \
-            hist[later[0]][4] >= hist[earlier[0]][4]
-        ok_seen = seen_after.get(k) == later[1]
-        if last_round_of_token[k % TOKENS_PER_SENTENCE] == k:
-            ok_final = ann.get((sid, k % TOKENS_PER_SENTENCE)) == later[1]
-        else:  # overwritten by a later round
-            ok_final = True
-        later_wins += bool(ok_time and ok_seen and ok_final)
+        expected = {who: lab for _h, lab, who in writes}
+        ok_seen = seen_after.get(k) == expected
+        ok_final = last_round_of_token[t] != k or all(
+            votes.get((sid, t, who)) == lab for who, lab in expected.items())
+        votes_kept += bool(ok_seen and ok_final)
     return {"race_rounds": rounds, "race_rounds_checked": checked,
-            "race_both_in_history": both_kept, "race_later_write_wins": later_wins}
+            "race_both_in_history": both_kept, "race_both_votes_kept": votes_kept}
 
 
 def _run_collect(procs, outs, timeout: float) -> list:
@@ -338,17 +355,21 @@ def _run_collect(procs, outs, timeout: float) -> list:
 
 def run_concurrency_trial(store_path, writers: int = 4, labels_per_writer: int = 500,
                           mode: str = "process", seed: int = 0, race_rounds: int = 20,
-                          timeout: float = 600.0) -> dict:
-    """Run one trial (see the module docstring) on a new store at ``store_path`` and
-    return the counts: ``writes_attempted``, ``writes_found``, ``lost_writes``,
+                          timeout: float = 600.0, workdir=None) -> dict:
+    """Run one trial (see the module docstring) on a new store at ``store_path`` (a new
+    SQLite file, or the URL of an empty PostgreSQL database with ``workdir`` for the
+    writers' logs) and return the counts: ``writes_attempted``, ``writes_found``, ``lost_writes``,
     ``errors``, ``locked_errors``, ``integrity_check`` and the race figures."""
     if mode not in ("process", "thread"):
         raise ValueError(f"mode must be 'process' or 'thread', got {mode!r}")
-    store_path = Path(store_path)
-    if store_path.exists():
-        raise FileExistsError(f"{store_path} exists: a trial needs a new store")
+    url = "://" in str(store_path)
+    if not url:
+        store_path = Path(store_path)
+        if store_path.exists():
+            raise FileExistsError(f"{store_path} exists: a trial needs a new store")
     plan = _setup(store_path, writers, labels_per_writer)
-    work = store_path.parent / f"{store_path.stem}-writers"
+    work = (Path(workdir) if workdir is not None else store_path.parent) / \
+        f"{'pg' if url else store_path.stem}-writers"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     crashed: list[str] = []

@@ -3,28 +3,28 @@
 :func:`run_crash_trials` runs two kinds of trials on small synthetic projects.
 
 **Training worker** (``kind="training"``).  A project with an active model (trained once
-in-process) starts the real background worker (:func:`gpsl.training.start_training`, a
-separate ``python -m gpsl.training`` process) and kills it with ``SIGKILL`` after a random
+in-process) starts the real background worker (start_training`, a
+separate ``python -m gpsl worker`` process) and kills it with ``SIGKILL`` after a random
 delay drawn over the worker's whole run (start-up, fitting, saving, predicting, finishing);
 one trial in four instead stops the worker at a fixed point right after the model was
 written to its staging directory (the ``GPSL_TRAINING_TEST_HOOK`` pause) and kills it
-there.  Then a new :class:`~gpsl.store.Store` is opened on the file, as a restarted app
+there.  Then a new :class:`~gpsl.annotation.Store` is opened on the file, as a restarted app
 does, and the trial is *intact* when
 
 * ``PRAGMA integrity_check`` is ``ok`` (no foreign key violations);
-* the killed version is ``failed`` after :func:`gpsl.training.recover` (which calls
-  :meth:`~gpsl.store.Store.mark_stale_running_failed`), or it had finished before the kill
+* the killed version is ``failed`` after recover` (which calls
+  :meth:`~gpsl.annotation.Store.mark_stale_running_failed`), or it had finished before the kill
   (``done``);
 * the active model is the previous one (or the killed version when it had finished), its
   directory loads with :meth:`gpsl.model.GPSL.load` and its predictions cover every
   sentence;
-* no version that is not ``done`` has a model path, and after :func:`gpsl.training.recover`
+* no version that is not ``done`` has a model path, and after recover`
   (run by the app when it starts) no staging, temporary or orphaned model directory is
   left;
 * the store takes a new label and a new training run afterwards.
 
 **Label writer** (``kind="labels"``).  A process sets labels in a loop and reports each
-write only after :meth:`~gpsl.store.Store.set_label` returned (one ``O_APPEND`` line per
+write only after :meth:`~gpsl.annotation.Store.set_label` returned (one ``O_APPEND`` line per
 write); it is killed at a random moment.  The trial is intact when every reported write is
 in the history with its label, every token's label is that of its newest history row, and
 the integrity check passes.  ``lost_labels`` counts reported writes that are missing.
@@ -42,11 +42,10 @@ import traceback
 from pathlib import Path
 
 from bench.robustness.concurrency import _final_state, _history_rows, integrity_check
-from gpsl import training
-from gpsl.store import Store
+from gpsl.annotation import Store, jobs, pipeline
 from gpsl.synthetic import UNIGRAM_TEMPLATE, hide_labels, make_chain_task
 
-CONFIG = training.TrainConfig(offsets=(-1, 1), max_iter=12, learn_hyper=False)
+CONFIG = pipeline.TrainConfig(offsets=(-1, 1), max_iter=12, learn_hyper=False)
 
 
 # ----------------------------------------------------------------------------- training
@@ -96,7 +95,7 @@ def _check_after_kill(path: Path, root: Path, pid: int, vid: int, before: dict) 
     store = Store(path)  # a fresh Store, as after an app restart
     try:
         before_cleanup = _leftovers(root, pid, store)
-        training.recover(store, root)  # what the app does on start: dead workers failed,
+        jobs.recover(store, root)  # what the app does on start: dead workers failed,
         killed = store.get_model_version(vid)
         outcome = killed["status"]
         if outcome not in ("failed", "done"):
@@ -146,14 +145,14 @@ def _wait(predicate, timeout: float) -> bool:
 
 def _kill(vid: int) -> bool:
     """SIGKILL the worker of ``vid`` started by this process; True when it was alive."""
-    proc = training._WORKERS.get(vid)
+    proc = (jobs._WORKERS.get(vid) or (None,))[0]
     if proc is None:
         return False
     alive = proc.poll() is None
     if alive:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    training.reap_workers()
+    jobs.reap_workers()
     return alive
 
 
@@ -164,34 +163,34 @@ def run_training_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
     path = workdir / "train-crash.sqlite3"
     root = workdir / "models"
     store, pid = _training_project(path, seed)
-    first = training.train_now(store, pid, CONFIG, root)
+    first = jobs.train_now(store, pid, CONFIG, root)
     if first["status"] != "done":
         raise RuntimeError(f"the first training run failed: {first['error']}")
     # one uninterrupted worker run measures how long a run takes
     t0 = time.monotonic()
-    vid = training.start_training(store, pid, CONFIG, root)
+    vid = jobs.start_training(store, pid, CONFIG, root)
     _wait(lambda: store.get_model_version(vid)["status"] != "running", 300)
     run_seconds = time.monotonic() - t0
-    training.reap_workers()
+    jobs.reap_workers()
     trials, phases = [], {}
     for k in range(n_trials):
         before = store.active_model(pid)
         paused = k % 4 == 3
         if paused:
-            os.environ[training.TEST_HOOK_ENV] = "pause-after-staging"
+            os.environ[pipeline.TEST_HOOK_ENV] = "pause-after-staging"
         try:
-            vid = training.start_training(store, pid, CONFIG, root)
+            vid = jobs.start_training(store, pid, CONFIG, root)
         finally:
-            os.environ.pop(training.TEST_HOOK_ENV, None)
+            os.environ.pop(pipeline.TEST_HOOK_ENV, None)
         started = time.monotonic()
         if paused:
-            _wait(lambda v=vid: (training.read_progress(root, pid, v) or {}).get("phase")
+            _wait(lambda v=vid: (pipeline.read_progress(root, pid, v) or {}).get("phase")
                   == "paused", 300)
             delay = time.monotonic() - started
         else:
             delay = rng.uniform(0.05, 1.1 * run_seconds)
             time.sleep(delay)
-        phase = (training.read_progress(root, pid, vid) or {}).get("phase", "starting")
+        phase = (pipeline.read_progress(root, pid, vid) or {}).get("phase", "starting")
         alive = _kill(vid)
         phase = phase if alive else "finished"
         phases[phase] = phases.get(phase, 0) + 1
@@ -257,14 +256,17 @@ def _label_writer(db: str, report: str, seed: int) -> None:
         os.write(fd, lines.encode())
 
 
-def run_label_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
-    """``n_trials`` label writers killed at random moments (see the module docstring)."""
+def run_label_crash_trials(n_trials: int, workdir, seed: int = 0, new_store=None) -> dict:
+    """``n_trials`` label writers killed at random moments (see the module docstring).
+    ``new_store(k)`` gives the target of trial ``k``'s new store (default: a SQLite file in
+    ``workdir``; a PostgreSQL URL for that back end)."""
     rng = random.Random(seed + 1)
     workdir = Path(workdir)
     ctx = mp.get_context("spawn")
     trials = []
     for k in range(n_trials):
-        path = workdir / f"labels-crash-{k}.sqlite3"
+        path = new_store(k) if new_store is not None else \
+            workdir / f"labels-crash-{k}.sqlite3"
         X, _ = make_chain_task(30, n_labels=3, seed=seed + k)
         store = Store(path)
         pid = store.create_project("labels", ["L0", "L1", "L2", "O"])
@@ -289,14 +291,16 @@ def run_label_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
             problems.append(f"integrity_check: {integrity}")
         Store(path).close()  # reopen as a restarted app does (recovers the WAL)
         hist = _history_rows(path)
-        ann, counts = _final_state(path)
+        votes, _derived, counts = _final_state(path)
         lost = sum(hist.get(h) is None or hist[h][:3] != (s, t, lab)
                    for s, t, lab, h in reported)
-        newest: dict = {}
+        newest: dict = {}  # (sentence, token, annotator) -> newest history row
         for h, row in hist.items():
-            if (row[0], row[1]) not in newest or h > newest[(row[0], row[1])][0]:
-                newest[(row[0], row[1])] = (h, row[2])
-        mismatch = sum(ann.get(key) != lab for key, (_h, lab) in newest.items())
+            key = (row[0], row[1], row[3])
+            if key not in newest or h > newest[key][0]:
+                newest[key] = (h, row[2])
+        mismatch = sum(votes.get(key) != lab for key, (_h, lab) in newest.items()
+                       if key[2] != "import")
         mismatch += sum(n != m for n, m in counts.values())
         if lost:
             problems.append(f"{lost} reported writes are missing")

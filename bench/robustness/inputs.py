@@ -14,7 +14,7 @@ offsets    :func:`gpsl.model.parse_offsets` (command line ``-d`` and the app's c
 model_dir  :meth:`gpsl.model.GPSL.load` on damaged/tampered copies of a small model, then
            ``predict`` on what loads
 cli_args   the real ``python -m gpsl`` in a subprocess (``max(3, n // 10)`` runs)
-upload     :func:`gpsl.app_support.parse_upload`, ``create_project`` and ``import_sentences``
+upload     :func:`gpsl.annotation.imports.parse_upload`, ``create_project`` and ``import_sentences``
            against a temporary store, checking that a refused import wrote nothing
 ========== ==================================================================================
 
@@ -588,8 +588,8 @@ def _cli_trials(rng, n, workdir: Path):
 
 
 def _upload_trials(rng, n, workdir: Path):
-    from gpsl import app_support as sup
-    from gpsl.store import Store
+    from gpsl.annotation import Store
+    from gpsl.annotation import imports as imp
 
     t = _tally()
     store = Store(workdir / "upload.sqlite3")
@@ -605,17 +605,17 @@ def _upload_trials(rng, n, workdir: Path):
         before_base = (store.sentence_count(base_pid), store.get_project(base_pid)["labels"])
 
         def run(data=data, name=name, fmt=fmt, max_bytes=max_bytes, i=i):
-            sents = sup.parse_upload(data, name, fmt, max_bytes=max_bytes)
-            summary = sup.summarize(sents)
+            sents = imp.parse_upload(data, name, fmt, max_bytes=max_bytes)
+            summary = imp.summarize(sents)
             labels = list(summary.labels) or ["O"]
             if rng.random() < 0.3 and len(labels) > 1:
                 labels = labels[1:]  # a label of the file is now outside the label set
             if rng.random() < 0.5:
-                sup.create_project(store, f"p{i}", sents, labels, "", (-1, 1),
+                store.create_project_from_sentences(f"p{i}", sents, labels, "", (-1, 1),
                                    heldout_fraction=rng.choice([0, 0.2]), doc=name or None)
             else:
-                add = sup.unknown_labels(sents, ["B-PER", "I-PER", "O"])
-                sup.import_sentences(store, base_pid, sents, doc=name or None,
+                add = imp.unknown_labels(sents, ["B-PER", "I-PER", "O"])
+                imp.import_sentences(store, base_pid, sents, doc=name or None,
                                      split=rng.choice(["train", "heldout"]),
                                      add_labels=add if rng.random() < 0.5 else ())
             return sents

@@ -1,41 +1,31 @@
-"""Helpers of the Streamlit app that need no Streamlit: escaping, formatting, uploads,
-view models of the Annotate page, dashboard tables and exports.
+"""The app's view code without Streamlit calls: escaping, formatting, HTML/CSS of the token
+chips, view models of the Annotate page, dashboard tables and the one plotly template.
 
 Everything that renders user text as HTML goes through :func:`esc`; widget labels (which
-Streamlit renders as Markdown) go through :func:`md_escape`.
+Streamlit renders as Markdown) go through :func:`md_escape`.  The data comes from
+:mod:`gpsl.annotation` (the store facade, imports, exports, the held-out evaluation).
 """
 
 from __future__ import annotations
 
 import html
-import io
-import json
-import os
 import re
-import zipfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpsl.annotation import Store
+from gpsl.annotation.imports import FORMATS, UPLOAD_TYPES, guess_format  # noqa: F401
 from gpsl.errors import InputError
-from gpsl.io import Sentence, format_conll, format_jsonl, read_any, read_conll
-from gpsl.store import Store, sort_labels
+from gpsl.model import PRESETS  # noqa: F401 (the pages use sup.PRESETS)
+from gpsl.tags import entity_type
 
-PRESETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
 PRESET_HELP = {
     "GPSL1": "previous label (-1)",
     "GPSL2": "previous and next label (-1, 1)",
     "GPSL4": "two labels either side (-2, -1, 1, 2)",
 }
-FORMATS = {"conll": "CoNLL / CRF++ columns", "text": "Plain text", "jsonl": "JSONL"}
-_EXT_FORMAT = {
-    ".conll": "conll", ".conllu": "conll", ".data": "conll", ".tsv": "conll", ".iob": "conll",
-    ".bio": "conll", ".crf": "conll", ".col": "conll", ".jsonl": "jsonl", ".json": "jsonl",
-    ".ndjson": "jsonl", ".txt": "text", ".text": "text",
-}
-UPLOAD_TYPES = sorted({ext.lstrip(".") for ext in _EXT_FORMAT})
 PALETTE = ["#2563eb", "#16a34a", "#9333ea", "#db2777", "#ea580c", "#0891b2", "#ca8a04",
            "#4f46e5", "#dc2626", "#0d9488", "#7c3aed", "#65a30d"]
 OUTSIDE_COLOR = "#64748b"
@@ -83,11 +73,10 @@ def offsets_text(offsets: Sequence[int]) -> str:
 
 def preset_of(offsets: Sequence[int]) -> str:
     """"GPSL1" / "GPSL2" / "GPSL4" or "Custom"."""
-    offs = tuple(int(o) for o in offsets)
-    for name, value in PRESETS.items():
-        if value == offs:
-            return name
-    return "Custom"
+    from gpsl.annotation.pipeline import preset_of as _preset
+
+    name = _preset(offsets)
+    return "Custom" if name == "custom" else name
 
 
 def parse_offsets(text_or_preset) -> tuple[int, ...]:
@@ -108,11 +97,6 @@ def parse_label_text(text: str) -> list[str]:
     return out
 
 
-def entity_type(label: str) -> str:
-    head, sep, kind = label.partition("-")
-    return kind if sep and len(head) == 1 and kind else label
-
-
 def label_colors(labels: Sequence[str]) -> dict[str, str]:
     """One color per entity type (``B-ORG`` and ``I-ORG`` share); ``O`` is slate."""
     colors: dict[str, str] = {}
@@ -131,31 +115,6 @@ def label_colors(labels: Sequence[str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- uploads
 
 
-def guess_format(filename: str) -> str:
-    """Format from a file name's extension (default: CoNLL columns)."""
-    return _EXT_FORMAT.get(Path(filename or "").suffix.lower(), "conll")
-
-
-def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
-                 max_bytes: int | None = None, max_tokens: int | None = None) -> list[Sentence]:
-    """Read uploaded bytes as ``fmt`` ("conll", "jsonl", "text"; None: by extension).
-
-    Refused with a one-line :class:`InputError` naming the file (and line): an upload larger
-    than ``max_bytes`` (default :func:`gpsl.limits.max_upload_bytes`, ``GPSL_MAX_UPLOAD_MB``,
-    20 MB), a sentence longer than ``max_tokens`` (``GPSL_MAX_TOKENS``, 1000), and every
-    problem the readers of :mod:`gpsl.io` detect. Nothing is stored here."""
-    from gpsl import limits
-
-    source = filename or "<upload>"
-    if data is None:
-        raise InputError("no file data", source=source)
-    limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
-    fmt = fmt or guess_format(filename)
-    if fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}", source=source)
-    return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
-
-
 def upload_limits_text() -> str:
     """"At most 20 MB per file and 1,000 tokens per sentence." (the configured limits)."""
     from gpsl import limits
@@ -170,50 +129,6 @@ def upload_limits_text() -> str:
             f"{limits.ENV_MAX_TOKENS}).")
 
 
-def check_sentences(sentences: Sequence[Sentence], labels: Sequence[str], *,
-                    n_columns: int | None = None, source: str | None = None) -> None:
-    """Check sentences against a project before anything is written: every token has the
-    same number of columns (``n_columns`` when the project already has sentences) and every
-    label is in ``labels``.  :class:`InputError` names the file, line, sentence and token."""
-    src = source or "<upload>"
-    known = set(labels)
-    for k, s in enumerate(sentences):
-        if not s.tokens:
-            raise InputError(f"sentence {k + 1} has no tokens", source=src, line=s.line)
-        for t, tok in enumerate(s.tokens):
-            if n_columns is None:
-                n_columns = len(tok)
-            if len(tok) != n_columns:
-                raise InputError(f"sentence {k + 1}, token {t + 1}: {len(tok)} column"
-                                 f"{'s' if len(tok) != 1 else ''}, but the project's tokens "
-                                 f"have {n_columns}", source=src, line=s.line)
-        for t, lab in enumerate(s.labels):
-            if lab is not None and lab not in known:
-                raise InputError(f"sentence {k + 1}, token {t + 1} ({s.tokens[t][0]!r}): label "
-                                 f"{lab!r} is not in the project's label set", source=src,
-                                 line=s.line)
-
-
-@dataclass
-class UploadSummary:
-    sentences: int
-    tokens: int
-    labeled: int
-    n_columns: int
-    labels: list[str]
-
-
-def summarize(sentences: Sequence[Sentence]) -> UploadSummary:
-    labels = sort_labels({lab for s in sentences for lab in s.labels if lab is not None})
-    return UploadSummary(
-        sentences=len(sentences),
-        tokens=sum(len(s) for s in sentences),
-        labeled=sum(len(s) - s.n_missing for s in sentences),
-        n_columns=len(sentences[0].tokens[0]) if sentences and sentences[0].tokens else 0,
-        labels=labels,
-    )
-
-
 def default_template_text(n_columns: int) -> str:
     from gpsl.features import default_template
 
@@ -222,85 +137,9 @@ def default_template_text(n_columns: int) -> str:
 
 def check_template(text: str, n_columns: int) -> None:
     """Parse and validate template text against the data's column count (InputError)."""
-    from gpsl.features import Template
+    from gpsl.annotation import validate
 
-    Template.parse(text, source="<template>").validate(int(n_columns))
-
-
-def _split_heldout(sentences: list[Sentence], fraction: float):
-    n_held = int(round(float(fraction) * len(sentences))) if len(sentences) > 1 else 0
-    n_held = min(n_held, len(sentences) - 1) if n_held else 0
-    return sentences[:len(sentences) - n_held], sentences[len(sentences) - n_held:]
-
-
-def create_project(store: Store, name: str, sentences: Sequence[Sentence], labels: Sequence[str],
-                   template: str, offsets: Sequence[int], kernel: str = "linear", *,
-                   heldout_fraction: float = 0.0, doc: str | None = None,
-                   annotator: str = "import", settings: dict | None = None) -> int:
-    """Create a project with its sentences; all or nothing (one store transaction: the
-    project row and every sentence, or nothing).  The template, columns and labels are
-    checked first for precise messages.  The last ``heldout_fraction`` of the sentences
-    become held-out sentences whose file labels are gold labels."""
-    sentences = list(sentences)
-    if not sentences:
-        raise InputError("no sentences", source=doc or "<upload>")
-    n_cols = len(sentences[0].tokens[0])
-    if template and template.strip():
-        check_template(template, n_cols)
-    check_sentences(sentences, labels, source=doc)
-    train, held = _split_heldout(sentences, heldout_fraction)
-    return store.create_project(
-        name, list(labels), template or "", list(offsets), kernel, settings or {},
-        sentences=train, heldout=[Sentence(s.tokens, None, s.line) for s in held],
-        heldout_gold=[s.labels for s in held], doc=doc, annotator=annotator)
-
-
-def create_sample_copy(store: Store, name: str, sample_dir: str | os.PathLike) -> int:
-    """A new project from the bundled sample (its labels, template; last 20 % held out with
-    the gold labels), as :meth:`Store.ensure_sample_project` builds it; one transaction."""
-    sample_dir = Path(sample_dir)
-    sentences = read_conll(sample_dir / "sample.conll")
-    gold = read_conll(sample_dir / "sample_gold.conll")
-    template = (sample_dir / "template").read_text(encoding="utf-8")
-    labels = sort_labels({lab for s in sentences + gold for lab in s.labels if lab is not None})
-    by_tokens = {tuple(map(tuple, g.tokens)): g.labels for g in gold}
-    train, held = _split_heldout(sentences, 0.2)
-    return store.create_project(
-        name, labels, template, [-1, 1], "linear", {"sample": True}, sentences=train,
-        heldout=held, heldout_gold=[by_tokens.get(tuple(map(tuple, s.tokens))) for s in held],
-        doc="sample.conll")
-
-
-def import_sentences(store: Store, project_id: int, sentences: Sequence[Sentence], *,
-                     split: str = "train", doc: str | None = None,
-                     annotator: str = "import", add_labels: Sequence[str] = ()) -> int:
-    """Append sentences to a project; all or nothing.  Into ``'heldout'`` the file's labels
-    go as gold.  ``add_labels`` are new labels added to the project's label set in the same
-    store transaction as the sentences (both or neither).  Columns and labels are checked
-    first for precise messages."""
-    sentences = list(sentences)
-    project = store.get_project(project_id)
-    if project is None:
-        raise InputError(f"no project with id {project_id}", source="<import>")
-    old_labels = list(project["labels"])
-    labels = old_labels + [lab for lab in add_labels if lab not in old_labels]
-    first = store.get_sentences(project_id, limit=1)
-    check_sentences(sentences, labels, source=doc,
-                    n_columns=len(first[0]["tokens"][0]) if first else None)
-    new_labels = labels[len(old_labels):]
-    if split == "heldout":
-        return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
-                                                for s in sentences], split="heldout",
-                                   doc=doc, annotator=annotator,
-                                   gold=[s.labels for s in sentences], add_labels=new_labels)
-    return store.add_sentences(project_id, sentences, split=split, doc=doc,
-                               annotator=annotator, add_labels=new_labels)
-
-
-def unknown_labels(sentences: Iterable[Sentence], labels: Sequence[str]) -> list[str]:
-    known = set(labels)
-    return sort_labels({lab for s in sentences for lab in s.labels
-                        if lab is not None and lab not in known})
+    validate.template(text, n_columns)
 
 
 # ----------------------------------------------------------------------------- overview
@@ -339,6 +178,7 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
             "dependencies": f"{preset_of(offs)} ({offsets_text(offs)})",
             "kernel": s.get("kernel", ""),
             "hyper": "learned" if s.get("learn_hyper") else "fixed",
+            "inference": m.get("inference") or s.get("inference") or "full",
             "iterations": m.get("n_iter"),
             "labeled tokens": v.get("n_labeled_tokens"),
             "accuracy": m.get("heldout_accuracy"),
@@ -351,12 +191,7 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
 
 def versions_with_predictions(store: Store, project_id: int, versions: Sequence[dict]) -> list[int]:
     """Ids of the done versions that still have stored predictions (old ones are pruned)."""
-    first = store.get_sentences(project_id, limit=1)
-    if not first:
-        return []
-    sid = first[0]["id"]
-    return [v["id"] for v in versions
-            if v["status"] == "done" and store.get_predictions(v["id"], [sid])]
+    return [v["id"] for v in versions if v["status"] == "done" and store.has_predictions(v["id"])]
 
 
 # ----------------------------------------------------------------------------- annotate
@@ -373,6 +208,7 @@ class TokenView:
     suggestion: str | None  # model's argmax (None without predictions)
     confidence: float | None  # model's max marginal
     top: list[tuple[str, float]]  # best three (label, p)
+    votes: dict = field(default_factory=dict)  # annotator -> label (None: cleared)
 
     @property
     def uncertainty(self) -> float:
@@ -393,9 +229,10 @@ def sentence_view(sentence: dict, marginals: np.ndarray | None,
             order = np.argsort(-row)[:3]
             top = [(classes[j], float(row[j])) for j in order]
             sug, conf = top[0][0], top[0][1]
+        votes = sentence["votes"][t] if sentence.get("votes") else {}
         views.append(TokenView(t, tok[0], tuple(tok), sentence["labels"][t],
                                sentence["sources"][t], sentence["annotators"][t], sug, conf,
-                               top))
+                               top, votes))
     return views
 
 
@@ -452,6 +289,9 @@ def token_help(v: TokenView) -> str:
     if v.label is not None:
         how = "accepted suggestion" if v.source == "accepted" else "labeled"
         parts.append(f"{how}: {md_escape(v.label)} by {md_escape(v.annotator or '?')}")
+    if len(v.votes) > 1:
+        parts.append("votes: " + ", ".join(f"{md_escape(who)} {md_escape(lab or '(none)')}"
+                                           for who, lab in v.votes.items()))
     if v.top:
         parts.append("model: " + ", ".join(f"{md_escape(lab)} {p:.2f}" for lab, p in v.top))
     return "  \n".join(parts)
@@ -626,43 +466,44 @@ def token_table(store: Store, project_id: int, version: dict, split: str | None 
 
 def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) -> dict | None:
     """Reliability of the version on the held-out gold labels: ``dict(table (pandas),
-    accuracy, ece, tokens)``, or None without gold/predictions."""
+    accuracy, ece, tokens)``, or None without gold/predictions (numbers from
+    :func:`gpsl.annotation.pipeline.evaluate`, the one held-out evaluation)."""
     import pandas as pd
 
     from gpsl import metrics
+    from gpsl.annotation.pipeline import evaluate
 
     ids, _, gold = store.gold_data(project_id)
     if not ids:
         return None
-    classes = version.get("classes") or []
     preds = store.get_predictions(version["id"], ids)
-    conf, correct = [], []
-    for sid, g in zip(ids, gold):
-        p = preds.get(sid)
-        if p is None or p.shape != (len(g), len(classes)):
-            continue
-        for t, lab in enumerate(g):
-            if lab is not None:
-                conf.append(float(p[t].max()))
-                correct.append(classes[int(p[t].argmax())] == lab)
-    if not conf:
+    res = evaluate(version.get("classes") or [], [preds.get(sid) for sid in ids], gold)
+    if not res:
         return None
+    conf, correct = res["confidence"], res["correct"]
     table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins))
-    return {"table": table, "accuracy": float(np.mean(correct)),
+    return {"table": table, "accuracy": res["heldout_accuracy"],
             "ece": float(metrics.expected_calibration_error(conf, correct, n_bins)),
-            "tokens": len(conf)}
+            "tokens": res["heldout_tokens"]}
 
 
-def uncertain_sentences(tokens, n: int = 10):
-    """The ``n`` train sentences whose least confident *unlabeled* token is least confident."""
+def uncertain_sentences(store: Store, project_id: int, tokens, n: int = 10):
+    """The first ``n`` sentences of the annotation queue (the one ranking,
+    :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences (pandas)."""
+    import pandas as pd
+
+    ranked = store.ranked_queue(project_id, n)
     free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
-    if free.empty:
-        return free.iloc[0:0]
-    agg = free.groupby("sentence_id").agg(min_confidence=("confidence", "min"),
-                                          mean_confidence=("confidence", "mean"),
-                                          unlabeled=("token", "size"),
-                                          position=("position", "first"))
-    return agg.sort_values(["min_confidence", "position"]).head(n).reset_index()
+    rows = []
+    for r in ranked:
+        conf = free.loc[free["sentence_id"] == r["sentence_id"], "confidence"]
+        if conf.empty:
+            continue
+        rows.append({"sentence_id": r["sentence_id"], "min_confidence": float(conf.min()),
+                     "mean_confidence": float(conf.mean()), "unlabeled": int(conf.size),
+                     "position": r["position"], "score": r["score"]})
+    return pd.DataFrame(rows, columns=["sentence_id", "min_confidence", "mean_confidence",
+                                       "unlabeled", "position", "score"])
 
 
 def uncertain_tokens(tokens, n: int = 20):
@@ -703,77 +544,37 @@ def annotator_activity(store: Store, project_id: int):
     return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
 
 
-# ----------------------------------------------------------------------------- export
+# ----------------------------------------------------------------------------- plots
+
+PLOT_TEMPLATE = "gpsl"
 
 
-def export_annotations(store: Store, project_id: int, fmt: str = "conll",
-                       split: str | None = "train") -> str:
-    """The current annotations as CoNLL (``_`` for a missing label) or JSONL (null).
+def _register_plot_template() -> None:
+    """One plotly template for every figure of the app (margins, fonts, colours), instead
+    of a layout dict repeated per figure."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
 
-    A token with whitespace (possible from JSONL uploads) cannot be a CoNLL column: CoNLL export
-    then raises :class:`InputError` naming the sentence, its source line and the token, and
-    suggests JSONL; tokens are never rewritten silently."""
-    sents = store.export_sentences(project_id, split=split)
-    if fmt == "conll":
-        return format_conll(sents, source="CoNLL export")
-    if fmt == "jsonl":
-        return format_jsonl(sents)
-    raise InputError(f"unknown export format {fmt!r}", source="<export>")
-
-
-def preview_text(sentences: Sequence[dict], fmt: str = "conll") -> str:
-    """Export text of a few :meth:`Store.get_sentences` dicts (for a preview)."""
-    sents = [Sentence(s["tokens"], s["labels"], s["line"] or 1) for s in sentences]
-    return format_conll(sents, source="CoNLL export") if fmt == "conll" else format_jsonl(sents)
+    if PLOT_TEMPLATE in pio.templates:
+        return
+    base = pio.templates["plotly_white"]
+    tmpl = go.layout.Template(base)
+    tmpl.layout.update(margin=dict(l=10, r=10, t=30, b=10), height=300,
+                       font=dict(size=12), colorway=PALETTE,
+                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    pio.templates[PLOT_TEMPLATE] = tmpl
 
 
-def export_predictions(store: Store, project_id: int, version: dict, fmt: str = "conll",
-                       split: str | None = "train") -> str:
-    """Predictions of a model version.  CoNLL: token columns, current label (``_``),
-    predicted label, its probability.  JSONL: tokens, labels, predicted, confidence and
-    per-token marginals ``{label: p}``."""
-    classes = version.get("classes") or []
-    preds = store.get_predictions(version["id"])
-    sents = store.get_sentences(project_id, split=split)
-    if fmt == "conll":
-        plain, extra = [], []
-        for s in sents:
-            p = preds.get(s["id"])
-            if p is None:
-                continue
-            plain.append(Sentence(s["tokens"], s["labels"], s["line"] or 1))
-            extra.append([[classes[int(r.argmax())], f"{float(r.max()):.4f}"] for r in p])
-        return format_conll(plain, extra_columns=extra, source="CoNLL export")
-    if fmt == "jsonl":
-        out = io.StringIO()
-        for s in sents:
-            p = preds.get(s["id"])
-            if p is None:
-                continue
-            toks = [t[0] if len(t) == 1 else list(t) for t in s["tokens"]]
-            out.write(json.dumps({
-                "id": s["id"], "tokens": toks, "labels": s["labels"],
-                "predicted": [classes[int(r.argmax())] for r in p],
-                "confidence": [round(float(r.max()), 6) for r in p],
-                "marginals": [{c: round(float(x), 6) for c, x in zip(classes, r)} for r in p],
-            }, ensure_ascii=False))
-            out.write("\n")
-        return out.getvalue()
-    raise InputError(f"unknown export format {fmt!r}", source="<export>")
+def figure(**layout):
+    """A plotly figure with the app's template (and any extra layout)."""
+    import plotly.graph_objects as go
+
+    _register_plot_template()
+    return go.Figure(layout={"template": PLOT_TEMPLATE, **layout})
 
 
-def zip_directory(path: str | os.PathLike) -> bytes:
-    """A zip archive (in memory) of a directory's files, under the directory's name."""
-    path = Path(path)
-    if not path.is_dir():
-        raise InputError("the model directory is missing", source=str(path))
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(path.rglob("*")):
-            if f.is_file():
-                zf.write(f, Path(path.name) / f.relative_to(path))
-    return buf.getvalue()
-
-
-def safe_filename(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "project"
+def styled(fig, **layout):
+    """Apply the app's template (and extra layout) to a plotly express figure."""
+    _register_plot_template()
+    fig.update_layout(template=PLOT_TEMPLATE, **layout)
+    return fig

@@ -1,0 +1,233 @@
+"""The thin facade the pages (and scripts) use: one :class:`Store` object whose methods
+delegate to the modules of :mod:`gpsl.annotation`.  It holds no connection of its own
+beyond the engine's pool, so one instance may be shared by Streamlit's script threads."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from gpsl.annotation import labels as label_votes
+from gpsl.annotation import (
+    predictions,
+    projects,
+    queue,
+    sentences,
+    stats,
+    versions,
+)
+from gpsl.annotation.db import Database
+
+
+def default_models_root(db: Database) -> Path:
+    """``$GPSL_MODELS`` if set, else ``models/`` next to a SQLite file, else
+    ``data/models`` under the working directory (PostgreSQL)."""
+    env = os.environ.get("GPSL_MODELS", "").strip()
+    if env:
+        return Path(env).expanduser()
+    if db.path is not None:
+        return db.path.expanduser().resolve().parent / "models"
+    return Path.cwd() / "data" / "models"
+
+
+class Store:
+    """The annotation store at ``target``: a SQLite file path or a database URL
+    (``postgresql+psycopg://...``).  ``timeout``: seconds to wait for locks before
+    :class:`~gpsl.annotation.db.StoreBusyError`."""
+
+    def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
+                 models_root: str | os.PathLike | None = None):
+        self.db = Database(target, timeout=timeout)
+        self.target = os.fspath(target)
+        self.path = self.db.path
+        self.timeout = self.db.timeout
+        self.models_root = Path(models_root) if models_root else default_models_root(self.db)
+
+    @property
+    def where(self) -> str:
+        return self.db.where
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        return {"target": self.target, "timeout": self.timeout,
+                "models_root": str(self.models_root)}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["target"], timeout=state["timeout"],
+                      models_root=state["models_root"])
+
+    def __repr__(self) -> str:
+        return f"Store({self.where!r})"
+
+    # projects
+    def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
+                       settings=None, **kw) -> int:
+        return projects.create(self.db, name, labels, template, offsets, kernel, settings, **kw)
+
+    def create_project_from_sentences(self, name, sentences_, labels, template, offsets,
+                                      kernel="linear", **kw) -> int:
+        return projects.create_from_sentences(self.db, name, sentences_, labels, template,
+                                              offsets, kernel, **kw)
+
+    def create_sample_copy(self, name: str, sample_dir) -> int:
+        return projects.create_sample(self.db, name, sample_dir)
+
+    def ensure_sample_project(self, sample_dir) -> int:
+        return projects.ensure_sample(self.db, sample_dir)
+
+    def list_projects(self) -> list[dict]:
+        return projects.list_all(self.db)
+
+    def get_project(self, project_id: int) -> dict | None:
+        return projects.get(self.db, project_id)
+
+    def update_project(self, project_id: int, **fields) -> dict:
+        return projects.update(self.db, project_id, **fields)
+
+    def delete_project(self, project_id: int) -> bool:
+        return projects.delete(self.db, project_id)
+
+    # sentences
+    def add_sentences(self, project_id: int, items, **kw) -> int:
+        return sentences.add(self.db, project_id, items, **kw)
+
+    def set_gold(self, sentence_id: int, gold: Sequence[str | None]) -> None:
+        sentences.set_gold(self.db, sentence_id, gold)
+
+    def get_sentence(self, sentence_id: int) -> dict | None:
+        return sentences.get(self.db, sentence_id)
+
+    def get_sentences(self, project_id: int, split: str | None = None, offset: int = 0,
+                      limit: int | None = None) -> list[dict]:
+        return sentences.page(self.db, project_id, split, offset, limit)
+
+    def sentence_count(self, project_id: int, split: str | None = None) -> int:
+        return sentences.count(self.db, project_id, split)
+
+    def sentence_ids(self, project_id: int, split: str | None = None) -> list[int]:
+        return sentences.ids(self.db, project_id, split)
+
+    def neighbours(self, sentence_id: int):
+        return sentences.neighbours(self.db, sentence_id)
+
+    def training_data(self, project_id: int, split: str | None = "train", **kw):
+        return sentences.training_data(self.db, project_id, split, **kw)
+
+    def gold_data(self, project_id: int, split: str | None = "heldout"):
+        return sentences.gold_data(self.db, project_id, split)
+
+    def export_sentences(self, project_id: int, split: str | None = None) -> list:
+        from gpsl.io import Sentence
+
+        return [Sentence(tokens=s["tokens"], labels=s["labels"], line=s["line"] or 1)
+                for s in self.get_sentences(project_id, split=split)]
+
+    # labels
+    def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
+                   source: str = "human") -> list[int]:
+        return label_votes.set_labels(self.db, sentence_id, labels, annotator, source)
+
+    def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
+                  source: str = "human") -> int | None:
+        ids = self.set_labels(sentence_id, {token_index: label}, annotator, source)
+        return ids[0] if ids else None
+
+    def clear_label(self, sentence_id: int, token_index: int, annotator: str) -> int | None:
+        return self.set_label(sentence_id, token_index, None, annotator)
+
+    def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
+        return label_votes.undo(self.db, project_id, annotator)
+
+    def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
+                   lead: str) -> None:
+        label_votes.adjudicate(self.db, sentence_id, token_index, label, lead)
+
+    def votes(self, sentence_id: int) -> list[dict]:
+        return label_votes.votes_of(self.db, sentence_id)
+
+    def history(self, sentence_id=None, project_id=None, annotator=None, limit=100):
+        return label_votes.history(self.db, sentence_id, project_id, annotator, limit)
+
+    def skip(self, sentence_id: int, annotator: str) -> None:
+        label_votes.skip(self.db, sentence_id, annotator)
+
+    def progress(self, project_id: int, split: str | None = None, *,
+                 detail: bool = True) -> dict:
+        return stats.progress(self.db, project_id, split, detail=detail)
+
+    # model versions
+    def start_model_version(self, project_id: int, settings=None, *, pid=None) -> int:
+        return versions.start(self.db, project_id, settings, pid=pid)
+
+    def set_model_worker(self, version_id: int, pid: int, started: float | None) -> None:
+        versions.set_worker(self.db, version_id, pid, started)
+
+    def finish_model_version(self, version_id: int, path, bound_trace=None, metrics=None,
+                             n_labeled_tokens=None, **kw) -> bool:
+        return versions.finish(self.db, version_id, path, bound_trace, metrics,
+                               n_labeled_tokens, **kw)
+
+    def fail_model_version(self, version_id: int, error: str, status: str = "failed") -> bool:
+        return versions.fail(self.db, version_id, error, status)
+
+    def mark_stale_running_failed(self, project_id: int | None = None, *, alive=None,
+                                  reason=None) -> list[int]:
+        from gpsl.annotation import jobs
+
+        return versions.mark_stale_failed(
+            self.db, alive or jobs.worker_alive,
+            reason or (lambda v: f"worker process {v['settings'].get('pid')} is gone"),
+            project_id)
+
+    def set_active_model(self, project_id: int, version_id: int | None) -> None:
+        versions.set_active(self.db, project_id, version_id)
+
+    def active_model(self, project_id: int) -> dict | None:
+        return versions.active(self.db, project_id)
+
+    def get_model_version(self, version_id: int) -> dict | None:
+        return versions.get(self.db, version_id)
+
+    def list_model_versions(self, project_id: int) -> list[dict]:
+        return versions.list_all(self.db, project_id)
+
+    def list_query_rounds(self, project_id: int) -> list[dict]:
+        return versions.query_rounds(self.db, project_id)
+
+    # predictions and queue
+    def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray]) -> int:
+        return predictions.save(self.db, version_id, marginals)
+
+    def get_predictions(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
+        return predictions.get(self.db, version_id, sentence_ids)
+
+    def has_predictions(self, version_id: int) -> bool:
+        return predictions.has_any(self.db, version_id)
+
+    def delete_predictions(self, version_id: int) -> int:
+        return predictions.delete(self.db, version_id)
+
+    def prune_predictions(self, project_id: int, keep: int = 2) -> int:
+        return predictions.prune(self.db, project_id, keep)
+
+    def queue(self, project_id: int, order: str = "uncertainty", annotator: str | None = None,
+              limit: int | None = 100) -> list[int]:
+        return queue.queue(self.db, project_id, order, annotator, limit)
+
+    def ranked_queue(self, project_id: int, n: int = 10) -> list[dict]:
+        return queue.ranked(self.db, project_id, n)

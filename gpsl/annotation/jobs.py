@@ -1,0 +1,287 @@
+"""Training workers: start, stop and recover them (psutil for process identity and control).
+
+A worker is ``python -m gpsl worker --version ID --models-root DIR`` in its own session
+(one BLAS thread, ``nice`` 5); the store it works on is passed in its environment
+(``GPSL_DB``), never on the command line (a PostgreSQL URL may hold a password).  A
+version records its worker's pid *and the process's start time*: a process is only taken
+for that worker when both match (a reused pid is another process), and Stop only ever
+signals a process that passes this check and is a gpsl worker of that version.  A worker
+that dies records why: itself when it can, else the app process that started it (its exit
+status), else the next recovery (the last line of its log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+from gpsl.annotation import pipeline
+from gpsl.annotation.pipeline import TrainConfig
+from gpsl.errors import GpslError, InputError
+
+_WORKERS: dict[int, tuple[subprocess.Popen, object]] = {}  # version -> (process, store)
+_LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
+_START_SLACK = 0.05  # seconds: psutil's create_time is rounded to the clock tick
+# exit statuses of a worker that could not record its failure (pipeline.UnrecordedFailure)
+_EXIT_REASONS = {errno.ENOSPC: "out of disk space (ENOSPC)",
+                 errno.EROFS: "read-only file system (EROFS)", errno.EIO: "I/O error (EIO)",
+                 errno.ENOMEM: "out of memory (ENOMEM)"}
+
+
+class TrainingBusyError(GpslError):
+    """A training job of the project is still running."""
+
+
+def process_started(pid: int) -> float | None:
+    """The start time of process ``pid`` (None when there is no such process)."""
+    try:
+        return psutil.Process(int(pid)).create_time()
+    except (psutil.Error, ValueError, TypeError):
+        return None
+
+
+def _process(settings: dict) -> psutil.Process | None:
+    """The version's worker process if it is alive and is the same process (pid and start
+    time), else None."""
+    try:
+        proc = psutil.Process(int(settings.get("pid")))
+    except (psutil.Error, ValueError, TypeError):
+        return None
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        started = settings.get("pid_started")
+        if started is None or abs(proc.create_time() - float(started)) > _START_SLACK:
+            return None
+    except psutil.Error:
+        return None
+    return proc
+
+
+def worker_alive(settings: dict) -> bool | None:
+    """True when the recorded worker (pid + start time) is alive, False when it is gone,
+    None when the version records no pid."""
+    if not settings.get("pid"):
+        return None
+    return _process(settings) is not None
+
+
+def _is_worker_of(proc: psutil.Process, version_id: int) -> bool:
+    try:
+        cmd = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "worker" in cmd and "--version" in cmd and \
+        cmd[cmd.index("--version") + 1:cmd.index("--version") + 2] == [str(int(version_id))]
+
+
+def _gone_reason(models_root: Path, version: dict) -> str:
+    pid = version["settings"].get("pid")
+    tail = pipeline.worker_log(models_root, version["project_id"], version["id"], 400).strip()
+    last = tail.splitlines()[-1].strip() if tail else ""
+    why = f"; its last output: {last}" if last else "; it left no output (killed, out of " \
+        "memory or out of disk space?)"
+    return f"worker process {pid} is gone{why}"
+
+
+def reap_workers() -> None:
+    """Collect the workers this process started; a worker that exited without recording
+    its end gets its exit status recorded as the reason (kept until the store can be
+    written, e.g. once there is disk space again)."""
+    for vid, (proc, store) in list(_WORKERS.items()):
+        code = proc.poll()
+        if code is None:
+            continue
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            reason = f"worker process {proc.pid} was killed by {name}"
+        elif code in _EXIT_REASONS:
+            reason = f"worker process {proc.pid} failed: {_EXIT_REASONS[code]}"
+        else:
+            reason = f"worker process {proc.pid} exited with status {code} without finishing"
+        try:
+            store.fail_model_version(vid, reason)
+        except GpslError:  # the store cannot be written now (full disk ...): next time
+            continue
+        _WORKERS.pop(vid, None)
+
+
+def mark_stale(store, models_root, project_id: int | None = None) -> list[int]:
+    """Mark ``'failed'`` the running versions whose worker is gone (pid + start time)."""
+    reap_workers()
+    root = Path(models_root)
+    return store.mark_stale_running_failed(
+        project_id, alive=worker_alive, reason=lambda v: _gone_reason(root, v))
+
+
+def running_version(store, project_id: int, models_root=None) -> dict | None:
+    """The project's running version whose worker is alive, or None (versions whose worker
+    died are marked failed first)."""
+    mark_stale(store, models_root or store.models_root, project_id)
+    for v in reversed(store.list_model_versions(project_id)):
+        if v["status"] == "running":
+            return v
+    return None
+
+
+@contextlib.contextmanager
+def start_lock(models_root, project_id: int) -> Iterator[None]:
+    """An exclusive lock per project so that two starts cannot both pass the busy check."""
+    import fcntl
+
+    path = Path(models_root) / str(int(project_id)) / ".train.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def cleanup_staging(store, project_id: int, models_root) -> list[Path]:
+    """Delete what killed workers leave behind (staging and temporary folders of versions
+    that are not running; complete folders of versions that ended failed or killed)."""
+    base = Path(models_root) / str(int(project_id))
+    removed: list[Path] = []
+    if not base.is_dir():
+        return removed
+    for path in sorted(base.iterdir()):
+        if not path.is_dir():
+            continue
+        match = _LEFTOVER.match(path.name)
+        if match:
+            v = store.get_model_version(int(match.group(1)))
+            stale = v is None or v["status"] != "running"
+        elif path.name.isdigit():
+            v = store.get_model_version(int(path.name))
+            stale = v is not None and v["project_id"] == int(project_id) and \
+                v["status"] in ("failed", "killed")
+        else:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def recover(store, models_root=None) -> dict:
+    """After a crash: mark versions whose worker is gone ``'failed'`` and clean leftovers.
+    Returns ``{"failed": [version ids], "removed": [paths]}``."""
+    root = Path(models_root or store.models_root)
+    failed = mark_stale(store, root)
+    removed: list[Path] = []
+    for project in store.list_projects():
+        if (root / str(int(project["id"]))).is_dir():
+            with start_lock(root, project["id"]):
+                removed += cleanup_staging(store, project["id"], root)
+    return {"failed": failed, "removed": removed}
+
+
+def _worker_env(store) -> dict:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["GPSL_DB"] = store.target
+    return env
+
+
+def start_training(store, project_id: int, config: TrainConfig, models_root=None) -> int:
+    """Start a background worker for a project; returns the new version id.
+    :class:`TrainingBusyError` while a run of the project is going, InputError when there is
+    nothing to train on."""
+    root = Path(models_root or store.models_root)
+    if store.get_project(project_id) is None:
+        raise InputError(f"no project with id {project_id}", source="<train>")
+    with start_lock(root, project_id):
+        busy = running_version(store, project_id, root)
+        if busy is not None:
+            raise TrainingBusyError(
+                f"model version {busy['id']} is still training (worker pid "
+                f"{busy['settings'].get('pid')}); wait for it or stop it first")
+        if store.progress(project_id, split="train", detail=False)["labeled_tokens"] == 0:
+            raise InputError("no labeled tokens yet: label some tokens before training",
+                             source="<train>")
+        cleanup_staging(store, project_id, root)
+        vid = store.start_model_version(project_id, config.to_settings())
+        log = pipeline.log_file(root, project_id, vid)
+        cmd = [sys.executable, "-m", "gpsl", "worker", "--version", str(vid),
+               "--models-root", str(root)]
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT, env=_worker_env(store),
+                                        start_new_session=True, close_fds=True)
+        except OSError as exc:
+            store.fail_model_version(vid, f"could not start the training worker: "
+                                          f"{pipeline.one_line(exc)}")
+            raise InputError(f"could not start the training worker: {pipeline.one_line(exc)}",
+                             source="<train>") from exc
+        store.set_model_worker(vid, proc.pid, process_started(proc.pid))
+        _WORKERS[vid] = (proc, store)
+    return vid
+
+
+def stop_training(store, version_id: int) -> bool:
+    """Stop a running job: mark it ``'killed'`` and SIGTERM its worker, only when that
+    process is the version's own worker (pid, start time and command line).  False when it
+    was not running."""
+    v = store.get_model_version(version_id)
+    if v is None or v["status"] != "running":
+        return False
+    ok = store.fail_model_version(version_id, "stopped by the user", status="killed")
+    proc = _process(v["settings"])
+    if proc is not None and proc.pid != os.getpid() and _is_worker_of(proc, version_id):
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()  # psutil checks the pid was not reused since _process()
+    reap_workers()
+    return ok
+
+
+def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
+              raise_errors: bool = True) -> dict:
+    """Run a training job in this process (tests, scripts); returns the version dict."""
+    root = Path(models_root or store.models_root)
+    with start_lock(root, project_id):
+        busy = running_version(store, project_id, root)
+        if busy is not None:
+            raise TrainingBusyError(f"model version {busy['id']} is still training")
+        vid = store.start_model_version(project_id, config.to_settings())
+    return pipeline.run(store, vid, root, raise_errors=raise_errors)
+
+
+def worker_main(version_id: int, models_root: str | None, db: str | None = None) -> int:
+    """The worker process: run one version's pipeline (``python -m gpsl worker``)."""
+    from gpsl.annotation.facade import Store
+
+    target = db or os.environ.get("GPSL_DB", "")
+    if not target:
+        raise InputError("no store given (GPSL_DB is not set)", source="worker")
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(5)
+    store = Store(target, models_root=models_root)
+    try:
+        version = pipeline.run(store, version_id, store.models_root)
+    except pipeline.UnrecordedFailure as exc:
+        return exc.exit_code
+    print(f"version {version_id}: {version['status']}"
+          + (f" ({version['error']})" if version.get("error") else ""), flush=True)
+    return 0 if version["status"] == "done" else 1
+

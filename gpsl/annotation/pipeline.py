@@ -1,0 +1,378 @@
+"""The training pipeline of one model version: fit → evaluate → save → predict.
+
+Runs in a worker process (:mod:`gpsl.annotation.jobs`) or in the caller (:func:`train_now`).
+
+1. Every ``'train'`` sentence with at least one labeled token is used (no cap unless the
+   run's :class:`TrainConfig` sets ``max_sentences``); the labels are read when the run
+   starts, so a label made before the run is counted in its labeled-token figure.
+2. :class:`~gpsl.model.GPSL` is fitted with the run's ``inference`` mode; after every sweep
+   the progress file gets the iteration, bound and seconds (the Train page shows an ETA).
+3. It is evaluated on the held-out gold labels (:func:`evaluate`, the one held-out
+   evaluation: the Confidence page uses it too), saved to ``.staging-<version>`` and renamed
+   to ``<root>/<project>/<version>``.
+4. Predictions for every sentence are made in chunks (progress written per chunk) and
+   stored; then the version is marked ``'done'`` and becomes the active model in one
+   transaction.  Any exception marks the version ``'failed'`` with a one-line reason.
+
+A run killed at any point leaves the previously active model active.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpsl.errors import InputError
+
+PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the kernel block)
+TEST_HOOK_ENV = "GPSL_TRAINING_TEST_HOOK"  # "pause-after-staging": tests kill a worker there
+INFERENCE_MODES = ("auto", "full", "sparse")
+KERNELS = ("linear", "rbf")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one training run (stored in the version's ``settings``)."""
+
+    offsets: tuple[int, ...] = (-1, 1)
+    kernel: str = "linear"
+    learn_hyper: bool = False
+    max_iter: int = 50
+    tol: float = 1e-3  # the library default
+    inference: str = "auto"  # GPSL(inference=...): "auto", "full" or "sparse"
+    max_sentences: int | None = None  # optional cap (the most labeled sentences first)
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        from gpsl.model import parse_offsets
+
+        object.__setattr__(self, "offsets", tuple(parse_offsets(self.offsets)))
+        if self.kernel not in KERNELS:
+            raise InputError(f"kernel must be linear or rbf, got {self.kernel!r}",
+                             source="<train>")
+        if self.inference not in INFERENCE_MODES:
+            raise InputError(f"inference must be auto, full or sparse, got {self.inference!r}",
+                             source="<train>")
+        if int(self.max_iter) < 1:
+            raise InputError("max iterations must be at least 1", source="<train>")
+        object.__setattr__(self, "max_iter", int(self.max_iter))
+        if self.max_sentences is not None and int(self.max_sentences) < 1:
+            raise InputError("max sentences must be at least 1", source="<train>")
+
+    @property
+    def preset(self) -> str:
+        return preset_of(self.offsets)
+
+    def to_settings(self) -> dict:
+        d = asdict(self)
+        d["offsets"] = list(self.offsets)
+        d["preset"] = self.preset
+        return d
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> TrainConfig:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in settings.items() if k in names})
+
+
+def preset_of(offsets: Sequence[int]) -> str:
+    """``"GPSL1"``/``"GPSL2"``/``"GPSL4"`` (the presets of :mod:`gpsl.model`) or ``"custom"``."""
+    from gpsl.model import PRESETS
+
+    offs = tuple(int(o) for o in offsets)
+    for name, value in PRESETS.items():
+        if tuple(value) == offs:
+            return name
+    return "custom"
+
+
+# --------------------------------------------------------------------------- model folders
+
+
+def model_dir(models_root, project_id: int, version_id: int) -> Path:
+    return Path(models_root) / str(int(project_id)) / str(int(version_id))
+
+
+def staging_dir(models_root, project_id, version_id) -> Path:
+    return Path(models_root) / str(int(project_id)) / f".staging-{int(version_id)}"
+
+
+def progress_file(models_root, project_id, version_id) -> Path:
+    return Path(models_root) / str(int(project_id)) / f".progress-{int(version_id)}.json"
+
+
+def log_file(models_root, project_id, version_id) -> Path:
+    return Path(models_root) / str(int(project_id)) / f".worker-{int(version_id)}.log"
+
+
+def read_progress(models_root, project_id: int, version_id: int) -> dict | None:
+    """The run's progress: ``dict(phase, iteration, max_iter, bounds, seconds, updated,
+    inference, eta_seconds, done, total, ...)`` or None before the first write.  ``phase``
+    is loading, fitting, evaluating, saving, predicting, done, failed or stopped."""
+    try:
+        return json.loads(progress_file(models_root, project_id, version_id)
+                          .read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def worker_log(models_root, project_id: int, version_id: int, tail: int = 4000) -> str:
+    try:
+        return log_file(models_root, project_id, version_id).read_text(
+            encoding="utf-8", errors="replace")[-tail:]
+    except OSError:
+        return ""
+
+
+def eta_seconds(progress: dict | None) -> float | None:
+    """Seconds left by the progress so far: the mean sweep time times the sweeps left while
+    fitting (an upper bound: the fit may converge earlier), the chunks left while
+    predicting."""
+    if not progress:
+        return None
+    phase = progress.get("phase")
+    if phase == "fitting":
+        secs = progress.get("seconds") or []
+        if not secs:
+            return None
+        per = float(secs[-1]) / max(1, len(secs))
+        return per * max(0, int(progress.get("max_iter", 0)) - int(progress.get("iteration", 0)))
+    if phase == "predicting":
+        done, total = progress.get("done", 0), progress.get("total", 0)
+        started = progress.get("phase_started")
+        if done and total and started:
+            return (time.time() - float(started)) / done * (total - done)
+    return None
+
+
+class Progress:
+    """Atomically rewritten JSON progress file (temp file, then rename)."""
+
+    def __init__(self, path: Path, max_iter: int, inference: str):
+        self.path = path
+        self.data = {"phase": "loading", "iteration": 0, "max_iter": int(max_iter),
+                     "bounds": [], "seconds": [], "inference": inference,
+                     "updated": time.time(), "phase_started": time.time()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.write()
+
+    def write(self) -> None:
+        self.data["updated"] = time.time()
+        self.data["eta_seconds"] = eta_seconds(self.data)
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.data, f)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def phase(self, name: str, **extra) -> None:
+        self.data["phase"] = name
+        self.data["phase_started"] = time.time()
+        self.data.update(extra)
+        self.write()
+
+    def sweep(self, info: dict) -> None:
+        self.data["iteration"] = int(info.get("iteration", 0))
+        self.data["bounds"].append(float(info.get("bound", float("nan"))))
+        self.data["seconds"].append(float(info.get("seconds", 0.0)))
+        self.write()
+
+    def chunk(self, done: int, total: int) -> None:
+        self.data["done"], self.data["total"] = int(done), int(total)
+        self.write()
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def pick_sentences(ids, X, y, max_sentences):
+    """All sentences, or at most ``max_sentences``: the most labeled first, kept in
+    position order."""
+    if max_sentences is None or len(X) <= max_sentences:
+        return ids, X, y
+    counts = [sum(lab is not None for lab in labs) for labs in y]
+    order = sorted(range(len(X)), key=lambda i: (-counts[i], i))[:int(max_sentences)]
+    order.sort()
+    return [ids[i] for i in order], [X[i] for i in order], [y[i] for i in order]
+
+
+def chunks(n_tokens: list[int], budget: int) -> Iterator[tuple[int, int]]:
+    start, acc = 0, 0
+    for i, n in enumerate(n_tokens):
+        if acc and acc + n > budget:
+            yield start, i
+            start, acc = i, 0
+        acc += n
+    if start < len(n_tokens):
+        yield start, len(n_tokens)
+
+
+def predict(model, X, y=None, on_chunk=None) -> list[np.ndarray]:
+    """Marginals of every sentence, in chunks of :data:`PREDICT_CHUNK_TOKENS` tokens;
+    ``on_chunk(done, total)`` after each chunk."""
+    out: list[np.ndarray] = []
+    for a, b in chunks([len(s) for s in X], PREDICT_CHUNK_TOKENS):
+        out.extend(model.predict_marginals(X[a:b], y=None if y is None else y[a:b]))
+        if on_chunk is not None:
+            on_chunk(b, len(X))
+    return out
+
+
+def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
+             gold: Sequence[Sequence[str | None]]) -> dict:
+    """Held-out figures of predictions against gold labels (None: no gold for that token):
+    ``heldout_tokens, heldout_accuracy, heldout_ece`` (+ ``heldout_chunk_f1`` for complete
+    BIO gold), ``confidence`` and ``correct`` per gold token; {} without gold."""
+    from gpsl import metrics
+
+    classes = list(classes)
+    conf, correct, y_true, y_pred = [], [], [], []
+    for p, g in zip(marginals, gold):
+        if p is None or p.shape != (len(g), len(classes)):
+            continue
+        pred = [classes[j] for j in p.argmax(axis=1)]
+        y_pred.append(pred)
+        y_true.append(list(g))
+        for t, lab in enumerate(g):
+            if lab is not None:
+                conf.append(float(p[t].max()))
+                correct.append(pred[t] == lab)
+    if not conf:
+        return {}
+    out = {"heldout_sentences": len(y_true), "heldout_tokens": len(conf),
+           "heldout_accuracy": float(np.mean(correct)),
+           "heldout_ece": float(metrics.expected_calibration_error(conf, correct)),
+           "confidence": conf, "correct": correct}
+    if all(lab is not None for g in y_true for lab in g) and \
+            metrics.is_chunk_label_set(lab for g in y_true for lab in g):
+        with contextlib.suppress(ValueError):
+            out["heldout_chunk_f1"] = float(metrics.chunk_f1(y_true, y_pred))
+    return out
+
+
+def evaluate_heldout(model, store, project_id: int) -> dict:
+    """:func:`evaluate` of a fitted model on the project's held-out gold labels."""
+    ids, X, gold = store.gold_data(project_id)
+    if not ids:
+        return {}
+    out = evaluate(model.classes_, predict(model, X), gold)
+    out.pop("confidence", None)
+    out.pop("correct", None)
+    return out
+
+
+class UnrecordedFailure(Exception):
+    """A run failed and its reason could not be written to the store (e.g. the disk is
+    full): the worker exits with ``exit_code`` (the errno when there is one) so that the
+    process that started it can record why."""
+
+    def __init__(self, reason: str, exit_code: int):
+        super().__init__(reason)
+        self.exit_code = exit_code
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        text = f"{os.strerror(exc.errno)}" + (f": {exc.filename}" if exc.filename else "")
+        return f"{type(exc).__name__}: {text}"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> dict:
+    """Run the ``'running'`` model version ``version_id`` to the end (module docstring);
+    returns the version dict.  Errors are recorded in the version (and re-raised when
+    ``raise_errors``)."""
+    from gpsl.model import GPSL
+
+    version = store.get_model_version(version_id)
+    if version is None:
+        raise InputError(f"no model version {version_id}", source=store.where)
+    if version["status"] != "running":
+        return version
+    project_id = version["project_id"]
+    root = Path(models_root)
+    config = TrainConfig.from_settings(version["settings"])
+    staging = staging_dir(root, project_id, version_id)
+    final = model_dir(root, project_id, version_id)
+    progress = None
+    try:
+        progress = Progress(progress_file(root, project_id, version_id), config.max_iter,
+                            config.inference)
+        project = store.get_project(project_id)
+        ids, X, y = store.training_data(project_id, "train", only_labeled=True, with_ids=True)
+        if not X:
+            raise InputError("no labeled tokens yet: label some tokens before training",
+                             source="<train>")
+        ids, X, y = pick_sentences(ids, X, y, config.max_sentences)
+        n_labeled = sum(lab is not None for labs in y for lab in labs)
+        model = GPSL(offsets=config.offsets, kernel=config.kernel,
+                     template=project["template"] or None, max_iter=config.max_iter,
+                     tol=config.tol, learn_hyper=config.learn_hyper,
+                     inference=config.inference)
+        progress.phase("fitting", sentences=len(X), labeled_tokens=n_labeled)
+        model.fit(X, y, callback=progress.sweep)
+        mode = getattr(model, "inference_", config.inference)
+        progress.phase("evaluating", inference_used=mode)
+        metrics = evaluate_heldout(model, store, project_id)
+        metrics.update({"train_sentences": len(X), "train_labeled_tokens": n_labeled,
+                        "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
+                        "inference": mode})
+        progress.phase("saving")
+        if staging.exists():
+            shutil.rmtree(staging)
+        model.save(staging)
+        if os.environ.get(TEST_HOOK_ENV) == "pause-after-staging":
+            progress.phase("paused")
+            time.sleep(600)
+        os.rename(staging, final)
+        all_ids, all_X, all_y = store.training_data(project_id, split=None, with_ids=True)
+        progress.phase("predicting", done=0, total=len(all_ids))
+        for a, b in chunks([len(s) for s in all_X], PREDICT_CHUNK_TOKENS):
+            P = model.predict_marginals(all_X[a:b], y=all_y[a:b])
+            store.save_predictions(version_id, dict(zip(all_ids[a:b], P)))
+            progress.chunk(b, len(all_ids))
+        done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,
+                                          n_labeled, classes=model.classes_, activate=True)
+        if not done:  # stopped meanwhile: keep nothing of it active
+            store.delete_predictions(version_id)
+            progress.phase("stopped")
+            return store.get_model_version(version_id)
+        store.prune_predictions(project_id, keep=2)
+        progress.phase("done")
+    except BaseException as exc:
+        reason = one_line(exc) if isinstance(exc, Exception) else \
+            f"worker interrupted ({type(exc).__name__})"
+        recorded = False
+        with contextlib.suppress(Exception):
+            store.fail_model_version(version_id, reason)
+            recorded = True
+        if progress is not None:
+            with contextlib.suppress(Exception):
+                progress.phase("failed", error=reason)
+        if not recorded:  # e.g. the disk is full: the parent records the exit status
+            with contextlib.suppress(Exception):
+                print(f"gpsl worker: version {version_id} failed: {reason}", flush=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        if raise_errors or not isinstance(exc, Exception):
+            raise
+        if not recorded:
+            code = getattr(exc, "errno", None)
+            raise UnrecordedFailure(reason, code if isinstance(code, int) and 0 < code < 126
+                                    else 1) from exc
+    return store.get_model_version(version_id)

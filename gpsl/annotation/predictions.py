@@ -1,0 +1,117 @@
+"""Stored predictions of a model version: per-sentence marginals (float32 NPY blobs, never
+pickled), per-token confidences and the sentence's queue score."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from io import BytesIO
+
+import numpy as np
+from sqlalchemy import bindparam, text
+
+from gpsl.annotation import queue
+from gpsl.annotation.db import Database, NotFoundError
+
+
+def encode_marginals(arr: np.ndarray) -> bytes:
+    buf = BytesIO()
+    np.save(buf, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+def decode_marginals(blob: bytes) -> np.ndarray:
+    return np.load(BytesIO(bytes(blob)), allow_pickle=False)
+
+
+def save(db: Database, version_id: int, marginals: Mapping[int, np.ndarray]) -> int:
+    """Store ``{sentence_id: (L, J) array}`` of a version in one transaction (replacing
+    earlier ones of the same sentence); returns the count."""
+    items = [(int(sid), np.asarray(m, dtype=np.float32)) for sid, m in marginals.items()]
+    if not items:
+        return 0
+
+    def tx(conn):
+        from gpsl.annotation.versions import row as version_row
+
+        project_id = version_row(conn, version_id)._mapping["project_id"]
+        ids = [sid for sid, _ in items]
+        info = {r[0]: (r[1], r[2]) for r in conn.execute(text(
+            "SELECT id, project_id, n_tokens FROM sentences WHERE id IN :ids")
+            .bindparams(bindparam("ids", expanding=True)), {"ids": ids})}
+        labeled: dict[int, list[int]] = {}
+        for sid, t in conn.execute(text(
+                "SELECT sentence_id, token_index FROM derived_labels WHERE sentence_id IN :ids")
+                .bindparams(bindparam("ids", expanding=True)), {"ids": ids}):
+            labeled.setdefault(sid, []).append(t)
+        rows = []
+        for sid, arr in items:
+            if sid not in info or info[sid][0] != project_id:
+                raise NotFoundError(f"no sentence {sid} in the project of model version "
+                                    f"{version_id}")
+            n = info[sid][1]
+            if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
+                raise ValueError(f"sentence {sid}: marginals of shape {arr.shape}, "
+                                 f"expected ({n}, n_classes)")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"sentence {sid}: marginals are not finite")
+            conf = arr.max(axis=1).astype("<f4")
+            rows.append({"v": version_id, "s": sid, "m": encode_marginals(arr),
+                         "c": conf.tobytes(), "mc": float(conf.min()),
+                         "q": queue.queue_score(arr, labeled.get(sid, ()))})
+        conn.execute(text(
+            "INSERT INTO predictions (model_version_id, sentence_id, marginals, confidence,"
+            " min_confidence, queue_score) VALUES (:v, :s, :m, :c, :mc, :q)"
+            " ON CONFLICT (model_version_id, sentence_id) DO UPDATE SET"
+            " marginals = excluded.marginals, confidence = excluded.confidence,"
+            " min_confidence = excluded.min_confidence, queue_score = excluded.queue_score"),
+            rows)
+        return len(rows)
+
+    return db.write(tx)
+
+
+def get(db: Database, version_id: int,
+        sentence_ids: Sequence[int] | None = None) -> dict[int, np.ndarray]:
+    """``{sentence_id: float32 (L, J) array}`` of a version (all, or the given ids)."""
+    if sentence_ids is not None:
+        sentence_ids = [int(s) for s in sentence_ids]
+        if not sentence_ids:
+            return {}
+        q = text("SELECT sentence_id, marginals FROM predictions WHERE model_version_id = :v"
+                 " AND sentence_id IN :ids").bindparams(bindparam("ids", expanding=True))
+        args = {"v": version_id, "ids": sentence_ids}
+    else:
+        q = text("SELECT sentence_id, marginals FROM predictions WHERE model_version_id = :v")
+        args = {"v": version_id}
+    rows = db.read(lambda conn: conn.execute(q, args).fetchall())
+    return {sid: decode_marginals(blob) for sid, blob in rows}
+
+
+def has_any(db: Database, version_id: int) -> bool:
+    return db.read(lambda conn: conn.execute(text(
+        "SELECT 1 FROM predictions WHERE model_version_id = :v LIMIT 1"),
+        {"v": version_id}).first() is not None)
+
+
+def delete(db: Database, version_id: int) -> int:
+    return db.write(lambda conn: conn.execute(text(
+        "DELETE FROM predictions WHERE model_version_id = :v"), {"v": version_id}).rowcount)
+
+
+def prune(db: Database, project_id: int, keep: int = 2) -> int:
+    """Keep predictions only for the active version and the ``keep`` newest versions."""
+
+    def tx(conn):
+        keep_ids = [r[0] for r in conn.execute(text(
+            "SELECT id FROM model_versions WHERE project_id = :p ORDER BY active DESC, id DESC"
+            " LIMIT :k"), {"p": project_id, "k": int(keep) + 1})]
+        return conn.execute(text(
+            "DELETE FROM predictions WHERE model_version_id IN (SELECT id FROM model_versions"
+            " WHERE project_id = :p AND id NOT IN :keep)")
+            .bindparams(bindparam("keep", expanding=True)),
+            {"p": project_id, "keep": keep_ids or [-1]}).rowcount
+
+    return db.write(tx)
+
+
+__all__ = ["decode_marginals", "delete", "encode_marginals", "get", "has_any", "prune", "save"]

@@ -1,0 +1,202 @@
+"""The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+Schema version 2.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
+token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
+(rewritten in the same transaction as every vote, so it is never stale).  Labels that came
+with an imported file are votes with source ``'import'``: they count only for tokens that no
+one has voted on since.  A vote with a NULL label is an annotator's "no label" (Clear).
+``annotation_history`` records every vote change (old and new vote of that annotator).
+
+Storage formats: ``projects.labels``/``offsets``/``settings``, ``sentences.tokens``,
+``model_versions.settings``/``bound_trace``/``metrics``/``classes`` are JSON text;
+``predictions.marginals`` is an NPY blob (float32, ``allow_pickle=False``),
+``predictions.confidence`` the raw little-endian float32 per-token confidences, and
+``predictions.queue_score`` the active-learning score of the sentence's unlabeled tokens
+(:mod:`gpsl.annotation.queue`).  Times are ISO-8601 UTC strings.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+SCHEMA_VERSION = 2
+
+metadata = MetaData()
+
+
+def _fk(table: str, ondelete: str = "CASCADE") -> ForeignKey:
+    return ForeignKey(f"{table}.id", ondelete=ondelete)
+
+
+projects = Table(
+    "projects", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("labels", Text, nullable=False),
+    Column("template", Text, nullable=False, server_default=""),
+    Column("offsets", Text, nullable=False, server_default="[-1,1]"),
+    Column("kernel", Text, nullable=False, server_default="linear"),
+    Column("created_at", Text, nullable=False),
+    Column("settings", Text, nullable=False, server_default="{}"),
+)
+
+sentences = Table(
+    "sentences", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("doc", Text),
+    Column("line", Integer),
+    Column("split", Text, nullable=False, server_default="train"),
+    Column("tokens", Text, nullable=False),
+    Column("n_tokens", Integer, nullable=False),
+    Column("n_labeled", Integer, nullable=False, server_default="0"),
+    UniqueConstraint("project_id", "position"),
+    CheckConstraint("split IN ('train', 'heldout')"),
+    CheckConstraint("n_tokens > 0"),
+)
+Index("sentences_by_split", sentences.c.project_id, sentences.c.split, sentences.c.position,
+      sentences.c.n_tokens, sentences.c.n_labeled)
+
+votes = Table(
+    "votes", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("annotator", Text, nullable=False),
+    Column("label", Text),  # NULL: the annotator cleared the token ("no label")
+    Column("source", Text, nullable=False, server_default="human"),
+    Column("updated_at", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "token_index", "annotator"),
+    CheckConstraint("source IN ('human', 'accepted', 'import')"),
+)
+
+adjudications = Table(
+    "adjudications", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("label", Text, nullable=False),
+    Column("annotator", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "token_index"),
+)
+
+derived_labels = Table(
+    "derived_labels", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("label", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("annotator", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "token_index"),
+)
+
+annotation_history = Table(
+    "annotation_history", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("old_label", Text),
+    Column("new_label", Text),
+    Column("source", Text),
+    Column("annotator", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("batch", Text),
+    Column("undone_by", Integer),
+    CheckConstraint("action IN ('set', 'clear', 'undo', 'import')"),
+    sqlite_autoincrement=True,
+)
+Index("history_by_project", annotation_history.c.project_id, annotation_history.c.id)
+Index("history_by_token", annotation_history.c.sentence_id, annotation_history.c.token_index,
+      annotation_history.c.id)
+Index("history_by_batch", annotation_history.c.batch)
+Index("history_undoable_by", annotation_history.c.project_id, annotation_history.c.annotator,
+      annotation_history.c.id,
+      sqlite_where=text("undone_by IS NULL AND action IN ('set', 'clear')"),
+      postgresql_where=text("undone_by IS NULL AND action IN ('set', 'clear')"))
+
+gold_labels = Table(
+    "gold_labels", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("label", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "token_index"),
+)
+
+model_versions = Table(
+    "model_versions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("finished_at", Text),
+    Column("settings", Text, nullable=False, server_default="{}"),
+    Column("classes", Text),
+    Column("bound_trace", Text),
+    Column("metrics", Text),
+    Column("path", Text),
+    Column("n_labeled_tokens", Integer),
+    Column("status", Text, nullable=False, server_default="running"),
+    Column("active", Integer, nullable=False, server_default="0"),
+    Column("error", Text),
+    CheckConstraint("status IN ('running', 'done', 'failed', 'killed')"),
+    CheckConstraint("active IN (0, 1)"),
+    sqlite_autoincrement=True,
+)
+Index("model_versions_by_project", model_versions.c.project_id, model_versions.c.id)
+Index("one_active_model", model_versions.c.project_id, unique=True,
+      sqlite_where=text("active = 1"), postgresql_where=text("active = 1"))
+
+predictions = Table(
+    "predictions", metadata,
+    Column("model_version_id", Integer, _fk("model_versions"), nullable=False),
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("marginals", LargeBinary, nullable=False),
+    Column("confidence", LargeBinary, nullable=False),
+    Column("min_confidence", Float, nullable=False),
+    Column("queue_score", Float),
+    PrimaryKeyConstraint("model_version_id", "sentence_id"),
+)
+Index("predictions_by_sentence", predictions.c.sentence_id)
+Index("predictions_by_score", predictions.c.model_version_id, predictions.c.sentence_id,
+      predictions.c.queue_score)
+
+query_rounds = Table(  # written by schema 1 only; kept so that no stored data is lost
+    "query_rounds", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("model_version_id", Integer, _fk("model_versions", "SET NULL")),
+    Column("created_at", Text, nullable=False),
+    Column("strategy", Text, nullable=False),
+    Column("items", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+skips = Table(
+    "skips", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("annotator", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "annotator"),
+)
+
+schema_version = Table(
+    "schema_version", metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("applied_at", Text, nullable=False),
+)

@@ -1,0 +1,278 @@
+"""Sentences of a project: append (with the file's labels as votes), read one or a page,
+neighbours, training and gold data, gold labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import bindparam, text
+
+from gpsl.annotation import validate
+from gpsl.annotation.db import Database, NotFoundError, dumps, loads, now
+
+
+def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, gold) -> int:
+    """Append checked sentences (inside a write transaction); labels in the items become
+    ``annotator``'s votes (history action ``'import'``), ``gold`` the gold labels."""
+    from gpsl.annotation import projects
+
+    project = projects.row(conn, project_id)._mapping
+    first = conn.execute(text("SELECT tokens FROM sentences WHERE project_id = :p LIMIT 1"),
+                         {"p": project_id}).first()
+    n_cols = len(loads(first[0])[0]) if first else None
+    checked = validate.sentences(items, loads(project["labels"]), n_columns=n_cols,
+                                 source=doc, gold=gold)
+    if not checked:
+        return 0
+    start = conn.execute(text("SELECT COALESCE(MAX(position), -1) + 1 FROM sentences"
+                              " WHERE project_id = :p"), {"p": project_id}).scalar_one()
+    at = now()
+    rows = [{"p": project_id, "pos": start + k, "doc": s["doc"] or doc, "line": s["line"],
+             "split": split, "tokens": dumps([list(t) for t in s["tokens"]]),
+             "n": len(s["tokens"]), "nl": sum(lab is not None for lab in s["labels"])}
+            for k, s in enumerate(checked)]
+    conn.execute(text(
+        "INSERT INTO sentences (project_id, position, doc, line, split, tokens, n_tokens,"
+        " n_labeled) VALUES (:p, :pos, :doc, :line, :split, :tokens, :n, :nl)"), rows)
+    ids = [r[0] for r in conn.execute(text(
+        "SELECT id FROM sentences WHERE project_id = :p AND position >= :start"
+        " ORDER BY position"), {"p": project_id, "start": start})]
+    votes, gold_rows = [], []
+    for sid, s in zip(ids, checked):
+        for t, lab in enumerate(s["labels"]):
+            if lab is not None:
+                votes.append({"s": sid, "t": t, "a": annotator, "l": lab, "at": at,
+                              "p": project_id})
+        for t, lab in enumerate(s["gold"] or ()):
+            if lab is not None:
+                gold_rows.append({"s": sid, "t": t, "l": lab})
+    if votes:
+        conn.execute(text("INSERT INTO votes (sentence_id, token_index, annotator, label,"
+                          " source, updated_at) VALUES (:s, :t, :a, :l, 'import', :at)"), votes)
+        conn.execute(text("INSERT INTO derived_labels (sentence_id, token_index, label, source,"
+                          " annotator) VALUES (:s, :t, :l, 'human', :a)"), votes)
+        conn.execute(text(
+            "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
+            " new_label, source, annotator, at, action) VALUES (:p, :s, :t, NULL, :l, 'human',"
+            " :a, :at, 'import')"), votes)
+    if gold_rows:
+        conn.execute(text("INSERT INTO gold_labels (sentence_id, token_index, label)"
+                          " VALUES (:s, :t, :l)"), gold_rows)
+    return len(rows)
+
+
+def add(db: Database, project_id: int, items, *, split: str = "train", doc: str | None = None,
+        annotator: str = "import", gold=None, add_labels: Sequence[str] = ()) -> int:
+    """Append sentences in one transaction; ``add_labels`` join the project's label set in
+    the same transaction (both or neither).  Returns how many sentences."""
+    from gpsl.annotation import projects
+    from gpsl.errors import InputError
+
+    split = validate.split(split)
+    annotator = validate.annotator(annotator)
+    if isinstance(add_labels, str):
+        raise InputError("add_labels must be a list of strings", source=doc or "<import>")
+    add_labels = [str(x) for x in add_labels]
+    items = list(items)
+
+    def tx(conn):
+        projects.row(conn, project_id, db.for_update())
+        if add_labels:
+            projects.extend_labels(conn, project_id, add_labels)
+        return insert(conn, project_id, items, split, doc, annotator, gold)
+
+    return db.write(tx)
+
+
+def set_gold(db: Database, sentence_id: int, labels: Sequence[str | None]) -> None:
+    """Replace the gold labels of one sentence (``None`` = no gold for that token)."""
+    from gpsl.errors import InputError
+
+    def tx(conn):
+        info = info_row(conn, sentence_id)
+        known = set(loads(info["labels"]))
+        labs = list(labels)
+        if len(labs) != info["n_tokens"]:
+            raise InputError(f"{len(labs)} gold labels for {info['n_tokens']} tokens",
+                             source=f"sentence {sentence_id}")
+        for t, lab in enumerate(labs):
+            if lab is not None and lab not in known:
+                raise InputError(f"token {t + 1}: gold label {lab!r} is not in the project's "
+                                 "label set", source=f"sentence {sentence_id}")
+        conn.execute(text("DELETE FROM gold_labels WHERE sentence_id = :s"), {"s": sentence_id})
+        rows = [{"s": sentence_id, "t": t, "l": lab} for t, lab in enumerate(labs)
+                if lab is not None]
+        if rows:
+            conn.execute(text("INSERT INTO gold_labels (sentence_id, token_index, label)"
+                              " VALUES (:s, :t, :l)"), rows)
+
+    db.write(tx)
+
+
+def info_row(conn, sentence_id: int, lock: str = ""):
+    """``id, project_id, n_tokens, split, tokens, labels`` (the project's label set)."""
+    r = conn.execute(text(
+        "SELECT s.id, s.project_id, s.n_tokens, s.split, s.tokens, p.labels FROM sentences s"
+        " JOIN projects p ON p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
+    if r is None:
+        raise NotFoundError(f"no sentence with id {sentence_id}")
+    if lock:  # PostgreSQL: serialise the label writers of one sentence
+        conn.execute(text("SELECT id FROM sentences WHERE id = :s" + lock), {"s": sentence_id})
+    return r._mapping
+
+
+def _as_dict(m, labels) -> dict:
+    n = m["n_tokens"]
+    labs: list[str | None] = [None] * n
+    sources: list[str | None] = [None] * n
+    annotators: list[str | None] = [None] * n
+    for t, lab, src, ann in labels:
+        labs[t], sources[t], annotators[t] = lab, src, ann
+    return {"id": m["id"], "project_id": m["project_id"], "position": m["position"],
+            "doc": m["doc"], "line": m["line"], "split": m["split"],
+            "tokens": [tuple(tok) for tok in loads(m["tokens"])], "labels": labs,
+            "sources": sources, "annotators": annotators}
+
+
+_COLS = "s.id, s.project_id, s.position, s.doc, s.line, s.split, s.tokens, s.n_tokens"
+
+
+def get(db: Database, sentence_id: int) -> dict | None:
+    """One sentence: ``id, project_id, position, doc, line, split, tokens, labels`` (the
+    derived training labels, None when missing), ``sources``, ``annotators``, ``votes``
+    (per token ``{annotator: label}``) and ``gold`` (list, or None without gold)."""
+
+    def tx(conn):
+        r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
+                         {"s": sentence_id}).first()
+        if r is None:
+            return None
+        p = {"s": sentence_id}
+        labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
+                                   " derived_labels WHERE sentence_id = :s"), p).fetchall()
+        votes = conn.execute(text("SELECT token_index, annotator, label FROM votes"
+                                  " WHERE sentence_id = :s ORDER BY updated_at"), p).fetchall()
+        gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
+                                 " WHERE sentence_id = :s"), p).fetchall()
+        return r._mapping, labels, votes, gold
+
+    got = db.read(tx)
+    if got is None:
+        return None
+    m, labels, votes, gold = got
+    d = _as_dict(m, labels)
+    d["votes"] = [{} for _ in range(m["n_tokens"])]
+    for t, ann, lab in votes:
+        d["votes"][t][ann] = lab
+    d["gold"] = None
+    if gold:
+        d["gold"] = [None] * m["n_tokens"]
+        for t, lab in gold:
+            d["gold"][t] = lab
+    return d
+
+
+def page(db: Database, project_id: int, split: str | None = None, offset: int = 0,
+         limit: int | None = None) -> list[dict]:
+    """Sentences in position order (as :func:`get` without votes and gold), paged."""
+    where, args = "s.project_id = :p", {"p": project_id}
+    if split is not None:
+        where += " AND s.split = :split"
+        args["split"] = split
+    args.update(limit=2 ** 62 if limit is None else int(limit), offset=int(offset))
+
+    def tx(conn):
+        rows = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE {where}"
+                                 " ORDER BY s.position LIMIT :limit OFFSET :offset"),
+                            args).fetchall()
+        if not rows:
+            return rows, {}
+        if limit is None and offset == 0:  # the whole split: no id list
+            lab_rows = conn.execute(text(
+                "SELECT d.sentence_id, d.token_index, d.label, d.source, d.annotator FROM"
+                f" derived_labels d JOIN sentences s ON s.id = d.sentence_id WHERE {where}"),
+                args)
+        else:
+            lab_rows = conn.execute(text(
+                "SELECT sentence_id, token_index, label, source, annotator FROM derived_labels"
+                " WHERE sentence_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+                {"ids": [r[0] for r in rows]})
+        by_sid: dict[int, list] = {}
+        for sid, t, lab, src, ann in lab_rows:
+            by_sid.setdefault(sid, []).append((t, lab, src, ann))
+        return rows, by_sid
+
+    rows, by_sid = db.read(tx)
+    return [_as_dict(r._mapping, by_sid.get(r[0], ())) for r in rows]
+
+
+def count(db: Database, project_id: int, split: str | None = None) -> int:
+    sql, args = "SELECT COUNT(*) FROM sentences WHERE project_id = :p", {"p": project_id}
+    if split is not None:
+        sql += " AND split = :split"
+        args["split"] = split
+    return db.read(lambda conn: conn.execute(text(sql), args).scalar_one())
+
+
+def ids(db: Database, project_id: int, split: str | None = None) -> list[int]:
+    sql, args = "SELECT id FROM sentences WHERE project_id = :p", {"p": project_id}
+    if split is not None:
+        sql += " AND split = :split"
+        args["split"] = split
+    return db.read(lambda conn: [r[0] for r in conn.execute(text(sql + " ORDER BY position"),
+                                                            args)])
+
+
+def neighbours(db: Database, sentence_id: int) -> tuple[int | None, int | None]:
+    """(previous, next) sentence ids by position in the same project and split."""
+
+    def tx(conn):
+        r = conn.execute(text("SELECT project_id, split, position FROM sentences WHERE id = :s"),
+                         {"s": sentence_id}).first()
+        if r is None:
+            raise NotFoundError(f"no sentence with id {sentence_id}")
+        a = {"p": r[0], "split": r[1], "pos": r[2]}
+        prev = conn.execute(text("SELECT id FROM sentences WHERE project_id = :p AND"
+                                 " split = :split AND position < :pos ORDER BY position DESC"
+                                 " LIMIT 1"), a).first()
+        nxt = conn.execute(text("SELECT id FROM sentences WHERE project_id = :p AND"
+                                " split = :split AND position > :pos ORDER BY position"
+                                " LIMIT 1"), a).first()
+        return (prev[0] if prev else None, nxt[0] if nxt else None)
+
+    return db.read(tx)
+
+
+def training_data(db: Database, project_id: int, split: str | None = "train", *,
+                  only_labeled: bool = False, with_ids: bool = False):
+    """``(tokens, labels)`` of a split in position order (derived labels, None missing);
+    ``only_labeled`` keeps the sentences with at least one labeled token; ``with_ids``
+    returns ``(ids, tokens, labels)``."""
+    rows = page(db, project_id, split)
+    if only_labeled:
+        rows = [s for s in rows if any(lab is not None for lab in s["labels"])]
+    tokens = [s["tokens"] for s in rows]
+    labels = [s["labels"] for s in rows]
+    if with_ids:
+        return [s["id"] for s in rows], tokens, labels
+    return tokens, labels
+
+
+def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
+    """``(ids, tokens, gold_labels)`` of the sentences of ``split`` that have gold labels."""
+    where, args = "s.project_id = :p", {"p": project_id}
+    if split is not None:
+        where += " AND s.split = :split"
+        args["split"] = split
+    rows = db.read(lambda conn: conn.execute(text(
+        "SELECT s.id, s.tokens, s.n_tokens, g.token_index, g.label FROM sentences s"
+        f" JOIN gold_labels g ON g.sentence_id = s.id WHERE {where}"
+        " ORDER BY s.position, g.token_index"), args).fetchall())
+    out_ids, tokens, labels = [], [], []
+    for sid, toks, n, t, lab in rows:
+        if not out_ids or out_ids[-1] != sid:
+            out_ids.append(sid)
+            tokens.append([tuple(tok) for tok in loads(toks)])
+            labels.append([None] * n)
+        labels[-1][t] = lab
+    return out_ids, tokens, labels

@@ -1,0 +1,75 @@
+"""Shared fixtures: a real PostgreSQL server for the store tests that run on both back ends.
+
+The server (Debian's ``postgresql``, started by :class:`bench.postgres.TempPostgres` as the
+``postgres`` user in a temporary directory on a free loopback port) is started once per
+session when a test asks for it and stopped at the end.  Without PostgreSQL the PostgreSQL
+half is skipped and the summary says so; under CI (``CI=true``) that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench` for the helpers
+
+_PG: dict = {"server": None, "error": None, "skipped": 0}
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    from bench.postgres import PostgresUnavailable, TempPostgres
+
+    if _PG["server"] is None and _PG["error"] is None:
+        try:
+            _PG["server"] = TempPostgres().start()
+            _PG["port"] = _PG["server"].port
+        except PostgresUnavailable as exc:
+            _PG["error"] = str(exc)
+    if _PG["server"] is None:
+        if _on_ci():
+            pytest.fail(f"PostgreSQL is required under CI: {_PG['error']}")
+        _PG["skipped"] += 1
+        pytest.skip(f"PostgreSQL half skipped: {_PG['error']}")
+    _PG["used"] = True
+    yield _PG["server"]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    server = _PG.get("server")
+    if server is not None:
+        server.stop()
+        _PG["server"] = None
+
+
+@pytest.fixture
+def pg_url(postgres_server):
+    """The URL of a new empty PostgreSQL database."""
+    return postgres_server.new_database()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_target(request, tmp_path):
+    """A new store on each back end: a SQLite file path, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "data" / "gpsl.sqlite3")
+    server = request.getfixturevalue("postgres_server")
+    return server.new_database()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _PG["error"] is not None:
+        terminalreporter.write_sep(
+            "!", f"PostgreSQL half SKIPPED ({_PG['skipped']} tests): {_PG['error']}",
+            red=True, bold=True)
+    elif _PG.get("used"):
+        terminalreporter.write_line("PostgreSQL half ran on a temporary server "
+                                    f"(port {_PG['port']}).")
