@@ -2,7 +2,7 @@
 
     python -m bench.scale [--sizes 25 50 100 200 400 800] [--full-max 200]
                           [--synthetic 20000 50000 100000 200000] [--labels 20]
-                          [--repeats 3] [--out bench/results]
+                          [--repeats 5] [--split-size 800] [--split-seeds 4] [--out bench/results]
 
 (a) Pooled chunking (train.data + test.data), one seeded permutation: the last 100 sentences
     are the fixed test slice, the first N the training set. For every N: full GPSL2 (up to
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest training size (sentences) of the full GP (default 200)")
     p.add_argument("--synthetic", type=int, nargs="*", default=[20000, 50000, 100000, 200000])
     p.add_argument("--labels", type=int, default=20)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--split-size", type=int, default=800,
                    help="training sentences of the repeated splits of (d) (default 800)")
     p.add_argument("--split-seeds", type=int, default=4,
