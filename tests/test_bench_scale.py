@@ -51,3 +51,17 @@ def test_sparse_mode_is_within_0_3_points_of_the_full_gp_on_a_paper_partition():
         loss[mode] = hamming_loss(yte, m.predict(Xte))
     assert loss["sparse"] <= loss["full"] + 0.3, loss
     assert np.isfinite(list(loss.values())).all()
+
+
+@needs_data
+def test_auto_keeps_every_paper_partition_on_the_full_gp():
+    """Table 1 is the full GP's: every partition of bench.paper (10 per data set, seed 0) has
+    at most AUTO_SPARSE_TOKENS training tokens, so inference='auto' picks 'full' for it."""
+    from gpsl.model import AUTO_SPARSE_TOKENS, GPSL
+
+    for name, (n_train, n_test) in common.PAPER_SIZES.items():
+        data = common.load_pooled(common.DATA_DIR, name)
+        for train, _ in common.partitions(len(data.X), n_train, n_test, 10, 0, name):
+            n = sum(len(data.X[i]) for i in train)
+            assert n <= AUTO_SPARSE_TOKENS, (name, n)
+            assert GPSL()._inference_mode(n) == "full"
