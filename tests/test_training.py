@@ -288,3 +288,18 @@ def test_the_parent_records_why_a_worker_could_not(tmp_path):
     jobs.reap_workers()
     v = store.get_model_version(vid)
     assert v["status"] == "failed" and "out of disk space" in v["error"]
+
+
+def test_a_model_folder_left_by_a_deleted_store_is_kept_aside_not_a_failure(tmp_path):
+    """Deleting the database file but keeping models/ (starting over) used to fail the next
+    run with 'Directory not empty': the old folder is moved aside, and kept."""
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    root = tmp_path / "models"
+    old = root / str(pid) / "1"
+    old.mkdir(parents=True)
+    (old / "model.json").write_text("{}")
+    version = jobs.train_now(store, pid, TINY, root)
+    assert version["status"] == "done" and version["id"] == 1
+    assert GPSL.load(version["path"]).classes_ == version["classes"]
+    aside = list((root / str(pid)).glob(".orphan-1-*"))
+    assert len(aside) == 1 and (aside[0] / "model.json").read_text() == "{}"

@@ -340,6 +340,10 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
         if os.environ.get(TEST_HOOK_ENV) == "pause-after-staging":
             progress.phase("paused")
             time.sleep(600)
+        if final.exists():
+            # left by another store that used this models folder (e.g. a deleted database
+            # file): never this store's (version ids are unique), kept aside, never deleted
+            os.rename(final, final.with_name(f".orphan-{final.name}-{time.time_ns()}"))
         os.rename(staging, final)
         all_ids, all_X, all_y = store.training_data(project_id, split=None, with_ids=True)
         progress.phase("predicting", done=0, total=len(all_ids))
