@@ -78,9 +78,10 @@ class LinearKernel:
         """dK/d(log sigma^2) = K."""
         return [self.matrix(params, base) if K is None else K]
 
-    def weight_space(self, X, theta, inducing=None, Z_idx=None):
-        """The exact weight-space feature map (``inducing`` and ``Z_idx`` are not used)."""
-        return LinearFeatures(X, self.jitter(self.base_diag(X)))
+    def weight_space(self, X, theta, inducing=None, Z_idx=None, exact=True):
+        """The weight-space feature map, exact or with the jitter part at its prior (see
+        :class:`LinearFeatures`); ``inducing`` and ``Z_idx`` are not used."""
+        return LinearFeatures(X, self.jitter(self.base_diag(X)), exact=exact)
 
     def weights(self, theta, X_train, alpha) -> np.ndarray:
         """``(D, J)`` weights with ``m_j(x) = x' w_j``: ``w_j = sigma_j^2 X' alpha_j``, so the
@@ -131,7 +132,7 @@ class RBFKernel:
         K = self.matrix(params, base) if K is None else K
         return [K, -0.5 * np.exp(params[1]) * base * K]
 
-    def weight_space(self, X, theta, inducing=500, Z_idx=None):
+    def weight_space(self, X, theta, inducing=500, Z_idx=None, exact=True):
         """Nystrom features on ``inducing`` tokens chosen by a pivoted Cholesky of ``K``
         (or on the training rows ``Z_idx`` when given)."""
         theta = np.atleast_2d(theta)
@@ -179,20 +180,31 @@ def make_kernel(name: str):
 class LinearFeatures:
     """``phi_j(x_t) = sigma_j [x_t, sqrt(eps) e_t]``: the sparse token features plus one jitter
     feature per training token, so ``Phi_j Phi_j' = sigma_j^2 (X X' + eps I)`` is exactly the
-    full mode's ``K_j`` (see :func:`gpsl.linalg.train_matrix`)."""
+    full mode's ``K_j`` (see :func:`gpsl.linalg.train_matrix`).
+
+    With ``exact=False`` the jitter part ``eta_t ~ N(0, sigma_j^2 eps)`` is not a weight of
+    ``q`` but stays at its prior: it adds ``sigma_j^2 eps`` to every ``V_tj`` (the residual
+    variance) and nothing to the KL, still a valid bound. The mean-field family uses this: one
+    weight per token would double the weights (and the optimiser's memory traffic) for a
+    variance of about 1e-5 of the kernel's scale.
+    """
 
     scale_only = True
 
-    def __init__(self, X, jitter: float):
+    def __init__(self, X, jitter: float, exact: bool = True):
         X = sp.csr_matrix(X, dtype=np.float64)
         self.n, self.D0 = X.shape
         self.jitter = float(jitter)
-        eye = sp.identity(self.n, format="csr", dtype=np.float64) * np.sqrt(self.jitter)
-        self.Phi = sp.hstack([X, eye], format="csr")
+        self.exact = bool(exact)
+        if self.exact:
+            eye = sp.identity(self.n, format="csr", dtype=np.float64) * np.sqrt(self.jitter)
+            self.Phi = sp.hstack([X, eye], format="csr")
+        else:
+            self.Phi = X
         self.PhiT = self.Phi.T.tocsr()
         self.Phi2 = self.Phi.multiply(self.Phi).tocsr()
         self.Phi2T = self.Phi2.T.tocsr()
-        self.D = self.D0 + self.n
+        self.D = self.Phi.shape[1]
 
     @staticmethod
     def scales(theta) -> np.ndarray:
@@ -211,7 +223,9 @@ class LinearFeatures:
         return self.Phi2T @ np.ascontiguousarray(P.T) * self.scales(theta) ** 2
 
     def resid(self, theta):
-        return None
+        if self.exact:
+            return None
+        return np.repeat((self.scales(theta) ** 2 * self.jitter)[:, None], self.n, axis=1)
 
     def dense(self, theta, j):
         return self.Phi.toarray() * self.scales(theta)[j]
@@ -241,7 +255,7 @@ class _LinearTestFeatures:
         return np.repeat((sc2 * self.train.jitter)[:, None], self.n, axis=1)
 
     def dense(self, theta, j):
-        pad = sp.csr_matrix((self.n, self.train.n))
+        pad = sp.csr_matrix((self.n, self.train.D - self.train.D0))
         return sp.hstack([self.X, pad], format="csr").toarray() * self.train.scales(theta)[j]
 
 

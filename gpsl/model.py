@@ -330,9 +330,11 @@ class GPSL:
                         and prev.kernel_.name == kernel.name
                         and list(prev.classes_) == list(classes)):
                     theta0 = prev.state_.theta[0].copy()  # warm start: theta only
+                family = self._family(kernel)
                 features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
-                                               inducing=self.inducing)
-                inf = SparseGPSLInference(problem, features, family=self._family(kernel),
+                                               inducing=self.inducing,
+                                               exact=family == "khan")
+                inf = SparseGPSLInference(problem, features, family=family,
                                           theta0=theta0, lambda_floor=self.lambda_floor,
                                           lse_bound=self._lse_bound(mode))
             trace = inf.fit(max_iter=self.max_iter, tol=self.tol,

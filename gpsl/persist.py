@@ -392,7 +392,10 @@ def read_model(path) -> ModelParts:
         Z = arrays["inducing"]
         if Z.ndim != 1 or (Z.size and (Z.min() < 0 or Z.max() >= n)):
             _fail(arr_path, "array inducing holds rows outside the training tokens")
-        D = X.shape[1] + n if kernel.scale_only else int(Z.size)
+        if not kernel.scale_only:
+            D = int(Z.size)  # Nystrom features
+        else:  # linear: the jitter features are weights only in the Khan family
+            D = X.shape[1] + (n if family == "khan" else 0)
         checks["W"] = (D, J)
         checks["cov"] = (D, J) if family == "meanfield" else (J, n)
     for name, shp in checks.items():

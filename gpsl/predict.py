@@ -115,7 +115,8 @@ def make_predictor(model):
         if feats is None:
             Z = getattr(model, "inducing_idx_", None)
             feats = model.kernel_.weight_space(model.X_train_, st.theta,
-                                               Z_idx=Z if Z is not None and Z.size else None)
+                                               Z_idx=Z if Z is not None and Z.size else None,
+                                               exact=st.family == "khan")
         return SparsePredictor(feats, st)
     return LatentPredictor(model.kernel_, model.X_train_, st.theta, st.alpha, st.lam)
 

@@ -215,3 +215,24 @@ def test_full_gp_with_the_bohning_bound_never_decreases_and_has_a_fixed_covarian
     fd = (at(alpha0 + eps * U) - at(alpha0 - eps * U)) / (2 * eps)
     at(alpha0)
     assert float(np.sum(g * full.K_times(U))) == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+def test_meanfield_without_jitter_weights_keeps_the_jitter_as_prior_variance():
+    """exact=False: the jitter part stays at its prior (variance sigma^2 eps added to V, no
+    weights), the bound still never decreases and lands next to the exact form's."""
+    lengths, X, y, J = data(8, missing=0.3)
+    k = make_kernel("linear")
+    theta0 = np.array([np.log(2.0)])
+    prob = Problem.build(lengths, y, (-1, 1), J)
+    runs = {}
+    for exact in (True, False):
+        feats = k.weight_space(X, np.tile(theta0, (J, 1)), exact=exact)
+        inf = SparseGPSLInference(prob, feats, family="meanfield", theta0=theta0,
+                                  lambda_floor=0.0)
+        trace = [inf.elbo()] + [inf.sweep() for _ in range(6)]
+        assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[:-1]))
+        runs[exact] = (feats, inf)
+    feats, inf = runs[False]
+    assert feats.D == X.shape[1] and runs[True][0].D == X.shape[1] + X.shape[0]
+    np.testing.assert_allclose(feats.resid(inf.s.theta), 2.0 * feats.jitter)
+    assert inf.elbo() == pytest.approx(runs[True][1].elbo(), rel=1e-3)
