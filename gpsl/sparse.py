@@ -14,7 +14,9 @@ features do not carry) and the prior term is ``-KL(q(w_j) || N(0, I))``.
 * **Linear kernel** (the paper's): ``phi_j(x) = sigma_j [x, sqrt(eps) 1_t]``, the sparse
   token features plus one "jitter feature" per training token, so that
   ``Phi_j Phi_j^T = sigma_j^2 (X X^T + eps I)`` is exactly the full mode's ``K_j``. This is
-  not an approximation of the prior; the weight-space form only changes what is stored.
+  not an approximation of the prior; the weight-space form only changes what is stored. The
+  mean-field family leaves the jitter part at its prior (variance ``sigma_j^2 eps`` added to
+  ``V``, no weights): it would double the weights for a variance of about 1e-5.
 * **Squared exponential kernel**: Nystrom features ``phi_j(x) = L_j^{-1} k_j(Z, x)`` on
   ``M`` inducing tokens ``Z`` (chosen by a pivoted Cholesky of ``K``), ``K_ZZ = L L^T``,
   residual ``e_tj = k_j(x_t, x_t) - |phi_j(x_t)|^2``: the sparse variational GP of Hensman,
