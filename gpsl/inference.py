@@ -114,7 +114,7 @@ import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 from scipy.optimize import minimize
 
-from gpsl.likelihood import LSE_BOUNDS, Problem, PseudoLikelihoodBound, neighbour_index  # noqa: F401
+from gpsl.likelihood import Problem, PseudoLikelihoodBound, neighbour_index  # noqa: F401
 from gpsl.linalg import (  # noqa: F401
     B_factor,
     default_threads,
@@ -187,9 +187,7 @@ class GPSLInference(PseudoLikelihoodBound):
 
     def __init__(self, problem, kernel, base, base_diag, state=None, *, lambda_floor=1e-8,
                  mean_steps=15, n_threads=None, lse_bound="jensen"):
-        if lse_bound not in LSE_BOUNDS:
-            raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {lse_bound!r}")
-        self.lse_bound = lse_bound
+        self.set_lse_bound(lse_bound)
         self.p = problem
         #: threads that refresh the labels' ``diag V_j`` side by side in :meth:`update_cov_U`
         #: (the Cholesky factors release the GIL); ``None``: :func:`default_threads`.

@@ -89,6 +89,10 @@ class LinearKernel:
         X = sp.csr_matrix(X_train, dtype=np.float64)
         return np.asarray(X.T @ (np.asarray(alpha).T * np.exp(np.asarray(theta)[:, 0])))
 
+    def initial_params(self, X) -> np.ndarray:
+        """Initial hyper-parameters for training tokens ``X`` (they do not depend on it)."""
+        return self.default_params(None)
+
     def default_params(self, base_diag: np.ndarray, base=None) -> np.ndarray:
         # prior variance 1 for every feature weight (f = w'x, w ~ N(0, sigma^2 I)),
         # the counterpart of a CRF's L2 prior with sigma^2 = 1
@@ -142,6 +146,14 @@ class RBFKernel:
 
     def weights(self, theta, X_train, alpha):
         return None  # no finite weight space: predict through k(X_train, x)
+
+    def initial_params(self, X, sample: int = 2000) -> np.ndarray:
+        """Initial hyper-parameters for training tokens ``X``: the length-scale from the
+        squared distances of at most ``sample`` evenly spaced tokens (the full ``n x n`` matrix
+        is not formed for a large training set)."""
+        if X.shape[0] > sample:
+            X = X[np.linspace(0, X.shape[0] - 1, sample).astype(np.int64)]
+        return self.default_params(self.base_diag(X), self.base(X))
 
     def default_params(self, base_diag: np.ndarray, base: np.ndarray | None = None) -> np.ndarray:
         # length-scale from the median squared distance between distinct tokens

@@ -135,9 +135,11 @@ class PseudoLikelihoodBound:
         """The Boehning bound's variance weight ``(1 - 1/J)/4``."""
         return 0.25 * (1.0 - 1.0 / self.p.J)
 
-    def v_scale(self) -> float:
-        """The weight of ``V`` inside the log-sum-exp: 1/2 (Jensen) or 0 (Boehning)."""
-        return 0.5 if self.lse_bound == "jensen" else 0.0
+    def set_lse_bound(self, lse_bound: str) -> None:
+        """Choose the bound (checked against :data:`LSE_BOUNDS`)."""
+        if lse_bound not in LSE_BOUNDS:
+            raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {lse_bound!r}")
+        self.lse_bound = lse_bound
 
     def v_weight(self, pi: np.ndarray) -> np.ndarray:
         """``-2 dL/dV`` per token and label: ``pi`` (Jensen) or ``2 kappa`` (Boehning)."""
@@ -147,8 +149,9 @@ class PseudoLikelihoodBound:
 
     def base_a(self) -> np.ndarray:
         """``m + V/2`` (Jensen) or ``m`` (Boehning): the local part of ``a``, ``(n, J)``."""
-        return self.c.M.T + self.v_scale() * self.c.Vd.T if self.lse_bound == "jensen" \
-            else self.c.M.T.copy()
+        if self.lse_bound == "jensen":
+            return self.c.M.T + 0.5 * self.c.Vd.T
+        return self.c.M.T.copy()
 
     def gS(self) -> np.ndarray:
         return self.s.m_S + 0.5 * self.s.v_S

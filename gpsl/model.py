@@ -76,9 +76,6 @@ AUTO_SPARSE_TOKENS = 4000
 #: the bound on the expected log-partition each mode uses with ``lse_bound="auto"``
 AUTO_LSE_BOUND = {"full": "jensen", "sparse": "bohning"}
 
-#: tokens of the subsample that sets the rbf kernel's default length-scale in the sparse mode
-_THETA0_SAMPLE = 2000
-
 
 def _single_threaded_blas():
     """A context that limits BLAS to one thread (no-op without threadpoolctl)."""
@@ -422,12 +419,9 @@ class GPSL:
                           prev.lengths_, problem, keys, lengths)
 
     def _theta0(self, kernel, Xf) -> np.ndarray:
-        """Initial hyper-parameters: the kernel's defaults (the rbf length-scale from a
-        subsample of at most 2,000 tokens), the variance from ``variance``."""
-        sub = Xf
-        if Xf.shape[0] > _THETA0_SAMPLE:
-            sub = Xf[np.linspace(0, Xf.shape[0] - 1, _THETA0_SAMPLE).astype(np.int64)]
-        theta = kernel.default_params(kernel.base_diag(sub), kernel.base(sub))
+        """Initial hyper-parameters: the kernel's (:meth:`initial_params`), the variance from
+        ``variance``."""
+        theta = kernel.initial_params(Xf)
         variance = self.variance if self.variance is not None else kernel.default_variance
         if variance is not None:
             v = float(variance)

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from gpsl.likelihood import LSE_BOUNDS, Problem, PseudoLikelihoodBound
+from gpsl.likelihood import Problem, PseudoLikelihoodBound
 
 FAMILIES = ("meanfield", "khan")
 
@@ -123,7 +123,8 @@ def initial_sparse_state(problem: Problem, theta0, D: int, family: str) -> Spars
 class _Cache:
     M: np.ndarray | None = None  # (J, n)
     Vd: np.ndarray | None = None  # (J, n)
-    kl: np.ndarray | None = None  # (J,) -KL(q(w_j) || N(0, I))
+    logdetP: np.ndarray | None = None  # (J,) log|Sigma_j^{-1}|
+    trS: np.ndarray | None = None  # (J,) tr Sigma_j
     chol: list = field(default_factory=list)  # Khan: Cholesky of I + Phi' Lam Phi per label
 
 
@@ -146,9 +147,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
                  mean_rounds: int = 3, lambda_floor: float = 1e-8, lse_bound: str = "jensen"):
         if family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
-        if lse_bound not in LSE_BOUNDS:
-            raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {lse_bound!r}")
-        self.lse_bound = lse_bound
+        self.set_lse_bound(lse_bound)
         self.p = problem
         self.features = features
         self.mean_iter = int(mean_iter)
@@ -179,10 +178,10 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         th, J, n = self.s.theta, self.p.J, self.p.n
         if self.c.Vd is None:
             self.c.Vd = np.empty((J, n))
-            self.c.kl = np.empty(J)
+            self.c.logdetP = np.empty(J)
+            self.c.trS = np.empty(J)
         labels = list(labels)
         resid = self.features.resid(th)
-        mu2 = np.einsum("dj,dj->j", self.s.W, self.s.W)
         D = self.features.D
         if self.family == "meanfield":
             P = self.s.cov
@@ -190,8 +189,8 @@ class SparseGPSLInference(PseudoLikelihoodBound):
             Vd = self.features.sq_times(th, S)
             for j in labels:
                 self.c.Vd[j] = Vd[j] + (0.0 if resid is None else resid[j])
-            self.c.kl[labels] = 0.5 * (-np.log(P[:, labels]).sum(axis=0)
-                                       - S[:, labels].sum(axis=0) - mu2[labels] + D)
+            self.c.logdetP[labels] = np.log(P[:, labels]).sum(axis=0)
+            self.c.trS[labels] = S[:, labels].sum(axis=0)
             return
         if len(self.c.chol) != J:
             self.c.chol = [None] * J
@@ -206,11 +205,14 @@ class SparseGPSLInference(PseudoLikelihoodBound):
             C = solve_triangular(L, Phi.T, lower=True, check_finite=False)  # (D, n)
             self.c.Vd[j] = np.einsum("dn,dn->n", C, C) + (0.0 if resid is None else resid[j])
             Linv = solve_triangular(L, np.eye(D), lower=True, check_finite=False)
-            logdetP = 2.0 * float(np.sum(np.log(np.diag(L))))
-            self.c.kl[j] = 0.5 * (-logdetP - float(np.sum(Linv * Linv)) - mu2[j] + D)
+            self.c.logdetP[j] = 2.0 * float(np.sum(np.log(np.diag(L))))
+            self.c.trS[j] = float(np.sum(Linv * Linv))
 
     def kl_U(self) -> float:
-        return float(np.sum(self.c.kl))
+        """``sum_j -KL(q(w_j) || N(0, I)) = 1/2 sum_j (-log|P_j| - tr Sigma_j - |mu_j|^2 + D)``
+        from the factors cached by the last covariance refresh."""
+        mu2 = np.einsum("dj,dj->j", self.s.W, self.s.W)
+        return 0.5 * float(np.sum(-self.c.logdetP - self.c.trS - mu2 + self.features.D))
 
     # ----------------------------------------------------------------- mean
 
@@ -243,23 +245,8 @@ class SparseGPSLInference(PseudoLikelihoodBound):
             if f <= f0:
                 self.s.W = x.reshape(self.s.W.shape).copy()
                 self.c.M = self.features.times(self.s.theta, self.s.W)
-                self._refresh_kl()  # the KL's mean part changed
             if rounds > 1 and k < rounds - 1:
                 self.update_r(rounds=1)
-
-    def _refresh_kl(self) -> None:
-        """``-KL(q(w_j) || N(0, I))`` for all labels from the current factors."""
-        mu2 = np.einsum("dj,dj->j", self.s.W, self.s.W)
-        D = self.features.D
-        if self.family == "meanfield":
-            P = self.s.cov
-            self.c.kl = 0.5 * (-np.log(P).sum(axis=0) - (1.0 / P).sum(axis=0) - mu2 + D)
-            return
-        for j in range(self.p.J):
-            L = self.c.chol[j]
-            Linv = solve_triangular(L, np.eye(D), lower=True, check_finite=False)
-            logdetP = 2.0 * float(np.sum(np.log(np.diag(L))))
-            self.c.kl[j] = 0.5 * (-logdetP - float(np.sum(Linv * Linv)) - mu2[j] + D)
 
     # ----------------------------------------------------------------- covariance
 
@@ -277,7 +264,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         before = self.elbo()
         target = self._cov_target(self.v_weight(self.terms()["pi"]))
         old = self.s.cov.copy()
-        cache = (self.c.Vd.copy(), self.c.kl.copy(), list(self.c.chol))
+        cache = (self.c.Vd.copy(), self.c.logdetP.copy(), self.c.trS.copy(), list(self.c.chol))
         rho = self._rho.copy()
         for attempt in range(max_tries):
             if self.family == "meanfield":
@@ -291,7 +278,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
                 return
             rho = rho * 0.5
         self.s.cov = old
-        self.c.Vd, self.c.kl, self.c.chol = cache
+        self.c.Vd, self.c.logdetP, self.c.trS, self.c.chol = cache
         self._rho = rho
 
     # ----------------------------------------------------------------- theta
@@ -305,13 +292,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         saved = self.s.copy()
         D = self.features.D
         for j in range(self.p.J):
-            if self.family == "meanfield":
-                tr = float(np.sum(1.0 / self.s.cov[:, j]))
-            else:
-                Linv = solve_triangular(self.c.chol[j], np.eye(D), lower=True,
-                                        check_finite=False)
-                tr = float(np.sum(Linv * Linv))
-            ratio = (float(self.s.W[:, j] @ self.s.W[:, j]) + tr) / D
+            ratio = (float(self.s.W[:, j] @ self.s.W[:, j]) + float(self.c.trS[j])) / D
             ratio = float(np.clip(ratio, 1e-3, 1e3))
             self.s.theta[j, 0] += np.log(ratio)
             self.s.W[:, j] /= np.sqrt(ratio)  # w = sigma mu fixed
