@@ -106,6 +106,21 @@ def partitions(n_total: int, n_train: int, n_test: int, n_partitions: int, seed:
     return out
 
 
+def parse_sizes(spec: str, datasets) -> dict:
+    """``"4/3"`` (every data set) or ``"seg=4/3,chunking=10/10"`` -> ``{name: (train, test)}``."""
+    sizes = {}
+    for part in str(spec).replace(",", " ").split():
+        name, _, pair = part.rpartition("=")
+        try:
+            a, b = (int(x) for x in pair.split("/"))
+        except ValueError:
+            raise ValueError(f"bad --sizes {part!r}: expected TRAIN/TEST or NAME=TRAIN/TEST") \
+                from None
+        for d in ([name] if name else datasets):
+            sizes[d] = (a, b)
+    return sizes
+
+
 def hide_labels(y, fraction: float, rng: np.random.Generator, order=None):
     """Hide ``round(fraction * n_tokens)`` labels chosen uniformly at random (become ``None``).
 

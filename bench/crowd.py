@@ -50,6 +50,7 @@ from bench.common import (
     load_pooled,
     machine_info,
     now_iso,
+    parse_sizes,
     partitions,
 )
 
@@ -589,20 +590,6 @@ def run(cfg: Config, command: str = "") -> dict:
     report = build_report(cfg, meta, cells, complete=True)
     write_outputs(report, out)
     return report
-
-
-def parse_sizes(spec: str, datasets) -> dict:
-    sizes = {}
-    for part in spec.replace(",", " ").split():
-        name, _, pair = part.rpartition("=")
-        try:
-            a, b = (int(x) for x in pair.split("/"))
-        except ValueError:
-            raise ValueError(f"bad --sizes {part!r}: expected TRAIN/TEST or NAME=TRAIN/TEST") \
-                from None
-        for d in ([name] if name else datasets):
-            sizes[d] = (a, b)
-    return sizes
 
 
 def check_scenario(text: str) -> str:

@@ -64,6 +64,7 @@ from bench.common import (
     mean_std,
     median,
     now_iso,
+    parse_sizes,
     partition_seed,
     partitions,
 )
@@ -1223,21 +1224,6 @@ def run(cfg: Config, command: str = "") -> dict:
 
 def _list(values) -> list[str]:
     return [v for item in values or [] for v in str(item).replace(",", " ").split() if v]
-
-
-def parse_sizes(spec: str, datasets) -> dict:
-    """``"4/3"`` (every data set) or ``"seg=4/3,chunking=10/10"`` -> ``{name: (train, test)}``."""
-    sizes = {}
-    for part in _list([spec]):
-        name, _, pair = part.rpartition("=")
-        try:
-            a, b = (int(x) for x in pair.split("/"))
-        except ValueError:
-            raise ValueError(f"bad --sizes {part!r}: expected TRAIN/TEST or NAME=TRAIN/TEST") \
-                from None
-        for d in ([name] if name else datasets):
-            sizes[d] = (a, b)
-    return sizes
 
 
 def build_parser() -> argparse.ArgumentParser:
