@@ -145,10 +145,7 @@ class VariationalState:
 
 def initial_state(problem: Problem, theta0: np.ndarray) -> VariationalState:
     n, J, R = problem.n, problem.J, problem.R
-    r = np.full((n, J), 1.0 / J)
-    obs = ~problem.missing
-    r[obs] = 0.0
-    r[obs, problem.y[obs]] = 1.0
+    r = problem.initial_r()
     return VariationalState(
         theta=np.tile(np.asarray(theta0, dtype=float), (J, 1)),
         alpha=np.zeros((J, n)),

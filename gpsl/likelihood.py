@@ -91,6 +91,14 @@ class Problem:
     def missing(self) -> np.ndarray:
         return self.y < 0
 
+    def initial_r(self) -> np.ndarray:
+        """``r`` at the start of a fit: one-hot at observed labels, uniform where missing."""
+        r = np.full((self.n, self.J), 1.0 / self.J)
+        obs = ~self.missing
+        r[obs] = 0.0
+        r[obs, self.y[obs]] = 1.0
+        return r
+
     def colours(self) -> list[np.ndarray]:
         """Colour classes of the missing tokens (no two share a factor)."""
         span = 2 * max((abs(o) for o in self.offsets), default=0) + 1

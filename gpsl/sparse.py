@@ -109,10 +109,7 @@ class SparseState:
 
 def initial_sparse_state(problem: Problem, theta0, D: int, family: str) -> SparseState:
     n, J, R = problem.n, problem.J, problem.R
-    r = np.full((n, J), 1.0 / J)
-    obs = ~problem.missing
-    r[obs] = 0.0
-    r[obs, problem.y[obs]] = 1.0
+    r = problem.initial_r()
     cov = np.ones((D, J)) if family == "meanfield" else np.full((J, n), 1.0 / J)
     return SparseState(theta=np.tile(np.asarray(theta0, dtype=float), (J, 1)),
                        W=np.zeros((D, J)), cov=cov, m_S=np.zeros((R, J, J)),
