@@ -9,6 +9,7 @@ page's span labeling, flags and suggestions).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -152,6 +153,20 @@ def violations(labels: Sequence[str | None], scheme: str = "BIO") -> dict[int, s
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _allowed_tables(states: tuple[str, ...], scheme: str):
+    """:func:`allowed` as boolean arrays over ``states``: (transitions [from, to], start,
+    end); cached, a label set's tables are the same for every sentence."""
+    import numpy as np
+
+    trans = np.array([[allowed(a, b, scheme) for b in states] for a in states], dtype=bool)
+    start = np.array([allowed(None, b, scheme) for b in states], dtype=bool)
+    end = np.array([allowed(a, None, scheme) for a in states], dtype=bool)
+    for arr in (trans, start, end):
+        arr.setflags(write=False)
+    return trans, start, end
+
+
 def valid_decode(marginals, classes: Sequence[str], scheme: str = "BIO",
                  fixed: Sequence[str | None] | None = None) -> list[str]:
     """The most probable scheme-valid label sequence under per-token marginals.
@@ -184,9 +199,10 @@ def valid_decode(marginals, classes: Sequence[str], scheme: str = "BIO",
             emit[t] = -np.inf
             emit[t, states.index(lab)] = 0.0
     big = 30.0 * (n + 1)
-    trans = np.array([[0.0 if allowed(a, b, scheme) else -big for b in states] for a in states])
-    start = np.array([0.0 if allowed(None, b, scheme) else -big for b in states])
-    end = np.array([0.0 if allowed(a, None, scheme) else -big for a in states])
+    ok_trans, ok_start, ok_end = _allowed_tables(tuple(states), scheme)
+    trans = np.where(ok_trans, 0.0, -big)
+    start = np.where(ok_start, 0.0, -big)
+    end = np.where(ok_end, 0.0, -big)
     score = start + emit[0]
     back = np.zeros((n, J), dtype=int)
     for t in range(1, n):

@@ -1,7 +1,7 @@
 """The Annotate page's keyboard and click queue: a bidirectional Streamlit component made
 from the local folder ``pages/keyboard`` (one HTML file, no build step, no network).
 
-The browser side captures key presses and clicks on the buttons named in ``clicks``,
+The browser side captures key presses and clicks on the buttons named in :func:`render`,
 numbers them and sends every event the server has not acknowledged yet, each time one is
 added; :func:`new_events` returns the events of that list not applied before (the page
 applies them in order) and :func:`render` sends back the number of the last one applied,
@@ -42,9 +42,11 @@ def new_events(state: dict) -> list[dict]:
     return fresh
 
 
-def render(state: dict, options: Sequence[dict], clicks: Sequence[str]) -> None:
+def render(state: dict, options: Sequence[dict], exact: Sequence[str],
+           prefixes: Sequence[str]) -> None:
     """Draw the (invisible) component: ``options`` are the type-ahead's choices
-    (``{"value", "kind": "label"|"type", "text"}``), ``clicks`` the element keys whose
-    clicks go through the queue."""
+    (``{"value", "kind": "label"|"type", "text"}``); clicks on the buttons whose keys are
+    in ``exact`` or start with one of ``prefixes`` go through the queue."""
     _component(ack=int(state.get("keys_seq") or 0), epoch=state.get("keys_epoch") or "",
-               options=list(options), clicks=list(clicks), key=KEY, default=None)
+               options=list(options), clicks=list(exact), prefixes=list(prefixes), key=KEY,
+               default=None)

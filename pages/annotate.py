@@ -37,7 +37,6 @@ CLICK_ACTIONS = ("clear", "undo", "next", "prev", "skip", "accept")
 
 store, project = _ui.setup()
 project = _ui.require_project(project)
-keys_slot = st.container()  # first on the page: the keyboard component keeps its place
 pid = project["id"]
 annotator = _ui.annotator()
 labels = project["labels"]
@@ -332,13 +331,6 @@ def open_hit(sid: int) -> None:
     go_to(sid)
 
 
-@st.cache_data(ttl=15, show_spinner=False)
-def annotators_of(target: str, project_id: int) -> list[str]:
-    """Everyone with a vote in the project (the search filter's choices; kept 15 s, the
-    query reads every vote of the project)."""
-    return store.annotators(project_id)
-
-
 # ----------------------------------------------------------------------------- state
 
 goto = st.session_state.pop("goto_sentence", None)  # from the Confidence page
@@ -347,6 +339,13 @@ if goto is not None:
 queued = _keys.new_events(state)
 if queued and state["current"] is not None:
     apply_events(queued)
+# first on the page (it keeps its place), after the events it acknowledges are applied
+_keys.render(state, [{"value": lab, "kind": "label",
+                      "text": lab + (f"  ({hints[lab]})" if lab in hints else "")}
+                     for lab in labels]
+             + [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
+                for kind in types],
+             exact=["tok_prev", "tok_next", *CLICK_ACTIONS], prefixes=["tok_", "lab_", "span_"])
 sentence = store.get_sentence(state["current"]) if state["current"] is not None else None
 if sentence is None or sentence["project_id"] != pid:
     state.update(current=None, back=[], fwd=[], anchor=None)
@@ -495,25 +494,32 @@ with main:
                        "(stored as “accepted”, not as your own label)"
                        + ("; the suggestions are BIO-valid." if scheme else "."))
 
-    with st.expander("Keyboard shortcuts", icon=":material/keyboard:"):
-        st.markdown("\n".join(f"- **{key}** — {what}" for key, what in SHORTCUTS))
-        st.caption("Keys work while the focus is not in a text field; keys pressed faster "
-                   "than the page updates are queued and applied in order.")
+    # lazy expanders (on_change="rerun"): their content runs only while they are open
+    shortcuts = st.expander("Keyboard shortcuts", icon=":material/keyboard:",
+                            key="help_keys", on_change="rerun")
+    if shortcuts.open:
+        shortcuts.markdown("\n".join(f"- **{key}** — {what}" for key, what in SHORTCUTS))
+        shortcuts.caption("Keys work while the focus is not in a text field; keys pressed "
+                          "faster than the page updates are queued and applied in order.")
 
-    with st.expander("Go to a sentence", icon=":material/pin_drop:"):
-        with st.container(horizontal=True, vertical_alignment="bottom"):
+    goto_box = st.expander("Go to a sentence", icon=":material/pin_drop:", key="goto_open",
+                           on_change="rerun")
+    if goto_box.open:
+        with goto_box, st.container(horizontal=True, vertical_alignment="bottom"):
             st.text_input("Sentence number (as shown above the tokens)", key="jump_to",
                           width=280, placeholder=f"e.g. {sentence['position'] + 1}")
             st.button("Open", on_click=jump, key="jump")
 
-    with st.expander("Find sentences", icon=":material/search:"):
-        with _ui.guard("Cannot search"):
+    find_box = st.expander("Find sentences", icon=":material/search:", key="find_open",
+                           on_change="rerun")
+    if find_box.open:
+        with find_box, _ui.guard("Cannot search"):
             cols = st.columns([3, 2, 2, 2])
             query = cols[0].text_input("Text", key="find_text",
                                        placeholder="words of the sentence")
             label_filter = cols[1].selectbox("Label", labels, index=None, key="find_label",
                                              placeholder="any label")
-            people = annotators_of(store.target, pid)
+            people = store.annotators(pid)  # the expander is lazy: read only while open
             who_filter = cols[2].selectbox("Annotator", people, index=None, key="find_who",
                                            placeholder="anyone")
             status_filter = cols[3].selectbox("Status", ("unlabeled", "partial", "complete"),
@@ -537,23 +543,14 @@ with main:
                                     + sup.marked_text(hit["tokens"], hit["marks"]))
 
 with side:
-    st.markdown(f"**Token history** · {sup.md_escape(current.text)}")
     with _ui.guard("Cannot read the history"):
+        panel = [f"**Token history** · {sup.md_escape(current.text)}", ""]
         if current.votes:
-            st.caption("Votes now: " + ", ".join(
+            panel += ["Votes now: " + ", ".join(
                 f"{sup.md_escape(who)} {sup.code_span(lab) if lab else 'no label'}"
-                for who, lab in current.votes.items()))
+                for who, lab in current.votes.items()), ""]
         rows = store.token_history(sid, sel, limit=20)
-        if rows:
-            st.markdown("\n".join(f"- {line}" for line in sup.history_lines(rows)))
-        else:
-            st.caption("No change recorded for this token.")
+        panel += [f"- {line}" for line in sup.history_lines(rows)] or [
+            ":gray[No change recorded for this token.]"]
+        st.markdown("\n".join(panel))
 
-options = [{"value": lab, "kind": "label", "text": lab + (f"  ({hints[lab]})" if lab in hints
-                                                          else "")} for lab in labels]
-options += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"} for kind in types]
-clicks = ([f"tok_{v.index}" for v in views] + [f"lab_{i}" for i in range(len(labels))]
-          + [f"span_{k}" for k in range(len(choices))]
-          + ["tok_prev", "tok_next", *CLICK_ACTIONS])
-with keys_slot:
-    _keys.render(state, options, clicks)

@@ -205,6 +205,8 @@ def test_go_to_uses_the_shown_numbers(db):
     store, pid = tiny_project(db)
     ids = store.sentence_ids(pid)
     at = app()
+    at.session_state["goto_open"] = True  # a lazy expander: its content runs when open
+    at.run()
 
     def jump(text):
         at.text_input(key="jump_to").set_value(text).run()
@@ -231,6 +233,9 @@ def test_find_sentences_and_open_a_hit(db):
     store.set_labels(ids[3], {0: BP}, "alice")
     store.set_labels(ids[3], {0: BL}, "bob")
     at = app()
+    assert not [w for w in at.text_input if w.key == "find_text"]  # closed: not run
+    at.session_state["find_open"] = True
+    at.run()
     at.text_input(key="find_text").set_value("rome").run()
     assert [b.label for b in at.button if (b.key or "").startswith("find_open_")] == [
         "Sentence 2", "Sentence 3"]

@@ -165,6 +165,8 @@ def test_keyboard_shortcuts_and_help_are_shown(db):
     Chromium (test_browser_annotate.py)."""
     tiny_project(db)
     at = app("annotate")
+    at.session_state["help_keys"] = True  # open the (lazy) expander
+    at.run()
     help_text = next(m.value for m in at.markdown if "undo your last change" in m.value)
     for key in ("1 … 9", "0", "/", "X", "← / →", "Shift + ← / →, Shift + click", "Esc", "A",
                 "N / P", "S", "U"):
