@@ -448,7 +448,7 @@ with main:
     if scheme:
         with st.container(horizontal=True, gap="small", vertical_alignment="center",
                           key="spans"):
-            st.caption("Entity" if not span else "Span as")
+            st.caption("Entity" if not span else "Span as", width="content")
             for k, (kind, key) in enumerate(choices):
                 name = "O (outside)" if kind == "O" else sup.md_escape(kind)
                 st.button(f"{name} :gray[{key}]" if key else name, key=f"span_{k}",
