@@ -18,35 +18,39 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 KEY = "annotate_keys"
+ACK = "annotate_keys_ack"  # {"epoch", "seq"}: the last event applied, for the whole session
 _component = components.declare_component(
     "keyboard", path=str(Path(__file__).resolve().parent / "keyboard"))
 
 
-def new_events(state: dict) -> list[dict]:
+def _ack() -> dict:
+    return st.session_state.setdefault(ACK, {"epoch": "", "seq": 0})
+
+
+def new_events() -> list[dict]:
     """The events of the component's current value not applied yet (in order); marks
-    them applied in ``state`` (the page's session dict: ``keys_epoch``, ``keys_seq``)."""
+    them applied.  The mark is one per session (not per project): the value the browser
+    sent last stays in the session after a project switch and must not be applied again."""
     value = st.session_state.get(KEY)
     if not isinstance(value, dict) or not isinstance(value.get("events"), list):
         return []
+    ack = _ack()
     epoch = str(value.get("epoch") or "")
-    if epoch != state.get("keys_epoch"):  # a new page load: its numbers start again
-        state["keys_epoch"], state["keys_seq"] = epoch, 0
-    done = int(state.get("keys_seq") or 0)
-    fresh = []
-    for event in value["events"]:
-        if isinstance(event, dict) and isinstance(event.get("n"), int) and event["n"] > done:
-            fresh.append(event)
+    if epoch != ack["epoch"]:  # a new page load: its numbers start again
+        ack["epoch"], ack["seq"] = epoch, 0
+    done = int(ack["seq"] or 0)
+    fresh = [e for e in value["events"]
+             if isinstance(e, dict) and isinstance(e.get("n"), int) and e["n"] > done]
     fresh.sort(key=lambda e: e["n"])
     if fresh:
-        state["keys_seq"] = fresh[-1]["n"]
+        ack["seq"] = fresh[-1]["n"]
     return fresh
 
 
-def render(state: dict, options: Sequence[dict], exact: Sequence[str],
-           prefixes: Sequence[str]) -> None:
+def render(options: Sequence[dict], exact: Sequence[str], prefixes: Sequence[str]) -> None:
     """Draw the (invisible) component: ``options`` are the type-ahead's choices
     (``{"value", "kind": "label"|"type", "text"}``); clicks on the buttons whose keys are
     in ``exact`` or start with one of ``prefixes`` go through the queue."""
-    _component(ack=int(state.get("keys_seq") or 0), epoch=state.get("keys_epoch") or "",
-               options=list(options), clicks=list(exact), prefixes=list(prefixes), key=KEY,
-               default=None)
+    ack = _ack()
+    _component(ack=int(ack["seq"] or 0), epoch=ack["epoch"], options=list(options),
+               clicks=list(exact), prefixes=list(prefixes), key=KEY, default=None)

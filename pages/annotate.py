@@ -336,16 +336,16 @@ def open_hit(sid: int) -> None:
 goto = st.session_state.pop("goto_sentence", None)  # from the Confidence page
 if goto is not None:
     go_to(int(goto))
-queued = _keys.new_events(state)
+queued = _keys.new_events()
 if queued and state["current"] is not None:
     apply_events(queued)
 # first on the page (it keeps its place), after the events it acknowledges are applied
-_keys.render(state, [{"value": lab, "kind": "label",
-                      "text": lab + (f"  ({hints[lab]})" if lab in hints else "")}
-                     for lab in labels]
-             + [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
-                for kind in types],
-             exact=["tok_prev", "tok_next", *CLICK_ACTIONS], prefixes=["tok_", "lab_", "span_"])
+typeahead = [{"value": lab, "kind": "label",
+              "text": lab + (f"  ({hints[lab]})" if lab in hints else "")} for lab in labels]
+typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
+              for kind in types]
+_keys.render(typeahead, exact=["tok_prev", "tok_next", *CLICK_ACTIONS],
+             prefixes=["tok_", "lab_", "span_"])
 sentence = store.get_sentence(state["current"]) if state["current"] is not None else None
 if sentence is None or sentence["project_id"] != pid:
     state.update(current=None, back=[], fwd=[], anchor=None)

@@ -80,7 +80,7 @@ def test_keys_are_applied_in_order_once_and_in_one_transaction(db):
     at.run()  # the same list again (the browser resends until acknowledged): no change
     send(at, key("2"), key("0"), key("0"), first=1)
     assert batches(store, sid) == [3]
-    assert at.session_state[_keys.KEY]["events"][-1]["n"] == page_state(at, pid)["keys_seq"]
+    assert at.session_state[_keys.KEY]["events"][-1]["n"] == at.session_state[_keys.ACK]["seq"]
     # a new page load numbers from 1 again; with an undo in the list every key is a step,
     # so the undo reverts exactly the key before it
     send(at, key("ArrowLeft"), key("1"), key("u"), epoch="e2", first=1)
@@ -90,6 +90,13 @@ def test_keys_are_applied_in_order_once_and_in_one_transaction(db):
     assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, None, OUT]
     send(at, key("u"), epoch="e2")
     assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, BL, OUT]
+    # the last list stays in the session: another project must not apply it again
+    other = store.create_project("other", [BP, OUT], sentences=[{"tokens": ["x", "y"]}])
+    send(at, key("0"), epoch="e2")
+    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, OUT, OUT]
+    at.sidebar.selectbox(key="project_id").set_value(other).run()
+    assert store.get_sentence(store.sentence_ids(other)[0])["labels"] == [None, None]
+    at.sidebar.selectbox(key="project_id").set_value(pid).run()
     # navigation keys: next, previous, skip
     send(at, key("n"), epoch="e2")
     other = page_state(at, pid)["current"]
