@@ -241,3 +241,32 @@ def cross_fitted(fit: Callable[[list, list], object], predict: Callable[[object,
             for i, p in zip(held, P):
                 slot[i] = p
     return out, list(y)
+
+
+def cross_calibrate(by_method: dict, gold, folds: int = 2, seed: int = 0,
+                    kind: str = "temperature") -> list:
+    """Honest calibrated marginals of held-out data that is also the calibration data: each
+    fold's sentences are transformed by a calibrator selected and fitted on the *other*
+    folds (:meth:`Calibrator.select`), so that figures computed from them are not in-sample.
+    ``by_method``: ``{method: list of (L, J) marginals}`` of the same sentences; ``gold``:
+    their gold indices. A fold whose complement has no labeled token keeps the uncalibrated
+    mean-only marginals (first method given)."""
+    n = len(gold)
+    first = next(iter(by_method))
+    if n < 2:
+        return list(by_method[first])
+    parts = fold_indices(n, min(int(folds), n), seed)
+    out: list = [None] * n
+    for held in parts:
+        held_set = set(held.tolist())
+        rest = [i for i in range(n) if i not in held_set]
+        try:
+            cal = Calibrator.select({m: [P[i] for i in rest] for m, P in by_method.items()},
+                                    [gold[i] for i in rest], kind=kind)
+        except InputError:
+            for i in held:
+                out[i] = by_method[first][i]
+            continue
+        for i in held:
+            out[i] = cal.transform(by_method[cal.method][i])
+    return out

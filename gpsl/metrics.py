@@ -25,6 +25,7 @@ from gpsl.tags import split_tag
 __all__ = [
     "TokenCounts",
     "brier_score",
+    "calibration_by_band",
     "calibration_summary",
     "chunk_f1",
     "chunk_scores",
@@ -245,6 +246,23 @@ def frequency_bands(gold_labels: Sequence, train_labels: Sequence, rare_share: f
     labels = set(counts) | {v for v in gold_labels if v is not None}
     return {lab: ("frequent" if total and counts.get(lab, 0) / total >= rare_share else "rare")
             for lab in sorted(labels, key=str)}
+
+
+def calibration_by_band(confidences, correct, gold_labels: Sequence, bands: dict) -> list[dict]:
+    """Accuracy, mean confidence and equal-mass ECE of the tokens of each frequency band
+    (``bands``: :func:`frequency_bands`), rows ``band, tokens, accuracy, mean_confidence,
+    ece_mass, labels`` (bands without tokens left out)."""
+    conf, corr = _calibration_inputs(confidences, correct, 1)
+    rows = []
+    for band in ("frequent", "rare"):
+        sel = np.array([bands.get(g) == band for g in gold_labels], dtype=bool)
+        if sel.any():
+            rows.append({"band": band, "tokens": int(sel.sum()),
+                         "accuracy": float(corr[sel].mean()),
+                         "mean_confidence": float(conf[sel].mean()),
+                         "ece_mass": ece_equal_mass(conf[sel], corr[sel]),
+                         "labels": sorted({g for g, k in zip(gold_labels, sel) if k}, key=str)})
+    return rows
 
 
 def calibration_summary(marginals, gold, *, n_bins_mass: int = 15, n_bins_width: int = 10) \

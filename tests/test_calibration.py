@@ -10,6 +10,7 @@ from scipy.special import softmax
 from gpsl.calibration import Calibrator, fold_indices, nll_and_grad, temperature_nll
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.metrics import (
+    calibration_by_band,
     calibration_summary,
     ece_equal_mass,
     equal_mass_reliability,
@@ -253,3 +254,13 @@ def test_calibration_summary_and_frequency_bands():
     assert s["nll"] == pytest.approx(-(np.log(0.9) + np.log(0.2)) / 2)
     bands = frequency_bands(["A", "B", "C"], [["A"] * 97 + ["B"] * 3])
     assert bands == {"A": "frequent", "B": "rare", "C": "rare"}
+
+
+def test_calibration_by_band():
+    conf = np.array([0.9, 0.8, 0.6, 0.99])
+    corr = np.array([1, 0, 1, 1], dtype=bool)
+    rows = calibration_by_band(conf, corr, ["A", "A", "B", "A"], {"A": "frequent", "B": "rare"})
+    assert [r["band"] for r in rows] == ["frequent", "rare"]
+    assert rows[0]["tokens"] == 3 and rows[0]["accuracy"] == pytest.approx(2 / 3)
+    assert rows[1] == {"band": "rare", "tokens": 1, "accuracy": 1.0, "mean_confidence": 0.6,
+                       "ece_mass": pytest.approx(0.4), "labels": ["B"]}
