@@ -13,8 +13,10 @@ calibration data, the same for every method. Then, from the same fits:
 * ``raw`` - GPSL's Algorithm 2 on the predictive means (the paper's RNS, today's default);
 * ``probit`` - the uncertainty-aware RNS (:func:`gpsl.predict.rns`, variances of f^U and f^S);
 * ``raw+T`` / ``probit+T`` - each with a temperature fitted on the out-of-fold marginals;
-* ``default`` - what ``GPSL.calibrate(X, y, folds=3)`` keeps: the method+temperature with the
-  lower out-of-fold NLL (the app does the same on its labeled sentences);
+* ``structured`` - the two temperatures of Algorithm 2's own and pair scores
+  (:mod:`gpsl.calibration`), fitted on the same out-of-fold inputs;
+* ``default`` - what ``GPSL.calibrate(X, y, folds=3)`` keeps: the candidate above with the
+  lowest out-of-fold NLL (the app does the same on its held-out gold or labeled sentences);
 * ``CRFsuite`` and ``CRFsuite+T`` (temperature fitted on CRFsuite's own out-of-fold marginals).
 
 Metrics per token of the test sentences: ECE over 15 equal-mass bins and over 10 equal-width
@@ -56,7 +58,7 @@ from bench.common import (
 )
 
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
-VARIANTS = ("raw", "probit", "raw+T", "probit+T", "default")
+VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "default")
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
 METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
@@ -163,12 +165,11 @@ def _load(path: Path) -> dict:
 # --------------------------------------------------------------------------- evaluation
 
 
-def _marginals(part: dict, offsets, rns_kw: dict, method: str) -> np.ndarray:
-    from gpsl.predict import rns_marginals
+def _scores(part: dict, offsets, rns_kw: dict):
+    from gpsl.calibration import Scores
 
-    P, _ = rns_marginals(part["mean"], part["var"], part["m_S"], part["v_S"],
-                         part["lengths"], tuple(offsets), method=method, **rns_kw)
-    return P
+    return Scores(part["mean"], part["var"], part["m_S"], part["v_S"],
+                  np.asarray(part["lengths"], dtype=np.int64), tuple(offsets), dict(rns_kw))
 
 
 def _full(P: np.ndarray, classes, all_labels) -> np.ndarray:
@@ -178,7 +179,7 @@ def _full(P: np.ndarray, classes, all_labels) -> np.ndarray:
     return out
 
 
-def _scores(P_full: np.ndarray, gold_all: np.ndarray, bands: dict, all_labels) -> dict:
+def _figures(P_full: np.ndarray, gold_all: np.ndarray, bands: dict, all_labels) -> dict:
     from gpsl.metrics import calibration_summary, ece_equal_mass, negative_log_likelihood
 
     s = calibration_summary(P_full, gold_all)
@@ -224,39 +225,36 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     rns_kw = parts["rns"]
     gold_all = _gold_index(yte, all_labels)
     bands = frequency_bands([v for lab in yte for v in lab], ytr, RARE_SHARE)
-    # out-of-fold marginals in the training sentences' order, and their gold indices
-    n_tr = len(ytr)
-    oof = {}
-    for method in ("mean", "probit"):
-        per = [None] * n_tr
-        for f in parts["folds"]:
-            P = _marginals(f, offsets, rns_kw, method)
-            for i, p in zip(f["held"], np.split(P, np.cumsum(f["lengths"])[:-1])):
-                per[int(i)] = p
-        oof[method] = per
-    gold_tr = [[classes.index(v) if v in classes else -1 for v in lab] for lab in ytr]
-    cals = {m: Calibrator.fit(oof[m], gold_tr, method=m, source="3-fold") for m in oof}
-    default = Calibrator.select(oof, gold_tr, source="3-fold")
-    test = {"raw": _marginals(parts["test"], offsets, rns_kw, "mean"),
-            "probit": _marginals(parts["test"], offsets, rns_kw, "probit")}
-    test["raw+T"] = cals["mean"].transform(test["raw"])
-    test["probit+T"] = cals["probit"].transform(test["probit"])
-    test["default"] = default.transform(test["raw" if default.method == "mean" else "probit"])
-    out = {v: _scores(_full(P, classes, all_labels), gold_all, bands, all_labels)
+    # out-of-fold inputs of Algorithm 2 (one Scores per fold model) and their gold indices
+    fold_scores = [_scores(f, offsets, rns_kw) for f in parts["folds"]]
+    pos = {c: i for i, c in enumerate(classes)}
+    fold_gold = [np.array([pos.get(v, -1) if v is not None else -1 for i in f["held"]
+                           for v in ytr[int(i)]], dtype=np.int64) for f in parts["folds"]]
+    cands = {"raw+T": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
+                                         kinds=["temperature"], source="3-fold"),
+             "probit+T": Calibrator.select(fold_scores, fold_gold, methods=["probit"],
+                                           kinds=["temperature"], source="3-fold"),
+             "structured": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
+                                             kinds=["structured"], source="3-fold"),
+             "default": Calibrator.select(fold_scores, fold_gold, source="3-fold")}
+    test_scores = _scores(parts["test"], offsets, rns_kw)
+    test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
+    for name, cal in cands.items():
+        test[name] = cal.apply(test_scores)
+    out = {v: _figures(_full(P, classes, all_labels), gold_all, bands, all_labels)
            for v, P in test.items()}
-    out["default"]["method"] = default.method
-    out["default"]["temperature"] = default.temperature
-    out["raw+T"]["temperature"] = cals["mean"].temperature
-    out["probit+T"]["temperature"] = cals["probit"].temperature
+    for name, cal in cands.items():
+        out[name].update(method=cal.method, kind=cal.kind, temperature=cal.temperature,
+                         t_unary=cal.t_unary, t_pair=cal.t_pair)
     # CRFsuite: marginals over all labels; its temperature from its own out-of-fold marginals.
     # A fold model of CRFsuite gives probability 0 to a label absent from its training folds
     # (GPSL's fold models keep the label set and give it a little): such held-out tokens say
     # nothing a temperature could fix and are left out of CRFsuite's calibration data.
     crf_gold_tr = _oof_gold(ytr, all_labels, [f["held"] for f in parts["folds"]])
     crf_cal = Calibrator.fit(parts["crf"]["oof"], crf_gold_tr, method="mean", source="3-fold")
-    out["CRFsuite"] = _scores(parts["crf"]["test"], gold_all, bands, all_labels)
-    out["CRFsuite+T"] = _scores(crf_cal.transform(parts["crf"]["test"]), gold_all, bands,
-                                all_labels)
+    out["CRFsuite"] = _figures(parts["crf"]["test"], gold_all, bands, all_labels)
+    out["CRFsuite+T"] = _figures(crf_cal.transform(parts["crf"]["test"]), gold_all, bands,
+                                 all_labels)
     out["CRFsuite+T"]["temperature"] = crf_cal.temperature
     return out
 
@@ -303,8 +301,9 @@ def run(args, command: str) -> dict:
                 d = rec["default"]
                 c = rec["CRFsuite+T"]
                 print(f"{name} p{p} {method}: default ECE15 {d['ece_mass']:.4f} NLL "
-                      f"{d['nll']:.3f} ({d['method']}, T={d['temperature']:.2f}) | "
-                      f"CRFsuite+T ECE15 {c['ece_mass']:.4f} NLL {c['nll']:.3f}", flush=True)
+                      f"{d['nll']:.3f} loss {d['loss']:.2f} ({d['method']}/{d['kind']}) | "
+                      f"CRFsuite+T ECE15 {c['ece_mass']:.4f} NLL {c['nll']:.3f} loss "
+                      f"{c['loss']:.2f}", flush=True)
     return {"results": results, "seconds": time.perf_counter() - t_start}
 
 
@@ -322,8 +321,11 @@ def summarise(results: dict) -> dict:
                     if vals:
                         row[k] = mean_std(vals)
                 if variant == "default":
-                    row["methods_chosen"] = {m: sum(r["default"]["method"] == m for r in recs)
-                                             for m in ("mean", "probit")}
+                    chosen = [f"{r['default']['method']}/{r['default']['kind']}" for r in recs]
+                    row["chosen"] = {c: chosen.count(c) for c in sorted(set(chosen))}
+                if variant in ("structured", "default"):
+                    for k in ("t_unary", "t_pair"):
+                        row[k] = mean_std([r[variant][k] for r in recs])
                 # selective accuracy over the pooled test tokens of every partition
                 conf = np.concatenate([r[variant]["conf"] for r in recs])
                 corr = np.concatenate([r[variant]["correct"] for r in recs])
@@ -388,9 +390,10 @@ def write_markdown(report: dict, path: Path) -> None:
         "",
         "Variants: `raw` Algorithm 2 on the means (the paper's RNS); `probit` the "
         "uncertainty-aware RNS; `+T` a temperature fitted by NLL on the out-of-fold marginals; "
-        "`default` what `GPSL.calibrate(X, y, folds=3)` keeps (the lower out-of-fold NLL of "
-        "raw+T and probit+T; chosen counts in brackets). ECE15 = 15 equal-mass bins, ECE10 = "
-        "10 equal-width bins; NLL and Brier over all labels of the data set; loss = Hamming "
+        "`structured` the two temperatures of Algorithm 2's own and pair scores (means in "
+        "brackets); `default` what `GPSL.calibrate(X, y, folds=3)` keeps (the lowest "
+        "out-of-fold NLL of raw+T, probit+T and structured; chosen counts in brackets). "
+        "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all labels of the data set; loss = Hamming "
         "loss (%) of the variant's argmax.",
         "",
     ]
@@ -421,8 +424,9 @@ def write_markdown(report: dict, path: Path) -> None:
                     continue
                 label = variant
                 if variant == "default":
-                    ch = row["methods_chosen"]
-                    label += f" (mean {ch['mean']}, probit {ch['probit']})"
+                    label += " (" + ", ".join(f"{k} {v}" for k, v in row["chosen"].items()) + ")"
+                if variant == "structured":
+                    label += (f" (T_U {row['t_unary'][0]:.2f}, T_S {row['t_pair'][0]:.2f})")
                 fr = (f"{_ms(row.get('frequent_ece_mass'), 3)} / "
                       f"{_ms(row.get('rare_ece_mass'), 3)}")
                 fn = f"{_ms(row.get('frequent_nll'), 3)} / {_ms(row.get('rare_nll'), 3)}"

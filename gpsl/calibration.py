@@ -22,29 +22,89 @@ problem in ``log T`` (bounded Brent search); vector scaling adds a small ridge
 ``(lambda/2)(||w - 1||^2 + ||c||^2)`` so that rare labels stay near the identity, and is solved by
 L-BFGS with the exact gradient.
 
+**Structured temperature** (``kind="structured"``; not in the paper). Algorithm 2 combines a
+token's own score ``b = m`` with its neighbours' pair scores ``g = m_S + v_S/2``; on the paper's
+data sets the pair scores, learned through the pseudo-likelihood with the neighbours' labels
+*observed*, are too strong once the neighbours are themselves predicted. Two temperatures,
+one per part, are fitted inside the fixed point,
+
+.. math::
+
+   RNS_l(y) \propto \exp\Big(b_{ly}/T_U + \sum_d \sum_{y'} RNS_{l+d}(y')\, g_d(y', y)/T_S\Big),
+
+by minimising the same held-out NLL over ``(log T_U, log T_S)`` (Nelder-Mead: every evaluation
+reruns Algorithm 2 on the calibration sentences). ``T_U = T_S = 1`` is Algorithm 2; ``T_U =
+T_S = T`` is not a plain temperature (the fixed point moves), which is why both are fitted.
+Unlike a temperature this can change the argmax.
+
 Where the held-out data comes from is the caller's choice: a held-out gold set, or predictions of
-models fitted on K-1 folds of the training sentences (:func:`cross_fitted`), as
+models fitted on K-1 folds of the training sentences (:meth:`gpsl.model.GPSL.calibrate`), as
 ``sklearn.calibration.CalibratedClassifierCV`` does with ``ensemble=False``.
 
 The :class:`Calibrator` also records *which* marginals it was fitted on (``method``: the
-mean-only RNS of Algorithm 2 or the uncertainty-aware one of :func:`gpsl.predict.rns`): with
-``method="auto"`` both are fitted and the one with the lower held-out NLL is kept.
+mean-only RNS of Algorithm 2 or the uncertainty-aware one of :func:`gpsl.predict.rns`);
+:meth:`Calibrator.select` fits every candidate (temperature on each method, the structured
+temperature) on the same tokens and keeps the one with the lowest held-out NLL. The inputs of
+Algorithm 2 travel as :class:`Scores`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
 from gpsl.errors import InputError
+from gpsl.predict import rns_marginals
 
 #: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
 METHODS = ("mean", "probit")
+KINDS = ("temperature", "vector", "structured")
 _LOG_FLOOR = 1e-300
 _T_BOUNDS = (1e-2, 1e2)
+_LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
+
+
+@dataclass
+class Scores:
+    """Algorithm 2's inputs for some sentences under one fitted model: predictive means and
+    variances of ``f^U`` (``var`` may be ``None`` for the mean method), the pair functions'
+    ``m_S``, ``v_S``, sentence lengths, offsets, the RNS settings and ``rns_variance``."""
+
+    mean: np.ndarray
+    var: np.ndarray | None
+    m_S: np.ndarray
+    v_S: np.ndarray
+    lengths: np.ndarray
+    offsets: tuple
+    rns: dict = field(default_factory=dict)
+    rns_variance: bool = False
+    passes: int = 0  # Algorithm 2's passes in the last call of marginals()
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.mean.shape[0])
+
+    def marginals(self, method: str = "mean", t_unary: float = 1.0, t_pair: float = 1.0,
+                  clamp=None) -> np.ndarray:
+        """``(n_tokens, J)`` RNS marginals (:func:`gpsl.predict.rns_marginals`)."""
+        P, self.passes = rns_marginals(self.mean, self.var, self.m_S, self.v_S, self.lengths,
+                                       self.offsets, method=method,
+                                       rns_variance=self.rns_variance, t_unary=t_unary,
+                                       t_pair=t_pair, clamp=clamp, **self.rns)
+        return P
+
+    def take(self, sentences: Sequence[int]) -> Scores:
+        """The scores of the given sentences (indices into ``lengths``), in that order."""
+        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
+        rows = np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
+                               for i in sentences]) if len(sentences) else \
+            np.zeros(0, dtype=np.int64)
+        return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
+                      self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
+                      self.rns_variance)
 
 
 def _logits(P: np.ndarray) -> np.ndarray:
@@ -103,11 +163,13 @@ def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
 
 @dataclass
 class Calibrator:
-    """Temperature or vector scaling of marginals (see the module docstring).
+    """Temperature, vector or structured scaling of marginals (see the module docstring).
 
-    ``method`` names the marginals it applies to; ``kind`` is ``"temperature"`` or
-    ``"vector"``; ``w``/``c`` are the per-label scale and shift (``w = 1/T``, ``c = 0`` for a
-    temperature); ``n_tokens``, ``nll_before``/``nll_after`` and ``source`` describe the fit.
+    ``method`` names the marginals it applies to; ``kind`` is ``"temperature"``, ``"vector"``
+    or ``"structured"``; ``w``/``c`` are the per-label scale and shift (``w = 1/T``, ``c = 0``
+    for a temperature; ``w = 1``, ``c = 0`` for the structured kind); ``t_unary``/``t_pair``
+    the structured temperatures (1 otherwise); ``n_tokens``, ``nll_before``/``nll_after`` and
+    ``source`` describe the fit.
     """
 
     method: str = "mean"
@@ -115,6 +177,8 @@ class Calibrator:
     temperature: float = 1.0
     w: np.ndarray | None = None
     c: np.ndarray | None = None
+    t_unary: float = 1.0
+    t_pair: float = 1.0
     n_tokens: int = 0
     nll_before: float | None = None
     nll_after: float | None = None
@@ -131,7 +195,8 @@ class Calibrator:
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, not {method!r}")
         if kind not in ("temperature", "vector"):
-            raise ValueError(f"kind must be 'temperature' or 'vector', not {kind!r}")
+            raise ValueError(f"kind must be 'temperature' or 'vector', not {kind!r} (the "
+                             "structured kind: fit_structured)")
         P, g = stack(marginals, gold)
         if g.size == 0:
             raise InputError("no labeled token to calibrate on", source=source or "calibration")
@@ -153,22 +218,85 @@ class Calibrator:
         return cal
 
     @classmethod
-    def select(cls, by_method: dict, gold, *, kind: str = "temperature",
+    def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
+                       method: str = "mean", source: str = "") -> Calibrator:
+        """Fit ``(T_U, T_S)`` (module docstring) on one or more :class:`Scores` with their
+        flat gold indices (``< 0`` = no gold)."""
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        n = sum(int((g >= 0).sum()) for g in gold)
+        if n == 0:
+            raise InputError("no labeled token to calibrate on", source=source or "calibration")
+
+        def nll(x):
+            tu, tp = np.exp(np.clip(x, *_LOG_T_STRUCTURED))
+            total = 0.0
+            for sc, g in zip(scores, gold):
+                keep = g >= 0
+                if keep.any():
+                    P = sc.marginals(method, tu, tp)
+                    total -= np.log(np.clip(P[keep, g[keep]], _LOG_FLOOR, None)).sum()
+            return total / n
+
+        before = nll(np.zeros(2))
+        best_x, best = np.zeros(2), before
+        for start in (np.zeros(2), np.array([np.log(2.0), np.log(10.0)])):
+            res = minimize(nll, start, method="Nelder-Mead",
+                           options={"xatol": 1e-3, "fatol": 1e-6, "maxiter": 200})
+            if res.fun < best:
+                best_x, best = np.clip(res.x, *_LOG_T_STRUCTURED), float(res.fun)
+        tu, tp = (float(v) for v in np.exp(best_x))
+        J = scores[0].mean.shape[1]
+        return cls(method=method, kind="structured", temperature=1.0, w=np.ones(J),
+                   c=np.zeros(J), t_unary=tu, t_pair=tp, n_tokens=n, nll_before=float(before),
+                   nll_after=float(best), source=source)
+
+    @classmethod
+    def select(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
+               methods: Sequence[str] = METHODS, kinds: Sequence[str] = ("temperature",
+                                                                         "structured"),
                source: str = "") -> Calibrator:
-        """Fit one calibrator per method (``{method: marginals}`` on the same tokens) and keep
-        the one with the lowest held-out NLL after scaling; the others' figures are kept in
-        ``candidates``."""
-        fits = {m: cls.fit(P, gold, method=m, kind=kind, source=source)
-                for m, P in by_method.items()}
+        """Every candidate on the same tokens (a ``"temperature"``/``"vector"`` scaling of each
+        method's marginals, the ``"structured"`` temperature of the mean method), the one with
+        the lowest held-out NLL kept; all candidates' figures in ``candidates``."""
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        flat_gold = np.concatenate(gold) if gold else np.zeros(0, dtype=np.int64)
+        fits = {}
+        for m in methods:
+            for k in kinds:
+                if k == "structured":
+                    if m == "mean":
+                        fits[f"{m}/{k}"] = cls.fit_structured(scores, gold, method=m,
+                                                              source=source)
+                    continue
+                P = np.concatenate([sc.marginals(m) for sc in scores])
+                fits[f"{m}/{k}"] = cls.fit(P, flat_gold, method=m, kind=k, source=source)
         best = min(fits.values(), key=lambda c: c.nll_after)
-        best.candidates = {m: {"temperature": c.temperature, "nll_before": c.nll_before,
-                               "nll_after": c.nll_after} for m, c in fits.items()}
+        best.candidates = {name: {"temperature": c.temperature, "t_unary": c.t_unary,
+                                  "t_pair": c.t_pair, "nll_before": c.nll_before,
+                                  "nll_after": c.nll_after} for name, c in fits.items()}
         return best
 
     # ------------------------------------------------------------------ use
 
+    def apply(self, scores: Scores, clamp=None) -> np.ndarray:
+        """Calibrated ``(n_tokens, J)`` marginals from Algorithm 2's inputs (``clamp``: known
+        labels, -1 elsewhere; a known token stays one-hot)."""
+        if self.kind == "structured":
+            return scores.marginals(self.method, self.t_unary, self.t_pair, clamp=clamp)
+        P = self._apply(scores.marginals(self.method, clamp=clamp))
+        if clamp is not None:
+            clamp = np.asarray(clamp)
+            rows = np.flatnonzero(clamp >= 0)
+            P[rows] = 0.0
+            P[rows, clamp[rows]] = 1.0
+        return P
+
     def transform(self, marginals):
-        """Calibrated marginals, in the shape given (a list of arrays or one array)."""
+        """Calibrated marginals, in the shape given (a list of arrays or one array); the
+        scalings only (a structured calibrator needs :meth:`apply`)."""
+        if self.kind == "structured":
+            raise ValueError("a structured calibrator applies to Algorithm 2's inputs: use "
+                             "apply(scores)")
         if isinstance(marginals, np.ndarray):
             return self._apply(marginals)
         return [self._apply(m) for m in marginals]
@@ -187,6 +315,7 @@ class Calibrator:
     def to_dict(self) -> dict:
         return {"method": self.method, "kind": self.kind, "temperature": self.temperature,
                 "w": [float(v) for v in self.w], "c": [float(v) for v in self.c],
+                "t_unary": self.t_unary, "t_pair": self.t_pair,
                 "n_tokens": self.n_tokens, "nll_before": self.nll_before,
                 "nll_after": self.nll_after, "source": self.source,
                 "candidates": self.candidates}
@@ -195,16 +324,19 @@ class Calibrator:
     def from_dict(cls, d: dict, n_labels: int) -> Calibrator:
         """The calibrator saved by :meth:`to_dict`; ``ValueError`` on a damaged record."""
         if not isinstance(d, dict) or d.get("method") not in METHODS \
-                or d.get("kind") not in ("temperature", "vector"):
+                or d.get("kind") not in KINDS:
             raise ValueError("calibration record has no valid method/kind")
+        tu, tp = float(d.get("t_unary", 1.0)), float(d.get("t_pair", 1.0))
+        if not (np.isfinite(tu) and tu > 0 and np.isfinite(tp) and tp > 0):
+            raise ValueError("calibration record's structured temperatures are not positive")
         w = np.asarray(d.get("w"), dtype=float)
         c = np.asarray(d.get("c"), dtype=float)
         T = float(d.get("temperature", 1.0))
         if w.shape != (n_labels,) or c.shape != (n_labels,) or not np.all(np.isfinite(w)) \
                 or not np.all(np.isfinite(c)) or not (np.isfinite(T) and T > 0):
             raise ValueError("calibration record's parameters do not match the labels")
-        return cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c,
-                   n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
+        return cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c, t_unary=tu,
+                   t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
                    nll_after=d.get("nll_after"), source=str(d.get("source", "")),
                    candidates=dict(d.get("candidates") or {}))
 
@@ -222,51 +354,30 @@ def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, folds)]
 
 
-def cross_fitted(fit: Callable[[list, list], object], predict: Callable[[object, list], dict],
-                 X: Sequence, y: Sequence, folds: int = 3, seed: int = 0):
-    """Out-of-fold predictions: for each fold, ``fit`` on the other folds and ``predict`` the
-    fold. ``predict(model, X_fold)`` returns ``{method: list of (L, J) marginals}`` already in
-    the final label order. Returns ``({method: marginals in X's order}, gold labels in X's
-    order)`` (the gold labels are ``y`` itself)."""
-    n = len(X)
-    parts = fold_indices(n, folds, seed)
-    out: dict[str, list] = {}
-    for held in parts:
-        held_set = set(held.tolist())
-        tr = [i for i in range(n) if i not in held_set]
-        model = fit([X[i] for i in tr], [y[i] for i in tr])
-        preds = predict(model, [X[i] for i in held])
-        for m, P in preds.items():
-            slot = out.setdefault(m, [None] * n)
-            for i, p in zip(held, P):
-                slot[i] = p
-    return out, list(y)
+def cross_calibrate(scores: Scores, gold: Sequence[np.ndarray], folds: int = 2, seed: int = 0,
+                    **select_kw) -> list[np.ndarray]:
+    """Honest calibrated marginals of held-out data that is also the calibration data.
 
-
-def cross_calibrate(by_method: dict, gold, folds: int = 2, seed: int = 0,
-                    kind: str = "temperature") -> list:
-    """Honest calibrated marginals of held-out data that is also the calibration data: each
-    fold's sentences are transformed by a calibrator selected and fitted on the *other*
-    folds (:meth:`Calibrator.select`), so that figures computed from them are not in-sample.
-    ``by_method``: ``{method: list of (L, J) marginals}`` of the same sentences; ``gold``:
-    their gold indices. A fold whose complement has no labeled token keeps the uncalibrated
-    mean-only marginals (first method given)."""
+    ``scores`` holds Algorithm 2's inputs of the sentences and ``gold`` one array of gold
+    indices per sentence. The sentences are split into ``folds``; each fold is calibrated by
+    :meth:`Calibrator.select` fitted on the *other* folds, so figures computed from the result
+    are not in-sample. A fold whose complement has no labeled token keeps the uncalibrated
+    mean-only marginals. Returns one ``(L, J)`` array per sentence."""
     n = len(gold)
-    first = next(iter(by_method))
-    if n < 2:
-        return list(by_method[first])
-    parts = fold_indices(n, min(int(folds), n), seed)
     out: list = [None] * n
-    for held in parts:
+    cuts = np.cumsum(scores.lengths)[:-1]
+    if n < 2:
+        return np.split(scores.marginals("mean"), cuts)
+    for held in fold_indices(n, min(int(folds), n), seed):
         held_set = set(held.tolist())
         rest = [i for i in range(n) if i not in held_set]
         try:
-            cal = Calibrator.select({m: [P[i] for i in rest] for m, P in by_method.items()},
-                                    [gold[i] for i in rest], kind=kind)
+            cal = Calibrator.select([scores.take(rest)],
+                                    [np.concatenate([gold[i] for i in rest])], **select_kw)
         except InputError:
-            for i in held:
-                out[i] = by_method[first][i]
-            continue
-        for i in held:
-            out[i] = cal.transform(by_method[cal.method][i])
+            cal = None
+        part = scores.take(list(held))
+        P = part.marginals("mean") if cal is None else cal.apply(part)
+        for i, p in zip(held, np.split(P, np.cumsum(part.lengths)[:-1])):
+            out[i] = p
     return out

@@ -22,7 +22,7 @@ from gpsl.inference import GPSLInference, VariationalState, initial_state
 from gpsl.kernels import LinearKernel, make_kernel
 from gpsl.likelihood import Problem
 from gpsl.persist import read_model, save_model
-from gpsl.predict import make_predictor, pl_decode, rns_marginals, viterbi
+from gpsl.predict import make_predictor, pl_decode, viterbi
 from gpsl.sparse import SparseGPSLInference, SparseState
 from gpsl.warm import warm_state
 
@@ -522,75 +522,71 @@ class GPSL:
         method = self.marginals_method() if method is None else method
         if method not in MARGINALS:
             raise ValueError(f"method must be 'mean' or 'probit', not {method!r}")
-        need_var = method == "probit" or bool(self.rns_variance)
+        cal = getattr(self, "calibrator_", None) if calibrated else None
+        if cal is not None and cal.method != method:
+            cal = None
+        sc = self.calibration_scores(X, with_variance=method == "probit")
+        clamp = self._clamp(y, sc.lengths)
+        P = sc.marginals(method, clamp=clamp) if cal is None else cal.apply(sc, clamp)
+        self.rns_iterations_ = sc.passes
+        out = np.split(P, np.cumsum(sc.lengths)[:-1])
+        return (out, self.rns_iterations_) if return_iterations else out
+
+    def calibration_scores(self, X, with_variance=True):
+        """Algorithm 2's inputs for sentences ``X`` (:class:`gpsl.calibration.Scores`)."""
+        from gpsl.calibration import Scores
+
+        need_var = bool(with_variance) or bool(self.rns_variance)
         mean, var, lengths = self._latent(X, with_variance=need_var)
         st = self.state_
-        P, it = rns_marginals(mean, var, st.m_S, st.v_S, lengths, self.offsets_, method=method,
-                              rns_variance=bool(self.rns_variance), **self.rns_settings(),
-                              clamp=self._clamp(y, lengths))
-        self.rns_iterations_ = it
-        cal = getattr(self, "calibrator_", None)
-        if calibrated and cal is not None and cal.method == method:
-            P = cal.transform(P)
-            if y is not None:  # calibration never moves a clamped (known) token
-                known = self._clamp(y, lengths)
-                rows = np.flatnonzero(known >= 0)
-                P[rows] = 0.0
-                P[rows, known[rows]] = 1.0
-        out = np.split(P, np.cumsum(lengths)[:-1])
-        return (out, it) if return_iterations else out
+        return Scores(mean, var if need_var else None, st.m_S, st.v_S,
+                      np.asarray(lengths, dtype=np.int64), tuple(self.offsets_),
+                      self.rns_settings(), bool(self.rns_variance))
 
-    def calibrate(self, X, y, *, folds=None, method="auto", kind="temperature", seed=0,
-                  source="") -> GPSL:
+    def gold_index(self, y) -> list[np.ndarray]:
+        """Label indices of ``y`` per sentence (-1: missing or unknown label)."""
+        index = {c: i for i, c in enumerate(self.classes_)}
+        return [np.array([-1 if v is None or v not in index else index[v]
+                          for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
+
+    def calibrate(self, X, y, *, folds=None, method="auto", kinds=("temperature", "structured"),
+                  seed=0, source="") -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
         ``folds=None``: ``(X, y)`` is held-out labeled data for *this* model. ``folds=K``:
         ``(X, y)`` are the training sentences; K models with this model's parameters are fitted
-        on K-1 folds each and predict the remaining fold (out-of-fold marginals), as
-        ``CalibratedClassifierCV(ensemble=False)``. ``method="auto"`` fits the mean-only and
-        the uncertainty-aware marginals and keeps the one with the lower held-out NLL.
-        Labels unseen by a fold model get probability 0 there (floored in the logits).
+        on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold),
+        as ``CalibratedClassifierCV(ensemble=False)``. Candidates: a temperature on each
+        method's marginals (``method="auto"``: mean-only and uncertainty-aware) and the
+        structured temperature; the lowest held-out NLL wins (``kinds`` narrows the choice).
         """
-        from gpsl.calibration import Calibrator, cross_fitted
+        from gpsl.calibration import Calibrator, fold_indices
 
         self._check_fitted()
         methods = list(MARGINALS) if method == "auto" else [method]
         if any(m not in MARGINALS for m in methods):
             raise ValueError(f"method must be 'auto', 'mean' or 'probit', not {method!r}")
-        index = {c: i for i, c in enumerate(self.classes_)}
+        X = list(X)
         labels = [list(getattr(lab, "labels", lab)) for lab in y]
-        gold = [[-1 if v is None or v not in index else index[v] for v in lab]
-                for lab in labels]
-        J = len(self.classes_)
-
-        def predict(model, Xp):
-            cols = [index[c] for c in model.classes_]
-            out = {}
-            for m in methods:
-                P = model.predict_marginals(Xp, method=m, calibrated=False)
-                full = []
-                for a in P:
-                    b = np.zeros((a.shape[0], J))
-                    b[:, cols] = a
-                    full.append(b)
-                out[m] = full
-            return out
-
         if folds is None:
-            by_method = predict(self, X)
+            scores = [self.calibration_scores(X)]
+            gold = [np.concatenate(self.gold_index(labels))] if labels else []
             source = source or "held-out"
         else:
             params = self.get_params()
             params.update(warm_start=False, callback=None, verbose=False)
-
-            def fit(Xf, yf):
-                return type(self)(**params).fit(Xf, yf, classes=self.classes_)
-
-            by_method, _ = cross_fitted(fit, predict, list(X), labels, folds=int(folds),
-                                        seed=seed)
+            scores, gold = [], []
+            for held in fold_indices(len(X), int(folds), seed):
+                held_set = set(held.tolist())
+                tr = [i for i in range(len(X)) if i not in held_set]
+                fm = type(self)(**params).fit([X[i] for i in tr], [labels[i] for i in tr],
+                                              classes=self.classes_)
+                scores.append(fm.calibration_scores([X[i] for i in held]))
+                gold.append(np.concatenate(self.gold_index([labels[i] for i in held])))
             source = source or f"{int(folds)}-fold"
-        self.calibrator_ = Calibrator.select(by_method, gold, kind=kind, source=source)
+        self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
+                                             source=source)
         return self
 
     def predict(self, X, decoder=None, y=None):
@@ -608,7 +604,8 @@ class GPSL:
         raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', not {decoder!r}")
 
     def _argmax_safe(self) -> bool:
-        """A temperature never moves the argmax; vector scaling may, and is then used."""
+        """A temperature never moves the argmax (so it is skipped); the structured temperature
+        and vector scaling may, and their marginals then give the labels."""
         cal = getattr(self, "calibrator_", None)
         return cal is not None and cal.kind != "temperature"
 

@@ -316,19 +316,24 @@ def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var=No
 
 
 def rns_marginals(mean, var, m_S, v_S, lengths, offsets, *, method="mean", rns_variance=False,
-                  **rns_kw):
+                  t_unary=1.0, t_pair=1.0, **rns_kw):
     """The per-token marginals of a fitted model from its predictive moments.
 
     ``method="mean"``: Algorithm 2 with local scores ``m`` (``m + v/2`` with ``rns_variance``)
     and pair scores ``m_S + v_S/2`` (eq. rns). ``method="probit"``: the uncertainty-aware RNS
     of :func:`rns` with means ``m``, ``m_S`` and variances ``v``, ``v_S``. ``var`` may be
-    ``None`` for the mean method without ``rns_variance``. Returns ``(P, passes)``.
+    ``None`` for the mean method without ``rns_variance``. ``t_unary``/``t_pair`` divide the
+    local and the pair scores (the structured temperature of :mod:`gpsl.calibration`; 1 =
+    Algorithm 2). Returns ``(P, passes)``.
     """
+    su, sp_ = 1.0 / float(t_unary), 1.0 / float(t_pair)
     if method == "mean":
         b = mean + 0.5 * var if rns_variance else mean
-        return rns(b, m_S + 0.5 * v_S, lengths, offsets, **rns_kw)
+        return rns(b * su if su != 1.0 else b, (m_S + 0.5 * v_S) * sp_, lengths, offsets,
+                   **rns_kw)
     if method == "probit":
-        return rns(mean, m_S, lengths, offsets, b_var=var, g_var=v_S, **rns_kw)
+        return rns(mean * su, m_S * sp_, lengths, offsets, b_var=var * su * su,
+                   g_var=v_S * sp_ * sp_, **rns_kw)
     raise ValueError(f"method must be 'mean' or 'probit', not {method!r}")
 
 

@@ -507,7 +507,12 @@ def calibration_note(version: dict) -> str:
                 "Algorithm 2 marginals are shown).")
     method = {"mean": "Algorithm 2 on the means", "probit": "uncertainty-aware RNS"}.get(
         cal.get("method"), cal.get("method"))
-    return (f"Calibrated marginals: {method}, temperature {cal['temperature']:.2f} fitted on "
+    if cal.get("kind") == "structured":
+        how = (f"temperatures {cal['t_unary']:.2f} (own score) and {cal['t_pair']:.2f} "
+               "(neighbour scores) inside Algorithm 2")
+    else:
+        how = f"temperature {cal['temperature']:.2f}"
+    return (f"Calibrated marginals: {method}, {how}, fitted on "
             f"{fmt_int(cal.get('tokens') or 0)} tokens ({cal.get('source')}); held-out "
             "figures are never in-sample (with held-out calibration, each half is calibrated "
             "on the other).")

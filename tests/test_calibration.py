@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 from scipy.special import softmax
 
-from gpsl.calibration import Calibrator, fold_indices, nll_and_grad, temperature_nll
+from gpsl.calibration import (
+    Calibrator,
+    Scores,
+    cross_calibrate,
+    fold_indices,
+    nll_and_grad,
+    temperature_nll,
+)
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.metrics import (
     calibration_by_band,
@@ -157,6 +164,58 @@ def test_rns_variances_must_come_in_pairs():
         rns(b, g, lengths, offsets, b_var=np.zeros_like(b))
 
 
+# --------------------------------------------------------------------------- structured
+
+
+def _scores_case(seed=0, n_sent=400, J=3):
+    b, g, lengths, offsets = _rns_case(seed=seed, n_sent=n_sent, J=J)
+    return Scores(b, np.full_like(b, 0.5), g, np.zeros_like(g), lengths, offsets,
+                  {"tol": 1e-8, "max_iter": 300, "damping": 0.5})
+
+
+def test_structured_temperatures_of_one_are_algorithm_2():
+    sc = _scores_case(n_sent=20)
+    P0, _ = rns(sc.mean, sc.m_S, sc.lengths, sc.offsets, **sc.rns)
+    assert np.array_equal(sc.marginals("mean", 1.0, 1.0), P0)
+    cal = Calibrator(method="mean", kind="structured", w=np.ones(3), c=np.zeros(3))
+    assert np.array_equal(cal.apply(sc), P0)
+
+
+def test_structured_fit_recovers_known_temperatures():
+    sc = _scores_case(seed=2)
+    truth = sc.marginals("mean", 2.0, 5.0)
+    rng = np.random.default_rng(0)
+    gold = np.array([rng.choice(3, p=p) for p in truth])
+    cal = Calibrator.fit_structured([sc], [gold])
+    assert cal.t_unary == pytest.approx(2.0, rel=0.15)
+    assert cal.t_pair == pytest.approx(5.0, rel=0.35)
+    assert cal.nll_after < cal.nll_before
+    # select keeps it: it is the best candidate on these tokens
+    best = Calibrator.select([sc], [gold])
+    assert best.kind == "structured"
+    assert best.nll_after == min(c["nll_after"] for c in best.candidates.values())
+    clamp = np.full(sc.n_tokens, -1)
+    clamp[::7] = 1
+    P = best.apply(sc, clamp)
+    assert np.all(P[::7, 1] == 1.0) and np.allclose(P.sum(axis=1), 1.0)
+
+
+def test_cross_calibration_never_uses_a_sentence_to_calibrate_itself():
+    sc = _scores_case(seed=3, n_sent=60)
+    truth = sc.marginals("mean", 3.0, 3.0)
+    rng = np.random.default_rng(1)
+    flat = np.array([rng.choice(3, p=p) for p in truth])
+    gold = np.split(flat, np.cumsum(sc.lengths)[:-1])
+    out = cross_calibrate(sc, gold, folds=2)
+    assert [o.shape[0] for o in out] == list(sc.lengths)
+    halves = fold_indices(len(gold), 2, 0)
+    # each half equals what a calibrator fitted on the other half alone gives
+    other = Calibrator.select([sc.take(list(halves[1]))],
+                              [np.concatenate([gold[i] for i in halves[1]])])
+    mine = other.apply(sc.take(list(halves[0])))
+    assert np.allclose(np.concatenate([out[i] for i in halves[0]]), mine)
+
+
 # --------------------------------------------------------------------------- the estimator
 
 
@@ -174,7 +233,7 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     model.calibrate(Xtr, ytr, folds=3)
     cal = model.calibrator_
     assert cal.source == "3-fold" and cal.method in ("mean", "probit")
-    assert set(cal.candidates) == {"mean", "probit"}
+    assert set(cal.candidates) == {"mean/temperature", "probit/temperature", "mean/structured"}
     assert cal.nll_after == min(c["nll_after"] for c in cal.candidates.values())
     P = model.predict_marginals(Xte)
     assert all(np.allclose(p.sum(axis=1), 1.0) for p in P)
@@ -193,7 +252,7 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
 def test_calibration_on_held_out_data_and_clamped_tokens(chain):
     Xtr, ytr, Xte, yte = chain
     model = GPSL(inference="full", marginals="mean").fit(Xtr, ytr)
-    model.calibrate(Xte, yte, method="mean")
+    model.calibrate(Xte, yte, method="mean", kinds=("temperature",))
     assert model.calibrator_.source == "held-out"
     assert model.calibrator_.temperature > 1.0  # the raw RNS is over-confident here
     known = [[lab[0]] + [None] * (len(lab) - 1) for lab in yte]
@@ -203,6 +262,11 @@ def test_calibration_on_held_out_data_and_clamped_tokens(chain):
     before = model.predict(Xte)
     assert before == [[model.classes_[i] for i in p.argmax(axis=1)]
                       for p in model.predict_marginals(Xte, calibrated=False)]
+    # the structured temperature may move the argmax: the labels follow its marginals
+    model.calibrate(Xte, yte, method="mean", kinds=("structured",))
+    assert model.calibrator_.kind == "structured"
+    assert model.predict(Xte) == [[model.classes_[i] for i in p.argmax(axis=1)]
+                                  for p in model.predict_marginals(Xte)]
 
 
 def test_damaged_calibration_record_is_one_line(chain, tmp_path):

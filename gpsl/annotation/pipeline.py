@@ -314,16 +314,15 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
     """
     from gpsl.calibration import Calibrator, cross_calibrate
 
-    index = {c: j for j, c in enumerate(model.classes_)}
     ids, Xg, gold = store.gold_data(project_id)
-    gold_idx = [[-1 if v is None else index.get(v, -1) for v in g] for g in gold]
-    n_gold = sum(v >= 0 for g in gold_idx for v in g)
+    gold_idx = model.gold_index(gold) if ids else []
+    n_gold = sum(int((g >= 0).sum()) for g in gold_idx)
     held: dict = {}
     if len(ids) >= 2 and n_gold >= MIN_CALIBRATION_TOKENS:
-        by_method = {m: predict(model, Xg, method=m, calibrated=False)
-                     for m in ("mean", "probit")}
-        model.calibrator_ = Calibrator.select(by_method, gold_idx, source="held-out gold")
-        held = dict(zip(ids, cross_calibrate(by_method, gold_idx, folds=2)))
+        scores = model.calibration_scores(Xg)
+        model.calibrator_ = Calibrator.select([scores], [np.concatenate(gold_idx)],
+                                              source="held-out gold")
+        held = dict(zip(ids, cross_calibrate(scores, gold_idx, folds=2)))
     else:
         n_labeled = sum(v is not None for lab in y for v in lab)
         labeled = [i for i, lab in enumerate(y) if any(v is not None for v in lab)]
@@ -332,8 +331,9 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
         model.calibrate([X[i] for i in labeled], [y[i] for i in labeled],
                         folds=CALIBRATION_FOLDS, source=f"{CALIBRATION_FOLDS}-fold labels")
     cal = model.calibrator_
-    return {"calibration": {"source": cal.source, "method": cal.method,
-                            "temperature": cal.temperature, "tokens": cal.n_tokens,
+    return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
+                            "temperature": cal.temperature, "t_unary": cal.t_unary,
+                            "t_pair": cal.t_pair, "tokens": cal.n_tokens,
                             "nll_before": cal.nll_before, "nll_after": cal.nll_after}}, held
 
 
