@@ -393,8 +393,8 @@ def write_markdown(report: dict, path: Path) -> None:
         "`structured` the two temperatures of Algorithm 2's own and pair scores (means in "
         "brackets); `default` what `GPSL.calibrate(X, y, folds=3)` keeps (the lowest "
         "out-of-fold NLL of raw+T, probit+T and structured; chosen counts in brackets). "
-        "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all labels of the data set; loss = Hamming "
-        "loss (%) of the variant's argmax.",
+        "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
+        "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
         "",
     ]
     acc = report["acceptance"]
