@@ -216,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="label marking a missing label (default _)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     _add_max_tokens(p)
+    cal = p.add_mutually_exclusive_group()
+    cal.add_argument("--calibrate", metavar="FILE", default=None,
+                     help="held-out labeled CoNLL file (the training file's columns) on which "
+                          "the marginals' calibration is fitted and saved with the model")
+    cal.add_argument("--calibrate-folds", type=_positive_int, default=None, metavar="K",
+                     help="fit the calibration on K folds of the training sentences instead "
+                          "(K more fits)")
     p.add_argument("--crowd", action="store_true",
                    help="TRAIN_FILE holds crowd votes (JSONL annotations, or CoNLL with "
                         "--annotators N): learn annotator confusion matrices jointly")
@@ -344,6 +351,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if n_missing == n_tokens:
         raise InputError(f"no labeled token: every label is {args.missing!r}",
                          source=args.train_file)
+    cal = _read_calibration(args, n_columns, len(sents))
 
     from gpsl.model import GPSL
 
@@ -360,6 +368,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
                  f"time={float(info.get('seconds', 0.0)):.2f}s")
 
     model.fit([s.tokens for s in sents], [s.labels for s in sents], callback=progress)
+    if cal is not None:
+        model.calibrate([s.tokens for s in cal], [s.labels for s in cal],
+                        source=Path(args.calibrate).name)
+    elif args.calibrate_folds is not None:
+        model.calibrate([s.tokens for s in sents], [s.labels for s in sents],
+                        folds=args.calibrate_folds)
+    if getattr(model, "calibrator_", None) is not None:
+        c = model.calibrator_
+        how = (f"T_U={c.t_unary:.3f} T_S={c.t_pair:.3f}" if c.kind == "structured"
+               else f"T={c.temperature:.3f}")
+        _err(f"gpsl: calibrated on {c.n_tokens} tokens ({c.source}): {c.method} marginals, "
+             f"{c.kind} {how}, NLL {c.nll_before:.4f} -> {c.nll_after:.4f}")
     model.save(args.model_dir)
     seconds = time.perf_counter() - t0
     n_features = len(model.extractor_.vocabulary_)
@@ -368,6 +388,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
          f"{len(model.classes_)} labels, {n_missing} missing labels, {n_features} features, "
          f"{seconds:.2f} seconds; model saved to {args.model_dir}")
     return 0
+
+
+def _read_calibration(args: argparse.Namespace, n_columns: int, n_sentences: int):
+    """The ``--calibrate`` file's sentences (checked before any training), or None."""
+    from gpsl.io import read_conll
+
+    if args.calibrate_folds is not None and n_sentences < 2 * args.calibrate_folds:
+        raise InputError(f"{n_sentences} sentences are too few for {args.calibrate_folds} "
+                         "calibration folds", source=args.train_file)
+    if args.calibrate is None:
+        return None
+    cal = read_conll(args.calibrate, encoding=args.encoding, missing=args.missing,
+                     max_tokens=args.max_tokens)
+    width = len(cal[0].tokens[0])
+    if width != n_columns:
+        raise InputError(f"found {width} feature columns but the training file has "
+                         f"{n_columns}", source=args.calibrate, line=cal[0].line)
+    if all(lab is None for s in cal for lab in s.labels):
+        raise InputError(f"no labeled token: every label is {args.missing!r}",
+                         source=args.calibrate)
+    return cal
 
 
 def _read_for_model(model: Any, path: str, encoding: str,
@@ -445,6 +486,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"no gold label column: the file has {model.n_columns_} columns, the model's feature "
             f"columns only", source=args.test_file, line=sents[0].line)
     pred = model.predict(X, decoder=args.decoder)
+    marg = model.predict_marginals(X)
     total = right = missing = 0
     for s, labs in zip(sents, pred, strict=True):
         for tok, p in zip(s.tokens, labs, strict=True):
@@ -462,6 +504,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"accuracy: {acc:.2f}%")
     print(f"hamming loss: {100.0 - acc:.2f}%")
     gold = [[tok[-1] for tok in s.tokens] for s in sents]
+    index = {c: i for i, c in enumerate(model.classes_)}
+    gidx = [[index.get(g, -1) if g != args.missing else -1 for g in labs] for labs in gold]
+    cal = metrics.calibration_summary(marg, gidx)
+    state = "calibrated" if getattr(model, "calibrator_", None) is not None else "uncalibrated"
+    print(f"marginals ({state}, labels known to the model): mean confidence "
+          f"{cal['mean_confidence']:.4f}, accuracy {cal['accuracy']:.4f}, ECE (15 equal-mass "
+          f"bins) {cal['ece_mass']:.4f}, ECE (10 bins) {cal['ece_width']:.4f}, NLL "
+          f"{cal['nll']:.4f}, Brier {cal['brier']:.4f}")
     if metrics.is_chunk_label_set(lab for g in gold for lab in g if lab != args.missing):
         keep = [i for i, g in enumerate(gold) if args.missing not in g]
         print(f"chunks (conlleval, seqeval): {len(keep)} of {len(gold)} sentences with "

@@ -25,18 +25,25 @@ from gpsl.tags import split_tag
 __all__ = [
     "TokenCounts",
     "brier_score",
+    "calibration_by_band",
+    "calibration_summary",
     "chunk_f1",
     "chunk_scores",
     "chunk_scores_by_type",
     "chunks",
     "conlleval_report",
+    "ece_equal_mass",
+    "equal_mass_reliability",
     "expected_calibration_error",
     "flatten",
+    "frequency_bands",
     "hamming_loss",
     "is_chunk_label_set",
     "negative_log_likelihood",
     "paired_t_test",
     "reliability_table",
+    "selective_accuracy",
+    "threshold_table",
     "token_accuracy",
     "token_counts",
 ]
@@ -151,6 +158,134 @@ def expected_calibration_error(confidences, correct, n_bins: int = 10) -> float:
         if row["count"]:
             ece += row["count"] * abs(row["accuracy"] - row["mean_confidence"])
     return float(ece / conf.size)
+
+
+def equal_mass_reliability(confidences, correct, n_bins: int = 15) -> list[dict]:
+    """Reliability over ``n_bins`` equal-mass bins: the tokens sorted by confidence and cut into
+    bins of (almost) equal counts, except that tokens of equal confidence always share a bin
+    (a tie across a cut joins the lower bin). Same row keys as :func:`reliability_table`, with
+    ``bin_lo``/``bin_hi`` the smallest and largest confidence of the bin; empty bins are left
+    out."""
+    conf, corr = _calibration_inputs(confidences, correct, n_bins)
+    n = conf.size
+    if n == 0:
+        return []
+    order = np.argsort(conf, kind="stable")
+    cs = conf[order]
+    bins = (np.arange(n) * n_bins) // n
+    first = np.r_[0, np.flatnonzero(cs[1:] != cs[:-1]) + 1]  # first position of each value
+    group = np.cumsum(np.r_[0, (cs[1:] != cs[:-1]).astype(int)])
+    bins = bins[first][group]
+    rows = []
+    for k in np.unique(bins):
+        part = order[bins == k]
+        rows.append({"bin_lo": float(conf[part].min()), "bin_hi": float(conf[part].max()),
+                     "count": int(part.size), "mean_confidence": float(conf[part].mean()),
+                     "accuracy": float(corr[part].mean())})
+    return rows
+
+
+def ece_equal_mass(confidences, correct, n_bins: int = 15) -> float:
+    """ECE over ``n_bins`` equal-mass bins (:func:`equal_mass_reliability`); ``nan`` if empty.
+
+    Equal-mass bins put as many tokens in each bin, so the crowded top bin of a tagger (most
+    tokens near confidence 1) is split and the error there is not averaged away."""
+    conf, corr = _calibration_inputs(confidences, correct, n_bins)
+    if conf.size == 0:
+        return float("nan")
+    rows = equal_mass_reliability(conf, corr, n_bins)
+    return float(sum(r["count"] * abs(r["accuracy"] - r["mean_confidence"]) for r in rows)
+                 / conf.size)
+
+
+def selective_accuracy(confidences, correct, coverages=None) -> list[dict]:
+    """Accuracy of the ``k%`` most confident tokens, for each coverage ``k`` in ``coverages``
+    (fractions; default 5%, 10%, ..., 100%): rows ``coverage``, ``count``, ``accuracy``,
+    ``min_confidence`` (the confidence of the least sure token kept)."""
+    conf, corr = _calibration_inputs(confidences, correct, 1)
+    if coverages is None:
+        coverages = np.round(np.arange(0.05, 1.0001, 0.05), 2)
+    order = np.argsort(-conf, kind="stable")
+    rows = []
+    for k in coverages:
+        n = int(round(float(k) * conf.size))
+        if n == 0:
+            continue
+        keep = order[:n]
+        rows.append({"coverage": float(k), "count": n, "accuracy": float(corr[keep].mean()),
+                     "min_confidence": float(conf[keep].min())})
+    return rows
+
+
+def threshold_table(confidences, correct, thresholds=(0.5, 0.7, 0.8, 0.9, 0.95, 0.99)) -> \
+        list[dict]:
+    """For each accept threshold: the share of tokens at or above it and their accuracy (what
+    "accept suggestions >= threshold" would accept and how often it would be right)."""
+    conf, corr = _calibration_inputs(confidences, correct, 1)
+    rows = []
+    for t in thresholds:
+        keep = conf >= t
+        n = int(keep.sum())
+        rows.append({"threshold": float(t), "count": n,
+                     "share": float(n / conf.size) if conf.size else float("nan"),
+                     "accuracy": float(corr[keep].mean()) if n else None})
+    return rows
+
+
+def frequency_bands(gold_labels: Sequence, train_labels: Sequence, rare_share: float = 0.05) \
+        -> dict[str, str]:
+    """``{label: "frequent" | "rare"}``: a label is rare when it is less than ``rare_share`` of
+    the labeled training tokens (``train_labels``: flat or per sentence; ``None`` skipped).
+    Labels of ``gold_labels`` never seen in training are rare."""
+    flat = [v for seq in train_labels for v in (seq if isinstance(seq, (list, tuple))
+                                                   else [seq]) if v is not None]
+    total = len(flat)
+    counts: dict = {}
+    for v in flat:
+        counts[v] = counts.get(v, 0) + 1
+    labels = set(counts) | {v for v in gold_labels if v is not None}
+    return {lab: ("frequent" if total and counts.get(lab, 0) / total >= rare_share else "rare")
+            for lab in sorted(labels, key=str)}
+
+
+def calibration_by_band(confidences, correct, gold_labels: Sequence, bands: dict) -> list[dict]:
+    """Accuracy, mean confidence and equal-mass ECE of the tokens of each frequency band
+    (``bands``: :func:`frequency_bands`), rows ``band, tokens, accuracy, mean_confidence,
+    ece_mass, labels`` (bands without tokens left out)."""
+    conf, corr = _calibration_inputs(confidences, correct, 1)
+    rows = []
+    for band in ("frequent", "rare"):
+        sel = np.array([bands.get(g) == band for g in gold_labels], dtype=bool)
+        if sel.any():
+            rows.append({"band": band, "tokens": int(sel.sum()),
+                         "accuracy": float(corr[sel].mean()),
+                         "mean_confidence": float(conf[sel].mean()),
+                         "ece_mass": ece_equal_mass(conf[sel], corr[sel]),
+                         "labels": sorted({g for g, k in zip(gold_labels, sel) if k}, key=str)})
+    return rows
+
+
+def calibration_summary(marginals, gold, *, n_bins_mass: int = 15, n_bins_width: int = 10) \
+        -> dict:
+    """Every per-token calibration figure of marginals against gold indices (missing gold
+    skipped): ``n``, ``accuracy``, ``mean_confidence``, ``ece_mass`` (15 equal-mass bins),
+    ``ece_width`` (10 equal-width bins), ``nll``, ``brier``, plus ``conf``/``correct`` arrays."""
+    probs, idx = _probs_and_gold(marginals, gold)
+    conf = probs.max(axis=1) if probs.size else np.zeros(0)
+    conf = np.clip(conf, 0.0, 1.0)
+    correct = probs.argmax(axis=1) == idx if probs.size else np.zeros(0, dtype=bool)
+    n = int(idx.size)
+    return {
+        "n": n,
+        "accuracy": float(correct.mean()) if n else float("nan"),
+        "mean_confidence": float(conf.mean()) if n else float("nan"),
+        "ece_mass": ece_equal_mass(conf, correct, n_bins_mass),
+        "ece_width": expected_calibration_error(conf, correct, n_bins_width),
+        "nll": negative_log_likelihood(probs, idx) if n else float("nan"),
+        "brier": brier_score(probs, idx) if n else float("nan"),
+        "conf": conf,
+        "correct": correct,
+    }
 
 
 # --------------------------------------------------------------------------- significance

@@ -22,7 +22,7 @@ from gpsl.inference import GPSLInference, VariationalState, initial_state
 from gpsl.kernels import LinearKernel, make_kernel
 from gpsl.likelihood import Problem
 from gpsl.persist import read_model, save_model
-from gpsl.predict import make_predictor, pl_decode, rns, viterbi
+from gpsl.predict import make_predictor, pl_decode, viterbi
 from gpsl.sparse import SparseGPSLInference, SparseState
 from gpsl.warm import warm_state
 
@@ -75,6 +75,9 @@ AUTO_SPARSE_TOKENS = 4000
 
 #: the bound on the expected log-partition each mode uses with ``lse_bound="auto"``
 AUTO_LSE_BOUND = {"full": "jensen", "sparse": "bohning"}
+
+#: the per-token marginals :meth:`GPSL.predict_marginals` can give (``marginals=``)
+MARGINALS = ("mean", "probit")
 
 
 def _single_threaded_blas():
@@ -167,7 +170,16 @@ class GPSL:
         mode: with the mean-field covariance, whose variances over-state the uncertainty,
         Jensen's bound pulls the means and cost 0.4-0.8 points against Boehning's on
         chunking, basenp and JapaneseNE at 600-800 sentences; see README, "Scale").
+    marginals: the per-token marginals :meth:`predict_marginals` gives when no calibrator
+        says otherwise: ``"mean"`` (Algorithm 2 on the predictive means, as the paper),
+        ``"probit"`` (the uncertainty-aware RNS of :func:`gpsl.predict.rns`: the posterior
+        variances of ``f^U`` and ``f^S`` flatten each score by the probit factor) or
+        ``"auto"`` (the calibrator's choice after :meth:`calibrate`, else ``"mean"``).
     callback: called after every sweep with ``{"iteration", "bound", "seconds"}``.
+
+    Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature fitted on held-out
+    labeled tokens (or out-of-fold predictions) is stored with the model and applied by
+    :meth:`predict_marginals`; ``calibrator_`` is ``None`` until then.
     """
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
@@ -176,7 +188,8 @@ class GPSL:
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
-                 lse_bound="auto", n_jobs=None, callback=None, verbose=False):
+                 lse_bound="auto", marginals="auto", n_jobs=None, callback=None,
+                 verbose=False):
         self.offsets = offsets
         self.kernel = kernel
         self.template = template
@@ -197,6 +210,7 @@ class GPSL:
         self.covariance = covariance
         self.inducing = inducing
         self.lse_bound = lse_bound
+        self.marginals = marginals
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
@@ -357,6 +371,7 @@ class GPSL:
         self.n_missing_ = int(np.sum(y_idx < 0))
         self.fit_seconds_ = time.perf_counter() - t0
         self._predictor = None
+        self.calibrator_ = None  # a new fit invalidates the previous calibration
         return self
 
     def _lse_bound(self, mode: str) -> str:
@@ -476,25 +491,109 @@ class GPSL:
             flat.extend(-1 if v is None or v not in index else index[v] for v in lab)
         return np.array(flat, dtype=np.int64)
 
-    def predict_marginals(self, X, y=None, return_iterations=False):
+    def rns_settings(self) -> dict:
+        """Algorithm 2's settings (keyword arguments of :func:`gpsl.predict.rns`)."""
+        return {"tol": self.rns_tol, "max_iter": self.rns_max_iter,
+                "schedule": self.rns_schedule, "damping": self.rns_damping}
+
+    def marginals_method(self) -> str:
+        """The marginals :meth:`predict_marginals` gives by default: the calibrator's method
+        when there is one and ``marginals="auto"``, else ``marginals`` (``"auto"`` = mean)."""
+        m = str(self.marginals)
+        if m not in ("auto", *MARGINALS):
+            raise ValueError(f"marginals must be 'auto', 'mean' or 'probit', not "
+                             f"{self.marginals!r}")
+        if m == "auto":
+            cal = getattr(self, "calibrator_", None)
+            return cal.method if cal is not None else "mean"
+        return m
+
+    def predict_marginals(self, X, y=None, return_iterations=False, *, method=None,
+                          calibrated=True):
         """Per-token RNS (Algorithm 2): a list of ``(len(sentence), n_classes)`` arrays.
 
         ``y`` (optional) holds known labels (None elsewhere); known tokens are clamped
         to their label so that partially labeled sentences inform their neighbours.
+        ``method``: ``"mean"`` (Algorithm 2 on the predictive means, the paper's RNS) or
+        ``"probit"`` (uncertainty-aware, :func:`gpsl.predict.rns`); default
+        :meth:`marginals_method`. ``calibrated``: apply ``calibrator_`` when it was fitted on
+        the same method (:mod:`gpsl.calibration`).
         """
-        b, lengths = self.local_scores(X)
-        P, it = rns(b, self._gS(), lengths, self.offsets_, tol=self.rns_tol,
-                    max_iter=self.rns_max_iter, clamp=self._clamp(y, lengths),
-                    schedule=self.rns_schedule, damping=self.rns_damping)
-        self.rns_iterations_ = it
-        out = np.split(P, np.cumsum(lengths)[:-1])
-        return (out, it) if return_iterations else out
+        method = self.marginals_method() if method is None else method
+        if method not in MARGINALS:
+            raise ValueError(f"method must be 'mean' or 'probit', not {method!r}")
+        cal = getattr(self, "calibrator_", None) if calibrated else None
+        if cal is not None and cal.method != method:
+            cal = None
+        sc = self.calibration_scores(X, with_variance=method == "probit")
+        clamp = self._clamp(y, sc.lengths)
+        P = sc.marginals(method, clamp=clamp) if cal is None else cal.apply(sc, clamp)
+        self.rns_iterations_ = sc.passes
+        out = np.split(P, np.cumsum(sc.lengths)[:-1])
+        return (out, self.rns_iterations_) if return_iterations else out
+
+    def calibration_scores(self, X, with_variance=True):
+        """Algorithm 2's inputs for sentences ``X`` (:class:`gpsl.calibration.Scores`)."""
+        from gpsl.calibration import Scores
+
+        need_var = bool(with_variance) or bool(self.rns_variance)
+        mean, var, lengths = self._latent(X, with_variance=need_var)
+        st = self.state_
+        return Scores(mean, var if need_var else None, st.m_S, st.v_S,
+                      np.asarray(lengths, dtype=np.int64), tuple(self.offsets_),
+                      self.rns_settings(), bool(self.rns_variance))
+
+    def gold_index(self, y) -> list[np.ndarray]:
+        """Label indices of ``y`` per sentence (-1: missing or unknown label)."""
+        index = {c: i for i, c in enumerate(self.classes_)}
+        return [np.array([-1 if v is None or v not in index else index[v]
+                          for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
+
+    def calibrate(self, X, y, *, folds=None, method="auto", kinds=("temperature", "structured"),
+                  seed=0, source="") -> GPSL:
+        """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
+        ``calibrator_`` (saved with the model).
+
+        ``folds=None``: ``(X, y)`` is held-out labeled data for *this* model. ``folds=K``:
+        ``(X, y)`` are the training sentences; K models with this model's parameters are fitted
+        on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold),
+        as ``CalibratedClassifierCV(ensemble=False)``. Candidates: a temperature on each
+        method's marginals (``method="auto"``: mean-only and uncertainty-aware) and the
+        structured temperature; the lowest held-out NLL wins (``kinds`` narrows the choice).
+        """
+        from gpsl.calibration import Calibrator, fold_indices
+
+        self._check_fitted()
+        methods = list(MARGINALS) if method == "auto" else [method]
+        if any(m not in MARGINALS for m in methods):
+            raise ValueError(f"method must be 'auto', 'mean' or 'probit', not {method!r}")
+        X = list(X)
+        labels = [list(getattr(lab, "labels", lab)) for lab in y]
+        if folds is None:
+            scores = [self.calibration_scores(X)]
+            gold = [np.concatenate(self.gold_index(labels))] if labels else []
+            source = source or "held-out"
+        else:
+            params = self.get_params()
+            params.update(warm_start=False, callback=None, verbose=False)
+            scores, gold = [], []
+            for held in fold_indices(len(X), int(folds), seed):
+                held_set = set(held.tolist())
+                tr = [i for i in range(len(X)) if i not in held_set]
+                fm = type(self)(**params).fit([X[i] for i in tr], [labels[i] for i in tr],
+                                              classes=self.classes_)
+                scores.append(fm.calibration_scores([X[i] for i in held]))
+                gold.append(np.concatenate(self.gold_index([labels[i] for i in held])))
+            source = source or f"{int(folds)}-fold"
+        self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
+                                             source=source)
+        return self
 
     def predict(self, X, decoder=None, y=None):
         """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""
         decoder = self.decoder if decoder is None else decoder
         if decoder == "rns":
-            P = self.predict_marginals(X, y=y)
+            P = self.predict_marginals(X, y=y, calibrated=self._argmax_safe())
             return [[self.classes_[i] for i in p.argmax(axis=1)] for p in P]
         decoders = {"viterbi": viterbi, "exact": pl_decode}
         if decoder in decoders:
@@ -503,6 +602,12 @@ class GPSL:
             return [[self.classes_[i] for i in part]
                     for part in np.split(idx, np.cumsum(lengths)[:-1])]
         raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', not {decoder!r}")
+
+    def _argmax_safe(self) -> bool:
+        """A temperature never moves the argmax (so it is skipped); the structured temperature
+        and vector scaling may, and their marginals then give the labels."""
+        cal = getattr(self, "calibrator_", None)
+        return cal is not None and cal.kind != "temperature"
 
     def score(self, X, y) -> float:
         """Token accuracy over the labeled tokens of ``y``."""
@@ -560,6 +665,7 @@ class GPSL:
         model.n_missing_ = int(np.sum(model.y_train_ < 0))
         model.fit_seconds_ = float(meta.get("fit_seconds", 0.0))
         model._predictor = None
+        model.calibrator_ = parts.calibrator
         return model
 
     @property

@@ -141,6 +141,8 @@ def save_model(model, path) -> Path:
             "bound_trace": [float(v) for v in model.bound_trace_],
             "n_iter": int(model.n_iter_),
             "fit_seconds": float(model.fit_seconds_),
+            "calibration": (None if getattr(model, "calibrator_", None) is None
+                            else model.calibrator_.to_dict()),
             "sha256": {"arrays.npz": _sha256(tmp / "arrays.npz")},
         }
         meta["sha256"]["model.json"] = _meta_digest(meta)
@@ -261,6 +263,7 @@ _CONFIG_CHECKS = {
     "covariance": lambda v: v in ("auto",) + FAMILIES,
     "inducing": lambda v: _is_int(v) and v >= 1,
     "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
+    "marginals": lambda v: v in ("auto", "mean", "probit"),
 }
 
 
@@ -317,6 +320,7 @@ class ModelParts:
     extractor: object
     X: sp.csr_matrix
     arrays: dict
+    calibrator: object = None  # gpsl.calibration.Calibrator or None
 
 
 def _mode_of(meta: dict, meta_path: Path) -> tuple[str, str | None]:
@@ -410,5 +414,13 @@ def read_model(path) -> ModelParts:
     y = arrays["y_train"]
     if y.size and (y.min() < -1 or y.max() >= J):
         _fail(arr_path, f"array y_train has labels outside 0..{J - 1} (and -1 for missing)")
+    calibrator = None
+    if meta.get("calibration") is not None:
+        from gpsl.calibration import Calibrator
+
+        try:
+            calibrator = Calibrator.from_dict(meta["calibration"], J)
+        except (ValueError, TypeError) as e:
+            _fail(meta_path, f"damaged model description: calibration: {e}")
     return ModelParts(meta=meta, config=config, inference=mode, family=family, kernel=kernel,
-                      extractor=extractor, X=X, arrays=arrays)
+                      extractor=extractor, X=X, arrays=arrays, calibrator=calibrator)

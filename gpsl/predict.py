@@ -121,9 +121,36 @@ def make_predictor(model):
     return LatentPredictor(model.kernel_, model.X_train_, st.theta, st.alpha, st.lam)
 
 
+def probit_scale(s2) -> np.ndarray:
+    r"""``kappa(s^2) = (1 + pi s^2 / 8)^{-1/2}``: the probit (MacKay) factor of
+    :func:`rns`'s uncertainty-aware scores."""
+    return 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * s2)
+
+
 def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
-        damping=1.0):
-    """Algorithm 2: iterate the refined normalised scores to a fixed point.
+        damping=1.0, b_var=None, g_var=None):
+    r"""Algorithm 2: iterate the refined normalised scores to a fixed point.
+
+    **Uncertainty-aware scores** (``b_var``/``g_var`` given; not in the paper). Under ``q`` the
+    score of label ``y`` at token ``l`` given the neighbours' RNS is Gaussian,
+
+    .. math::
+
+       \eta_{ly} = f^U_y(x_l) + \sum_d \sum_{y'} RNS_{l+d}(y') f^S_d(y', y), \qquad
+       \mu_{ly} = b_{ly} + \sum_d \sum_{y'} RNS_{l+d}(y')\, g_d(y', y), \qquad
+       s^2_{ly} = v_{ly} + \sum_d \sum_{y'} RNS_{l+d}(y')^2\, v^S_d(y', y)
+
+    (the mean-field treats the neighbours' labels as independent of the functions, so the
+    pair-function terms add their variances with weights ``RNS^2``). The predictive marginal
+    ``E_q[softmax(eta)]`` has no closed form; the probit (MacKay 1992) approximation of each
+    logistic factor, ``E[sigma(eta)] ~ sigma(kappa(s^2) mu)`` with
+    ``kappa(s^2) = (1 + pi s^2/8)^{-1/2}``, applied per label (the "mean-field softmax" of
+    Lu, Ie and Sha 2020) gives ``RNS_l ~ softmax_y(kappa(s^2_{ly}) mu_{ly})``, which replaces
+    the softmax of Algorithm 2 in every iteration. With ``b_var = g_var = 0`` every
+    ``kappa = 1`` and this is Algorithm 2 exactly; larger variances flatten the scores. The
+    per-label factor under-flattens (two labels with variance ``v`` each: the difference has
+    variance ``2v``, the exact probit is ``sigma(kappa(2v) dm)``); a temperature fitted after it
+    (:mod:`gpsl.calibration`) absorbs such a common factor.
 
     Parameters
     ----------
@@ -139,6 +166,8 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         Algorithm 2 is written; ``"sequential"`` sweeps positions left to right and
         uses the newest values (Gauss-Seidel), which avoids the two-cycles the Jacobi
         form can fall into between strongly coupled neighbours.
+    b_var, g_var: optional ``(n, J)`` and ``(R, J, J)`` variances of ``b`` and ``g`` (both or
+        neither): the uncertainty-aware scores above (``g`` is then the pair functions' mean).
     damping: ``eta`` in ``RNS^t = (1 - eta) RNS^{t-1} + eta F(RNS^{t-1})``, where ``F`` is
         the update of Algorithm 2. ``1`` is Algorithm 2 exactly as written. The fixed points
         are the same for every ``eta`` (``RNS = F(RNS)``); ``eta < 1`` only changes the path,
@@ -174,11 +203,20 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
             P[rows, clamp[rows if idx is None else idx[rows]]] = 1.0
         return P
 
-    P = fix(softmax(b, axis=1))  # RNS^0
+    if (b_var is None) != (g_var is None):
+        raise ValueError("give both b_var and g_var, or neither")
+    if b_var is not None:
+        b_var = np.asarray(b_var, dtype=float)
+        g_var = np.asarray(g_var, dtype=float)
+        if b_var.shape != b.shape:
+            raise ValueError(f"b_var has shape {b_var.shape}, b has {b.shape}")
+        P = fix(softmax(b * probit_scale(b_var), axis=1))  # RNS^0
+    else:
+        P = fix(softmax(b, axis=1))  # RNS^0
     if R == 0 or b.shape[0] == 0:
         return P, 0
     if schedule == "jacobi":
-        return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp)
+        return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var, g_var)
     starts = np.cumsum(lengths) - lengths
     by_pos = [starts[lengths > p] + p for p in range(int(lengths.max()))]
     it = 0
@@ -186,10 +224,15 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         delta = 0.0
         for idx in by_pos:
             a = b[idx].copy()
+            s2 = None if b_var is None else b_var[idx].copy()
             for d in range(R):
                 nbi = nb[idx, d]
                 ok = nbi >= 0
                 a[ok] += P[nbi[ok]] @ g[d]
+                if s2 is not None:
+                    s2[ok] += (P[nbi[ok]] ** 2) @ g_var[d]
+            if s2 is not None:
+                a *= probit_scale(s2)
             new = fix(softmax(a, axis=1), idx)
             delta = max(delta, float(np.max(np.abs(new - P[idx]))))
             P[idx] = new if eta == 1.0 else (1.0 - eta) * P[idx] + eta * new
@@ -205,7 +248,8 @@ def _softmax_rows(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp):
+def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var=None,
+                g_var=None):
     """The Jacobi schedule of :func:`rns`, vectorised over all tokens of all sentences.
 
     Sentences do not interact, so a sentence whose largest change falls below ``tol`` is done
@@ -236,14 +280,22 @@ def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp):
 
     tok, rows, srcs, seg, seg_sent, kr = build()
     Pa, ba = P[tok], b[tok]
+    va = None if b_var is None else b_var[tok]
     J = b.shape[1]
     G = np.concatenate(list(g), axis=1)  # (J, R J): one product for every offset
+    GV = None if g_var is None else np.concatenate(list(g_var), axis=1)
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
         a = ba.copy()
         PG = Pa @ G  # row t, block d = RNS_t' g_d; gathered below (P[src] g = (P g)[src])
         for d in range(R):
             a[rows[d]] += PG[srcs[d], d * J:(d + 1) * J]
+        if va is not None:
+            s2 = va.copy()
+            PV = (Pa * Pa) @ GV
+            for d in range(R):
+                s2[rows[d]] += PV[srcs[d], d * J:(d + 1) * J]
+            a *= probit_scale(s2)
         Pn = _softmax_rows(a)
         if kr is not None and kr.size:
             Pn[kr] = 0.0
@@ -258,8 +310,31 @@ def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp):
                 return P, it
             tok, rows, srcs, seg, seg_sent, kr = build()
             Pa, ba = P[tok], b[tok]
+            va = None if b_var is None else b_var[tok]
     P[tok] = Pa
     return P, it
+
+
+def rns_marginals(mean, var, m_S, v_S, lengths, offsets, *, method="mean", rns_variance=False,
+                  t_unary=1.0, t_pair=1.0, **rns_kw):
+    """The per-token marginals of a fitted model from its predictive moments.
+
+    ``method="mean"``: Algorithm 2 with local scores ``m`` (``m + v/2`` with ``rns_variance``)
+    and pair scores ``m_S + v_S/2`` (eq. rns). ``method="probit"``: the uncertainty-aware RNS
+    of :func:`rns` with means ``m``, ``m_S`` and variances ``v``, ``v_S``. ``var`` may be
+    ``None`` for the mean method without ``rns_variance``. ``t_unary``/``t_pair`` divide the
+    local and the pair scores (the structured temperature of :mod:`gpsl.calibration`; 1 =
+    Algorithm 2). Returns ``(P, passes)``.
+    """
+    su, sp_ = 1.0 / float(t_unary), 1.0 / float(t_pair)
+    if method == "mean":
+        b = mean + 0.5 * var if rns_variance else mean
+        return rns(b * su if su != 1.0 else b, (m_S + 0.5 * v_S) * sp_, lengths, offsets,
+                   **rns_kw)
+    if method == "probit":
+        return rns(mean * su, m_S * sp_, lengths, offsets, b_var=var * su * su,
+                   g_var=v_S * sp_ * sp_, **rns_kw)
+    raise ValueError(f"method must be 'mean' or 'probit', not {method!r}")
 
 
 def viterbi(b, g, lengths, offsets):

@@ -542,7 +542,8 @@ def token_table(store: Store, project_id: int, version: dict, split: str | None 
 
 def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) -> dict | None:
     """Reliability of the version on the held-out gold labels: ``dict(table (pandas),
-    accuracy, ece, tokens)``, or None without gold/predictions (numbers from
+    accuracy, ece, ece_mass, mean_confidence, tokens, selective (pandas), thresholds (pandas),
+    bands (pandas))``, or None without gold/predictions (numbers from
     :func:`gpsl.annotation.pipeline.evaluate`, the one held-out evaluation)."""
     import pandas as pd
 
@@ -556,11 +557,41 @@ def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) 
     res = evaluate(version.get("classes") or [], [preds.get(sid) for sid in ids], gold)
     if not res:
         return None
-    conf, correct = res["confidence"], res["correct"]
+    conf, correct = np.asarray(res["confidence"]), np.asarray(res["correct"], dtype=bool)
     table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins))
+    selective = pd.DataFrame(metrics.selective_accuracy(conf, correct))
+    thresholds = pd.DataFrame(metrics.threshold_table(conf, correct))
+    _, train_y = store.training_data(project_id, "train", only_labeled=True)
+    band_of = metrics.frequency_bands(res["gold_label"], train_y)
+    bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
+              "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
+              "which": ", ".join(r["labels"])}
+             for r in metrics.calibration_by_band(conf, correct, res["gold_label"], band_of)]
     return {"table": table, "accuracy": res["heldout_accuracy"],
             "ece": float(metrics.expected_calibration_error(conf, correct, n_bins)),
-            "tokens": res["heldout_tokens"]}
+            "ece_mass": res["heldout_ece_mass"], "mean_confidence": res[
+                "heldout_mean_confidence"], "nll": res["heldout_nll"],
+            "tokens": res["heldout_tokens"], "selective": selective, "thresholds": thresholds,
+            "bands": pd.DataFrame(bands)}
+
+
+def calibration_note(version: dict) -> str:
+    """One line on how the version's marginals were calibrated (from its metrics)."""
+    cal = (version.get("metrics") or {}).get("calibration")
+    if not cal:
+        return ("Not calibrated: too few labeled tokens and no held-out gold (the raw "
+                "Algorithm 2 marginals are shown).")
+    method = {"mean": "Algorithm 2 on the means", "probit": "uncertainty-aware RNS"}.get(
+        cal.get("method"), cal.get("method"))
+    if cal.get("kind") == "structured":
+        how = (f"temperatures {cal['t_unary']:.2f} (own score) and {cal['t_pair']:.2f} "
+               "(neighbour scores) inside Algorithm 2")
+    else:
+        how = f"temperature {cal['temperature']:.2f}"
+    return (f"Calibrated marginals: {method}, {how}, fitted on "
+            f"{fmt_int(cal.get('tokens') or 0)} tokens ({cal.get('source')}); held-out "
+            "figures are never in-sample (with held-out calibration, each half is calibrated "
+            "on the other).")
 
 
 def uncertain_sentences(store: Store, project_id: int, tokens, n: int = 10):
@@ -593,17 +624,24 @@ def uncertain_tokens(tokens, n: int = 20):
 
 
 def learning_curve(versions: Sequence[dict]):
-    """Done versions: labeled tokens vs held-out accuracy / ECE (pandas)."""
+    """Every done version in training order: labeled tokens, held-out accuracy, mean
+    confidence and ECE (None where the project has no held-out gold) (pandas)."""
     import pandas as pd
 
-    rows = [{"version": f"v{v['id']}", "labeled tokens": v.get("n_labeled_tokens") or 0,
-             "accuracy": (v.get("metrics") or {}).get("heldout_accuracy"),
-             "ECE": (v.get("metrics") or {}).get("heldout_ece"),
-             "finished": fmt_time(v.get("finished_at"))}
-            for v in versions if v["status"] == "done"]
-    rows.sort(key=lambda r: r["labeled tokens"])
-    return pd.DataFrame(rows, columns=["version", "labeled tokens", "accuracy", "ECE",
-                                       "finished"])
+    rows = []
+    for v in versions:
+        if v["status"] != "done":
+            continue
+        m = v.get("metrics") or {}
+        rows.append({"version": f"v{v['id']}", "id": v["id"],
+                     "labeled tokens": v.get("n_labeled_tokens") or 0,
+                     "accuracy": m.get("heldout_accuracy"),
+                     "mean confidence": m.get("heldout_mean_confidence"),
+                     "ECE": m.get("heldout_ece"),
+                     "finished": fmt_time(v.get("finished_at"))})
+    rows.sort(key=lambda r: r["id"])
+    return pd.DataFrame(rows, columns=["version", "id", "labeled tokens", "accuracy",
+                                       "mean confidence", "ECE", "finished"])
 
 
 def annotator_activity(store: Store, project_id: int):

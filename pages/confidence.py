@@ -43,8 +43,12 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
         st.stop()
 
     active = next((v["id"] for v in versions if v["active"]), None)
-    if st.session_state.get("conf_version") not in usable:
+    # follow the active version: when another version became active since the last run,
+    # show it (a version picked by hand stays until then)
+    if st.session_state.get("conf_version") not in usable or \
+            st.session_state.get("conf_active_seen") != active:
         st.session_state["conf_version"] = active if active in usable else usable[-1]
+    st.session_state["conf_active_seen"] = active
     st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
                  format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
                  help="Dashboards of this version's stored predictions.")
@@ -56,27 +60,33 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
 colors = sup.label_colors(project["labels"])
 free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
 
-cols = st.columns(5)
+st.caption(sup.calibration_note(version))
+cols = st.columns(6)
 cols[0].metric("Unlabeled tokens", sup.fmt_int(len(free)),
-               help="Training tokens without a label: what the dashboards below describe.")
-cols[1].metric("Mean confidence", f"{free['confidence'].mean():.3f}" if len(free) else "–")
-cols[2].metric("Below 0.7", sup.fmt_pct((free["confidence"] < 0.7).mean() if len(free)
-                                        else None),
-               help="Share of unlabeled tokens whose confidence is below 0.7.")
-cols[3].metric("Held-out accuracy", sup.fmt_pct(calib["accuracy"]) if calib else "–",
+               help="Training tokens without a label: what the histogram and box plot "
+                    "describe.")
+cols[1].metric("Mean confidence (unlabeled)", f"{free['confidence'].mean():.3f}" if len(free)
+               else "–")
+cols[2].metric("Held-out accuracy", sup.fmt_pct(calib["accuracy"]) if calib else "–",
                help="Token accuracy on the held-out gold labels." if calib else
                "The project has no held-out gold labels.")
+cols[3].metric("Held-out mean confidence", f"{calib['mean_confidence']:.3f}" if calib else "–",
+               help="Calibrated confidences average to the accuracy: compare with the "
+                    "held-out accuracy.")
 cols[4].metric("ECE", f"{calib['ece']:.3f}" if calib else "–",
-               help="Expected calibration error over 10 confidence bins (0 = perfectly "
-                    "calibrated).")
+               help="Expected calibration error over 10 equal-width confidence bins (0 = "
+                    "perfectly calibrated).")
+cols[5].metric("ECE (equal-mass)", f"{calib['ece_mass']:.3f}" if calib else "–",
+               help="ECE over 15 bins holding as many tokens each: the crowded top bin is "
+                    "split, so errors there show.")
 
 left, right = st.columns(2, gap="large")
 with left:
     if len(free):
-        fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1],
-                           title="Confidence of unlabeled tokens",
+        fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1], log_y=True,
+                           title="Confidence of unlabeled tokens (log scale)",
                            color_discrete_sequence=["#f59e0b"])
-        sup.styled(fig, height=330, bargap=0.05, yaxis_title="tokens")
+        sup.styled(fig, height=330, bargap=0.05, yaxis_title="tokens (log scale)")
         st.plotly_chart(fig, config={"displayModeBar": False})
     else:
         st.success("Every training token is labeled.")
@@ -96,14 +106,16 @@ with left:
         fig = sup.figure()
         fig.add_trace(go.Bar(x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["accuracy"],
                              width=0.095, name="accuracy", marker_color="#4f46e5",
-                             customdata=table["count"],
+                             customdata=table["count"], text=table["count"],
+                             textposition="outside", texttemplate="%{text}",
                              hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.3f}"
                                            "<br>%{customdata} tokens<extra></extra>"))
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                                  line={"dash": "dash", "color": "#94a3b8"}))
         sup.styled(fig, title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
-                                "tokens", height=330, xaxis_title="confidence",
-                          yaxis_title="accuracy", xaxis_range=[0, 1], yaxis_range=[0, 1.02],
+                                "tokens (bar labels: tokens per bin)", height=330,
+                          xaxis_title="confidence", yaxis_title="accuracy",
+                          xaxis_range=[0, 1], yaxis_range=[0, 1.12],
                           legend={"orientation": "h", "y": -0.25})
         st.plotly_chart(fig, config={"displayModeBar": False})
     else:
@@ -113,12 +125,49 @@ with left:
 with right:
     curve = sup.learning_curve(versions)
     if len(curve):
-        fig = px.line(curve, x="labeled tokens", y="accuracy", markers=True, text="version",
-                      title="Learning curve: held-out accuracy by labeled tokens")
-        fig.update_traces(textposition="top center", line_color="#16a34a")
-        sup.styled(fig, height=330, yaxis_tickformat=".0%", yaxis_range=[0, 1.05],
-                          xaxis_rangemode="tozero")
+        long = curve.melt(id_vars=["version", "labeled tokens"],
+                          value_vars=["accuracy", "mean confidence"], var_name="figure",
+                          value_name="value").dropna(subset=["value"])
+        fig = px.line(long, x="version", y="value", color="figure", markers=True,
+                      hover_data=["labeled tokens"],
+                      title="Every version: held-out accuracy and mean confidence",
+                      color_discrete_map={"accuracy": "#16a34a",
+                                          "mean confidence": "#f59e0b"})
+        sup.styled(fig, height=330, yaxis_tickformat=".0%", xaxis_type="category",
+                   yaxis_title="held-out", legend={"orientation": "h", "y": -0.25})
+        if long.empty:
+            fig.add_annotation(text="no held-out gold: no figures per version",
+                               showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
         st.plotly_chart(fig, config={"displayModeBar": False})
+
+if calib:
+    st.subheader("Choosing an accept threshold", anchor=False)
+    st.caption("On the held-out gold: how many tokens \"accept suggestions ≥ threshold\" "
+               "would accept and how often they would be right; and the accuracy of the k% "
+               "most confident tokens.")
+    left, right = st.columns(2, gap="large")
+    with left:
+        sel = calib["selective"]
+        fig = px.line(sel, x="coverage", y="accuracy", markers=True,
+                      hover_data=["count", "min_confidence"],
+                      title="Selective accuracy: the k% most confident tokens")
+        fig.update_traces(line_color="#4f46e5")
+        sup.styled(fig, height=300, xaxis_tickformat=".0%", yaxis_tickformat=".1%",
+                   xaxis_title="share of tokens kept (most confident first)")
+        st.plotly_chart(fig, config={"displayModeBar": False})
+    with right:
+        st.dataframe(calib["thresholds"], hide_index=True, column_config={
+            "threshold": st.column_config.NumberColumn("accept ≥", format="%.2f"),
+            "count": st.column_config.NumberColumn("tokens"),
+            "share": st.column_config.ProgressColumn("share of tokens", min_value=0.0,
+                                                     max_value=1.0, format="percent"),
+            "accuracy": st.column_config.NumberColumn("accuracy", format="%.4f")})
+        if not calib["bands"].empty:
+            st.caption("By label frequency (rare: under 5% of the labeled training tokens)")
+            st.dataframe(calib["bands"], hide_index=True, column_config={
+                "accuracy": st.column_config.NumberColumn(format="%.4f"),
+                "mean confidence": st.column_config.NumberColumn(format="%.4f"),
+                "ECE (15 equal-mass bins)": st.column_config.NumberColumn(format="%.4f")})
 
 st.subheader("Where the model is least sure", anchor=False)
 st.caption("Training sentences ranked by their least confident unlabeled token; open one to "

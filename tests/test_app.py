@@ -251,7 +251,16 @@ def test_confidence_page_with_a_model_and_click_through(db):
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Held-out accuracy"].endswith("%") and metrics["ECE"] != "–"
-    assert len(at.get("plotly_chart")) >= 4  # histogram, box, reliability, learning curve
+    assert metrics["Held-out mean confidence"] != "–" and metrics["ECE (equal-mass)"] != "–"
+    # histogram, box, reliability, learning curve, selective accuracy
+    assert len(at.get("plotly_chart")) >= 5
+    assert any("accept" in c.value.lower() for c in at.caption)  # the threshold section
+    assert at.session_state["conf_version"] == store.active_model(pid)["id"]
+    # a newer version becomes active: the page follows it (it kept showing v1 before)
+    second = jobs.train_now(store, pid, TINY)
+    at.run()
+    assert not at.exception
+    assert at.session_state["conf_version"] == second["id"]
     most = store.queue(pid, "uncertainty")[0]
     at.button(key=f"open_{most}").click().run()
     assert not at.exception

@@ -269,8 +269,14 @@ def test_eval_stand_in(fake, capsys, tmp_path):
     data.write_text("the DT O\ndog NN N\nis VBZ N\ncat NN _\n", encoding="utf-8")
     code, out, err = run(["eval", "-m", tmp_path, data], capsys)
     assert code == 0 and err == ""
-    assert out.splitlines() == ["tokens: 4 (scored 3, missing 1)", "accuracy: 66.67%",
-                                "hamming loss: 33.33%"]
+    lines = out.splitlines()
+    assert lines[:3] == ["tokens: 4 (scored 3, missing 1)", "accuracy: 66.67%",
+                         "hamming loss: 33.33%"]
+    # the marginals' calibration: three tokens at confidence 0.9877 (argmax N), two right
+    assert lines[3].startswith("marginals (uncalibrated, labels known to the model): mean "
+                               "confidence 0.9877, accuracy 0.6667, ECE (15 equal-mass bins) "
+                               "0.3210")
+    assert len(lines) == 4
     data.write_text("the DT\n", encoding="utf-8")
     code, _, err = run(["eval", "-m", tmp_path, data], capsys)
     assert_one_line_error(code, err, "no gold label column")
@@ -421,3 +427,31 @@ def test_unexpected_errors_are_one_line_with_status_1(files, capsys, monkeypatch
     monkeypatch.setenv("GPSL_DEBUG", "1")
     with pytest.raises(KeyError):
         cli.main(["train", str(files[1]), str(files[0] / "m")])
+
+
+@real
+def test_real_calibrate_from_a_file_and_by_folds(files, capsys):
+    tmp, train, template = files
+    held = tmp / "held.data"
+    held.write_text("the DT B\ndog NN I\nsleeps VBZ O\n\na DT B\ncat NN I\nruns VBZ O\n",
+                    encoding="utf-8")
+    code, _, err = run(["train", "-t", template, "--max-iter", "3", "--calibrate", held, train,
+                        tmp / "mc"], capsys)
+    assert code == 0, err
+    assert "gpsl: calibrated on 6 tokens (held.data)" in err
+    meta = json.loads((tmp / "mc" / "model.json").read_text())
+    assert meta["calibration"]["source"] == "held.data"
+    code, out, err = run(["eval", "-m", tmp / "mc", held], capsys)
+    assert code == 0, err
+    assert "marginals (calibrated" in out and "ECE (15 equal-mass bins)" in out
+    code, _, err = run(["train", "-t", template, "--max-iter", "3", "--calibrate-folds", "2",
+                        train, tmp / "mf"], capsys)
+    assert code == 0, err
+    assert "(2-fold)" in err
+    # bad calibration input: one line naming the file
+    bad = tmp / "bad.data"
+    bad.write_text("the B\ndog I\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", template, "--calibrate", bad, train, tmp / "mb"], capsys)
+    assert_one_line_error(code, err, "bad.data", "feature columns")
+    code, _, err = run(["train", "--calibrate-folds", "3", train, tmp / "mb2"], capsys)
+    assert_one_line_error(code, err, "too few for 3 calibration folds")

@@ -7,8 +7,9 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-from _support import BP, OUT, tiny_store
+from _support import BL, BP, IP, OUT, tiny_store
 
 from gpsl.annotation import Store, jobs, pipeline
 from gpsl.errors import InputError
@@ -303,3 +304,40 @@ def test_a_model_folder_left_by_a_deleted_store_is_kept_aside_not_a_failure(tmp_
     assert GPSL.load(version["path"]).classes_ == version["classes"]
     aside = list((root / str(pid)).glob(".orphan-1-*"))
     assert len(aside) == 1 and (aside[0] / "model.json").read_text() == "{}"
+
+
+def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
+    """Issue 14's acceptance on the sample: held-out mean confidence within 0.02 of held-out
+    accuracy after a default run; the held-out figures are never in-sample."""
+    from gpsl.annotation.pipeline import calibrate
+
+    store = Store(tmp_path / "s.sqlite3")
+    pid = store.ensure_sample_project(Path(__file__).resolve().parents[1] / "sample_data")
+    version = jobs.train_now(store, pid, pipeline.TrainConfig(), tmp_path / "models")
+    m = version["metrics"]
+    assert m["calibration"]["source"] == "held-out gold"
+    assert abs(m["heldout_mean_confidence"] - m["heldout_accuracy"]) <= 0.02
+    model = GPSL.load(version["path"])
+    assert model.calibrator_.temperature == m["calibration"]["temperature"]
+    ids, X, gold = store.gold_data(pid)
+    stored = store.get_predictions(version["id"], ids[:5])
+    in_sample = model.predict_marginals(X[:5])
+    # held-out sentences carry the other half's calibration, not the in-sample one
+    assert any(not np.allclose(stored[i], p) for i, p in zip(ids[:5], in_sample))
+    # training sentences carry the saved model's calibrated marginals (labels clamped)
+    tids, tX, ty = store.training_data(pid, "train", with_ids=True)
+    stored = store.get_predictions(version["id"], tids[:5])
+    for i, p in zip(tids[:5], model.predict_marginals(tX[:5], y=ty[:5])):
+        assert np.allclose(stored[i], p, atol=1e-6)
+    # without enough held-out gold the labeled sentences' folds are used
+    store2, pid2 = tiny_store(tmp_path / "t.sqlite3", extra=[
+        {"tokens": f"Name{k} Surname{k} went to City{k} .".split(),
+         "labels": [BP, IP, OUT, OUT, BL, OUT]} for k in range(10)])
+    _, X2, y2 = store2.training_data(pid2, "train", only_labeled=True, with_ids=True)
+    small = GPSL(max_iter=3).fit(X2, y2)
+    info, held = calibrate(small, store2, pid2, X2, y2)
+    assert info["calibration"]["source"] == "3-fold labels" and held == {}
+    store3, pid3 = tiny_store(tmp_path / "u.sqlite3")
+    _, X3, y3 = store3.training_data(pid3, "train", only_labeled=True, with_ids=True)
+    info, held = calibrate(GPSL(max_iter=3).fit(X3, y3), store3, pid3, X3, y3)
+    assert info == {"calibration": None} and held == {}

@@ -7,9 +7,14 @@ Runs in a worker process (:mod:`gpsl.annotation.jobs`) or in the caller (:func:`
    starts, so a label made before the run is counted in its labeled-token figure.
 2. :class:`~gpsl.model.GPSL` is fitted with the run's ``inference`` mode; after every sweep
    the progress file gets the iteration, bound and seconds (the Train page shows an ETA).
-3. It is evaluated on the held-out gold labels (:func:`evaluate`, the one held-out
-   evaluation: the Confidence page uses it too), saved to ``.staging-<version>`` and renamed
-   to ``<root>/<project>/<version>``.
+3. It is calibrated (:func:`calibrate`: a temperature fitted on the project's held-out gold
+   when it has at least :data:`MIN_CALIBRATION_TOKENS` gold tokens, otherwise on out-of-fold
+   predictions of :data:`CALIBRATION_FOLDS` folds of the labeled sentences), evaluated on the
+   held-out gold labels (:func:`evaluate`, the one held-out evaluation: the Confidence page uses
+   it too), saved to ``.staging-<version>`` and renamed to ``<root>/<project>/<version>``.
+   When the held-out gold is the calibration data, the held-out sentences' marginals (figures
+   and stored predictions) are calibrated by a temperature fitted on the *other* half of the
+   held-out sentences, so no held-out figure is in-sample.
 4. Predictions for every sentence are made in chunks (progress written per chunk) and
    stored; then the version is marked ``'done'`` and becomes the active model in one
    transaction.  Any exception marks the version ``'failed'`` with a one-line reason.
@@ -220,12 +225,12 @@ def chunks(n_tokens: list[int], budget: int) -> Iterator[tuple[int, int]]:
         yield start, len(n_tokens)
 
 
-def predict(model, X, y=None, on_chunk=None) -> list[np.ndarray]:
+def predict(model, X, y=None, on_chunk=None, **kw) -> list[np.ndarray]:
     """Marginals of every sentence, in chunks of :data:`PREDICT_CHUNK_TOKENS` tokens;
-    ``on_chunk(done, total)`` after each chunk."""
+    ``on_chunk(done, total)`` after each chunk; ``kw`` go to ``predict_marginals``."""
     out: list[np.ndarray] = []
     for a, b in chunks([len(s) for s in X], PREDICT_CHUNK_TOKENS):
-        out.extend(model.predict_marginals(X[a:b], y=None if y is None else y[a:b]))
+        out.extend(model.predict_marginals(X[a:b], y=None if y is None else y[a:b], **kw))
         if on_chunk is not None:
             on_chunk(b, len(X))
     return out
@@ -234,12 +239,15 @@ def predict(model, X, y=None, on_chunk=None) -> list[np.ndarray]:
 def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
              gold: Sequence[Sequence[str | None]]) -> dict:
     """Held-out figures of predictions against gold labels (None: no gold for that token):
-    ``heldout_tokens, heldout_accuracy, heldout_ece`` (+ ``heldout_chunk_f1`` for complete
-    BIO gold), ``confidence`` and ``correct`` per gold token; {} without gold."""
+    ``heldout_tokens, heldout_accuracy, heldout_ece`` (10 equal-width bins),
+    ``heldout_ece_mass`` (15 equal-mass bins), ``heldout_mean_confidence``, ``heldout_nll``,
+    ``heldout_brier`` (+ ``heldout_chunk_f1`` for complete BIO gold), and ``confidence``,
+    ``correct`` and ``gold_label`` per gold token; {} without gold."""
     from gpsl import metrics
 
     classes = list(classes)
-    conf, correct, y_true, y_pred = [], [], [], []
+    index = {c: j for j, c in enumerate(classes)}
+    conf, correct, y_true, y_pred, rows, gold_idx, gold_lab = [], [], [], [], [], [], []
     for p, g in zip(marginals, gold):
         if p is None or p.shape != (len(g), len(classes)):
             continue
@@ -250,12 +258,24 @@ def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
             if lab is not None:
                 conf.append(float(p[t].max()))
                 correct.append(pred[t] == lab)
+                rows.append(p[t])
+                gold_idx.append(index.get(lab, -1))
+                gold_lab.append(lab)
     if not conf:
         return {}
+    P = np.asarray(rows, dtype=float)
+    seen = np.asarray(gold_idx) >= 0  # a gold label the model never saw has probability 0
+    nll = (metrics.negative_log_likelihood(P[seen], np.asarray(gold_idx)[seen])
+           if seen.any() else float("nan"))
     out = {"heldout_sentences": len(y_true), "heldout_tokens": len(conf),
            "heldout_accuracy": float(np.mean(correct)),
            "heldout_ece": float(metrics.expected_calibration_error(conf, correct)),
-           "confidence": conf, "correct": correct}
+           "heldout_ece_mass": float(metrics.ece_equal_mass(conf, correct)),
+           "heldout_mean_confidence": float(np.mean(conf)),
+           "heldout_nll": float(nll),
+           "heldout_brier": (float(metrics.brier_score(P[seen], np.asarray(gold_idx)[seen]))
+                             if seen.any() else float("nan")),
+           "confidence": conf, "correct": correct, "gold_label": gold_lab}
     if all(lab is not None for g in y_true for lab in g) and \
             metrics.is_chunk_label_set(lab for g in y_true for lab in g):
         with contextlib.suppress(ValueError):
@@ -263,15 +283,58 @@ def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
     return out
 
 
-def evaluate_heldout(model, store, project_id: int) -> dict:
-    """:func:`evaluate` of a fitted model on the project's held-out gold labels."""
+def evaluate_heldout(model, store, project_id: int, marginals: dict | None = None) -> dict:
+    """:func:`evaluate` of a fitted model on the project's held-out gold labels
+    (``marginals``: the held-out sentences' marginals by sentence id, when already made)."""
     ids, X, gold = store.gold_data(project_id)
     if not ids:
         return {}
-    out = evaluate(model.classes_, predict(model, X), gold)
-    out.pop("confidence", None)
-    out.pop("correct", None)
+    P = [marginals[i] for i in ids] if marginals else predict(model, X)
+    out = evaluate(model.classes_, P, gold)
+    for key in ("confidence", "correct", "gold_label"):
+        out.pop(key, None)
     return out
+
+
+#: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
+MIN_CALIBRATION_TOKENS = 50
+#: folds of the labeled training sentences when there is not enough held-out gold
+CALIBRATION_FOLDS = 3
+
+
+def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
+    """Fit ``model.calibrator_`` (:meth:`gpsl.model.GPSL.calibrate`) for the app.
+
+    On the held-out gold when it has :data:`MIN_CALIBRATION_TOKENS` tokens or more (and two
+    sentences): the calibrator kept is fitted on all of it, and the held-out sentences'
+    marginals returned (``{sentence id: marginals}``) are each calibrated on the other half
+    (:func:`gpsl.calibration.cross_calibrate`). Otherwise by :data:`CALIBRATION_FOLDS` folds
+    of the labeled training sentences ``(X, y)`` (no marginals returned). With neither, the
+    model stays uncalibrated. Returns ``(figures for the version's metrics, marginals)``.
+    """
+    from gpsl.calibration import Calibrator, cross_calibrate
+
+    ids, Xg, gold = store.gold_data(project_id)
+    gold_idx = model.gold_index(gold) if ids else []
+    n_gold = sum(int((g >= 0).sum()) for g in gold_idx)
+    held: dict = {}
+    if len(ids) >= 2 and n_gold >= MIN_CALIBRATION_TOKENS:
+        scores = model.calibration_scores(Xg)
+        model.calibrator_ = Calibrator.select([scores], [np.concatenate(gold_idx)],
+                                              source="held-out gold")
+        held = dict(zip(ids, cross_calibrate(scores, gold_idx, folds=2)))
+    else:
+        n_labeled = sum(v is not None for lab in y for v in lab)
+        labeled = [i for i, lab in enumerate(y) if any(v is not None for v in lab)]
+        if len(labeled) < 2 * CALIBRATION_FOLDS or n_labeled < MIN_CALIBRATION_TOKENS:
+            return {"calibration": None}, {}
+        model.calibrate([X[i] for i in labeled], [y[i] for i in labeled],
+                        folds=CALIBRATION_FOLDS, source=f"{CALIBRATION_FOLDS}-fold labels")
+    cal = model.calibrator_
+    return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
+                            "temperature": cal.temperature, "t_unary": cal.t_unary,
+                            "t_pair": cal.t_pair, "tokens": cal.n_tokens,
+                            "nll_before": cal.nll_before, "nll_after": cal.nll_after}}, held
 
 
 class UnrecordedFailure(Exception):
@@ -328,8 +391,11 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
         progress.phase("fitting", sentences=len(X), labeled_tokens=n_labeled)
         model.fit(X, y, callback=progress.sweep)
         mode = getattr(model, "inference_", config.inference)
+        progress.phase("calibrating", inference_used=mode)
+        cal_info, held = calibrate(model, store, project_id, X, y)
         progress.phase("evaluating", inference_used=mode)
-        metrics = evaluate_heldout(model, store, project_id)
+        metrics = evaluate_heldout(model, store, project_id, held)
+        metrics.update(cal_info)
         metrics.update({"train_sentences": len(X), "train_labeled_tokens": n_labeled,
                         "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
                         "inference": mode})
@@ -349,6 +415,9 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
         progress.phase("predicting", done=0, total=len(all_ids))
         for a, b in chunks([len(s) for s in all_X], PREDICT_CHUNK_TOKENS):
             P = model.predict_marginals(all_X[a:b], y=all_y[a:b])
+            for k, sid in enumerate(all_ids[a:b]):
+                if sid in held and not any(v is not None for v in all_y[a + k]):
+                    P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
             store.save_predictions(version_id, dict(zip(all_ids[a:b], P)))
             progress.chunk(b, len(all_ids))
         done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,

@@ -1,0 +1,505 @@
+"""Calibration of the per-token marginals on the paper's partitions, beside CRFsuite.
+
+::
+
+    python -m bench.calibration                         # all four data sets (about an hour)
+    python -m bench.calibration --datasets seg --partitions 2 --other-partitions 1
+
+For every data set and random partition (the paper's sizes, the same partitions as
+``bench.paper``) each model is fitted once on the training sentences, and K more times on K-1
+folds of them (``--folds``, 3) to give out-of-fold marginals of every training token: the
+calibration data, the same for every method. Then, from the same fits:
+
+* ``raw`` - GPSL's Algorithm 2 on the predictive means (the paper's RNS, today's default);
+* ``probit`` - the uncertainty-aware RNS (:func:`gpsl.predict.rns`, variances of f^U and f^S);
+* ``raw+T`` / ``probit+T`` - each with a temperature fitted on the out-of-fold marginals;
+* ``structured`` - the two temperatures of Algorithm 2's own and pair scores
+  (:mod:`gpsl.calibration`), fitted on the same out-of-fold inputs;
+* ``default`` - what ``GPSL.calibrate(X, y, folds=3)`` keeps: the candidate above with the
+  lowest out-of-fold NLL (the app does the same on its held-out gold or labeled sentences);
+* ``CRFsuite`` and ``CRFsuite+T`` (temperature fitted on CRFsuite's own out-of-fold marginals).
+
+Metrics per token of the test sentences: ECE over 15 equal-mass bins and over 10 equal-width
+bins, NLL and Brier over every label of the data set, mean confidence, accuracy, Hamming loss,
+and ECE/NLL separately for frequent and rare gold labels (rare: under 5% of the training
+tokens). Means over partitions (± std) are reported; GPSL2 runs on ``--partitions``
+partitions, GPSL1 and GPSL4 on the first ``--other-partitions``.
+
+The fits are cached as NPZ (``--cache``) so that the report can be rebuilt (``--report-only``)
+without fitting again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import (
+    DATA_DIR,
+    DATASETS,
+    PAPER_SIZES,
+    RESULTS_DIR,
+    DataMissing,
+    check_data,
+    git_commit,
+    header_lines,
+    jsonable,
+    load_pooled,
+    machine_info,
+    mean_std,
+    now_iso,
+    partitions,
+)
+
+GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
+VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "default")
+PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
+METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
+CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
+RARE_SHARE = 0.05
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+def _gold_index(y, classes) -> np.ndarray:
+    pos = {c: i for i, c in enumerate(classes)}
+    return np.array([pos.get(v, -2) if v is not None else -1 for lab in y for v in lab],
+                    dtype=np.int64)
+
+
+def _latent(model, X) -> dict:
+    mean, var, lengths = model._latent(X, with_variance=True)
+    return {"mean": mean, "var": var, "lengths": np.asarray(lengths, dtype=np.int64)}
+
+
+def fit_gpsl_parts(name, template, Xtr, ytr, Xte, folds: int, seed: int) -> dict:
+    """The fit on all training sentences and the K fold fits: predictive moments of the test
+    sentences and of each held-out fold, and the pair functions of each model."""
+    from gpsl.calibration import fold_indices
+    from gpsl.model import GPSL
+
+    t0 = time.perf_counter()
+    model = GPSL(offsets=GPSL_OFFSETS[name], kernel="linear", template=template, max_iter=100)
+    model.fit(Xtr, ytr)
+    fit_s = time.perf_counter() - t0
+    out = {"classes": list(model.classes_), "fit_s": fit_s,
+           "rns": model.rns_settings(), "offsets": list(model.offsets_),
+           "test": {**_latent(model, Xte), "m_S": model.state_.m_S, "v_S": model.state_.v_S}}
+    parts = fold_indices(len(Xtr), folds, seed)
+    out["folds"] = []
+    t0 = time.perf_counter()
+    for held in parts:
+        held_set = set(held.tolist())
+        tr = [i for i in range(len(Xtr)) if i not in held_set]
+        fm = GPSL(offsets=GPSL_OFFSETS[name], kernel="linear", template=template, max_iter=100)
+        fm.fit([Xtr[i] for i in tr], [ytr[i] for i in tr], classes=model.classes_)
+        out["folds"].append({**_latent(fm, [Xtr[i] for i in held]), "m_S": fm.state_.m_S,
+                             "v_S": fm.state_.v_S, "held": held})
+    out["folds_s"] = time.perf_counter() - t0
+    return out
+
+
+def _crf_marginals(crf, F, classes) -> list[np.ndarray]:
+    rows = crf.predict_marginals(F)
+    return [np.array([[tok.get(c, 0.0) for c in classes] for tok in s], dtype=float).reshape(
+        len(s), len(classes)) for s in rows]
+
+
+def fit_crf_parts(template, Xtr, ytr, Xte, classes, folds: int, seed: int) -> dict:
+    """CRFsuite (bench.paper's settings) on all training sentences and on K-1 folds."""
+    import sklearn_crfsuite
+
+    from bench.paper import PEER_PARAMS, template_features
+    from gpsl.calibration import fold_indices
+
+    Ftr = template_features(template, Xtr)
+    Fte = template_features(template, Xte)
+    crf = sklearn_crfsuite.CRF(**PEER_PARAMS["CRFsuite"])
+    crf.fit(Ftr, [list(lab) for lab in ytr])
+    test = _crf_marginals(crf, Fte, classes)
+    oof = [None] * len(Xtr)
+    for held in fold_indices(len(Xtr), folds, seed):
+        held_set = set(held.tolist())
+        tr = [i for i in range(len(Xtr)) if i not in held_set]
+        c = sklearn_crfsuite.CRF(**PEER_PARAMS["CRFsuite"])
+        c.fit([Ftr[i] for i in tr], [list(ytr[i]) for i in tr])
+        for i, p in zip(held, _crf_marginals(c, [Ftr[i] for i in held], classes)):
+            oof[i] = p
+    return {"test": np.concatenate(test), "oof": np.concatenate(oof)}
+
+
+def _save(path: Path, parts: dict) -> None:
+    arrays = {}
+    meta = {k: v for k, v in parts.items() if k not in ("test", "folds", "crf")}
+    for k, v in parts["test"].items():
+        arrays[f"test_{k}"] = v
+    for f, fold in enumerate(parts["folds"]):
+        for k, v in fold.items():
+            arrays[f"fold{f}_{k}"] = v
+    arrays["crf_test"] = parts["crf"]["test"]
+    arrays["crf_oof"] = parts["crf"]["oof"]
+    meta["n_folds"] = len(parts["folds"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, meta=np.array(json.dumps(jsonable(meta))), **arrays)
+    tmp.replace(path)
+
+
+def _load(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        test = {k[5:]: z[k] for k in z.files if k.startswith("test_")}
+        folds = [{k[len(f"fold{f}_"):]: z[k] for k in z.files if k.startswith(f"fold{f}_")}
+                 for f in range(meta["n_folds"])]
+        crf = {"test": z["crf_test"], "oof": z["crf_oof"]}
+    return {**meta, "test": test, "folds": folds, "crf": crf}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _scores(part: dict, offsets, rns_kw: dict):
+    from gpsl.calibration import Scores
+
+    return Scores(part["mean"], part["var"], part["m_S"], part["v_S"],
+                  np.asarray(part["lengths"], dtype=np.int64), tuple(offsets), dict(rns_kw))
+
+
+def _full(P: np.ndarray, classes, all_labels) -> np.ndarray:
+    pos = {c: i for i, c in enumerate(all_labels)}
+    out = np.zeros((P.shape[0], len(all_labels)))
+    out[:, [pos[c] for c in classes]] = P
+    return out
+
+
+def _figures(P_full: np.ndarray, gold_all: np.ndarray, bands: dict, all_labels) -> dict:
+    from gpsl.metrics import calibration_summary, ece_equal_mass, negative_log_likelihood
+
+    s = calibration_summary(P_full, gold_all)
+    rec = {k: s[k] for k in ("ece_mass", "ece_width", "nll", "brier", "mean_confidence",
+                             "accuracy")}
+    rec["loss"] = 100.0 * (1.0 - s["accuracy"])
+    keep = gold_all >= 0
+    for band in ("frequent", "rare"):
+        sel = np.array([bands.get(all_labels[g]) == band if g >= 0 else False
+                        for g in gold_all], dtype=bool)
+        if sel.sum() >= 15:
+            conf = P_full[sel].max(axis=1)
+            corr = P_full[sel].argmax(axis=1) == gold_all[sel]
+            rec[f"{band}_ece_mass"] = ece_equal_mass(conf, corr, 15)
+            rec[f"{band}_nll"] = negative_log_likelihood(P_full[sel], gold_all[sel])
+            rec[f"{band}_n"] = int(sel.sum())
+    rec["n"] = int(keep.sum())
+    rec["conf"] = s["conf"]
+    rec["correct"] = s["correct"]
+    return rec
+
+
+def _oof_gold(ytr, all_labels, held_sets) -> np.ndarray:
+    """Gold indices of the training tokens in sentence order, -1 where the token's label does
+    not occur in the other folds (the fold model that predicted it never saw that label)."""
+    pos = {c: i for i, c in enumerate(all_labels)}
+    out = [None] * len(ytr)
+    for held in held_sets:
+        held_set = {int(i) for i in held}
+        seen = {v for i, lab in enumerate(ytr) if i not in held_set for v in lab}
+        for i in held_set:
+            out[i] = [pos[v] if v in seen else -1 for v in ytr[i]]
+    return np.array([v for lab in out for v in lab], dtype=np.int64)
+
+
+def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
+    """Every variant's scores on one partition from the cached fits."""
+    from gpsl.calibration import Calibrator
+    from gpsl.metrics import frequency_bands
+
+    classes = parts["classes"]
+    offsets = parts["offsets"]
+    rns_kw = parts["rns"]
+    gold_all = _gold_index(yte, all_labels)
+    bands = frequency_bands([v for lab in yte for v in lab], ytr, RARE_SHARE)
+    # out-of-fold inputs of Algorithm 2 (one Scores per fold model) and their gold indices
+    fold_scores = [_scores(f, offsets, rns_kw) for f in parts["folds"]]
+    pos = {c: i for i, c in enumerate(classes)}
+    fold_gold = [np.array([pos.get(v, -1) if v is not None else -1 for i in f["held"]
+                           for v in ytr[int(i)]], dtype=np.int64) for f in parts["folds"]]
+    cands = {"raw+T": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
+                                         kinds=["temperature"], source="3-fold"),
+             "probit+T": Calibrator.select(fold_scores, fold_gold, methods=["probit"],
+                                           kinds=["temperature"], source="3-fold"),
+             "structured": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
+                                             kinds=["structured"], source="3-fold"),
+             "default": Calibrator.select(fold_scores, fold_gold, source="3-fold")}
+    test_scores = _scores(parts["test"], offsets, rns_kw)
+    test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
+    for name, cal in cands.items():
+        test[name] = cal.apply(test_scores)
+    out = {v: _figures(_full(P, classes, all_labels), gold_all, bands, all_labels)
+           for v, P in test.items()}
+    for name, cal in cands.items():
+        out[name].update(method=cal.method, kind=cal.kind, temperature=cal.temperature,
+                         t_unary=cal.t_unary, t_pair=cal.t_pair)
+    # CRFsuite: marginals over all labels; its temperature from its own out-of-fold marginals.
+    # A fold model of CRFsuite gives probability 0 to a label absent from its training folds
+    # (GPSL's fold models keep the label set and give it a little): such held-out tokens say
+    # nothing a temperature could fix and are left out of CRFsuite's calibration data.
+    crf_gold_tr = _oof_gold(ytr, all_labels, [f["held"] for f in parts["folds"]])
+    crf_cal = Calibrator.fit(parts["crf"]["oof"], crf_gold_tr, method="mean", source="3-fold")
+    out["CRFsuite"] = _figures(parts["crf"]["test"], gold_all, bands, all_labels)
+    out["CRFsuite+T"] = _figures(crf_cal.transform(parts["crf"]["test"]), gold_all, bands,
+                                 all_labels)
+    out["CRFsuite+T"]["temperature"] = crf_cal.temperature
+    return out
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(args, command: str) -> dict:
+    t_start = time.perf_counter()
+    from gpsl.features import Template
+
+    cache = Path(args.cache)
+    results: dict = {}
+    for name in args.datasets:
+        data = load_pooled(Path(args.data_dir), name)
+        ntr, nte = PAPER_SIZES[name]
+        template = Template.parse(data.template, source=f"{name}/template")
+        n_parts = args.partitions
+        results[name] = {m: [] for m in GPSL_OFFSETS}
+        for p, (train, test) in enumerate(partitions(len(data), ntr, nte, n_parts, args.seed,
+                                                     name)):
+            Xtr, ytr = [data.X[i] for i in train], [data.y[i] for i in train]
+            Xte, yte = [data.X[i] for i in test], [data.y[i] for i in test]
+            for method in GPSL_OFFSETS:
+                if method not in args.methods:
+                    continue
+                if method != "GPSL2" and p >= args.other_partitions:
+                    continue
+                path = cache / f"{name}_p{p}_{method}_k{args.folds}_s{args.seed}.npz"
+                if not path.exists():
+                    if args.report_only:
+                        continue
+                    t0 = time.perf_counter()
+                    parts = fit_gpsl_parts(method, template, Xtr, ytr, Xte, args.folds,
+                                           args.seed + p)
+                    parts["crf"] = fit_crf_parts(template, Xtr, ytr, Xte, data.labels,
+                                                 args.folds, args.seed + p)
+                    _save(path, parts)
+                    print(f"{name} p{p} {method}: fitted in {time.perf_counter() - t0:.0f} s",
+                          flush=True)
+                rec = evaluate(_load(path), yte, ytr, data.labels)
+                rec["partition"] = p
+                results[name][method].append(rec)
+                d = rec["default"]
+                c = rec["CRFsuite+T"]
+                print(f"{name} p{p} {method}: default ECE15 {d['ece_mass']:.4f} NLL "
+                      f"{d['nll']:.3f} loss {d['loss']:.2f} ({d['method']}/{d['kind']}) | "
+                      f"CRFsuite+T ECE15 {c['ece_mass']:.4f} NLL {c['nll']:.3f} loss "
+                      f"{c['loss']:.2f}", flush=True)
+    return {"results": results, "seconds": time.perf_counter() - t_start}
+
+
+def summarise(results: dict) -> dict:
+    summary: dict = {}
+    for name, by_method in results.items():
+        for method, recs in by_method.items():
+            if not recs:
+                continue
+            for variant in (*VARIANTS, *PEER_VARIANTS):
+                row = {"partitions": len(recs)}
+                for k in METRICS + ("frequent_ece_mass", "rare_ece_mass", "frequent_nll",
+                                    "rare_nll", "temperature"):
+                    vals = [r[variant][k] for r in recs if k in r[variant]]
+                    if vals:
+                        row[k] = mean_std(vals)
+                if variant == "default":
+                    chosen = [f"{r['default']['method']}/{r['default']['kind']}" for r in recs]
+                    row["chosen"] = {c: chosen.count(c) for c in sorted(set(chosen))}
+                if variant in ("structured", "default"):
+                    for k in ("t_unary", "t_pair"):
+                        row[k] = mean_std([r[variant][k] for r in recs])
+                # selective accuracy over the pooled test tokens of every partition
+                conf = np.concatenate([r[variant]["conf"] for r in recs])
+                corr = np.concatenate([r[variant]["correct"] for r in recs])
+                from gpsl.metrics import selective_accuracy, threshold_table
+
+                row["selective"] = selective_accuracy(conf, corr, [0.5, 0.7, 0.8, 0.9, 0.95,
+                                                                   1.0])
+                row["thresholds"] = threshold_table(conf, corr)
+                summary.setdefault(name, {}).setdefault(method, {})[variant] = row
+    return summary
+
+
+def acceptance(summary: dict, paper_losses: dict) -> dict:
+    """Issue 14's acceptance on GPSL2: default ECE (both binnings) <= CRFsuite's and
+    CRFsuite+T's on every data set; NLL <= on at least three; Hamming loss of the default
+    marginals' argmax within 0.1 of the mean-RNS loss (Table 1)."""
+    out = {"datasets": {}}
+    nll_wins = 0
+    for name, by in summary.items():
+        if "GPSL2" not in by:
+            continue
+        s = by["GPSL2"]
+        d = s["default"]
+        row = {}
+        for peer in PEER_VARIANTS:
+            row[f"ece_mass_vs_{peer}"] = d["ece_mass"][0] <= s[peer]["ece_mass"][0]
+            row[f"ece_width_vs_{peer}"] = d["ece_width"][0] <= s[peer]["ece_width"][0]
+            row[f"nll_vs_{peer}"] = d["nll"][0] <= s[peer]["nll"][0]
+        row["loss_change"] = d["loss"][0] - s["raw"]["loss"][0]
+        row["loss_ok"] = row["loss_change"] <= 0.1
+        if row["nll_vs_CRFsuite+T"] and row["nll_vs_CRFsuite"]:
+            nll_wins += 1
+        out["datasets"][name] = row
+    out["nll_wins"] = nll_wins
+    out["ece_ok"] = all(r["ece_mass_vs_CRFsuite"] and r["ece_mass_vs_CRFsuite+T"]
+                        and r["ece_width_vs_CRFsuite"] and r["ece_width_vs_CRFsuite+T"]
+                        for r in out["datasets"].values())
+    out["nll_ok"] = nll_wins >= min(3, len(out["datasets"]))
+    out["loss_ok"] = all(r["loss_ok"] for r in out["datasets"].values())
+    del paper_losses
+    return out
+
+
+def _ms(v, digits=4):
+    if v is None:
+        return "–"
+    m, s = v
+    if m is None:
+        return "–"
+    return f"{m:.{digits}f}" + (f" ± {s:.{digits}f}" if s is not None else "")
+
+
+def write_markdown(report: dict, path: Path) -> None:
+    s = report["summary"]
+    lines = header_lines("Calibration of the per-token marginals", report["date"],
+                         report["machine"], report["git"], report["command"])
+    lines += [
+        f"Run time {report['seconds']:.0f} s. Paper partitions (bench.paper's seeds and sizes); "
+        f"GPSL2 on {report['args']['partitions']} partitions per data set, GPSL1 and GPSL4 on "
+        f"the first {report['args']['other_partitions']}; calibration data for every method: "
+        f"out-of-fold marginals of the training sentences ({report['args']['folds']} folds).",
+        "",
+        "Variants: `raw` Algorithm 2 on the means (the paper's RNS); `probit` the "
+        "uncertainty-aware RNS; `+T` a temperature fitted by NLL on the out-of-fold marginals; "
+        "`structured` the two temperatures of Algorithm 2's own and pair scores (means in "
+        "brackets); `default` what `GPSL.calibrate(X, y, folds=3)` keeps (the lowest "
+        "out-of-fold NLL of raw+T, probit+T and structured; chosen counts in brackets). "
+        "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
+        "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
+        "",
+    ]
+    acc = report["acceptance"]
+    lines += ["## Acceptance (issue 14, GPSL2)", "",
+              "| data set | ECE15 ≤ CRFsuite | ECE15 ≤ CRFsuite+T | ECE10 ≤ CRFsuite | "
+              "ECE10 ≤ CRFsuite+T | NLL ≤ both | loss change (points) |",
+              "|---|---|---|---|---|---|---:|"]
+    yes = {True: "yes", False: "**no**"}
+    for name, r in acc["datasets"].items():
+        lines.append(f"| {name} | {yes[r['ece_mass_vs_CRFsuite']]} | "
+                     f"{yes[r['ece_mass_vs_CRFsuite+T']]} | {yes[r['ece_width_vs_CRFsuite']]} | "
+                     f"{yes[r['ece_width_vs_CRFsuite+T']]} | "
+                     f"{yes[r['nll_vs_CRFsuite'] and r['nll_vs_CRFsuite+T']]} | "
+                     f"{r['loss_change']:+.2f} |")
+    lines += ["", f"ECE on every data set: {yes[acc['ece_ok']]}; NLL on at least three: "
+              f"{yes[acc['nll_ok']]} ({acc['nll_wins']}); loss within 0.1: "
+              f"{yes[acc['loss_ok']]}.", ""]
+    for name, by in s.items():
+        lines += [f"## {name}", "",
+                  "| method | variant | ECE15 | ECE10 | NLL | Brier | mean conf. | accuracy | "
+                  "loss % | T | ECE15 frequent / rare | NLL frequent / rare |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        first = True
+        for method, variants in by.items():
+            for variant, row in variants.items():
+                if variant in PEER_VARIANTS and not first:
+                    continue
+                label = variant
+                if variant == "default":
+                    label += " (" + ", ".join(f"{k} {v}" for k, v in row["chosen"].items()) + ")"
+                if variant == "structured":
+                    label += (f" (T_U {row['t_unary'][0]:.2f}, T_S {row['t_pair'][0]:.2f})")
+                fr = (f"{_ms(row.get('frequent_ece_mass'), 3)} / "
+                      f"{_ms(row.get('rare_ece_mass'), 3)}")
+                fn = f"{_ms(row.get('frequent_nll'), 3)} / {_ms(row.get('rare_nll'), 3)}"
+                t = row.get("temperature")
+                lines.append(
+                    f"| {method if variant not in PEER_VARIANTS else '–'} | {label} | "
+                    f"{_ms(row['ece_mass'])} | {_ms(row['ece_width'])} | "
+                    f"{_ms(row['nll'], 3)} | {_ms(row['brier'], 3)} | "
+                    f"{row['mean_confidence'][0]:.3f} | {row['accuracy'][0]:.3f} | "
+                    f"{_ms(row['loss'], 2)} | {'–' if t is None else f'{t[0]:.2f}'} | "
+                    f"{fr} | {fn} |")
+            first = False
+        g = by.get("GPSL2")
+        if g:
+            lines += ["", "Selective accuracy, GPSL2 default vs CRFsuite+T (pooled test "
+                      "tokens): accuracy of the k% most confident tokens.", "",
+                      "| k | GPSL2 default | CRFsuite+T |", "|---:|---:|---:|"]
+            for a, b in zip(g["default"]["selective"], g["CRFsuite+T"]["selective"]):
+                lines.append(f"| {100 * a['coverage']:.0f}% | {a['accuracy']:.4f} | "
+                             f"{b['accuracy']:.4f} |")
+            lines += ["", "Accept threshold: share of tokens at or above it (their accuracy).",
+                      "", "| threshold | GPSL2 default | CRFsuite+T |", "|---:|---:|---:|"]
+            for a, b in zip(g["default"]["thresholds"], g["CRFsuite+T"]["thresholds"]):
+                fa = "–" if a["accuracy"] is None else f"{a['accuracy']:.4f}"
+                fb = "–" if b["accuracy"] is None else f"{b['accuracy']:.4f}"
+                lines.append(f"| {a['threshold']:.2f} | {100 * a['share']:.1f}% ({fa}) | "
+                             f"{100 * b['share']:.1f}% ({fb}) |")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.calibration", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    ap.add_argument("--methods", nargs="+", default=list(GPSL_OFFSETS), choices=GPSL_OFFSETS)
+    ap.add_argument("--partitions", type=int, default=10, help="GPSL2 partitions per data set")
+    ap.add_argument("--other-partitions", type=int, default=3,
+                    help="GPSL1/GPSL4 on the first N partitions")
+    ap.add_argument("--folds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-dir", default=str(DATA_DIR))
+    ap.add_argument("--cache", default=str(CACHE))
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the report from the cached fits only")
+    ap.add_argument("--out", default=str(RESULTS_DIR))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        check_data(Path(args.data_dir), args.datasets)
+    except DataMissing as e:
+        print(f"bench.calibration: {e}", file=sys.stderr)
+        return 2
+    command = "python -m bench.calibration " + " ".join(shlex.quote(a) for a in (
+        sys.argv[1:] if argv is None else argv))
+    machine = machine_info()
+    out = run(args, command)
+    summary = summarise(out["results"])
+    report = {"date": now_iso(), "machine": machine, "git": git_commit(), "command": command,
+              "args": vars(args), "seconds": out["seconds"], "summary": summary,
+              "acceptance": acceptance(summary, {})}
+    dest = Path(args.out)
+    dest.mkdir(parents=True, exist_ok=True)
+    write_markdown(report, dest / "calibration.md")
+    slim = {k: v for k, v in report.items()}
+    (dest / "calibration.json").write_text(json.dumps(jsonable(slim), indent=1) + "\n",
+                                           encoding="utf-8")
+    print(f"wrote {dest / 'calibration.md'} and calibration.json")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,383 @@
+r"""Post-hoc calibration of per-token marginals: temperature (and vector) scaling.
+
+A fitted tagger's marginals ``p_t`` (rows summing to one) are turned into calibrated ones by
+treating ``log p_t`` as logits (they are, up to a per-token constant, which a softmax ignores):
+
+.. math::
+
+   \tilde p_{ty} = \operatorname{softmax}_y\big(w_y \log p_{ty} + c_y\big),
+
+with ``w_y = 1/T, c_y = 0`` for **temperature scaling** (Guo et al. 2017; one parameter, the
+argmax never changes) and a free per-label ``w, c`` for **vector scaling**. The parameters
+minimise the mean negative log-likelihood of held-out labeled tokens,
+
+.. math::
+
+   \mathrm{NLL}(w, c) = -\frac1N \sum_t \Big[w_{y_t} \ell_{t y_t} + c_{y_t}
+                        - \log \sum_y e^{w_y \ell_{ty} + c_y}\Big], \qquad \ell = \log p,
+
+whose gradient is ``d/dw_y = -(1/N) sum_t ([y = y_t] - p~_ty) l_ty`` and
+``d/dc_y = -(1/N) sum_t ([y = y_t] - p~_ty)``. Temperature scaling is a one-dimensional
+problem in ``log T`` (bounded Brent search); vector scaling adds a small ridge
+``(lambda/2)(||w - 1||^2 + ||c||^2)`` so that rare labels stay near the identity, and is solved by
+L-BFGS with the exact gradient.
+
+**Structured temperature** (``kind="structured"``; not in the paper). Algorithm 2 combines a
+token's own score ``b = m`` with its neighbours' pair scores ``g = m_S + v_S/2``; on the paper's
+data sets the pair scores, learned through the pseudo-likelihood with the neighbours' labels
+*observed*, are too strong once the neighbours are themselves predicted. Two temperatures,
+one per part, are fitted inside the fixed point,
+
+.. math::
+
+   RNS_l(y) \propto \exp\Big(b_{ly}/T_U + \sum_d \sum_{y'} RNS_{l+d}(y')\, g_d(y', y)/T_S\Big),
+
+by minimising the same held-out NLL over ``(log T_U, log T_S)`` (Nelder-Mead: every evaluation
+reruns Algorithm 2 on the calibration sentences). ``T_U = T_S = 1`` is Algorithm 2; ``T_U =
+T_S = T`` is not a plain temperature (the fixed point moves), which is why both are fitted.
+Unlike a temperature this can change the argmax.
+
+Where the held-out data comes from is the caller's choice: a held-out gold set, or predictions of
+models fitted on K-1 folds of the training sentences (:meth:`gpsl.model.GPSL.calibrate`), as
+``sklearn.calibration.CalibratedClassifierCV`` does with ``ensemble=False``.
+
+The :class:`Calibrator` also records *which* marginals it was fitted on (``method``: the
+mean-only RNS of Algorithm 2 or the uncertainty-aware one of :func:`gpsl.predict.rns`);
+:meth:`Calibrator.select` fits every candidate (temperature on each method, the structured
+temperature) on the same tokens and keeps the one with the lowest held-out NLL. The inputs of
+Algorithm 2 travel as :class:`Scores`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize, minimize_scalar
+
+from gpsl.errors import InputError
+from gpsl.predict import rns_marginals
+
+#: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
+METHODS = ("mean", "probit")
+KINDS = ("temperature", "vector", "structured")
+_LOG_FLOOR = 1e-300
+_T_BOUNDS = (1e-2, 1e2)
+_LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
+
+
+@dataclass
+class Scores:
+    """Algorithm 2's inputs for some sentences under one fitted model: predictive means and
+    variances of ``f^U`` (``var`` may be ``None`` for the mean method), the pair functions'
+    ``m_S``, ``v_S``, sentence lengths, offsets, the RNS settings and ``rns_variance``."""
+
+    mean: np.ndarray
+    var: np.ndarray | None
+    m_S: np.ndarray
+    v_S: np.ndarray
+    lengths: np.ndarray
+    offsets: tuple
+    rns: dict = field(default_factory=dict)
+    rns_variance: bool = False
+    passes: int = 0  # Algorithm 2's passes in the last call of marginals()
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.mean.shape[0])
+
+    def marginals(self, method: str = "mean", t_unary: float = 1.0, t_pair: float = 1.0,
+                  clamp=None) -> np.ndarray:
+        """``(n_tokens, J)`` RNS marginals (:func:`gpsl.predict.rns_marginals`)."""
+        P, self.passes = rns_marginals(self.mean, self.var, self.m_S, self.v_S, self.lengths,
+                                       self.offsets, method=method,
+                                       rns_variance=self.rns_variance, t_unary=t_unary,
+                                       t_pair=t_pair, clamp=clamp, **self.rns)
+        return P
+
+    def take(self, sentences: Sequence[int]) -> Scores:
+        """The scores of the given sentences (indices into ``lengths``), in that order."""
+        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
+        rows = np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
+                               for i in sentences]) if len(sentences) else \
+            np.zeros(0, dtype=np.int64)
+        return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
+                      self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
+                      self.rns_variance)
+
+
+def _logits(P: np.ndarray) -> np.ndarray:
+    return np.log(np.clip(np.asarray(P, dtype=float), _LOG_FLOOR, None))
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def stack(marginals, gold) -> tuple[np.ndarray, np.ndarray]:
+    """``(N, J)`` marginals and ``(N,)`` gold indices of the labeled tokens (gold ``< 0`` or
+    ``None`` = missing, dropped)."""
+    if isinstance(marginals, np.ndarray) and marginals.ndim == 2:
+        P = marginals
+        g = np.asarray([-1 if v is None else v for v in gold], dtype=np.int64)
+    else:
+        P = np.concatenate([np.asarray(m, dtype=float) for m in marginals], axis=0) \
+            if len(marginals) else np.zeros((0, 0))
+        g = np.asarray([-1 if v is None else v for seq in gold for v in seq], dtype=np.int64)
+    if P.shape[0] != g.size:
+        raise ValueError(f"{P.shape[0]} marginal rows but {g.size} gold labels")
+    keep = g >= 0
+    return P[keep], g[keep]
+
+
+def nll_and_grad(params: np.ndarray, L: np.ndarray, g: np.ndarray, ridge: float = 0.0):
+    """Mean NLL of vector scaling ``params = [w (J), c (J)]`` on logits ``L`` and gold ``g``,
+    plus the ridge ``(ridge/2)(||w - 1||^2 + ||c||^2)``; returns ``(value, gradient)``."""
+    N, J = L.shape
+    w, c = params[:J], params[J:]
+    Z = L * w + c
+    Zm = Z.max(axis=1, keepdims=True)
+    E = np.exp(Z - Zm)
+    S = E.sum(axis=1, keepdims=True)
+    P = E / S
+    rows = np.arange(N)
+    value = -np.mean(Z[rows, g] - (Zm[:, 0] + np.log(S[:, 0])))
+    R = P.copy()
+    R[rows, g] -= 1.0  # p~ - onehot
+    gw = (R * L).sum(axis=0) / N
+    gc = R.sum(axis=0) / N
+    value += 0.5 * ridge * (np.sum((w - 1.0) ** 2) + np.sum(c ** 2))
+    gw += ridge * (w - 1.0)
+    gc += ridge * c
+    return float(value), np.concatenate([gw, gc])
+
+
+def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
+    """Mean NLL of the tokens ``(L, g)`` after temperature ``T``."""
+    J = L.shape[1]
+    return nll_and_grad(np.r_[np.full(J, 1.0 / T), np.zeros(J)], L, g)[0]
+
+
+@dataclass
+class Calibrator:
+    """Temperature, vector or structured scaling of marginals (see the module docstring).
+
+    ``method`` names the marginals it applies to; ``kind`` is ``"temperature"``, ``"vector"``
+    or ``"structured"``; ``w``/``c`` are the per-label scale and shift (``w = 1/T``, ``c = 0``
+    for a temperature; ``w = 1``, ``c = 0`` for the structured kind); ``t_unary``/``t_pair``
+    the structured temperatures (1 otherwise); ``n_tokens``, ``nll_before``/``nll_after`` and
+    ``source`` describe the fit.
+    """
+
+    method: str = "mean"
+    kind: str = "temperature"
+    temperature: float = 1.0
+    w: np.ndarray | None = None
+    c: np.ndarray | None = None
+    t_unary: float = 1.0
+    t_pair: float = 1.0
+    n_tokens: int = 0
+    nll_before: float | None = None
+    nll_after: float | None = None
+    source: str = ""
+    candidates: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ fitting
+
+    @classmethod
+    def fit(cls, marginals, gold, *, method: str = "mean", kind: str = "temperature",
+            ridge: float = 1e-2, source: str = "") -> Calibrator:
+        """Fit on held-out ``marginals`` (list of ``(L, J)`` or one ``(N, J)``) and gold
+        indices. Raises :class:`InputError` when there is no labeled token."""
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+        if kind not in ("temperature", "vector"):
+            raise ValueError(f"kind must be 'temperature' or 'vector', not {kind!r} (the "
+                             "structured kind: fit_structured)")
+        P, g = stack(marginals, gold)
+        if g.size == 0:
+            raise InputError("no labeled token to calibrate on", source=source or "calibration")
+        L = _logits(P)
+        J = L.shape[1]
+        before = temperature_nll(1.0, L, g)
+        lo, hi = np.log(_T_BOUNDS[0]), np.log(_T_BOUNDS[1])
+        res = minimize_scalar(lambda lt: temperature_nll(float(np.exp(lt)), L, g),
+                              bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
+        T = float(np.exp(res.x))
+        w, c = np.full(J, 1.0 / T), np.zeros(J)
+        if kind == "vector":
+            out = minimize(nll_and_grad, np.r_[w, c], args=(L, g, ridge), jac=True,
+                           method="L-BFGS-B")
+            w, c = out.x[:J], out.x[J:]
+        cal = cls(method=method, kind=kind, temperature=T, w=w, c=c, n_tokens=int(g.size),
+                  nll_before=float(before), source=source)
+        cal.nll_after = float(nll_and_grad(np.r_[w, c], L, g)[0])
+        return cal
+
+    @classmethod
+    def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
+                       method: str = "mean", source: str = "") -> Calibrator:
+        """Fit ``(T_U, T_S)`` (module docstring) on one or more :class:`Scores` with their
+        flat gold indices (``< 0`` = no gold)."""
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        n = sum(int((g >= 0).sum()) for g in gold)
+        if n == 0:
+            raise InputError("no labeled token to calibrate on", source=source or "calibration")
+
+        def nll(x):
+            tu, tp = np.exp(np.clip(x, *_LOG_T_STRUCTURED))
+            total = 0.0
+            for sc, g in zip(scores, gold):
+                keep = g >= 0
+                if keep.any():
+                    P = sc.marginals(method, tu, tp)
+                    total -= np.log(np.clip(P[keep, g[keep]], _LOG_FLOOR, None)).sum()
+            return total / n
+
+        before = nll(np.zeros(2))
+        best_x, best = np.zeros(2), before
+        for start in (np.zeros(2), np.array([np.log(2.0), np.log(10.0)])):
+            res = minimize(nll, start, method="Nelder-Mead",
+                           options={"xatol": 1e-3, "fatol": 1e-6, "maxiter": 200})
+            if res.fun < best:
+                best_x, best = np.clip(res.x, *_LOG_T_STRUCTURED), float(res.fun)
+        tu, tp = (float(v) for v in np.exp(best_x))
+        J = scores[0].mean.shape[1]
+        return cls(method=method, kind="structured", temperature=1.0, w=np.ones(J),
+                   c=np.zeros(J), t_unary=tu, t_pair=tp, n_tokens=n, nll_before=float(before),
+                   nll_after=float(best), source=source)
+
+    @classmethod
+    def select(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
+               methods: Sequence[str] = METHODS, kinds: Sequence[str] = ("temperature",
+                                                                         "structured"),
+               source: str = "") -> Calibrator:
+        """Every candidate on the same tokens (a ``"temperature"``/``"vector"`` scaling of each
+        method's marginals, the ``"structured"`` temperature of the mean method), the one with
+        the lowest held-out NLL kept; all candidates' figures in ``candidates``."""
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        flat_gold = np.concatenate(gold) if gold else np.zeros(0, dtype=np.int64)
+        fits = {}
+        for m in methods:
+            for k in kinds:
+                if k == "structured":
+                    if m == "mean":
+                        fits[f"{m}/{k}"] = cls.fit_structured(scores, gold, method=m,
+                                                              source=source)
+                    continue
+                P = np.concatenate([sc.marginals(m) for sc in scores])
+                fits[f"{m}/{k}"] = cls.fit(P, flat_gold, method=m, kind=k, source=source)
+        best = min(fits.values(), key=lambda c: c.nll_after)
+        best.candidates = {name: {"temperature": c.temperature, "t_unary": c.t_unary,
+                                  "t_pair": c.t_pair, "nll_before": c.nll_before,
+                                  "nll_after": c.nll_after} for name, c in fits.items()}
+        return best
+
+    # ------------------------------------------------------------------ use
+
+    def apply(self, scores: Scores, clamp=None) -> np.ndarray:
+        """Calibrated ``(n_tokens, J)`` marginals from Algorithm 2's inputs (``clamp``: known
+        labels, -1 elsewhere; a known token stays one-hot)."""
+        if self.kind == "structured":
+            return scores.marginals(self.method, self.t_unary, self.t_pair, clamp=clamp)
+        P = self._apply(scores.marginals(self.method, clamp=clamp))
+        if clamp is not None:
+            clamp = np.asarray(clamp)
+            rows = np.flatnonzero(clamp >= 0)
+            P[rows] = 0.0
+            P[rows, clamp[rows]] = 1.0
+        return P
+
+    def transform(self, marginals):
+        """Calibrated marginals, in the shape given (a list of arrays or one array); the
+        scalings only (a structured calibrator needs :meth:`apply`)."""
+        if self.kind == "structured":
+            raise ValueError("a structured calibrator applies to Algorithm 2's inputs: use "
+                             "apply(scores)")
+        if isinstance(marginals, np.ndarray):
+            return self._apply(marginals)
+        return [self._apply(m) for m in marginals]
+
+    def _apply(self, P: np.ndarray) -> np.ndarray:
+        P = np.asarray(P, dtype=float)
+        if P.size == 0:
+            return P.copy()
+        if self.w is None or self.w.size != P.shape[1]:
+            raise ValueError(f"calibrator for {0 if self.w is None else self.w.size} labels "
+                             f"applied to {P.shape[1]}")
+        return _softmax(_logits(P) * self.w + self.c)
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "kind": self.kind, "temperature": self.temperature,
+                "w": [float(v) for v in self.w], "c": [float(v) for v in self.c],
+                "t_unary": self.t_unary, "t_pair": self.t_pair,
+                "n_tokens": self.n_tokens, "nll_before": self.nll_before,
+                "nll_after": self.nll_after, "source": self.source,
+                "candidates": self.candidates}
+
+    @classmethod
+    def from_dict(cls, d: dict, n_labels: int) -> Calibrator:
+        """The calibrator saved by :meth:`to_dict`; ``ValueError`` on a damaged record."""
+        if not isinstance(d, dict) or d.get("method") not in METHODS \
+                or d.get("kind") not in KINDS:
+            raise ValueError("calibration record has no valid method/kind")
+        tu, tp = float(d.get("t_unary", 1.0)), float(d.get("t_pair", 1.0))
+        if not (np.isfinite(tu) and tu > 0 and np.isfinite(tp) and tp > 0):
+            raise ValueError("calibration record's structured temperatures are not positive")
+        w = np.asarray(d.get("w"), dtype=float)
+        c = np.asarray(d.get("c"), dtype=float)
+        T = float(d.get("temperature", 1.0))
+        if w.shape != (n_labels,) or c.shape != (n_labels,) or not np.all(np.isfinite(w)) \
+                or not np.all(np.isfinite(c)) or not (np.isfinite(T) and T > 0):
+            raise ValueError("calibration record's parameters do not match the labels")
+        return cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c, t_unary=tu,
+                   t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
+                   nll_after=d.get("nll_after"), source=str(d.get("source", "")),
+                   candidates=dict(d.get("candidates") or {}))
+
+
+# --------------------------------------------------------------------------- K-fold
+
+
+def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
+    """``folds`` disjoint index sets covering ``range(n)`` (a seeded permutation, split)."""
+    folds = int(folds)
+    if folds < 2 or n < folds:
+        raise ValueError(f"need at least 2 folds and one sentence per fold (n={n}, "
+                         f"folds={folds})")
+    order = np.random.default_rng(seed).permutation(n)
+    return [np.sort(part) for part in np.array_split(order, folds)]
+
+
+def cross_calibrate(scores: Scores, gold: Sequence[np.ndarray], folds: int = 2, seed: int = 0,
+                    **select_kw) -> list[np.ndarray]:
+    """Honest calibrated marginals of held-out data that is also the calibration data.
+
+    ``scores`` holds Algorithm 2's inputs of the sentences and ``gold`` one array of gold
+    indices per sentence. The sentences are split into ``folds``; each fold is calibrated by
+    :meth:`Calibrator.select` fitted on the *other* folds, so figures computed from the result
+    are not in-sample. A fold whose complement has no labeled token keeps the uncalibrated
+    mean-only marginals. Returns one ``(L, J)`` array per sentence."""
+    n = len(gold)
+    out: list = [None] * n
+    cuts = np.cumsum(scores.lengths)[:-1]
+    if n < 2:
+        return np.split(scores.marginals("mean"), cuts)
+    for held in fold_indices(n, min(int(folds), n), seed):
+        held_set = set(held.tolist())
+        rest = [i for i in range(n) if i not in held_set]
+        try:
+            cal = Calibrator.select([scores.take(rest)],
+                                    [np.concatenate([gold[i] for i in rest])], **select_kw)
+        except InputError:
+            cal = None
+        part = scores.take(list(held))
+        P = part.marginals("mean") if cal is None else cal.apply(part)
+        for i, p in zip(held, np.split(P, np.cumsum(part.lengths)[:-1])):
+            out[i] = p
+    return out

@@ -1,0 +1,330 @@
+"""Calibration: temperature/vector scaling (gpsl.calibration), the uncertainty-aware RNS
+(gpsl.predict.rns with variances), GPSL.calibrate and its persistence, calibration metrics."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.special import softmax
+
+from gpsl.calibration import (
+    Calibrator,
+    Scores,
+    cross_calibrate,
+    fold_indices,
+    nll_and_grad,
+    temperature_nll,
+)
+from gpsl.errors import InputError, ModelFormatError
+from gpsl.metrics import (
+    calibration_by_band,
+    calibration_summary,
+    ece_equal_mass,
+    equal_mass_reliability,
+    expected_calibration_error,
+    frequency_bands,
+    selective_accuracy,
+    threshold_table,
+)
+from gpsl.model import GPSL
+from gpsl.predict import probit_scale, rns
+from gpsl.synthetic import make_chain_task
+
+
+def _synthetic_logits(T0, n=20000, J=5, seed=0):
+    """Tokens whose true label distribution is softmax(z); the model reports softmax(z T0),
+    over-confident for T0 > 1: the temperature that calibrates it is T0."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 2.0, size=(n, J))
+    p_true = softmax(z, axis=1)
+    gold = np.array([rng.choice(J, p=p) for p in p_true])
+    return softmax(z * T0, axis=1), gold
+
+
+@pytest.mark.parametrize("T0", [0.4, 1.0, 2.5])
+def test_temperature_fit_recovers_a_known_temperature(T0):
+    P, gold = _synthetic_logits(T0)
+    cal = Calibrator.fit(P, gold)
+    assert cal.temperature == pytest.approx(T0, rel=0.05)
+    assert cal.nll_after <= cal.nll_before + 1e-12
+    out = cal.transform(P)
+    assert np.allclose(out.sum(axis=1), 1.0)
+    assert np.array_equal(out.argmax(axis=1), P.argmax(axis=1))  # a temperature keeps argmax
+
+
+def test_temperature_minimises_the_nll():
+    P, gold = _synthetic_logits(1.7, n=3000, seed=1)
+    L = np.log(P)
+    cal = Calibrator.fit(P, gold)
+    best = temperature_nll(cal.temperature, L, gold)
+    for T in (cal.temperature * 0.97, cal.temperature * 1.03):
+        assert temperature_nll(T, L, gold) > best
+
+
+def test_vector_scaling_gradient_matches_finite_differences():
+    rng = np.random.default_rng(3)
+    P = rng.dirichlet(np.ones(4), size=50)
+    g = rng.integers(0, 4, 50)
+    L = np.log(P)
+    x = np.r_[rng.normal(1, 0.3, 4), rng.normal(0, 0.3, 4)]
+    _, grad = nll_and_grad(x, L, g, ridge=0.1)
+    eps = 1e-6
+    num = np.array([(nll_and_grad(x + eps * e, L, g, 0.1)[0]
+                     - nll_and_grad(x - eps * e, L, g, 0.1)[0]) / (2 * eps)
+                    for e in np.eye(8)])
+    assert np.allclose(grad, num, rtol=1e-5, atol=1e-7)
+
+
+def test_vector_scaling_is_no_worse_than_temperature_on_its_data():
+    P, gold = _synthetic_logits(2.0, n=4000, seed=4)
+    t = Calibrator.fit(P, gold)
+    v = Calibrator.fit(P, gold, kind="vector", ridge=0.0)
+    assert v.nll_after <= t.nll_after + 1e-6
+    assert np.allclose(v.transform(P).sum(axis=1), 1.0)
+
+
+def test_calibrator_needs_labeled_tokens_and_round_trips():
+    with pytest.raises(InputError):
+        Calibrator.fit(np.full((3, 2), 0.5), [-1, -1, -1])
+    P, gold = _synthetic_logits(1.5, n=500)
+    cal = Calibrator.fit(P, gold, kind="vector")
+    back = Calibrator.from_dict(json.loads(json.dumps(cal.to_dict())), 5)
+    assert np.allclose(back.transform(P), cal.transform(P))
+    with pytest.raises(ValueError):
+        Calibrator.from_dict(cal.to_dict(), 4)  # wrong number of labels
+
+
+def test_fold_indices_partition_the_sentences():
+    parts = fold_indices(10, 3, seed=2)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+    assert [p.size for p in parts] == [4, 3, 3]
+    with pytest.raises(ValueError):
+        fold_indices(2, 3)
+
+
+# --------------------------------------------------------------------------- probit RNS
+
+
+def _rns_case(seed=0, n_sent=4, J=3, offsets=(-1, 1)):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 7, n_sent)
+    n = int(lengths.sum())
+    b = rng.normal(0, 2, (n, J))
+    g = rng.normal(0, 1.5, (len(offsets), J, J))
+    return b, g, lengths, offsets
+
+
+@pytest.mark.parametrize("schedule", ["jacobi", "sequential"])
+def test_uncertainty_aware_rns_equals_mean_rns_as_variances_vanish(schedule):
+    b, g, lengths, offsets = _rns_case()
+    P0, _ = rns(b, g, lengths, offsets, schedule=schedule, damping=0.5, tol=1e-10,
+                max_iter=500)
+    Pz, _ = rns(b, g, lengths, offsets, schedule=schedule, damping=0.5, tol=1e-10,
+                max_iter=500, b_var=np.zeros_like(b), g_var=np.zeros_like(g))
+    assert np.array_equal(P0, Pz)  # exactly Algorithm 2 at zero variance
+    prev = None
+    for s in (1e-2, 1e-4, 1e-6):
+        Ps, _ = rns(b, g, lengths, offsets, schedule=schedule, damping=0.5, tol=1e-10,
+                    max_iter=500, b_var=np.full_like(b, s), g_var=np.full_like(g, s))
+        err = np.abs(Ps - P0).max()
+        assert prev is None or err < prev
+        prev = err
+    assert prev < 1e-5
+
+
+def test_uncertainty_aware_rns_flattens_with_variance_and_sums_to_one():
+    b, g, lengths, offsets = _rns_case(seed=1)
+    ent = []
+    for s in (0.0, 1.0, 10.0, 100.0):
+        P, _ = rns(b, g, lengths, offsets, damping=0.5, b_var=np.full_like(b, s),
+                   g_var=np.zeros_like(g))
+        assert np.allclose(P.sum(axis=1), 1.0)
+        ent.append(float(-(P * np.log(P)).sum(axis=1).mean()))
+    assert ent == sorted(ent) and ent[-1] > ent[0] + 0.3
+
+
+def test_probit_scale_on_a_single_token_is_the_probit_approximation():
+    # one token, two labels: softmax(kappa m) = sigma(kappa (m1 - m0)) when both labels share
+    # the variance; compare with the exact E[sigma(f)] of a Gaussian f by quadrature
+    m, v = np.array([[0.0, 1.5]]), np.array([[2.0, 2.0]])
+    P, _ = rns(m, np.zeros((1, 2, 2)), [1], (-1,), b_var=v, g_var=np.zeros((1, 2, 2)))
+    x, w = np.polynomial.hermite_e.hermegauss(80)
+    exact = np.sum(w / (1 + np.exp(-(1.5 + np.sqrt(2 * 2.0) * x)))) / np.sum(w)
+    # the per-label factor is kappa(v) on each score, i.e. kappa(2) on the difference
+    assert P[0, 1] == pytest.approx(1 / (1 + np.exp(-probit_scale(2.0) * 1.5)))
+    # flatter than the mean-only score, less flat than the exact expectation (the per-label
+    # factor ignores that the difference of two scores has twice the variance)
+    assert exact < P[0, 1] < 1 / (1 + np.exp(-1.5))
+    assert abs(P[0, 1] - exact) < 0.05
+
+
+def test_rns_variances_must_come_in_pairs():
+    b, g, lengths, offsets = _rns_case()
+    with pytest.raises(ValueError):
+        rns(b, g, lengths, offsets, b_var=np.zeros_like(b))
+
+
+# --------------------------------------------------------------------------- structured
+
+
+def _scores_case(seed=0, n_sent=400, J=3):
+    b, g, lengths, offsets = _rns_case(seed=seed, n_sent=n_sent, J=J)
+    return Scores(b, np.full_like(b, 0.5), g, np.zeros_like(g), lengths, offsets,
+                  {"tol": 1e-8, "max_iter": 300, "damping": 0.5})
+
+
+def test_structured_temperatures_of_one_are_algorithm_2():
+    sc = _scores_case(n_sent=20)
+    P0, _ = rns(sc.mean, sc.m_S, sc.lengths, sc.offsets, **sc.rns)
+    assert np.array_equal(sc.marginals("mean", 1.0, 1.0), P0)
+    cal = Calibrator(method="mean", kind="structured", w=np.ones(3), c=np.zeros(3))
+    assert np.array_equal(cal.apply(sc), P0)
+
+
+def test_structured_fit_recovers_known_temperatures():
+    sc = _scores_case(seed=2)
+    truth = sc.marginals("mean", 2.0, 5.0)
+    rng = np.random.default_rng(0)
+    gold = np.array([rng.choice(3, p=p) for p in truth])
+    cal = Calibrator.fit_structured([sc], [gold])
+    assert cal.t_unary == pytest.approx(2.0, rel=0.15)
+    assert cal.t_pair == pytest.approx(5.0, rel=0.35)
+    assert cal.nll_after < cal.nll_before
+    # select keeps it: it is the best candidate on these tokens
+    best = Calibrator.select([sc], [gold])
+    assert best.kind == "structured"
+    assert best.nll_after == min(c["nll_after"] for c in best.candidates.values())
+    clamp = np.full(sc.n_tokens, -1)
+    clamp[::7] = 1
+    P = best.apply(sc, clamp)
+    assert np.all(P[::7, 1] == 1.0) and np.allclose(P.sum(axis=1), 1.0)
+
+
+def test_cross_calibration_never_uses_a_sentence_to_calibrate_itself():
+    sc = _scores_case(seed=3, n_sent=60)
+    truth = sc.marginals("mean", 3.0, 3.0)
+    rng = np.random.default_rng(1)
+    flat = np.array([rng.choice(3, p=p) for p in truth])
+    gold = np.split(flat, np.cumsum(sc.lengths)[:-1])
+    out = cross_calibrate(sc, gold, folds=2)
+    assert [o.shape[0] for o in out] == list(sc.lengths)
+    halves = fold_indices(len(gold), 2, 0)
+    # each half equals what a calibrator fitted on the other half alone gives
+    other = Calibrator.select([sc.take(list(halves[1]))],
+                              [np.concatenate([gold[i] for i in halves[1]])])
+    mine = other.apply(sc.take(list(halves[0])))
+    assert np.allclose(np.concatenate([out[i] for i in halves[0]]), mine)
+
+
+# --------------------------------------------------------------------------- the estimator
+
+
+@pytest.fixture(scope="module")
+def chain():
+    X, y = make_chain_task(90, seed=5)
+    return X[:45], y[:45], X[45:], y[45:]
+
+
+@pytest.mark.parametrize("inference", ["full", "sparse"])
+def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
+    Xtr, ytr, Xte, yte = chain
+    model = GPSL(inference=inference).fit(Xtr, ytr)
+    raw = model.predict_marginals(Xte, method="mean")
+    model.calibrate(Xtr, ytr, folds=3)
+    cal = model.calibrator_
+    assert cal.source == "3-fold" and cal.method in ("mean", "probit")
+    assert set(cal.candidates) == {"mean/temperature", "probit/temperature", "mean/structured"}
+    assert cal.nll_after == min(c["nll_after"] for c in cal.candidates.values())
+    P = model.predict_marginals(Xte)
+    assert all(np.allclose(p.sum(axis=1), 1.0) for p in P)
+    # the mean-only RNS stays available by name, uncalibrated
+    assert all(np.array_equal(a, b) for a, b in
+               zip(model.predict_marginals(Xte, method="mean", calibrated=False), raw))
+    model.save(tmp_path / "m")
+    back = GPSL.load(tmp_path / "m")
+    assert back.calibrator_.temperature == cal.temperature
+    assert all(np.allclose(a, b) for a, b in zip(back.predict_marginals(Xte), P))
+    # a refit drops the calibration of the previous fit
+    model.fit(Xtr, ytr)
+    assert model.calibrator_ is None
+
+
+def test_calibration_on_held_out_data_and_clamped_tokens(chain):
+    Xtr, ytr, Xte, yte = chain
+    model = GPSL(inference="full", marginals="mean").fit(Xtr, ytr)
+    model.calibrate(Xte, yte, method="mean", kinds=("temperature",))
+    assert model.calibrator_.source == "held-out"
+    assert model.calibrator_.temperature > 1.0  # the raw RNS is over-confident here
+    known = [[lab[0]] + [None] * (len(lab) - 1) for lab in yte]
+    P = model.predict_marginals(Xte, y=known)
+    for p, lab in zip(P, known):
+        assert p[0, model.classes_.index(lab[0])] == 1.0
+    before = model.predict(Xte)
+    assert before == [[model.classes_[i] for i in p.argmax(axis=1)]
+                      for p in model.predict_marginals(Xte, calibrated=False)]
+    # the structured temperature may move the argmax: the labels follow its marginals
+    model.calibrate(Xte, yte, method="mean", kinds=("structured",))
+    assert model.calibrator_.kind == "structured"
+    assert model.predict(Xte) == [[model.classes_[i] for i in p.argmax(axis=1)]
+                                  for p in model.predict_marginals(Xte)]
+
+
+def test_damaged_calibration_record_is_one_line(chain, tmp_path):
+    Xtr, ytr, Xte, yte = chain
+    model = GPSL(inference="full").fit(Xtr[:10], ytr[:10]).calibrate(Xte[:10], yte[:10])
+    model.save(tmp_path / "m")
+    meta_path = tmp_path / "m" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    meta["calibration"]["w"] = [1.0]
+    from gpsl.persist import _meta_digest
+
+    meta["sha256"]["model.json"] = _meta_digest(meta)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ModelFormatError) as e:
+        GPSL.load(tmp_path / "m")
+    assert "calibration" in str(e.value) and "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_equal_mass_ece_hand_computed():
+    conf = np.array([0.1, 0.2, 0.9, 0.95, 0.6, 0.7])
+    corr = np.array([0, 1, 1, 1, 0, 1], dtype=bool)
+    rows = equal_mass_reliability(conf, corr, 3)
+    assert [r["count"] for r in rows] == [2, 2, 2]
+    # bins {0.1, 0.2}, {0.6, 0.7}, {0.9, 0.95}
+    expected = (2 * abs(0.5 - 0.15) + 2 * abs(0.5 - 0.65) + 2 * abs(1.0 - 0.925)) / 6
+    assert ece_equal_mass(conf, corr, 3) == pytest.approx(expected)
+    assert ece_equal_mass(np.array([0.8] * 10), np.array([1] * 8 + [0] * 2), 15) == \
+        pytest.approx(0.0)
+
+
+def test_selective_accuracy_and_thresholds():
+    conf = np.array([0.99, 0.95, 0.9, 0.8, 0.6])
+    corr = np.array([1, 1, 0, 1, 0], dtype=bool)
+    sel = selective_accuracy(conf, corr, [0.2, 0.4, 0.6, 1.0])
+    assert [r["accuracy"] for r in sel] == [1.0, 1.0, pytest.approx(2 / 3), 0.6]
+    thr = threshold_table(conf, corr, (0.9, 0.99, 1.0))
+    assert thr[0] == {"threshold": 0.9, "count": 3, "share": 0.6, "accuracy": pytest.approx(2 / 3)}
+    assert thr[1]["count"] == 1 and thr[2]["count"] == 0 and thr[2]["accuracy"] is None
+
+
+def test_calibration_summary_and_frequency_bands():
+    P = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    s = calibration_summary(P, [0, 0, -1])
+    assert s["n"] == 2 and s["accuracy"] == 0.5
+    assert s["ece_width"] == pytest.approx(expected_calibration_error([0.9, 0.8], [1, 0]))
+    assert s["nll"] == pytest.approx(-(np.log(0.9) + np.log(0.2)) / 2)
+    bands = frequency_bands(["A", "B", "C"], [["A"] * 97 + ["B"] * 3])
+    assert bands == {"A": "frequent", "B": "rare", "C": "rare"}
+
+
+def test_calibration_by_band():
+    conf = np.array([0.9, 0.8, 0.6, 0.99])
+    corr = np.array([1, 0, 1, 1], dtype=bool)
+    rows = calibration_by_band(conf, corr, ["A", "A", "B", "A"], {"A": "frequent", "B": "rare"})
+    assert [r["band"] for r in rows] == ["frequent", "rare"]
+    assert rows[0]["tokens"] == 3 and rows[0]["accuracy"] == pytest.approx(2 / 3)
+    assert rows[1] == {"band": "rare", "tokens": 1, "accuracy": 1.0, "mean_confidence": 0.6,
+                       "ece_mass": pytest.approx(0.4), "labels": ["B"]}
