@@ -14,7 +14,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpsl.tags import span_labels
-from pages import _keys, _ui
+from pages import _keys, _panels, _ui
 from pages import _view as sup
 from pages._labeling import CLICK_ACTIONS, Labeling
 
@@ -212,63 +212,10 @@ with main:
                        "(stored as “accepted”, not as your own label)"
                        + ("; the suggestions are BIO-valid." if scheme else "."))
 
-    # lazy expanders (on_change="rerun"): their content runs only while they are open
-    shortcuts = st.expander("Keyboard shortcuts", icon=":material/keyboard:",
-                            key="help_keys", on_change="rerun")
-    if shortcuts.open:
-        shortcuts.markdown("\n".join(f"- **{key}** — {what}" for key, what in SHORTCUTS))
-        shortcuts.caption("Keys work while the focus is not in a text field; keys pressed "
-                          "faster than the page updates are queued and applied in order.")
-
-    goto_box = st.expander("Go to a sentence", icon=":material/pin_drop:", key="goto_open",
-                           on_change="rerun")
-    if goto_box.open:
-        with goto_box, st.container(horizontal=True, vertical_alignment="bottom"):
-            st.text_input("Sentence number (as shown above the tokens)", key="jump_to",
-                          width=280, placeholder=f"e.g. {sentence['position'] + 1}")
-            st.button("Open", on_click=page.jump, key="jump")
-
-    find_box = st.expander("Find sentences", icon=":material/search:", key="find_open",
-                           on_change="rerun")
-    if find_box.open:
-        with find_box, _ui.guard("Cannot search"):
-            cols = st.columns([3, 2, 2, 2])
-            query = cols[0].text_input("Text", key="find_text",
-                                       placeholder="words of the sentence")
-            label_filter = cols[1].selectbox("Label", labels, index=None, key="find_label",
-                                             placeholder="any label")
-            people = store.annotators(pid)  # the expander is lazy: read only while open
-            who_filter = cols[2].selectbox("Annotator", people, index=None, key="find_who",
-                                           placeholder="anyone")
-            status_filter = cols[3].selectbox("Status", ("unlabeled", "partial", "complete"),
-                                              index=None, key="find_status",
-                                              placeholder="any status")
-            conflicts = st.toggle("Only sentences with conflicting votes", key="find_conflicts",
-                                  help="A token whose votes from different annotators "
-                                       "disagree.")
-            if query.strip() or label_filter or who_filter or status_filter or conflicts:
-                found = store.find_sentences(pid, text_query=query, label=label_filter,
-                                             annotator=who_filter, status=status_filter,
-                                             conflicts=conflicts, limit=15)
-                st.caption(f"{found['total']:,} sentence{'s' if found['total'] != 1 else ''}"
-                           + (" (the first 15)" if found["total"] > 15 else ""))
-                for hit in found["hits"]:
-                    with st.container(horizontal=True, vertical_alignment="center", gap="small"):
-                        st.button(f"Sentence {hit['number']}",
-                                  key=f"find_open_{hit['sentence_id']}", on_click=page.go_to,
-                                  args=(hit["sentence_id"],), type="tertiary")
-                        st.markdown(f"{hit['n_labeled']}/{hit['n_tokens']} · "
-                                    + sup.marked_text(hit["tokens"], hit["marks"]))
+    # lazy expanders: their content runs only while they are open
+    _panels.shortcuts(SHORTCUTS)
+    _panels.go_to(page, sentence["position"] + 1)
+    _panels.find(page)
 
 with side:
-    with _ui.guard("Cannot read the history"):
-        panel = [f"**Token history** · {sup.md_escape(current.text)}", ""]
-        if current.votes:
-            panel += ["Votes now: " + ", ".join(
-                f"{sup.md_escape(who)} {sup.code_span(lab) if lab else 'no label'}"
-                for who, lab in current.votes.items()), ""]
-        rows = store.token_history(sid, sel, limit=20)
-        panel += [f"- {line}" for line in sup.history_lines(rows)] or [
-            ":gray[No change recorded for this token.]"]
-        st.markdown("\n".join(panel))
-
+    _panels.history(page, sid, current)
