@@ -276,3 +276,64 @@ def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
             labels.append([None] * n)
         labels[-1][t] = lab
     return out_ids, tokens, labels
+
+
+def is_import(annotator: str | None, source: str | None = None) -> bool:
+    """A vote that came with an imported file (annotator ``import`` or ``import:<file>``)."""
+    return source == "import" or (annotator or "") == "import" or \
+        (annotator or "").startswith("import:")
+
+
+def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = None) -> dict | None:
+    """One sentence as ``annotator`` may see it: the shape of :func:`get` plus ``mine``
+    (``{token: label}`` of the annotator's own votes, None = cleared), ``blind`` and
+    ``hidden`` (tokens on which someone else voted while the view is blind: the stored
+    model marginals there were computed with those labels clamped, so a page must not show
+    them as suggestions).
+
+    ``blind`` None: the project's ``blind`` setting.  A blind view shows the annotator's own
+    votes and the labels imported with a file, never another person's vote: ``labels[t]``
+    is the annotator's vote, else the imported label, else None; ``votes[t]`` holds only
+    those.  Not blind: ``labels`` are the derived training labels and ``votes`` every vote."""
+    d = get(db, sentence_id)
+    if d is None:
+        return None
+
+    def tx(conn):
+        settings = conn.execute(text("SELECT settings FROM projects WHERE id = :p"),
+                                {"p": d["project_id"]}).scalar_one()
+        rows = conn.execute(text("SELECT token_index, annotator, label, source FROM votes"
+                                 " WHERE sentence_id = :s ORDER BY updated_at"),
+                            {"s": sentence_id}).fetchall()
+        return loads(settings, {}), rows
+
+    settings, rows = db.read(tx)
+    if blind is None:
+        blind = bool(settings.get("blind", False))
+    d["mine"] = {t: lab for t, ann, lab, _src in rows if ann == annotator}
+    d["blind"] = bool(blind)
+    d["hidden"] = []
+    if not blind:
+        return d
+    n = len(d["tokens"])
+    votes: list[dict] = [{} for _ in range(n)]
+    labels: list[str | None] = [None] * n
+    sources: list[str | None] = [None] * n
+    annotators: list[str | None] = [None] * n
+    others: set[int] = set()
+    for t, ann, lab, src in rows:
+        if ann == annotator:
+            votes[t][ann] = lab
+        elif is_import(ann, src):
+            votes[t][ann] = lab
+            if t not in d["mine"] and lab is not None:
+                labels[t], sources[t], annotators[t] = lab, "human", ann
+        else:
+            others.add(t)
+    for t, lab in d["mine"].items():
+        src = next((s for tt, a, _l, s in rows if tt == t and a == annotator), "human")
+        labels[t], sources[t], annotators[t] = lab, (None if lab is None else src), \
+            (None if lab is None else annotator)
+    d.update(votes=votes, labels=labels, sources=sources, annotators=annotators,
+             hidden=sorted(others))
+    return d
