@@ -4,7 +4,6 @@ deciding disputes, agreement and speed figures; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -295,28 +294,33 @@ def test_agreement_and_speed_figures(store):
 # ----------------------------------------------------------------------------- migration
 
 
-def test_a_schema_2_store_gets_the_team_tables(tmp_path):
-    path = tmp_path / "v2.sqlite3"
-    store = Store(path)
+def test_a_schema_2_store_gets_the_team_tables(store_target):
+    store = Store(store_target)
     pid, _ = project(store, n=1)
     store.start_model_version(pid)
     store.start_model_version(pid)
+    other, _ = project(store, n=1, name="other")
+    store.start_model_version(other)
+
+    def back_to_schema_2(conn):  # what the schema-2 code wrote
+        for table in ("auth_tokens", "accounts", "leases", "adjudication_history"):
+            conn.execute(text(f"DROP TABLE {table}"))
+        conn.execute(text("ALTER TABLE projects DROP COLUMN guidelines"))
+        conn.execute(text("ALTER TABLE model_versions DROP COLUMN number"))
+        conn.execute(text("UPDATE schema_version SET version = 2"))
+        if store.dialect == "sqlite":
+            conn.exec_driver_sql("PRAGMA user_version = 2")
+
+    store.db.write(back_to_schema_2)
     store.close()
-    con = sqlite3.connect(path)  # back to what schema 2 wrote
-    for table in ("accounts", "auth_tokens", "leases", "adjudication_history"):
-        con.execute(f"DROP TABLE {table}")
-    con.execute("ALTER TABLE projects DROP COLUMN guidelines")
-    con.execute("ALTER TABLE model_versions DROP COLUMN number")
-    con.execute("UPDATE schema_version SET version = 2")
-    con.execute("PRAGMA user_version = 2")
-    con.commit()
-    con.close()
-    store = Store(path)
+    store = Store(store_target)
     assert [v["number"] for v in store.list_model_versions(pid)] == [1, 2]
+    assert [v["number"] for v in store.list_model_versions(other)] == [1]
+    assert store.start_model_version(other) and \
+        [v["number"] for v in store.list_model_versions(other)] == [1, 2]
     assert store.get_project(pid)["guidelines"] == ""
     assert store.account_count() == 0
     assert store.next_sentence(pid, "alice") is not None
-    con = sqlite3.connect(path)
-    assert con.execute("SELECT MAX(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
-    con.close()
+    assert store.db.read(lambda c: c.execute(text("SELECT MAX(version) FROM schema_version"))
+                         .scalar_one()) == SCHEMA_VERSION
     store.close()
