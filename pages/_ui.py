@@ -4,7 +4,8 @@ sidebar, headers.
 Not a page itself (``app.py`` lists the pages with ``st.navigation``).
 
 Identity: with no account in the store the app is in single-user local mode (the user is the
-lead; the name comes from the sidebar field, ``$GPSL_ANNOTATOR`` or "annotator").  Once an
+lead; the name comes from the sidebar field, kept in the URL as ``?annotator=`` so that a
+reload keeps it, else ``$GPSL_ANNOTATOR`` or "annotator").  Once an
 account exists every run checks the tab's session token (``?session=...`` in the URL, kept
 there by :func:`resolve_identity` on every run, so it survives reloads and server restarts)
 against the store; a sign-in link (``?token=...``) starts such a session.  Without a valid
@@ -42,7 +43,7 @@ PAGES = {
     "team": "pages/team.py",
 }
 LEAD_PAGES = ("project", "train", "confidence", "data", "team")
-SESSION_PARAM, LINK_PARAM = "session", "token"
+SESSION_PARAM, LINK_PARAM, NAME_PARAM = "session", "token", "annotator"
 # widget values that must survive page switches (Streamlit drops the state of widgets that
 # are not rendered on the current page unless it is re-assigned every run)
 ENTRY_FLAG = "_entry_ran"
@@ -206,7 +207,15 @@ def resolve_identity(s: Store) -> Identity | None:
     and in the session state, and checked on every run, so a revoked or expired session
     (or an account deleted meanwhile) asks to sign in again at once."""
     if s.account_count() == 0:
+        # the name typed in the sidebar survives a reload: it is kept in the URL (?annotator=)
+        st.session_state.setdefault("annotator", str(st.query_params.get(NAME_PARAM) or "")
+                                    .strip()[:60] or default_annotator())
         name = str(st.session_state.get("annotator") or "").strip() or default_annotator()
+        if name != default_annotator():
+            if st.query_params.get(NAME_PARAM) != name:
+                st.query_params[NAME_PARAM] = name
+        elif NAME_PARAM in st.query_params:
+            del st.query_params[NAME_PARAM]
         who = Identity(name, "lead", None, True)
         st.session_state["_who"] = who
         return who

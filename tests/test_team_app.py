@@ -150,3 +150,18 @@ def test_team_settings_guidelines_and_imports_credited_to_the_file(db):
     last = store.sentence_ids(pid, "train")[-1]
     assert store.get_sentence(last)["votes"][0] == {"import:more.conll": BP}
     assert store.get_sentence(last)["labels"] == [BP, OUT]
+
+
+def test_local_mode_keeps_the_typed_name_across_a_reload(db):
+    at = run()
+    assert at.sidebar.text_input(key="annotator").value == "tester"
+    assert "annotator" not in at.query_params  # the default name stays out of the URL
+    at.sidebar.text_input(key="annotator").set_value("Bea").run()
+    assert at.query_params["annotator"] == "Bea"
+    reloaded = run({"annotator": "Bea"})  # a reload: a new session, the same URL
+    assert reloaded.sidebar.text_input(key="annotator").value == "Bea"
+    reloaded.switch_page("pages/annotate.py").run()
+    sid = reloaded.session_state[f"annotate_{reloaded.session_state['project_id']}"]["current"]
+    reloaded.button(key="tok_0").click().run()
+    reloaded.button(key="lab_0").click().run()
+    assert "Bea" in Store(db).get_sentence(sid)["votes"][0]
