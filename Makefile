@@ -9,14 +9,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
-# localhost only by default; `make run ADDRESS=0.0.0.0` serves a team (README, "Teams")
-ADDRESS ?= 127.0.0.1
 CHROMIUM := /usr/bin/chromium
 
 .PHONY: run test lint chromium postgresql install install-dev clean
 
 run: $(VENV)/.installed-run
-	$(BIN)/streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
+	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) \
 		--server.headless true --browser.gatherUsageStats false
 
 test: $(VENV)/.installed-dev chromium postgresql
