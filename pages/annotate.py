@@ -182,7 +182,9 @@ _ui.header("Annotate", "Pick a token, then its label. Unlabeled tokens may stay 
 _ui.show_flash()
 
 if sentence is None:
-    st.success("Every training sentence is fully labeled.", icon=":material/task_alt:")
+    st.success("No sentence is waiting for you: the others are labeled or held by enough "
+               "people." if team else "Every training sentence is fully labeled.",
+               icon=":material/task_alt:")
     if _ui.identity().is_lead:
         st.page_link(_ui.PAGES["train"], label="Train a model", icon=":material/model_training:")
         st.page_link(_ui.PAGES["data"], label="Export the annotations",
