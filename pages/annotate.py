@@ -27,6 +27,7 @@ store, project = _ui.setup()
 project = _ui.require_project(project)
 pid = project["id"]
 annotator = _ui.annotator()
+team = not _ui.identity().local  # a team member: routed and leased sentences, blind views
 labels = project["labels"]
 st.session_state.setdefault("queue_order", "uncertainty")
 st.session_state.setdefault("accept_thr", 0.9)
@@ -57,7 +58,8 @@ def next_sentence() -> None:
         state["back"].append(state["current"])
         state["current"] = state["fwd"].pop()
         return
-    sid = sup.next_sentence(store, pid, _order(), annotator, state["current"], state["seen"])
+    sid = sup.next_sentence(store, pid, _order(), annotator, state["current"], state["seen"],
+                            lease=team)
     if sid is None or sid == state["current"]:
         _ui.flash("info", "No other sentence left in the queue.")
         return
@@ -106,7 +108,7 @@ def set_label(label: str | None) -> None:
         _ui.flash("error", str(exc))
         return
     if label is not None:  # move on to the next unlabeled token
-        sentence = store.get_sentence(sid)
+        sentence = store.sentence_view(sid, annotator)
         state["sel"] = sup.next_unlabeled(sup.sentence_view(sentence, None, None), t)
         state["sel_sid"] = sid
 
@@ -119,7 +121,7 @@ def accept_suggestions() -> None:
         _ui.flash("warning", "No model suggestions yet: train a model on the Train page.")
         return
     preds = store.get_predictions(version["id"], [sid]).get(sid)
-    views = sup.sentence_view(store.get_sentence(sid), preds, version["classes"])
+    views = sup.sentence_view(store.sentence_view(sid, annotator), preds, version["classes"])
     threshold = float(st.session_state.get("accept_thr", 0.9))
     changes = sup.accept_candidates(views, threshold, labels)
     if not changes:
@@ -166,22 +168,27 @@ def jump() -> None:
 goto = st.session_state.pop("goto_sentence", None)  # from the Confidence page
 if goto is not None:
     go_to(int(goto))
-sentence = store.get_sentence(state["current"]) if state["current"] is not None else None
+sentence = store.sentence_view(state["current"], annotator) \
+    if state["current"] is not None else None
 if sentence is None or sentence["project_id"] != pid:
     state.update(current=None, back=[], fwd=[])
-    first = sup.next_sentence(store, pid, _order(), annotator, None, state["seen"])
+    first = sup.next_sentence(store, pid, _order(), annotator, None, state["seen"], lease=team)
     if first is not None:
         go_to(first)
-        sentence = store.get_sentence(first)
+        sentence = store.sentence_view(first, annotator)
 
 _ui.header("Annotate", "Pick a token, then its label. Unlabeled tokens may stay unlabeled: "
                        "the model learns from partial annotation.", project)
 _ui.show_flash()
 
 if sentence is None:
-    st.success("Every training sentence is fully labeled.", icon=":material/task_alt:")
-    st.page_link(_ui.PAGES["train"], label="Train a model", icon=":material/model_training:")
-    st.page_link(_ui.PAGES["data"], label="Export the annotations", icon=":material/download:")
+    st.success("No sentence is waiting for you: the others are labeled or held by enough "
+               "people." if team else "Every training sentence is fully labeled.",
+               icon=":material/task_alt:")
+    if _ui.identity().is_lead:
+        st.page_link(_ui.PAGES["train"], label="Train a model", icon=":material/model_training:")
+        st.page_link(_ui.PAGES["data"], label="Export the annotations",
+                     icon=":material/download:")
     st.stop()
 
 sid = sentence["id"]
@@ -203,7 +210,7 @@ with top[0]:
         where += f" · {sup.md_escape(sentence['doc'])}"
         if sentence.get("line"):
             where += f" line {sentence['line']}"
-    model_note = (f"suggestions from model v{version['id']}" if version
+    model_note = (f"suggestions from model {sup.version_name(version)}" if version
                   else "no model yet: suggestions appear after training")
     st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled · "
                 f"{model_note}")

@@ -9,7 +9,7 @@ import streamlit as st
 from pages import _ui
 from pages import _view as sup
 
-store, project = _ui.setup()
+store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
 pid = project["id"]
 
@@ -50,7 +50,8 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
         st.session_state["conf_version"] = active if active in usable else usable[-1]
     st.session_state["conf_active_seen"] = active
     st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
-                 format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
+                 format_func=lambda i: sup.version_names(versions)[i]
+                 + (" (active)" if i == active else ""),
                  help="Dashboards of this version's stored predictions.")
     version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
     stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
