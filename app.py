@@ -2,7 +2,9 @@
 
 Run with ``make run`` or ``streamlit run app.py [-- --db PATH]``.  The store is
 ``--db PATH``, else ``$GPSL_DB``, else ``data/gpsl.sqlite3``; the first start creates the
-sample project.  Pages: Project, Annotate, Train, Confidence, Data (``pages/``).
+sample project.  Pages (``pages/``): Project, Annotate, Team, Train, Confidence, Data for a
+lead (and in single-user local mode, when the store has no accounts); Annotate for an
+annotator; only the sign-in form for a tab that is not signed in.
 """
 
 from __future__ import annotations
@@ -10,28 +12,48 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import streamlit as st
+
 ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `gpsl` and `pages._ui` import from here
     sys.path.insert(0, str(ROOT))
 
-import streamlit as st  # noqa: E402
+st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+# .streamlit/config.toml turns the sidebar navigation off, so that the first run of a freshly
+# started server, which Streamlit runs in its legacy `pages/` folder mode, never shows the
+# raw folder list; the app's own navigation below is on from the first run.
+st.set_option("client.showSidebarNavigation", True)
 
 from pages import _ui  # noqa: E402
 
-st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+PAGES = {
+    "project": dict(title="Project", icon=":material/folder_open:"),
+    "annotate": dict(title="Annotate", icon=":material/edit_note:"),
+    "team": dict(title="Team", icon=":material/groups:"),
+    "train": dict(title="Train", icon=":material/model_training:"),
+    "confidence": dict(title="Confidence", icon=":material/insights:"),
+    "data": dict(title="Data", icon=":material/download:"),
+}
 
 _ui.keep_widget_state()
+who, failed = None, True
+st.session_state["_who"] = None  # resolved again below, on every run
 with _ui.guard("Cannot read the annotation store"):  # the page shows the rest
-    _ui.sidebar(_ui.store())  # in the entrypoint, so the sidebar widgets keep their state
+    store = _ui.store()
+    who = _ui.resolve_identity(store)
+    failed = False
+    if who is not None:
+        _ui.sidebar(store)  # in the entrypoint, so the sidebar widgets keep their state
 st.session_state[_ui.ENTRY_FLAG] = True  # tells the page that this run has a sidebar
-navigation = st.navigation(
-    [
-        st.Page(_ui.PAGES["project"], title="Project", icon=":material/folder_open:",
-                default=True),
-        st.Page(_ui.PAGES["annotate"], title="Annotate", icon=":material/edit_note:"),
-        st.Page(_ui.PAGES["train"], title="Train", icon=":material/model_training:"),
-        st.Page(_ui.PAGES["confidence"], title="Confidence", icon=":material/insights:"),
-        st.Page(_ui.PAGES["data"], title="Data", icon=":material/download:"),
-    ]
-)
-navigation.run()
+st.session_state[_ui.FAILED_FLAG] = failed
+if failed:  # every page: each one shows the store's error line and stops
+    pages = [st.Page(_ui.PAGES[name], default=(i == 0), **PAGES[name])
+             for i, name in enumerate(PAGES)]
+elif who is None:
+    pages = [st.Page(_ui.sign_in_page, title="Sign in", icon=":material/login:",
+                     url_path="signin", default=True)]
+else:
+    names = list(PAGES) if who.is_lead else ["annotate"]
+    pages = [st.Page(_ui.PAGES[name], default=(i == 0), **PAGES[name])
+             for i, name in enumerate(names)]
+st.navigation(pages).run()

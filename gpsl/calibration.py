@@ -65,6 +65,8 @@ KINDS = ("temperature", "vector", "structured")
 _LOG_FLOOR = 1e-300
 _T_BOUNDS = (1e-2, 1e2)
 _LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
+#: tokens the structured temperature is fitted on at most (a random subset of sentences above)
+STRUCTURED_MAX_TOKENS = 20_000
 
 
 @dataclass
@@ -219,10 +221,29 @@ class Calibrator:
 
     @classmethod
     def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
-                       method: str = "mean", source: str = "") -> Calibrator:
+                       method: str = "mean", source: str = "",
+                       max_tokens: int = STRUCTURED_MAX_TOKENS, seed: int = 0) -> Calibrator:
         """Fit ``(T_U, T_S)`` (module docstring) on one or more :class:`Scores` with their
-        flat gold indices (``< 0`` = no gold)."""
+        flat gold indices (``< 0`` = no gold). Every NLL evaluation reruns Algorithm 2, so
+        above ``max_tokens`` a seeded random subset of the sentences (that many tokens) is
+        used for the fit."""
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        total = sum(sc.n_tokens for sc in scores)
+        if total > max_tokens:
+            rng = np.random.default_rng(seed)
+            frac = max_tokens / total
+            sub_scores, sub_gold = [], []
+            for sc, g in zip(scores, gold):
+                keep = np.flatnonzero(rng.random(sc.lengths.size) < frac)
+                if keep.size == 0:
+                    continue
+                starts = np.r_[0, np.cumsum(sc.lengths)[:-1]]
+                rows = np.concatenate([np.arange(starts[i], starts[i] + sc.lengths[i])
+                                       for i in keep])
+                sub_scores.append(sc.take(keep.tolist()))
+                sub_gold.append(g[rows])
+            if sub_scores:
+                scores, gold = sub_scores, sub_gold
         n = sum(int((g >= 0).sum()) for g in gold)
         if n == 0:
             raise InputError("no labeled token to calibrate on", source=source or "calibration")

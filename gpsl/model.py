@@ -593,7 +593,7 @@ class GPSL:
         """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""
         decoder = self.decoder if decoder is None else decoder
         if decoder == "rns":
-            P = self.predict_marginals(X, y=y, calibrated=self._argmax_safe())
+            P = self.predict_marginals(X, y=y, calibrated=self._labels_follow_calibration())
             return [[self.classes_[i] for i in p.argmax(axis=1)] for p in P]
         decoders = {"viterbi": viterbi, "exact": pl_decode}
         if decoder in decoders:
@@ -603,7 +603,7 @@ class GPSL:
                     for part in np.split(idx, np.cumsum(lengths)[:-1])]
         raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', not {decoder!r}")
 
-    def _argmax_safe(self) -> bool:
+    def _labels_follow_calibration(self) -> bool:
         """A temperature never moves the argmax (so it is skipped); the structured temperature
         and vector scaling may, and their marginals then give the labels."""
         cal = getattr(self, "calibrator_", None)

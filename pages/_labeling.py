@@ -32,6 +32,10 @@ class Labeling:
         self.project = project
         self.pid = project["id"]
         self.annotator = annotator
+        who = _ui.identity()
+        self.team = who is not None and not who.local  # a team member: routed, leased
+        self.lead = who is None or who.is_lead
+        self.blind = bool((project.get("settings") or {}).get("blind", False))
         self.labels = project["labels"]
         self.scheme = scheme_of(self.labels)
         self.types = entity_types(self.labels) if self.scheme else []
@@ -64,7 +68,7 @@ class Labeling:
             self.state["current"] = self.state["fwd"].pop()
             return
         sid = sup.next_sentence(self.store, self.pid, self.order(), self.annotator,
-                                self.state["current"], self.state["seen"])
+                                self.state["current"], self.state["seen"], lease=self.team)
         if sid is None or sid == self.state["current"]:
             _ui.flash("info", "No other sentence left in the queue.")
             return
@@ -91,7 +95,7 @@ class Labeling:
         """The view of a sentence under the active model (BIO-valid suggestions)."""
         version = self.store.active_model(self.pid)
         marginals = self.store.get_predictions(version["id"], [sid]).get(sid) if version else None
-        return sup.sentence_view(self.store.get_sentence(sid), marginals,
+        return sup.sentence_view(self.store.sentence_view(sid, self.annotator), marginals,
                                  version["classes"] if version else None, self.scheme)
 
 
@@ -219,7 +223,7 @@ class Batch:
         if self.sid != self.state["current"] or self.labels is None:
             self.flush()
             self.sid = self.state["current"]
-            self.labels = list(self.store.get_sentence(self.sid)["labels"])
+            self.labels = list(self.store.sentence_view(self.sid, self.annotator)["labels"])
         return self.labels
 
     def ensure_selection(self) -> None:

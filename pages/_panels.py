@@ -1,5 +1,7 @@
 """Panels of the Annotate page drawn from a module (compiled once, not on every rerun):
 the keyboard help, "Go to a sentence", "Find sentences" and the selected token's history.
+In a blind project they show nothing of other people's votes: the history keeps one's own
+changes and the imported labels, the search is by text only.
 
 The three expanders are lazy (``on_change="rerun"``): their widgets and queries run only
 while they are open.
@@ -41,6 +43,14 @@ def find(page: Labeling) -> None:
     if not box.open:
         return
     store, pid = page.store, page.pid
+    if page.blind:  # the other filters and the counts would show other people's labels
+        with box, _ui.guard("Cannot search"):
+            query = st.text_input("Text", key="find_text", placeholder="words of the sentence")
+            st.caption("Blind annotation: search by text only.")
+            if query.strip():
+                found = store.find_sentences(pid, text_query=query, limit=15)
+                _hits(page, found, counts=False)
+        return
     with box, _ui.guard("Cannot search"):
         cols = st.columns([3, 2, 2, 2])
         query = cols[0].text_input("Text", key="find_text", placeholder="words of the sentence")
@@ -56,14 +66,18 @@ def find(page: Labeling) -> None:
             return
         found = store.find_sentences(pid, text_query=query, label=label, annotator=who,
                                      status=status, conflicts=conflicts, limit=15)
-        st.caption(f"{found['total']:,} sentence{'s' if found['total'] != 1 else ''}"
-                   + (" (the first 15)" if found["total"] > 15 else ""))
-        for hit in found["hits"]:
-            with st.container(horizontal=True, vertical_alignment="center", gap="small"):
-                st.button(f"Sentence {hit['number']}", key=f"find_open_{hit['sentence_id']}",
-                          on_click=page.go_to, args=(hit["sentence_id"],), type="tertiary")
-                st.markdown(f"{hit['n_labeled']}/{hit['n_tokens']} · "
-                            + sup.marked_text(hit["tokens"], hit["marks"]))
+        _hits(page, found, counts=True)
+
+
+def _hits(page: Labeling, found: dict, counts: bool) -> None:
+    st.caption(f"{found['total']:,} sentence{'s' if found['total'] != 1 else ''}"
+               + (" (the first 15)" if found["total"] > 15 else ""))
+    for hit in found["hits"]:
+        with st.container(horizontal=True, vertical_alignment="center", gap="small"):
+            st.button(f"Sentence {hit['number']}", key=f"find_open_{hit['sentence_id']}",
+                      on_click=page.go_to, args=(hit["sentence_id"],), type="tertiary")
+            st.markdown((f"{hit['n_labeled']}/{hit['n_tokens']} · " if counts else "")
+                        + sup.marked_text(hit["tokens"], hit["marks"]))
 
 
 def history(page: Labeling, sid: int, current: sup.TokenView) -> None:
@@ -75,6 +89,9 @@ def history(page: Labeling, sid: int, current: sup.TokenView) -> None:
                 f"{sup.md_escape(who)} {sup.code_span(lab) if lab else 'no label'}"
                 for who, lab in current.votes.items()), ""]
         rows = page.store.token_history(sid, current.index, limit=20)
+        if page.blind:  # only what the blind view shows: one's own votes and imports
+            rows = [h for h in rows if h["annotator"] == page.annotator
+                    or sup.is_import_credit(h["annotator"])]
         panel += [f"- {line}" for line in sup.history_lines(rows)] or [
             ":gray[No change recorded for this token.]"]
         st.markdown("\n".join(panel))

@@ -1,6 +1,15 @@
-"""Streamlit pieces shared by app.py and the pages: the cached store, the sidebar, headers.
+"""Streamlit pieces shared by app.py and the pages: the cached store, who is signed in, the
+sidebar, headers.
 
 Not a page itself (``app.py`` lists the pages with ``st.navigation``).
+
+Identity: with no account in the store the app is in single-user local mode (the user is the
+lead; the name comes from the sidebar field, kept in the URL as ``?annotator=`` so that a
+reload keeps it, else ``$GPSL_ANNOTATOR`` or "annotator").  Once an
+account exists every run checks the tab's session token (``?session=...`` in the URL, kept
+there by :func:`resolve_identity` on every run, so it survives reloads and server restarts)
+against the store; a sign-in link (``?token=...``) starts such a session.  Without a valid
+session the only page is the sign-in form: no label is ever credited to a fallback name.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpsl.annotation import Store, default_db_url
 from gpsl.annotation import imports as imp
+from gpsl.annotation.accounts import Identity
 from gpsl.annotation.jobs import recover
 from gpsl.errors import GpslError, InputError
 from pages import _view as sup
@@ -30,10 +40,14 @@ PAGES = {
     "train": "pages/train.py",
     "confidence": "pages/confidence.py",
     "data": "pages/data.py",
+    "team": "pages/team.py",
 }
+LEAD_PAGES = ("project", "train", "confidence", "data", "team")
+SESSION_PARAM, LINK_PARAM, NAME_PARAM = "session", "token", "annotator"
 # widget values that must survive page switches (Streamlit drops the state of widgets that
 # are not rendered on the current page unless it is re-assigned every run)
 ENTRY_FLAG = "_entry_ran"
+FAILED_FLAG = "_store_failed"  # app.py could not read the store this run (error shown)
 PAGE_CSS = """<style>
 [data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
 h1 { font-size: 2.1rem !important; }
@@ -180,8 +194,120 @@ def project_id() -> int | None:
 
 
 def annotator() -> str:
+    """The name this tab's labels are credited to."""
+    who = st.session_state.get("_who")
+    if who is not None and not who.local:
+        return who.name
     name = str(st.session_state.get("annotator") or "").strip()
     return name or default_annotator()
+
+
+def import_credit(file_name: str) -> str:
+    """Who labels that come with an imported file are credited to (not the person)."""
+    return f"import:{' '.join(str(file_name).split()) or 'file'}"
+
+
+def resolve_identity(s: Store) -> Identity | None:
+    """Who uses this tab, checked against the store on every run (None: must sign in).
+
+    No accounts: single-user local mode (the lead).  Otherwise a sign-in link in the URL
+    (``?token=``) starts a session; the session token is kept in the URL (``?session=``)
+    and in the session state, and checked on every run, so a revoked or expired session
+    (or an account deleted meanwhile) asks to sign in again at once."""
+    if s.account_count() == 0:
+        # the name typed in the sidebar survives a reload: it is kept in the URL (?annotator=)
+        st.session_state.setdefault("annotator", str(st.query_params.get(NAME_PARAM) or "")
+                                    .strip()[:60] or default_annotator())
+        name = str(st.session_state.get("annotator") or "").strip() or default_annotator()
+        if name != default_annotator():
+            if st.query_params.get(NAME_PARAM) != name:
+                st.query_params[NAME_PARAM] = name
+        elif NAME_PARAM in st.query_params:
+            del st.query_params[NAME_PARAM]
+        who = Identity(name, "lead", None, True)
+        st.session_state["_who"] = who
+        return who
+    params = st.query_params
+    link = params.get(LINK_PARAM)
+    if link:
+        del st.query_params[LINK_PARAM]
+        got = s.redeem_sign_in_link(link)
+        if got is None:
+            flash("error", "This sign-in link is not valid (expired or replaced by a newer "
+                           "one): ask your project lead for a new link, or sign in below.")
+        else:
+            st.session_state["_session"] = got[1]
+    token = st.session_state.get("_session") or params.get(SESSION_PARAM)
+    who = s.session_identity(token) if token else None
+    if who is None:
+        if token:
+            flash("warning", "Your session has ended: sign in again.")
+        st.session_state.pop("_session", None)
+        if SESSION_PARAM in st.query_params:
+            del st.query_params[SESSION_PARAM]
+        st.session_state["_who"] = None
+        return None
+    st.session_state["_session"] = token
+    if st.query_params.get(SESSION_PARAM) != token:  # page switches drop query params
+        st.query_params[SESSION_PARAM] = token
+    st.session_state["_who"] = who
+    return who
+
+
+def identity() -> Identity | None:
+    """This run's identity (as resolved by :func:`resolve_identity`)."""
+    return st.session_state.get("_who")
+
+
+def sign_out() -> None:
+    token = st.session_state.pop("_session", None)
+    try:
+        store().end_session(token)
+    except GpslError as exc:
+        flash("error", error_text(exc, "Not signed out"))
+        return
+    st.session_state["_who"] = None
+    if SESSION_PARAM in st.query_params:
+        del st.query_params[SESSION_PARAM]
+
+
+def sign_in_page() -> None:
+    """The only page while this tab has no valid session (accounts exist)."""
+    st.session_state.pop(ENTRY_FLAG, None)
+    st.html(PAGE_CSS)
+    st.title("Sign in", anchor=False)
+    st.caption("This annotation store has accounts: sign in with your name and password, or "
+               "open the sign-in link your project lead gave you.")
+    show_flash()
+    with st.form("sign_in"):
+        name = st.text_input("Name", key="signin_name")
+        password = st.text_input("Password", type="password", key="signin_password")
+        submitted = st.form_submit_button("Sign in", type="primary")
+    if submitted:
+        with guard("Not signed in"):
+            s = store()
+            who = s.verify_password(name, password)
+            if who is None:
+                st.error("Wrong name or password.", icon=":material/error:")
+                return
+            st.session_state["_session"] = s.start_session(who.account_id)
+            st.session_state.pop("signin_password", None)
+            st.rerun()
+
+
+def require_role(role: str | None) -> Identity:
+    """Stop the page (before it does anything) unless this tab is signed in, and as a lead
+    when ``role == 'lead'``."""
+    who = identity()
+    if who is None:
+        if not st.session_state.get(FAILED_FLAG):  # else the store's error line is shown
+            sign_in_page()
+        st.stop()
+    if role == "lead" and not who.is_lead:
+        st.error("This page is for the project lead. Your role (annotator) can label "
+                 "sentences on the Annotate page.", icon=":material/block:")
+        st.stop()
+    return who
 
 
 def default_annotator() -> str:
@@ -202,14 +328,21 @@ def sidebar(store: Store) -> dict | None:
         else:
             st.session_state.pop("project_id", None)
     st.session_state.setdefault("annotator", default_annotator())
+    who = identity()
     with st.sidebar:
         if ids:
             st.selectbox("Project", ids, format_func=lambda i: names.get(i, str(i)),
                          key="project_id", help="The annotation project all pages work on.")
-        st.text_input("Annotator", key="annotator", max_chars=60,
-                      help="Your name; it is recorded with every label you set.")
-        if not str(st.session_state.get("annotator") or "").strip():
-            st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
+        if who is None or who.local:
+            st.text_input("Annotator", key="annotator", max_chars=60,
+                          help="Your name; it is recorded with every label you set.")
+            if not str(st.session_state.get("annotator") or "").strip():
+                st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
+        else:
+            with st.container(horizontal=True, vertical_alignment="center"):
+                st.markdown(f"Signed in as **{sup.md_escape(who.name)}** ({who.role})")
+                st.button("Sign out", key="sign_out", on_click=sign_out,
+                          icon=":material/logout:")
         pid = st.session_state.get("project_id")
         if pid is not None:
             progress = store.progress(pid, split="train", detail=False)
@@ -218,8 +351,11 @@ def sidebar(store: Store) -> dict | None:
     return store.get_project(pid) if pid is not None else None
 
 
-def setup() -> tuple[Store, dict | None]:
-    """Start of every page: returns the store and the current project.
+def setup(role: str | None = None) -> tuple[Store, dict | None]:
+    """Start of every page: returns the store and the current project.  The page stops
+    here (showing the sign-in form or a refusal) unless this tab is signed in, as a lead
+    when ``role == 'lead'`` (:func:`require_role`): the role is checked on the server on
+    every run, whatever URL or request reached the page.
 
     app.py draws the sidebar before ``st.navigation`` (widgets of the entrypoint keep their
     state across pages).  When Streamlit runs a page file on its own - with a ``pages/``
@@ -227,10 +363,14 @@ def setup() -> tuple[Store, dict | None]:
     AppTest does so after ``switch_page`` - the page draws the page config and sidebar.
     """
     if not st.session_state.pop(ENTRY_FLAG, False):
+        st.session_state[FAILED_FLAG] = False
         st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
         keep_widget_state()
         with guard("Cannot read the annotation store", stop=True):
-            sidebar(store())
+            st.session_state["_who"] = None
+            if resolve_identity(store()) is not None:
+                sidebar(store())
+    require_role(role)
     st.html(PAGE_CSS)
     pid = st.session_state.get("project_id")
     with guard("Cannot open the project", stop=True):
@@ -247,8 +387,12 @@ def header(title: str, caption: str, project: dict | None = None) -> None:
 def require_project(project: dict | None) -> dict:
     """The current project, or a hint to create one (and the page stops)."""
     if project is None:
-        st.info("There is no project yet: create one on the Project page.")
-        st.page_link(PAGES["project"], label="Go to Project", icon=":material/folder_open:")
+        who = identity()
+        if who is not None and who.is_lead:
+            st.info("There is no project yet: create one on the Project page.")
+            st.page_link(PAGES["project"], label="Go to Project", icon=":material/folder_open:")
+        else:
+            st.info("There is no project yet: your project lead has to create one.")
         st.stop()
     return project
 

@@ -145,12 +145,28 @@ def check_template(text: str, n_columns: int) -> None:
 # ----------------------------------------------------------------------------- overview
 
 
+def version_name(version: dict) -> str:
+    """"v3": the version's number within its project."""
+    return f"v{version.get('number') or version['id']}"
+
+
+def version_names(versions: Sequence[dict]) -> dict[int, str]:
+    """Version id -> "v<number>" (for selectors that hold ids)."""
+    return {v["id"]: version_name(v) for v in versions}
+
+
+def is_import_credit(annotator: str | None) -> bool:
+    """Labels credited to an imported file (``import`` or ``import:<file>``), not a person."""
+    a = annotator or ""
+    return a == "import" or a.startswith("import:")
+
+
 def model_summary(version: dict | None) -> str:
     """"v3 · GPSL2 linear · 91.2% held-out" or "no model yet"."""
     if not version:
         return "no model yet"
     s = version.get("settings") or {}
-    parts = [f"v{version['id']}", f"{preset_of(s.get('offsets', [-1, 1]))} "
+    parts = [version_name(version), f"{preset_of(s.get('offsets', [-1, 1]))} "
                                   f"{s.get('kernel', 'linear')}"]
     acc = (version.get("metrics") or {}).get("heldout_accuracy")
     if acc is not None:
@@ -161,7 +177,7 @@ def model_summary(version: dict | None) -> str:
 def status_line(progress: dict, version: dict | None) -> str:
     return (f"{fmt_int(progress['labeled_tokens'])} / {fmt_int(progress['tokens'])} training "
             f"tokens labeled ({progress['pct_complete']:.1f}%) · model: "
-            + (f"v{version['id']}" if version else "none"))
+            + (version_name(version) if version else "none"))
 
 
 def versions_table(versions: Sequence[dict]) -> list[dict]:
@@ -171,7 +187,7 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
         s, m = v.get("settings") or {}, v.get("metrics") or {}
         offs = s.get("offsets", [])
         rows.append({
-            "version": v["id"],
+            "version": v.get("number") or v["id"],
             "active": "★" if v["active"] else "",
             "status": v["status"],
             "started": fmt_time(v["created_at"]),
@@ -218,20 +234,27 @@ class TokenView:
 
 def sentence_view(sentence: dict, marginals: np.ndarray | None,
                   classes: Sequence[str] | None, scheme: str | None = None) -> list[TokenView]:
-    """Per-token view model of one sentence (:meth:`Store.get_sentence` dict) with the
-    active model's marginals (columns in ``classes`` order) when there are any.  With a
-    span ``scheme`` (BIO, BILOU) the suggestions are the most probable scheme-valid
-    sequence given the labels already set (:func:`gpsl.tags.valid_decode`), not each
-    token's argmax; ``confidence`` stays the token's largest marginal."""
+    """Per-token view model of one sentence (:meth:`Store.get_sentence` or
+    :meth:`Store.sentence_view` dict) with the active model's marginals (columns in
+    ``classes`` order) when there are any; no suggestion on the view's ``hidden`` tokens.
+    With a span ``scheme`` (BIO, BILOU) the suggestions are the most probable scheme-valid
+    sequence given the labels already set (:func:`gpsl.tags.valid_decode`; hidden tokens
+    count as uninformative there), not each token's argmax; ``confidence`` stays the
+    token's largest marginal."""
     views = []
     use = marginals is not None and classes is not None and \
         marginals.shape == (len(sentence["tokens"]), len(classes))
+    hidden = set(sentence.get("hidden") or ())  # blind view: no suggestion from others' votes
     valid = None
     if use and scheme is not None:
-        valid = valid_decode(marginals, classes, scheme, fixed=sentence["labels"])
+        m = marginals
+        if hidden:
+            m = np.array(marginals, dtype=float)
+            m[sorted(hidden)] = 1.0 / len(classes)
+        valid = valid_decode(m, classes, scheme, fixed=sentence["labels"])
     for t, tok in enumerate(sentence["tokens"]):
         sug, conf, top, sug_p = None, None, [], None
-        if use:
+        if use and t not in hidden:
             row = marginals[t]
             order = np.argsort(-row)[:3]
             top = [(classes[j], float(row[j])) for j in order]
@@ -500,9 +523,13 @@ def sentence_html(tokens: Sequence[str], labels: Sequence[str | None],
 
 
 def next_sentence(store: Store, project_id: int, order: str, annotator: str,
-                  current: int | None, seen: set[int]) -> int | None:
+                  current: int | None, seen: set[int], *, lease: bool = False) -> int | None:
     """The next sentence to annotate: the first one of the queue not yet seen in this
-    session (then the first that is not ``current``); None when the queue is empty."""
+    session (then the first that is not ``current``); None when the queue is empty.
+    ``lease`` (a team member): the store's routing, which leases it
+    (:meth:`Store.next_sentence`)."""
+    if lease:
+        return store.next_sentence(project_id, annotator, order, current, seen)
     limit = len(seen) + 5
     ids = store.queue(project_id, order=order, annotator=annotator, limit=limit)
     for sid in ids:
@@ -633,7 +660,7 @@ def learning_curve(versions: Sequence[dict]):
         if v["status"] != "done":
             continue
         m = v.get("metrics") or {}
-        rows.append({"version": f"v{v['id']}", "id": v["id"],
+        rows.append({"version": version_name(v), "id": v["id"],
                      "labeled tokens": v.get("n_labeled_tokens") or 0,
                      "accuracy": m.get("heldout_accuracy"),
                      "mean confidence": m.get("heldout_mean_confidence"),
@@ -692,3 +719,80 @@ def styled(fig, **layout):
     _register_plot_template()
     fig.update_layout(template=PLOT_TEMPLATE, **layout)
     return fig
+
+
+# ----------------------------------------------------------------------------- team
+
+
+def heatmap(matrix, x: Sequence[str], y: Sequence[str], title: str, *, zmin: float = 0.0,
+            zmax: float = 1.0, digits: int = 2, height: int | None = None,
+            x_title: str | None = None, y_title: str | None = None):
+    """A plotly heatmap with the app's template and the values written in the cells (an
+    empty cell where the value is NaN)."""
+    import numpy as np
+
+    z = np.asarray(matrix, dtype=float)
+    cells = [["" if not np.isfinite(v) else f"{v:.{digits}f}" for v in row] for row in z]
+    fig = figure(title=title, height=height or max(260, 60 + 38 * len(y)),
+                 xaxis_title=x_title, yaxis_title=y_title)
+    fig.add_heatmap(z=z, x=list(x), y=list(y), zmin=zmin, zmax=zmax, text=cells,
+                    texttemplate="%{text}", colorscale="Blues", hoverongaps=False,
+                    colorbar={"thickness": 12})
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", side="bottom")
+    return fig
+
+
+CONFLICT_STATUS = {"open": "open (tie, no decision)", "resolved": "resolved by the rule",
+                   "adjudicated": "decided by a lead"}
+
+
+def filter_conflicts(conflicts: Sequence[dict], status: Sequence[str] = (),
+                     labels: Sequence[str] = (), annotators: Sequence[str] = (),
+                     text: str = "") -> list[dict]:
+    """The conflicts with one of ``status``, a vote for one of ``labels``, a vote by one
+    of ``annotators`` and ``text`` in the token (case-insensitive); empty filters pass."""
+    text = (text or "").strip().lower()
+    out = []
+    for c in conflicts:
+        if status and c["status"] not in status:
+            continue
+        if labels and not set(labels) & {lab for lab in c["votes"].values() if lab}:
+            continue
+        if annotators and not set(annotators) & set(c["votes"]):
+            continue
+        if text and text not in str(c["token"]).lower():
+            continue
+        out.append(c)
+    return out
+
+
+def conflict_rows(conflicts: Sequence[dict]) -> list[dict]:
+    """Table rows of conflicts (sentence numbers as the pages show them, 1-based)."""
+    return [{"sentence": c["position"] + 1, "token #": c["token_index"] + 1,
+             "token": c["token"],
+             "votes": " · ".join(f"{who}: {lab or '(no label)'}"
+                                 for who, lab in c["votes"].items()),
+             "training label": c["derived"] or "—",
+             "status": CONFLICT_STATUS.get(c["status"], c["status"])}
+            for c in conflicts]
+
+
+def annotator_rows(stats: Sequence[dict]) -> list[dict]:
+    """Table rows of :meth:`Store.annotator_stats`."""
+    return [{"annotator": r["annotator"], "labels": r["votes"], "sentences": r["sentences"],
+             "changes": r["changes"], "active min": round(r["active_minutes"], 1),
+             "labels / hour": None if r["labels_per_hour"] is None
+             else round(r["labels_per_hour"]),
+             "median s / label": None if r["median_seconds"] is None
+             else round(r["median_seconds"], 1),
+             "mean κ": r["kappa"], "last label": fmt_time(r["last"])} for r in stats]
+
+
+def fmt_num(x, digits: int = 2) -> str:
+    """A float, or "–" for None / NaN."""
+    import math
+
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"

@@ -64,22 +64,28 @@ typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
               for kind in types]
 _keys.render(typeahead, exact=["tok_prev", "tok_next", *CLICK_ACTIONS],
              prefixes=["tok_", "lab_", "span_"])
-sentence = store.get_sentence(state["current"]) if state["current"] is not None else None
+sentence = store.sentence_view(state["current"], page.annotator) \
+    if state["current"] is not None else None
 if sentence is None or sentence["project_id"] != pid:
     state.update(current=None, back=[], fwd=[], anchor=None)
-    first = sup.next_sentence(store, pid, page.order(), page.annotator, None, state["seen"])
+    first = sup.next_sentence(store, pid, page.order(), page.annotator, None, state["seen"],
+                              lease=page.team)
     if first is not None:
         page.go_to(first)
-        sentence = store.get_sentence(first)
+        sentence = store.sentence_view(first, page.annotator)
 
 _ui.header("Annotate", "Pick a token, then its label. Unlabeled tokens may stay unlabeled: "
                        "the model learns from partial annotation.", project)
 _ui.show_flash()
 
 if sentence is None:
-    st.success("Every training sentence is fully labeled.", icon=":material/task_alt:")
-    st.page_link(_ui.PAGES["train"], label="Train a model", icon=":material/model_training:")
-    st.page_link(_ui.PAGES["data"], label="Export the annotations", icon=":material/download:")
+    st.success("No sentence is waiting for you: the others are labeled or held by enough "
+               "people." if page.team else "Every training sentence is fully labeled.",
+               icon=":material/task_alt:")
+    if page.lead:
+        st.page_link(_ui.PAGES["train"], label="Train a model", icon=":material/model_training:")
+        st.page_link(_ui.PAGES["data"], label="Export the annotations",
+                     icon=":material/download:")
     st.stop()
 
 sid = sentence["id"]
@@ -106,7 +112,7 @@ with main:
             where += f" · {sup.md_escape(sentence['doc'])}"
             if sentence.get("line"):
                 where += f" line {sentence['line']}"
-        model_note = (f"suggestions from model v{version['id']}" if version
+        model_note = (f"suggestions from model {sup.version_name(version)}" if version
                       else "no model yet: suggestions appear after training")
         st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled · "
                     f"{model_note}")

@@ -9,7 +9,7 @@ import streamlit as st
 from pages import _ui
 from pages import _view as sup
 
-store, project = _ui.setup()
+store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
 pid = project["id"]
 
@@ -50,7 +50,8 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
         st.session_state["conf_version"] = active if active in usable else usable[-1]
     st.session_state["conf_active_seen"] = active
     st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
-                 format_func=lambda i: f"v{i}" + (" (active)" if i == active else ""),
+                 format_func=lambda i: sup.version_names(versions)[i]
+                 + (" (active)" if i == active else ""),
                  help="Dashboards of this version's stored predictions.")
     version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
     stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
@@ -70,9 +71,9 @@ cols[1].metric("Mean confidence (unlabeled)", f"{free['confidence'].mean():.3f}"
 cols[2].metric("Held-out accuracy", sup.fmt_pct(calib["accuracy"]) if calib else "–",
                help="Token accuracy on the held-out gold labels." if calib else
                "The project has no held-out gold labels.")
-cols[3].metric("Held-out mean confidence", f"{calib['mean_confidence']:.3f}" if calib else "–",
-               help="Calibrated confidences average to the accuracy: compare with the "
-                    "held-out accuracy.")
+cols[3].metric("Held-out confidence", f"{calib['mean_confidence']:.3f}" if calib else "–",
+               help="Mean confidence of the held-out tokens: calibrated confidences average "
+                    "to the accuracy, so compare it with the held-out accuracy.")
 cols[4].metric("ECE", f"{calib['ece']:.3f}" if calib else "–",
                help="Expected calibration error over 10 equal-width confidence bins (0 = "
                     "perfectly calibrated).")
@@ -113,11 +114,12 @@ with left:
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                                  line={"dash": "dash", "color": "#94a3b8"}))
         sup.styled(fig, title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
-                                "tokens (bar labels: tokens per bin)", height=330,
+                                "tokens", height=330,
                           xaxis_title="confidence", yaxis_title="accuracy",
                           xaxis_range=[0, 1], yaxis_range=[0, 1.12],
-                          legend={"orientation": "h", "y": -0.25})
+                          legend={"orientation": "h", "y": -0.35})
         st.plotly_chart(fig, config={"displayModeBar": False})
+        st.caption("Numbers on the bars: held-out tokens in each confidence bin.")
     else:
         st.info("No held-out gold labels in this project, so no reliability diagram. Create "
                 "projects with a held-out share, or import held-out sentences on the Data "
@@ -134,7 +136,8 @@ with right:
                       color_discrete_map={"accuracy": "#16a34a",
                                           "mean confidence": "#f59e0b"})
         sup.styled(fig, height=330, yaxis_tickformat=".0%", xaxis_type="category",
-                   yaxis_title="held-out", legend={"orientation": "h", "y": -0.25})
+                   yaxis_title="held-out", xaxis_title="model version",
+                   legend={"orientation": "h", "y": -0.35, "title": {"text": ""}})
         if long.empty:
             fig.add_annotation(text="no held-out gold: no figures per version",
                                showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")

@@ -10,7 +10,7 @@ from gpsl.errors import GpslError, InputError
 from pages import _ui
 from pages import _view as sup
 
-store, project = _ui.setup()
+store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
 pid = project["id"]
 base = exp.safe_filename(project["name"])
@@ -83,6 +83,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
     with right:
         st.subheader("Export predictions", anchor=False)
         versions = store.list_model_versions(pid)
+        vnames = sup.version_names(versions)
         usable = sup.versions_with_predictions(store, pid, versions)
         if not usable:
             st.caption("Predictions can be exported once a model is trained.")
@@ -93,7 +94,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             with st.container(horizontal=True):
                 vid = st.selectbox("Model version", usable[::-1], key="pred_version", width=160,
                                    index=usable[::-1].index(active) if active in usable else 0,
-                                   format_func=lambda i: f"v{i}")
+                                   format_func=vnames.get)
                 pfmt = st.segmented_control("Format", list(EXPORT_FORMATS), default="conll",
                                             format_func=EXPORT_FORMATS.get, key="pred_fmt",
                                             required=True)
@@ -115,7 +116,8 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 _ui.on_click_data(
                     lambda: exp.export_predictions(store, pid, version, pfmt, psplit),
                     "Predictions not exported"),
-                file_name=f"{base}-predictions-v{vid}.{pfmt}", mime=MIME[pfmt], key="dl_pred",
+                file_name=f"{base}-predictions-{vnames[vid]}.{pfmt}", mime=MIME[pfmt],
+                key="dl_pred",
                 on_click="ignore", disabled=pred_error is not None)
 
         st.subheader("Download a model", anchor=False)
@@ -128,7 +130,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                        "`GPSL.load(dir)` or `python -m gpsl test -m DIR`.")
             with st.container(horizontal=True, vertical_alignment="bottom"):
                 mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
-                                  format_func=lambda i: f"v{i}", key="zip_version", width=160)
+                                  format_func=vnames.get, key="zip_version", width=160)
                 path = next(v["path"] for v in saved if v["id"] == mv)
                 try:  # a damaged model is never offered for download
                     exp.check_model(path)
@@ -138,10 +140,12 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 st.download_button("Download model (.zip)", icon=":material/deployed_code:",
                                    data=_ui.on_click_data(lambda: exp.model_zip(path),
                                                           "Model not exported"),
-                                   file_name=f"{base}-model-v{mv}.zip", mime="application/zip",
+                                   file_name=f"{base}-model-{vnames[mv]}.zip",
+                                   mime="application/zip",
                                    key="dl_model", on_click="ignore", disabled=damage is not None)
             if damage is not None:
-                st.error(f"Model v{mv} cannot be downloaded: {damage}", icon=":material/error:")
+                st.error(f"Model {vnames[mv]} cannot be downloaded: {damage}",
+                         icon=":material/error:")
 
 st.divider()
 st.subheader("Import sentences", anchor=False)
@@ -174,7 +178,7 @@ if upload is not None:
         if st.button("Import", type="primary", icon=":material/upload:", key=f"imp_go_{fid}"):
             try:
                 n = imp.import_sentences(store, pid, sentences, split=target, doc=upload.name,
-                                         annotator=_ui.annotator(),
+                                         annotator=_ui.import_credit(upload.name),
                                          add_labels=new_labels if add_labels else ())
             except GpslError as exc:
                 st.error(str(exc), icon=":material/error:")

@@ -13,7 +13,7 @@ from gpsl.errors import GpslError, InputError
 from pages import _ui
 from pages import _view as sup
 
-store, project = _ui.setup()
+store, project = _ui.setup(role="lead")
 pid = project["id"] if project else None
 
 _ui.header("Project", "Overview, settings and new annotation projects.", project)
@@ -56,9 +56,11 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
         cols[2].metric("Complete", f"{train['pct_complete']:.1f}%",
                        help="Share of the training tokens that have a label (held-out sentences "
                             "carry gold labels for evaluation instead).")
-        cols[3].metric("Annotators", len([a for a in progress["annotators"] if a != "import"]),
-                       help="People who set labels (labels from imported files count as “import”).")
-        cols[4].metric("Model", f"v{version['id']}" if version else "none",
+        cols[3].metric("Annotators", len([a for a in progress["annotators"]
+                                          if not sup.is_import_credit(a)]),
+                       help="People who set labels (labels from imported files are credited "
+                            "to the import, “import:<file>”).")
+        cols[4].metric("Model", sup.version_name(version) if version else "none",
                        help=sup.model_summary(version))
         cols[5].metric("Held-out accuracy", sup.fmt_pct(acc.get("heldout_accuracy")),
                        help="Token accuracy of the active model on the held-out gold labels.")
@@ -206,7 +208,7 @@ with upload_tab:
                         name, sentences, sup.parse_label_text(labels_text),
                         template_text, offsets or (-1, 1), "linear",
                         heldout_fraction=heldout / 100, doc=upload.name,
-                        annotator=_ui.annotator())
+                        annotator=_ui.import_credit(upload.name))
                 except GpslError as exc:
                     st.error(str(exc), icon=":material/error:")
                 else:

@@ -10,7 +10,7 @@ from gpsl.errors import InputError
 from pages import _ui
 from pages import _view as sup
 
-store, project = _ui.setup()
+store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
 pid = project["id"]
 root = _ui.models_root()
@@ -100,7 +100,9 @@ with settings_col:
                 inference=st.session_state["train_inference"],
                 max_sentences=int(st.session_state["train_max_sent"]) or None)
             vid = jobs.start_training(store, pid, config, root)
-            _ui.flash("info", f"Training of model version {vid} started.")
+            started = store.get_model_version(vid)
+            _ui.flash("info", f"Training of model version "
+                              f"{sup.version_name(started) if started else vid} started.")
             st.rerun()
     if running is not None:
         st.caption("One run per project at a time: wait for this one or stop it.")
@@ -117,10 +119,11 @@ with live_col:
                 return
             last = done[-1]
             bounds = last.get("bound_trace") or []
-            st.markdown(f"Last run: **v{last['id']}** · {last['status']}"
+            st.markdown(f"Last run: **{sup.version_name(last)}** · {last['status']}"
                         + (f" · {sup.md_escape(last['error'])}" if last.get("error") else ""))
             if bounds:
-                st.plotly_chart(bound_figure(bounds, f"Bound of v{last['id']}", first=0),
+                st.plotly_chart(bound_figure(bounds, f"Bound of {sup.version_name(last)}",
+                                                 first=0),
                                 config={"displayModeBar": False})
             return
         now = jobs.running_version(store, pid, root)  # also marks a dead worker failed
@@ -135,13 +138,13 @@ with live_col:
         eta = fmt_eta(pipeline.eta_seconds(prog))
         if phase == "predicting":
             done, total = int(prog.get("done", 0)), int(prog.get("total", 0) or 1)
-            text = (f"v{running['id']} · {mode} inference · predicting: {done:,} of "
+            text = (f"{sup.version_name(running)} · {mode} inference · predicting: {done:,} of "
                     f"{total:,} sentences{eta}")
             st.progress(min(1.0, done / total), text=text)
         else:
             labeled = prog.get("labeled_tokens")
-            text = (f"v{running['id']} · {mode} inference · {phase} · iteration {it} of at "
-                    f"most {max_it} · {secs:.0f} s{eta}"
+            text = (f"{sup.version_name(running)} · {mode} inference · {phase} · iteration "
+                    f"{it} of at most {max_it} · {secs:.0f} s{eta}"
                     + (f" · {labeled:,} labeled tokens in {prog.get('sentences', 0):,} "
                        "sentences" if labeled else ""))
             st.progress(min(1.0, it / max_it) if phase == "fitting" else
@@ -156,7 +159,7 @@ with live_col:
         if st.button("Stop training", icon=":material/stop:", key="stop"):
             with _ui.guard("Training not stopped"):
                 jobs.stop_training(store, running["id"])
-                _ui.flash("warning", f"Stopped model version {running['id']}.")
+                _ui.flash("warning", f"Stopped model version {sup.version_name(running)}.")
                 st.rerun()
 
     @st.fragment(run_every=1.0 if running is not None else None)
@@ -186,12 +189,13 @@ with _ui.guard("Cannot show the model versions"):
         if done:
             with st.container(horizontal=True, vertical_alignment="bottom"):
                 active = next((v["id"] for v in versions if v["active"]), None)
-                choice = st.selectbox("Version", done[::-1], format_func=lambda i: f"v{i}",
+                vnames = sup.version_names(versions)
+                choice = st.selectbox("Version", done[::-1], format_func=vnames.get,
                                       index=0 if active is None else done[::-1].index(active),
                                       key="train_pick", width=160)
                 if st.button("Make active", disabled=choice == active, key="make_active",
                              icon=":material/star:"):
                     with _ui.guard("Model not made active"):
                         store.set_active_model(pid, choice)
-                        _ui.flash("info", f"Model v{choice} is now active.")
+                        _ui.flash("info", f"Model {vnames[choice]} is now active.")
                         st.rerun()

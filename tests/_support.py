@@ -39,15 +39,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health"):
-    """``streamlit run app.py`` on a free loopback port with ``env`` added to the
-    environment; yields the URL once ``URL + ready_path`` answers 200 (fails the test after
-    60 s or if the server exits), and stops the server afterwards."""
-    port = free_port()
+def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health",
+              port: int | None = None):
+    """``streamlit run app.py`` on a free loopback port (or ``port``) with ``env`` added to
+    the environment; yields the URL once ``URL + ready_path`` answers 200 (fails the test
+    after 60 s or if the server exits), and stops the server afterwards."""
+    port = port or free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.headless", "true",
            "--browser.gatherUsageStats", "false"]
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **env})

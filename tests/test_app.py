@@ -251,7 +251,7 @@ def test_confidence_page_with_a_model_and_click_through(db):
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Held-out accuracy"].endswith("%") and metrics["ECE"] != "–"
-    assert metrics["Held-out mean confidence"] != "–" and metrics["ECE (equal-mass)"] != "–"
+    assert metrics["Held-out confidence"] != "–" and metrics["ECE (equal-mass)"] != "–"
     # histogram, box, reliability, learning curve, selective accuracy
     assert len(at.get("plotly_chart")) >= 5
     assert any("accept" in c.value.lower() for c in at.caption)  # the threshold section

@@ -167,10 +167,10 @@ def test_rns_variances_must_come_in_pairs():
 # --------------------------------------------------------------------------- structured
 
 
-def _scores_case(seed=0, n_sent=400, J=3):
+def _scores_case(seed=0, n_sent=300, J=3):
     b, g, lengths, offsets = _rns_case(seed=seed, n_sent=n_sent, J=J)
     return Scores(b, np.full_like(b, 0.5), g, np.zeros_like(g), lengths, offsets,
-                  {"tol": 1e-8, "max_iter": 300, "damping": 0.5})
+                  {"tol": 1e-6, "max_iter": 200, "damping": 0.5})
 
 
 def test_structured_temperatures_of_one_are_algorithm_2():
@@ -328,3 +328,13 @@ def test_calibration_by_band():
     assert rows[0]["tokens"] == 3 and rows[0]["accuracy"] == pytest.approx(2 / 3)
     assert rows[1] == {"band": "rare", "tokens": 1, "accuracy": 1.0, "mean_confidence": 0.6,
                        "ece_mass": pytest.approx(0.4), "labels": ["B"]}
+
+
+def test_structured_fit_on_a_subset_above_the_token_cap():
+    sc = _scores_case(seed=2)
+    truth = sc.marginals("mean", 2.0, 5.0)
+    rng = np.random.default_rng(0)
+    gold = np.array([rng.choice(3, p=p) for p in truth])
+    small = Calibrator.fit_structured([sc], [gold], max_tokens=sc.n_tokens // 2)
+    assert small.n_tokens < sc.n_tokens * 0.7
+    assert small.t_unary == pytest.approx(2.0, rel=0.3)

@@ -16,7 +16,9 @@ modules is plain SQL text (SQLAlchemy Core ``text()``), written to run on both.
   :class:`StoreUnavailableError`; "database is locked" never reaches a user.
 * The schema is created on first open and migrated on open: ``schema_version`` records the
   applied version; stores of schema 1 (``PRAGMA user_version = 1``, one label per token)
-  are migrated to votes per annotator in one transaction (:func:`_migrate_1_to_2`).
+  are migrated to votes per annotator (:func:`_migrate_1_to_2`) and stores of schema 2 get
+  the team tables, the project guidelines and per-project model version numbers
+  (:func:`_migrate_2_to_3`), all in one transaction.
 """
 
 from __future__ import annotations
@@ -362,7 +364,9 @@ class Database:
             return version
         if version == 1:
             _migrate_1_to_2(conn)
-        else:
+        if version in (1, 2):
+            _migrate_2_to_3(conn)
+        if version == 0:
             schema.metadata.create_all(conn)
         conn.execute(text("INSERT INTO schema_version (version, applied_at) VALUES (:v, :at)"),
                      {"v": schema.SCHEMA_VERSION, "at": now()})
@@ -433,6 +437,24 @@ def _migrate_1_to_2(conn: Connection) -> None:
         conn.execute(text("UPDATE predictions SET queue_score = :q WHERE model_version_id = :v"
                           " AND sentence_id = :s"), updates)
     conn.execute(text("DROP TABLE annotations"))
+
+
+def _migrate_2_to_3(conn: Connection) -> None:
+    """Schema 2 -> 3: the team tables (accounts, sign-in tokens, leases, adjudication
+    history), ``projects.guidelines`` and ``model_versions.number`` (the versions of each
+    project numbered 1, 2, ... in the order of their ids).  Every row is kept."""
+    from sqlalchemy import inspect
+
+    schema.metadata.create_all(conn)  # the new tables only (create_all skips existing ones)
+    insp = inspect(conn)
+    if "guidelines" not in {c["name"] for c in insp.get_columns("projects")}:
+        conn.execute(text("ALTER TABLE projects ADD COLUMN guidelines TEXT NOT NULL"
+                          " DEFAULT ''"))
+    if "number" not in {c["name"] for c in insp.get_columns("model_versions")}:
+        conn.execute(text("ALTER TABLE model_versions ADD COLUMN number INTEGER"))
+    conn.execute(text(
+        "UPDATE model_versions SET number = (SELECT COUNT(*) FROM model_versions m"
+        " WHERE m.project_id = model_versions.project_id AND m.id <= model_versions.id)"))
 
 
 def run_in_child_after_fork() -> None:

@@ -10,16 +10,18 @@ from pathlib import Path
 
 import numpy as np
 
-from gpsl.annotation import labels as label_votes
 from gpsl.annotation import (
+    accounts,
     predictions,
     projects,
     queue,
     search,
     sentences,
     stats,
+    team,
     versions,
 )
+from gpsl.annotation import labels as label_votes
 from gpsl.annotation.db import Database
 
 
@@ -132,6 +134,11 @@ class Store:
     def gold_data(self, project_id: int, split: str | None = "heldout"):
         return sentences.gold_data(self.db, project_id, split)
 
+    def sentence_view(self, sentence_id: int, annotator: str,
+                      blind: bool | None = None) -> dict | None:
+        """:meth:`get_sentence` as ``annotator`` may see it (the project's blind mode)."""
+        return sentences.view(self.db, sentence_id, annotator, blind)
+
     def export_sentences(self, project_id: int, split: str | None = None) -> list:
         from gpsl.io import Sentence
 
@@ -157,6 +164,9 @@ class Store:
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
         label_votes.adjudicate(self.db, sentence_id, token_index, label, lead)
+
+    def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
+        return label_votes.adjudication_history(self.db, sentence_id, project_id, limit)
 
     def votes(self, sentence_id: int) -> list[dict]:
         return label_votes.votes_of(self.db, sentence_id)
@@ -248,3 +258,80 @@ class Store:
 
     def ranked_queue(self, project_id: int, n: int = 10) -> list[dict]:
         return queue.ranked(self.db, project_id, n)
+
+    def next_sentence(self, project_id: int, annotator: str, order: str = "uncertainty",
+                      current: int | None = None, exclude=()) -> int | None:
+        """The next sentence for a team member, leased to them (:func:`queue.route`)."""
+        return queue.route(self.db, project_id, annotator, order, current, exclude)
+
+    def release_lease(self, annotator: str, sentence_id: int | None = None) -> int:
+        return queue.release(self.db, annotator, sentence_id)
+
+    def leases(self, project_id: int) -> list[dict]:
+        return queue.leases(self.db, project_id)
+
+    # accounts (gpsl.annotation.accounts)
+    def account_count(self) -> int:
+        return accounts.count(self.db)
+
+    def list_accounts(self) -> list[dict]:
+        return accounts.list_all(self.db)
+
+    def get_account(self, account_id: int) -> dict | None:
+        return accounts.get(self.db, account_id)
+
+    def create_account(self, name: str, role: str, password: str | None = None) -> int:
+        return accounts.create(self.db, name, role, password)
+
+    def set_account_password(self, account_id: int, password: str | None) -> None:
+        accounts.set_password(self.db, account_id, password)
+
+    def set_account_role(self, account_id: int, role: str) -> None:
+        accounts.set_role(self.db, account_id, role)
+
+    def delete_account(self, account_id: int) -> None:
+        accounts.delete(self.db, account_id)
+
+    def verify_password(self, name: str, password: str):
+        return accounts.verify_password(self.db, name, password)
+
+    def issue_sign_in_link(self, account_id: int, days: float = accounts.LINK_DAYS) -> str:
+        return accounts.issue_link(self.db, account_id, days)
+
+    def revoke_sign_in_links(self, account_id: int) -> int:
+        return accounts.revoke_links(self.db, account_id)
+
+    def redeem_sign_in_link(self, token: str):
+        return accounts.redeem_link(self.db, token)
+
+    def start_session(self, account_id: int) -> str:
+        return accounts.start_session(self.db, account_id)
+
+    def session_identity(self, token: str | None):
+        return accounts.session_identity(self.db, token)
+
+    def end_session(self, token: str | None) -> None:
+        accounts.end_session(self.db, token)
+
+    # team (gpsl.annotation.team)
+    def team_settings(self, project_id: int) -> dict:
+        project = self.get_project(project_id)
+        return team.settings_of(project or {})
+
+    def set_team_settings(self, project_id: int, **settings) -> dict:
+        return team.set_settings(self.db, project_id, **settings)
+
+    def fit_crowd_model(self, project_id: int, **kw) -> dict:
+        return team.fit_crowd(self.db, project_id, **kw)
+
+    def team_votes(self, project_id: int) -> list[dict]:
+        return team.project_votes(self.db, project_id)
+
+    def agreement(self, project_id: int, votes=None) -> dict:
+        return team.agreement_figures(self.db, project_id, votes)
+
+    def annotator_stats(self, project_id: int, votes=None, figures=None) -> list[dict]:
+        return team.annotator_stats(self.db, project_id, votes, figures)
+
+    def conflicts(self, project_id: int, votes=None) -> list[dict]:
+        return team.conflicts(self.db, project_id, votes)

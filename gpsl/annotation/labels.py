@@ -111,7 +111,12 @@ def _refresh_derived(conn, sentence_id: int, tokens) -> None:
     adjudicated = {t: lab for t, lab in conn.execute(text(
         "SELECT token_index, label FROM adjudications WHERE sentence_id = :s AND token_index"
         " IN :ts").bindparams(bindparam("ts", expanding=True)), p)}
-    derived = derive_labels(votes, adjudicated)
+    posterior = None
+    if any(sum(v.source != "import" for v in vs) > 1 for vs in votes.values()):
+        from gpsl.annotation import team  # a disputed token: the project's crowd model?
+
+        posterior = team.posterior_of(conn, sentence_id)
+    derived = derive_labels(votes, adjudicated, posterior)
     conn.execute(text("DELETE FROM derived_labels WHERE sentence_id = :s AND token_index IN"
                       " :ts").bindparams(bindparam("ts", expanding=True)), p)
     rows = [{"s": sentence_id, "t": t, "l": d.label, "src": d.source, "a": d.annotator}
@@ -262,7 +267,8 @@ def undo(db: Database, project_id: int, annotator: str | None = None) -> dict | 
 def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | None,
                lead: str) -> None:
     """A lead's decision for a disputed token (``None`` withdraws it); the token's derived
-    label follows it whatever the votes say.  Votes are never changed."""
+    label follows it whatever the votes say.  Votes are never changed; every change of the
+    decision is a row of ``adjudication_history`` (:func:`adjudication_history`)."""
     lead = validate.annotator(lead)
 
     def tx(conn):
@@ -270,6 +276,15 @@ def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | No
         t = int(token_index)
         if not 0 <= t < info["n_tokens"]:
             raise InputError(f"token index {t} out of range", source=f"sentence {sentence_id}")
+        before = conn.execute(text("SELECT label FROM adjudications WHERE sentence_id = :s"
+                                   " AND token_index = :t"), {"s": sentence_id, "t": t}).first()
+        before = before[0] if before else None
+        if before == label:
+            return
+        conn.execute(text(
+            "INSERT INTO adjudication_history (sentence_id, token_index, old_label, new_label,"
+            " annotator, at) VALUES (:s, :t, :old, :new, :a, :at)"),
+            {"s": sentence_id, "t": t, "old": before, "new": label, "a": lead, "at": now()})
         if label is None:
             conn.execute(text("DELETE FROM adjudications WHERE sentence_id = :s AND"
                               " token_index = :t"), {"s": sentence_id, "t": t})
@@ -285,6 +300,26 @@ def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | No
         _refresh_derived(conn, sentence_id, [t])
 
     db.write(tx)
+
+
+def adjudication_history(db: Database, sentence_id: int | None = None,
+                         project_id: int | None = None, limit: int | None = 100) -> list[dict]:
+    """Changes of the leads' decisions, newest first: ``dict(id, sentence_id, position,
+    token_index, old_label, new_label, annotator, at)``."""
+    where, args = [], {"limit": 2 ** 62 if limit is None else int(limit)}
+    if sentence_id is not None:
+        where.append("h.sentence_id = :s")
+        args["s"] = sentence_id
+    if project_id is not None:
+        where.append("s.project_id = :p")
+        args["p"] = project_id
+    sql = ("SELECT h.id, h.sentence_id, s.position, h.token_index, h.old_label, h.new_label,"
+           " h.annotator, h.at FROM adjudication_history h JOIN sentences s"
+           " ON s.id = h.sentence_id")
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY h.id DESC LIMIT :limit"
+    return db.read(lambda conn: [dict(r._mapping) for r in conn.execute(text(sql), args)])
 
 
 def votes_of(db: Database, sentence_id: int) -> list[dict]:

@@ -17,14 +17,16 @@ from gpsl.errors import InputError
 from gpsl.tags import sort_labels
 
 SAMPLE_PROJECT_NAME = "Sample (news entities)"
-FIELDS = ("name", "labels", "template", "offsets", "kernel", "settings")
+FIELDS = ("name", "labels", "template", "offsets", "kernel", "settings", "guidelines")
+MAX_GUIDELINES = 200_000  # characters of Markdown
 
 
 def as_dict(row) -> dict:
     m = row._mapping
     d = {"id": m["id"], "name": m["name"], "labels": loads(m["labels"]),
          "template": m["template"], "offsets": loads(m["offsets"]), "kernel": m["kernel"],
-         "created_at": m["created_at"], "settings": loads(m["settings"], {})}
+         "created_at": m["created_at"], "settings": loads(m["settings"], {}),
+         "guidelines": m["guidelines"] if "guidelines" in m else ""}
     if "n_sentences" in m:
         d["n_sentences"] = m["n_sentences"]
     return d
@@ -176,7 +178,8 @@ def get(db: Database, project_id: int) -> dict | None:
 
 
 def update(db: Database, project_id: int, **fields) -> dict:
-    """Change ``name``, ``labels``, ``template``, ``offsets``, ``kernel`` or ``settings``;
+    """Change ``name``, ``labels``, ``template``, ``offsets``, ``kernel``, ``settings`` or
+    ``guidelines`` (Markdown text for the annotators);
     removing a label still used by a vote, adjudication or gold label raises InputError."""
     unknown = set(fields) - set(FIELDS)
     if unknown:
@@ -214,6 +217,12 @@ def update(db: Database, project_id: int, **fields) -> dict:
             values["kernel"] = str(fields["kernel"])
         if "settings" in fields:
             values["settings"] = dumps(dict(fields["settings"] or {}))
+        if "guidelines" in fields:
+            guidelines = str(fields["guidelines"] or "")
+            if len(guidelines) > MAX_GUIDELINES:
+                raise InputError(f"the guidelines are longer than {MAX_GUIDELINES:,} "
+                                 "characters", source="<project>")
+            values["guidelines"] = guidelines
         if values:
             cols = ", ".join(f"{k} = :{k}" for k in values)
             conn.execute(text(f"UPDATE projects SET {cols} WHERE id = :id"),

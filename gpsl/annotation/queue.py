@@ -4,18 +4,27 @@ A sentence's score is :func:`gpsl.active.sentence_scores` (strategy :data:`STRAT
 its *unlabeled* tokens under a model version's marginals; it is stored with the prediction
 (``predictions.queue_score``) and recomputed whenever a label of the sentence changes, so
 the queue is one indexed SQL query that sorts by it.  The Confidence page shows the same
-ranking (:func:`ranked`)."""
+ranking (:func:`ranked`).
+
+:func:`route` hands sentences to the members of a team: each annotator gets sentences they
+have not labeled, at most ``overlap`` (k, a project setting) people hold one sentence at a
+time, and holding means having voted on it or having a *lease* on it (a row of ``leases``
+with an expiry time, so a sentence handed to someone who walks away returns to the queue
+after :data:`LEASE_SECONDS`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 
 from gpsl import active
-from gpsl.annotation.db import Database
+from gpsl.annotation import validate
+from gpsl.annotation.db import Database, loads, now
 
+LEASE_SECONDS = 15 * 60
 STRATEGY = "sentence_least_confidence"
 AGGREGATE = "max"
 ORDERS = ("uncertainty", "sequential")
@@ -107,3 +116,119 @@ def ranked(db: Database, project_id: int, n: int = 10) -> list[dict]:
         return out
 
     return db.read(tx)
+
+
+def _holders_sql(db: Database) -> str:
+    """How many people other than ``:a`` hold sentence ``s``: voted on it (votes that came
+    with an imported file do not count) or hold an unexpired lease on it."""
+    return ("(SELECT COUNT(*) FROM (SELECT v.annotator FROM votes v WHERE v.sentence_id = s.id"
+            " AND v.source <> 'import' AND v.annotator <> :a UNION SELECT l.annotator FROM"
+            " leases l WHERE l.sentence_id = s.id AND l.annotator <> :a AND l.expires_at > :now"
+            ") h)")
+
+
+def route(db: Database, project_id: int, annotator: str, order: str = "uncertainty",
+          current: int | None = None, exclude: Iterable[int] = (),
+          lease_seconds: float = LEASE_SECONDS) -> int | None:
+    """The next sentence for ``annotator`` in a team, leased to them; None when there is none.
+
+    In one write transaction: the annotator's lease on ``current`` ends (they moved on); a
+    sentence of this project they still hold a lease on is handed back (a reload or a new
+    tab keeps the same sentence); otherwise the first *eligible* training sentence, not in
+    ``exclude`` (already seen; ignored when nothing else is left), gets a lease that ends
+    after ``lease_seconds``.  With ``k`` = the project's ``overlap`` setting:
+
+    * eligible: fewer than ``k`` other people hold it (voted or leased) and it still needs
+      work: ``k = 1``: an unlabeled token (as :func:`queue`); ``k > 1``: the annotator has
+      not voted on it, and it has an unlabeled token or someone else has voted on it (it
+      waits for its k-th annotator);
+    * order: sentences the annotator skipped last; with ``k > 1`` those that more people
+      already hold first (an overlap is completed before a new one starts); then the
+      queue score under the active model (``order='uncertainty'``), then file order.
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be 'uncertainty' or 'sequential', got {order!r}")
+    annotator = validate.annotator(annotator)
+    exclude = sorted({int(x) for x in exclude})
+
+    def tx(conn):
+        at = now()
+        until = (datetime.now(UTC) + timedelta(seconds=float(lease_seconds))).isoformat(
+            timespec="milliseconds")
+        conn.execute(text("DELETE FROM leases WHERE expires_at <= :now"), {"now": at})
+        prow = conn.execute(text("SELECT settings FROM projects WHERE id = :p" +
+                                 db.for_update()), {"p": project_id}).first()
+        if prow is None:
+            return None
+        k = max(1, int(loads(prow[0], {}).get("overlap", 1) or 1))
+        if current is not None:
+            conn.execute(text("DELETE FROM leases WHERE sentence_id = :s AND annotator = :a"),
+                         {"s": int(current), "a": annotator})
+        held = conn.execute(text(
+            "SELECT l.sentence_id FROM leases l JOIN sentences s ON s.id = l.sentence_id"
+            " WHERE l.annotator = :a AND s.project_id = :p ORDER BY l.expires_at DESC"),
+            {"a": annotator, "p": project_id}).fetchall()
+        for (sid,) in held:
+            if sid not in exclude:
+                conn.execute(text("UPDATE leases SET expires_at = :u WHERE sentence_id = :s"
+                                  " AND annotator = :a"), {"u": until, "s": sid, "a": annotator})
+                return sid
+        version = None
+        if order == "uncertainty":
+            r = conn.execute(text("SELECT id FROM model_versions WHERE project_id = :p AND"
+                                  " active = 1"), {"p": project_id}).first()
+            version = r[0] if r else None
+        holders = _holders_sql(db)
+        if k == 1:
+            need = "s.n_labeled < s.n_tokens"
+            rank = ""
+        else:
+            need = ("NOT EXISTS (SELECT 1 FROM votes m WHERE m.sentence_id = s.id AND"
+                    " m.annotator = :a AND m.source <> 'import') AND (s.n_labeled < s.n_tokens"
+                    " OR EXISTS (SELECT 1 FROM votes o WHERE o.sentence_id = s.id AND"
+                    " o.annotator <> :a AND o.source <> 'import'))")
+            rank = f"{holders} DESC, "
+        join = ""
+        score = ""
+        args = {"a": annotator, "p": project_id, "now": at, "k": k}
+        if version is not None:
+            join = (" LEFT JOIN predictions pr ON pr.sentence_id = s.id AND"
+                    " pr.model_version_id = :v")
+            score = "pr.queue_score IS NULL, pr.queue_score DESC, "
+            args["v"] = version
+        base = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id AND"
+                f" k.annotator = :a{join} WHERE s.project_id = :p AND s.split = 'train' AND"
+                f" {need} AND {holders} < :k")
+        tail = f" ORDER BY k.at IS NOT NULL, k.at, {rank}{score}s.position LIMIT 1"
+        pick = None
+        if exclude:
+            pick = conn.execute(text(base + " AND s.id NOT IN :ex" + tail).bindparams(
+                bindparam("ex", expanding=True)), {**args, "ex": exclude}).first()
+        if pick is None:
+            pick = conn.execute(text(base + tail), args).first()
+        if pick is None:
+            return None
+        conn.execute(text(
+            "INSERT INTO leases (sentence_id, annotator, expires_at) VALUES (:s, :a, :u)"
+            " ON CONFLICT (sentence_id, annotator) DO UPDATE SET expires_at = excluded.expires_at"),
+            {"s": pick[0], "a": annotator, "u": until})
+        return pick[0]
+
+    return db.write(tx)
+
+
+def release(db: Database, annotator: str, sentence_id: int | None = None) -> int:
+    """End ``annotator``'s lease on a sentence (all their leases with None)."""
+    sql, args = "DELETE FROM leases WHERE annotator = :a", {"a": annotator}
+    if sentence_id is not None:
+        sql += " AND sentence_id = :s"
+        args["s"] = int(sentence_id)
+    return db.write(lambda conn: conn.execute(text(sql), args).rowcount)
+
+
+def leases(db: Database, project_id: int) -> list[dict]:
+    """Unexpired leases of a project: ``dict(sentence_id, position, annotator, expires_at)``."""
+    return db.read(lambda conn: [dict(r._mapping) for r in conn.execute(text(
+        "SELECT l.sentence_id, s.position, l.annotator, l.expires_at FROM leases l JOIN"
+        " sentences s ON s.id = l.sentence_id WHERE s.project_id = :p AND l.expires_at > :now"
+        " ORDER BY s.position, l.annotator"), {"p": project_id, "now": now()})])

@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 2.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 3.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -14,6 +14,12 @@ Storage formats: ``projects.labels``/``offsets``/``settings``, ``sentences.token
 ``predictions.confidence`` the raw little-endian float32 per-token confidences, and
 ``predictions.queue_score`` the active-learning score of the sentence's unlabeled tokens
 (:mod:`gpsl.annotation.queue`).  Times are ISO-8601 UTC strings.
+
+Schema 3 adds teams: ``accounts`` (name, role, argon2 password hash), ``auth_tokens`` (sign-in
+links and sessions, stored as SHA-256 hashes of random tokens, :mod:`gpsl.annotation.accounts`),
+``leases`` (which annotator holds which sentence until when, :mod:`gpsl.annotation.queue`),
+``adjudication_history`` (every change of a lead's decision), the project's ``guidelines``
+(Markdown text) and per-project model version numbers (``model_versions.number``).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -53,6 +59,7 @@ projects = Table(
     Column("kernel", Text, nullable=False, server_default="linear"),
     Column("created_at", Text, nullable=False),
     Column("settings", Text, nullable=False, server_default="{}"),
+    Column("guidelines", Text, nullable=False, server_default=""),
 )
 
 sentences = Table(
@@ -154,6 +161,7 @@ model_versions = Table(
     Column("status", Text, nullable=False, server_default="running"),
     Column("active", Integer, nullable=False, server_default="0"),
     Column("error", Text),
+    Column("number", Integer),  # 1, 2, ... within the project (schema 3)
     CheckConstraint("status IN ('running', 'done', 'failed', 'killed')"),
     CheckConstraint("active IN (0, 1)"),
     sqlite_autoincrement=True,
@@ -194,6 +202,51 @@ skips = Table(
     Column("at", Text, nullable=False),
     PrimaryKeyConstraint("sentence_id", "annotator"),
 )
+
+adjudication_history = Table(
+    "adjudication_history", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("token_index", Integer, nullable=False),
+    Column("old_label", Text),
+    Column("new_label", Text),  # NULL: the decision was withdrawn
+    Column("annotator", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("adjudication_history_by_token", adjudication_history.c.sentence_id,
+      adjudication_history.c.token_index, adjudication_history.c.id)
+
+accounts = Table(
+    "accounts", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("role", Text, nullable=False),
+    Column("password_hash", Text),  # argon2id (argon2-cffi); NULL: sign-in links only
+    Column("created_at", Text, nullable=False),
+    CheckConstraint("role IN ('lead', 'annotator')"),
+    sqlite_autoincrement=True,
+)
+
+auth_tokens = Table(
+    "auth_tokens", metadata,
+    Column("token_hash", Text, primary_key=True),  # SHA-256 hex of a 256-bit random token
+    Column("account_id", Integer, _fk("accounts"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+    CheckConstraint("kind IN ('link', 'session')"),
+)
+Index("auth_tokens_by_account", auth_tokens.c.account_id, auth_tokens.c.kind)
+
+leases = Table(
+    "leases", metadata,
+    Column("sentence_id", Integer, _fk("sentences"), nullable=False),
+    Column("annotator", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+    PrimaryKeyConstraint("sentence_id", "annotator"),
+)
+Index("leases_by_annotator", leases.c.annotator, leases.c.expires_at)
 
 schema_version = Table(
     "schema_version", metadata,

@@ -141,34 +141,37 @@ def get(db: Database, sentence_id: int) -> dict | None:
     """One sentence: ``id, project_id, position, doc, line, split, tokens, labels`` (the
     derived training labels, None when missing), ``sources``, ``annotators``, ``votes``
     (per token ``{annotator: label}``) and ``gold`` (list, or None without gold)."""
+    d = db.read(lambda conn: _get(conn, sentence_id))
+    if d is not None:
+        del d["_votes"]
+    return d
 
-    def tx(conn):
-        r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
-                         {"s": sentence_id}).first()
-        if r is None:
-            return None
-        p = {"s": sentence_id}
-        labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
-                                   " derived_labels WHERE sentence_id = :s"), p).fetchall()
-        votes = conn.execute(text("SELECT token_index, annotator, label FROM votes"
-                                  " WHERE sentence_id = :s ORDER BY updated_at"), p).fetchall()
-        gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
-                                 " WHERE sentence_id = :s"), p).fetchall()
-        return r._mapping, labels, votes, gold
 
-    got = db.read(tx)
-    if got is None:
+def _get(conn, sentence_id: int) -> dict | None:
+    """:func:`get` inside a read transaction; its ``_votes`` hold every vote row
+    ``(token_index, annotator, label, source)``, oldest first."""
+    r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
+                     {"s": sentence_id}).first()
+    if r is None:
         return None
-    m, labels, votes, gold = got
+    p = {"s": sentence_id}
+    labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
+                               " derived_labels WHERE sentence_id = :s"), p).fetchall()
+    votes = conn.execute(text("SELECT token_index, annotator, label, source FROM votes"
+                              " WHERE sentence_id = :s ORDER BY updated_at"), p).fetchall()
+    gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
+                             " WHERE sentence_id = :s"), p).fetchall()
+    m = r._mapping
     d = _as_dict(m, labels)
     d["votes"] = [{} for _ in range(m["n_tokens"])]
-    for t, ann, lab in votes:
+    for t, ann, lab, _src in votes:
         d["votes"][t][ann] = lab
     d["gold"] = None
     if gold:
         d["gold"] = [None] * m["n_tokens"]
         for t, lab in gold:
             d["gold"][t] = lab
+    d["_votes"] = [tuple(v) for v in votes]
     return d
 
 
@@ -276,3 +279,63 @@ def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
             labels.append([None] * n)
         labels[-1][t] = lab
     return out_ids, tokens, labels
+
+
+def is_import(annotator: str | None, source: str | None = None) -> bool:
+    """A vote that came with an imported file (annotator ``import`` or ``import:<file>``)."""
+    return source == "import" or (annotator or "") == "import" or \
+        (annotator or "").startswith("import:")
+
+
+def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = None) -> dict | None:
+    """One sentence as ``annotator`` may see it: the shape of :func:`get` plus ``mine``
+    (``{token: label}`` of the annotator's own votes, None = cleared), ``blind`` and
+    ``hidden`` (tokens on which someone else voted while the view is blind: the stored
+    model marginals there were computed with those labels clamped, so a page must not show
+    them as suggestions).
+
+    ``blind`` None: the project's ``blind`` setting.  A blind view shows the annotator's own
+    votes and the labels imported with a file, never another person's vote: ``labels[t]``
+    is the annotator's vote, else the imported label, else None; ``votes[t]`` holds only
+    those.  Not blind: ``labels`` are the derived training labels and ``votes`` every vote."""
+    def tx(conn):
+        d = _get(conn, sentence_id)
+        if d is None or blind is not None:
+            return d, {}
+        settings = conn.execute(text("SELECT settings FROM projects WHERE id = :p"),
+                                {"p": d["project_id"]}).scalar_one()
+        return d, loads(settings, {})
+
+    d, settings = db.read(tx)
+    if d is None:
+        return None
+    rows = d.pop("_votes")
+    if blind is None:
+        blind = bool(settings.get("blind", False))
+    d["mine"] = {t: lab for t, ann, lab, _src in rows if ann == annotator}
+    d["blind"] = bool(blind)
+    d["hidden"] = []
+    if not blind:
+        return d
+    n = len(d["tokens"])
+    votes: list[dict] = [{} for _ in range(n)]
+    labels: list[str | None] = [None] * n
+    sources: list[str | None] = [None] * n
+    annotators: list[str | None] = [None] * n
+    others: set[int] = set()
+    for t, ann, lab, src in rows:
+        if ann == annotator:
+            votes[t][ann] = lab
+        elif is_import(ann, src):
+            votes[t][ann] = lab
+            if t not in d["mine"] and lab is not None:
+                labels[t], sources[t], annotators[t] = lab, "human", ann
+        else:
+            others.add(t)
+    for t, lab in d["mine"].items():
+        src = next((s for tt, a, _l, s in rows if tt == t and a == annotator), "human")
+        labels[t], sources[t], annotators[t] = lab, (None if lab is None else src), \
+            (None if lab is None else annotator)
+    d.update(votes=votes, labels=labels, sources=sources, annotators=annotators,
+             hidden=sorted(others))
+    return d

@@ -1,6 +1,7 @@
-"""Model versions: one row per training run (running → done / failed / killed), the
-project's active version, and the identity of each run's worker process (pid and its start
-time, so a reused pid is never taken for a live worker)."""
+"""Model versions: one row per training run (running → done / failed / killed), numbered
+1, 2, ... within each project (``number``; the ``id`` is global), the project's active
+version, and the identity of each run's worker process (pid and its start time, so a reused
+pid is never taken for a live worker)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def as_dict(r) -> dict:
             "classes": loads(m["classes"]), "bound_trace": loads(m["bound_trace"]),
             "metrics": loads(m["metrics"]), "path": m["path"],
             "n_labeled_tokens": m["n_labeled_tokens"], "status": m["status"],
-            "active": bool(m["active"]), "error": m["error"]}
+            "active": bool(m["active"]), "error": m["error"],
+            "number": m["number"] if m["number"] is not None else m["id"]}
 
 
 def row(conn, version_id: int):
@@ -47,11 +49,13 @@ def start(db: Database, project_id: int, settings: Mapping | None = None, *,
     settings["pid_started"] = pid_started
 
     def tx(conn):
-        project_row(conn, project_id)
+        project_row(conn, project_id, db.for_update())  # serialises the numbering
+        number = conn.execute(text("SELECT COALESCE(MAX(number), 0) + 1 FROM model_versions"
+                                   " WHERE project_id = :p"), {"p": project_id}).scalar_one()
         return conn.execute(text(
-            "INSERT INTO model_versions (project_id, created_at, settings, status)"
-            " VALUES (:p, :at, :s, 'running') RETURNING id"),
-            {"p": project_id, "at": now(), "s": dumps(settings)}).scalar_one()
+            "INSERT INTO model_versions (project_id, created_at, settings, status, number)"
+            " VALUES (:p, :at, :s, 'running', :n) RETURNING id"),
+            {"p": project_id, "at": now(), "s": dumps(settings), "n": number}).scalar_one()
 
     return db.write(tx)
 
