@@ -293,3 +293,25 @@ def test_view_helpers():
                                               (None, 0.5)])]
     assert sup.opening_token(views) == 2  # least sure unlabeled, first on a tie
     assert sup.opening_token(views[1:2]) == 0
+
+
+def test_blind_project_panels_show_no_other_votes(db):
+    store, pid = tiny_project(db)
+    sid = store.sentence_ids(pid)[3]  # "Bob Smith went to Paris ."
+    store.set_labels(sid, {0: BL}, "alice")
+    store.set_team_settings(pid, blind=True)
+    at = app(goto=sid)
+    send(at, {"k": "click", "key": "tok_0"})
+    assert at.button(key="tok_0").label == "Bob"  # alice's vote is not shown
+    panel = "\n".join(m.value for m in at.markdown if "Token history" in m.value)
+    assert "alice" not in panel and "No change recorded" in panel
+    at.session_state["find_open"] = True
+    at.run()
+    assert [w.key for w in at.selectbox if (w.key or "").startswith("find_")] == []
+    assert any(c.value == "Blind annotation: search by text only." for c in at.caption)
+    at.text_input(key="find_text").set_value("bob smith").run()
+    assert any(m.value == "**Bob** **Smith** went to Paris \\." for m in at.markdown)
+    # one's own vote and its history do show
+    send(at, key("1"), key("ArrowLeft"))
+    panel = "\n".join(m.value for m in at.markdown if "Token history" in m.value)
+    assert "**tester** · set `B-PER`" in panel and "alice" not in panel
