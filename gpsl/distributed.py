@@ -204,7 +204,8 @@ class DaskShards:
                 fut = client.submit(Shard, data, actor=True, workers=[w],
                                     allow_other_workers=False, pure=False)
                 self._futures += [data, fut]
-            self.actors = [f.result() for f in self._futures[1::2]]
+            with client.as_current():  # an actor handle binds to the current client
+                self.actors = [f.result() for f in self._futures[1::2]]
         except Exception as exc:
             self.close()
             raise ClusterError(f"could not place the shards on the cluster: {_one(exc)}") \
