@@ -407,6 +407,9 @@ class GPSL:
                             learn_hyper=self.learn_hyper, callback=cb)
             inf.gather_r()
             self.n_shards_ = len(parts)
+            self.shard_stats_ = {"shards": shards.stats(),
+                                 "rounds": getattr(shards, "rounds", None),
+                                 "wait_seconds": getattr(shards, "wall", None)}
         finally:
             if shards is not None:
                 shards.close()
