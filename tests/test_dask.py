@@ -163,8 +163,16 @@ def _setenv(key, value):
 
 
 def _set_hook(client, value):
-    """The test hook in the workers' environment (None removes it)."""
-    assert set(client.run(_setenv, pipeline.TEST_HOOK_ENV, value).values()) == {value}
+    """The test hook in the workers' environment (None removes it); retried while the
+    scheduler still holds a connection to a worker that was killed."""
+
+    def done():
+        try:
+            return set(client.run(_setenv, pipeline.TEST_HOOK_ENV, value).values()) == {value}
+        except OSError:  # CommClosedError: the killed worker's connection
+            return False
+
+    wait_until(done, timeout=30, step=0.5)
 
 
 def _labels(store, pid):
@@ -211,6 +219,7 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     root = tmp_path / "models"
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
     _set_hook(cluster, "pause-in-fit")
+    worker_pid = None
     try:
         vid = jobs.start_training(store, pid, TINY, models_root=root)
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("iteration", 0)
@@ -228,7 +237,10 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
 
         wait_until(ended, timeout=60)
     finally:
-        cluster.wait_for_workers(2, timeout=60)
+        # the nanny replaces the killed worker: wait until the scheduler has dropped it
+        wait_until(lambda: len(pids := [w.get("pid") for w in
+                                        cluster.scheduler_info()["workers"].values()]) == 2
+                   and worker_pid not in pids, timeout=60)
         _set_hook(cluster, None)
     failed = store.get_model_version(vid)
     assert failed["status"] == "failed", failed
