@@ -112,15 +112,38 @@ def test_the_cluster_refuses_what_it_does_not_shard_in_one_line(cluster):
         GPSL(cluster=42, template=UNIGRAM_TEMPLATE).fit(X, y)
 
 
+def _write_conll(path, X, y):
+    path.write_text("".join("".join(f"{w[0]} {lab}\n" for w, lab in zip(s, ls)) + "\n"
+                            for s, ls in zip(X, y)))
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_train_on_a_scheduler_from_the_command_line(cluster, tmp_path):
+    X, y = make_chain_task(60, n_labels=3, seed=5)
+    data = _write_conll(tmp_path / "train.data", X, y)
+    model_dir = tmp_path / "model"
+    out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler",
+                          _address(cluster), "--max-iter", "3", str(data), str(model_dir)],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    assert "sparse inference" in out.stderr.splitlines()[-1]
+    loaded = GPSL.load(model_dir)
+    reference = GPSL(max_iter=3, inference="sparse").fit(X, y)
+    assert loaded.inference_ == "sparse" and loaded.n_iter_ == reference.n_iter_
+    assert _rel(loaded.bound_trace_, reference.bound_trace_) <= 1e-8
+    assert _rel(np.concatenate(loaded.predict_marginals(X[:10])),
+                np.concatenate(reference.predict_marginals(X[:10]))) <= 1e-8
+
+
 def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("GPSL_DASK_TIMEOUT", "1")
     address = f"tcp://127.0.0.1:{free_port()}"
     X, y = make_chain_task(10, n_labels=3, seed=0)
     with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
         GPSL(cluster=address, template=UNIGRAM_TEMPLATE).fit(X, y)
-    data = tmp_path / "train.data"
-    data.write_text("".join("".join(f"{w[0]} {lab}\n" for w, lab in zip(s, ls)) + "\n"
-                            for s, ls in zip(X, y)))
+    data = _write_conll(tmp_path / "train.data", X, y)
     out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler", address,
                           str(data), str(tmp_path / "model")], capture_output=True, text=True,
                          env={**os.environ, "GPSL_DASK_TIMEOUT": "1"}, timeout=120)
