@@ -358,7 +358,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
                  inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
-                 cluster=args.scheduler, **({} if args.tol is None else {"tol": args.tol}))
+                 **({} if args.tol is None else {"tol": args.tol}),
+                 **({} if args.scheduler is None else {"cluster": args.scheduler}))
 
     def progress(info: dict) -> None:
         if not args.quiet:

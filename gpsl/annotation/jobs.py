@@ -263,8 +263,10 @@ def _start_dask(store, project_id: int, config: TrainConfig, root: Path, address
     from gpsl.annotation import dask_jobs
 
     dask_jobs.client(address)  # an unreachable scheduler: one line, no version recorded
-    vid = store.start_model_version(project_id, {**config.to_settings(),
-                                                 "scheduler": address})
+    # until the job claims it, the version's process is this one, on this host (another app
+    # server sharing the store cannot check it and leaves it alone)
+    vid = store.start_model_version(project_id, {**config.to_settings(), "scheduler": address,
+                                                 "host": socket.gethostname()})
     try:
         dask_jobs.submit(store, vid, root, address)
     except Exception as exc:
