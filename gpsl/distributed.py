@@ -126,7 +126,7 @@ class Shard(PseudoLikelihoodBound):
         self.s = SimpleNamespace(r=p.initial_r(), m_S=None, v_S=None)
         self.c = SimpleNamespace(M=None, Vd=None)
         self._base = None
-        self._busy, self._calls = 0.0, 0
+        self._busy, self._cpu, self._calls = 0.0, 0.0, 0
 
     def _qS(self, m_S, v_S) -> None:
         self.s.m_S, self.s.v_S = m_S, v_S
@@ -188,15 +188,18 @@ class Shard(PseudoLikelihoodBound):
 
     def call(self, name, *args):
         """``name(*args)``, its seconds added to :meth:`stats` (the per-shard cost)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = getattr(self, name)(*args)
         self._busy += time.perf_counter() - t0
+        self._cpu += time.thread_time() - c0
         self._calls += 1
         return out
 
     def stats(self) -> dict:
-        return {"tokens": self.p.n, "seconds": self._busy, "calls": self._calls,
-                "malloc_relaxed": self.malloc_relaxed}
+        """Tokens, wall and CPU seconds of its calls, their number; whether
+        :func:`relax_malloc` acted."""
+        return {"tokens": self.p.n, "seconds": self._busy, "cpu_seconds": self._cpu,
+                "calls": self._calls, "malloc_relaxed": self.malloc_relaxed}
 
     def size(self) -> int:
         return self.p.n

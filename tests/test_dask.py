@@ -83,6 +83,10 @@ def test_sharded_fit_equals_the_single_process_fit(cluster):
     dask_fit = GPSL(cluster=_address(cluster), learn_hyper=True, **kw).fit(X, y_missing)
     local = GPSL(cluster=InProcess(2), learn_hyper=True, **kw).fit(X, y_missing)
     assert dask_fit.n_shards_ == 2 and dask_fit.inference_ == "sparse"
+    stats = dask_fit.shard_stats_["shards"]
+    assert sum(st["tokens"] for st in stats) == sum(len(s) for s in X)
+    # the nanny's MALLOC_TRIM_THRESHOLD_ was undone in each worker (relax_malloc)
+    assert all(st["malloc_relaxed"] for st in stats) and all(st["seconds"] > 0 for st in stats)
     assert dask_fit.n_iter_ == local.n_iter_ >= 2
     assert _rel(dask_fit.bound_trace_, local.bound_trace_) <= 1e-8
     assert _rel(np.concatenate(dask_fit.predict_marginals(X[:40])),
@@ -98,6 +102,20 @@ def test_sharded_fit_equals_the_single_process_fit(cluster):
     assert _rel(np.concatenate(sharded.predict_marginals(X[:40])),
                 np.concatenate(plain.predict_marginals(X[:40]))) <= 1e-8
     assert _rel(sharded.state_.W, plain.state_.W) <= 1e-6
+
+
+def test_shards_are_contiguous_sentence_ranges_of_about_equal_tokens():
+    from gpsl.distributed import split_sentences
+
+    lengths = np.random.default_rng(0).integers(1, 30, size=101)
+    for n in (1, 2, 3, 7, 101, 500):
+        cuts = split_sentences(lengths, n)
+        assert cuts[0][0] == 0 and cuts[-1][1] == len(lengths)
+        assert all(a < b for a, b in cuts) and all(
+            cuts[i][1] == cuts[i + 1][0] for i in range(len(cuts) - 1))
+        assert len(cuts) == n if n <= 7 else len(cuts) <= min(n, len(lengths))
+        sizes = [int(lengths[a:b].sum()) for a, b in cuts]
+        assert max(sizes) - min(sizes) <= 2 * int(lengths.max())
 
 
 def test_the_cluster_refuses_what_it_does_not_shard_in_one_line(cluster):
