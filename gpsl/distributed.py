@@ -27,10 +27,13 @@ Algorithm 1 (:meth:`gpsl.likelihood.PseudoLikelihoodBound.sweep`):
   entropies and evidence terms; the KL terms are the client's.
 
 The client runs exactly the single-process code of :class:`gpsl.sparse.SparseGPSLInference`
-with these sums in place of its own, so the fit is the same algorithm; only the order of the
-floating-point additions differs (bounds and marginals agree to far better than 1e-8,
-tested). Shards live in Dask actors pinned to a worker (their data is scattered there once
-per fit, ``broadcast=False``); an actor call goes from the client straight to the worker.
+with these sums in place of its own, so the fit is the same algorithm: a Dask fit equals the
+same shards run in this process (:class:`InProcess`; the same additions in the same order,
+identical in the tests and at 200k tokens). Against the unsharded engine only the order of
+the floating-point additions differs; that difference grows over the sweeps (README, "Beyond
+one machine"). Shards live in Dask actors pinned to a worker (their data is scattered there
+once per fit, ``broadcast=False``); an actor call goes from the client straight to the
+worker.
 
 Supported: the linear kernel with the mean-field covariance (the scalable default), with or
 without missing labels, evidence and ``learn_hyper``. The Khan family and the rbf kernel's
