@@ -317,6 +317,8 @@ class GPSL:
 
         keys = [_sentence_key(x) for x in sents]
         cb = callback if callback is not None else self.callback
+        for name in ("n_shards_", "shard_stats_"):  # set again by a sharded fit only
+            self.__dict__.pop(name, None)
         with _single_threaded_blas():
             if mode == "full":
                 base = kernel.base(Xf)
