@@ -3,6 +3,7 @@
 ::
 
     python -m gpsl train -t template [-d -1,1] [--kernel linear|rbf] train.data model_dir
+    python -m gpsl train --scheduler tcp://HOST:8786 ... train.data model_dir   (on Dask)
     python -m gpsl test -m model_dir [--decoder rns|viterbi] [--marginals] test.data [-o out]
     python -m gpsl eval -m model_dir test.data
     python -m gpsl aggregate crowd.jsonl [-o out] [--report annotators.json]
@@ -215,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
                    help="label marking a missing label (default _)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a Dask scheduler (tcp://HOST:PORT): the scalable fit's sums over "
+                        "sentences run on its workers (linear kernel, mean-field)")
     _add_max_tokens(p)
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibrate", metavar="FILE", default=None,
@@ -334,6 +338,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gpsl.persist import check_destination
 
     if getattr(args, "crowd", False):
+        if args.scheduler is not None:
+            raise InputError("--scheduler does not run the crowd model (--crowd)",
+                             source="arguments")
         return _cmd_train_crowd(args)
     _refuse_crowd_options(args)
     t0 = time.perf_counter()
@@ -359,7 +366,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
                  inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
-                 **({} if args.tol is None else {"tol": args.tol}))
+                 **({} if args.tol is None else {"tol": args.tol}),
+                 **({} if args.scheduler is None else {"cluster": args.scheduler}))
 
     def progress(info: dict) -> None:
         if not args.quiet:

@@ -239,17 +239,28 @@ class PseudoLikelihoodBound:
         dL/dv_S[d,p,q] = 1/2 (1/v - 1) - 1/2 s_d[p,q],
         with expected pair counts N_d = sum_t r_nb(t) r_t' and
         s_d[p,q] = sum_t pi_tq r_nb(p) e^{g[p,q]} / e^{c[t,d,q]}.
+        The sums over tokens are :meth:`S_data`; :meth:`S_combine` adds the rest.
         """
+        m_S, v_S = self.S_unpack(x)
+        pair, lse_sum, soft = self.S_data(m_S, v_S, base_a)
+        return self.S_combine(m_S, v_S, pair, lse_sum, soft, counts)
+
+    def S_unpack(self, x):
+        """``(m_S, v_S)`` from ``x = (m_S, log v_S)`` ravelled."""
         R, J = self.p.R, self.p.J
-        m_S = x[: R * J * J].reshape(R, J, J)
-        v_S = np.exp(x[R * J * J:].reshape(R, J, J))
+        return x[: R * J * J].reshape(R, J, J), np.exp(x[R * J * J:].reshape(R, J, J))
+
+    def S_data(self, m_S, v_S, base_a):
+        """The token sums of the ``q(f^S)`` objective at ``(m_S, v_S)``: the pair term
+        ``sum_t r_nb' m_S r_t``, ``sum_t lse_t`` and the soft counts ``s_d`` (see
+        :meth:`_S_objective`). Additive over sentences (a shard computes its own)."""
+        R, J = self.p.R, self.p.J
         gS = m_S + 0.5 * v_S
         r = self.s.r
         c = self._c_terms(gS, r)
         a = base_a + c.sum(axis=0)
         lse = logsumexp(a, axis=1)
         pi = np.exp(a - lse[:, None])
-        f = self._pair_term(m_S, r) - float(lse.sum()) + self.kl_S(m_S, v_S)
         soft = np.empty((R, J, J))
         for d in range(R):
             nbd = self.p.nb[:, d]
@@ -259,21 +270,33 @@ class PseudoLikelihoodBound:
             with np.errstate(over="ignore"):
                 ratio = pi[has] * np.exp(shift - c[d][has])
             soft[d] = E * (r[nbd[has]].T @ ratio)
+        return self._pair_term(m_S, r), float(lse.sum()), soft
+
+    def S_combine(self, m_S, v_S, pair, lse_sum, soft, counts):
+        """-L and its gradient in ``(m_S, log v_S)`` from the token sums of :meth:`S_data`
+        and the pair counts ``N_d`` (:meth:`pair_counts`)."""
+        f = pair - lse_sum + self.kl_S(m_S, v_S)
         grad_m = counts - soft - m_S
         grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0) - 0.5 * soft)
         return -f, -np.concatenate([grad_m.ravel(), grad_logv.ravel()])
+
+    def _S_problem(self):
+        """The objective of :meth:`update_S` and its fixed arguments (pair counts, the local
+        part of ``a``), computed once per update."""
+        counts = self.pair_counts()
+        base_a = self.base_a()
+        return self._S_objective, (base_a, counts)
 
     def update_S(self, maxiter=50):
         """Maximise L over (m_S, v_S) with L-BFGS-B on the exact gradient."""
         if self.p.R == 0:
             return
         R, J = self.p.R, self.p.J
-        counts = self.pair_counts()
-        base_a = self.base_a()
+        fun, args = self._S_problem()
         x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
-        f0 = self._S_objective(x0, base_a, counts)[0]
+        f0 = fun(x0, *args)[0]
         bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
-        res = minimize(self._S_objective, x0, args=(base_a, counts), jac=True, method="L-BFGS-B",
+        res = minimize(fun, x0, args=args, jac=True, method="L-BFGS-B",
                        bounds=bounds, options={"maxiter": maxiter})
         if res.fun <= f0:
             self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()

@@ -176,6 +176,12 @@ class GPSL:
         variances of ``f^U`` and ``f^S`` flatten each score by the probit factor) or
         ``"auto"`` (the calibrator's choice after :meth:`calibrate`, else ``"mean"``).
     callback: called after every sweep with ``{"iteration", "bound", "seconds"}``.
+    cluster: ``None`` (fit in this process) or a Dask cluster for the scalable mode's sums
+        over sentences: a ``dask.distributed.Client`` or a scheduler address such as
+        ``"tcp://host:8786"`` (:mod:`gpsl.distributed`; the linear kernel with the mean-field
+        covariance). With a cluster, ``inference="auto"`` is ``"sparse"`` and
+        ``inference="full"`` is refused. ``gpsl.distributed.InProcess(n)`` runs the same
+        shards in this process. Not saved with the model.
 
     Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature fitted on held-out
     labeled tokens (or out-of-fold predictions) is stored with the model and applied by
@@ -189,7 +195,7 @@ class GPSL:
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
                  lse_bound="auto", marginals="auto", n_jobs=None, callback=None,
-                 verbose=False):
+                 verbose=False, cluster=None):
         self.offsets = offsets
         self.kernel = kernel
         self.template = template
@@ -214,6 +220,7 @@ class GPSL:
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
+        self.cluster = cluster
 
     # ------------------------------------------------------------------ helpers
 
@@ -324,6 +331,8 @@ class GPSL:
 
         keys = [_sentence_key(x) for x in sents]
         cb = callback if callback is not None else self.callback
+        for name in ("n_shards_", "shard_stats_"):  # set again by a sharded fit only
+            self.__dict__.pop(name, None)
         with _single_threaded_blas():
             if mode == "full":
                 base = kernel.base(Xf)
@@ -342,16 +351,23 @@ class GPSL:
                         and list(prev.classes_) == list(classes)):
                     theta0 = prev.state_.theta[0].copy()  # warm start: theta only
                 family = self._family(kernel)
-                features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
-                                               inducing=self.inducing,
-                                               exact=family == "khan")
-                inf = SparseGPSLInference(problem, features, family=family,
-                                          theta0=theta0, lambda_floor=self.lambda_floor,
-                                          lse_bound=self._lse_bound(mode))
-            trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
-                            learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
+                if self.cluster is not None:
+                    trace, inf = self._fit_sharded(kernel, family, Xf, lengths, problem,
+                                                   theta0, mode, cb, on_sweep)
+                else:
+                    features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
+                                                   inducing=self.inducing,
+                                                   exact=family == "khan")
+                    inf = SparseGPSLInference(problem, features, family=family,
+                                              theta0=theta0, lambda_floor=self.lambda_floor,
+                                              lse_bound=self._lse_bound(mode))
+            if self.cluster is None:
+                trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
+                                learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
         self.inference_ = mode
         feats = getattr(inf, "features", None)
+        if not hasattr(feats, "times"):  # a sharded fit: the predictor builds its own map
+            feats = None
         self._features_train = feats
         self.inducing_idx_ = np.asarray(getattr(feats, "Z_idx", np.empty(0)), dtype=np.int64)
 
@@ -373,6 +389,51 @@ class GPSL:
         self._predictor = None
         self.calibrator_ = None  # a new fit invalidates the previous calibration
         return self
+
+    def _fit_sharded(self, kernel, family, Xf, lengths, problem, theta0, mode, cb,
+                     on_sweep):
+        """The scalable fit with its sums over sentence shards on ``cluster``
+        (:mod:`gpsl.distributed`); returns the bound trace and the engine (its shards
+        closed)."""
+        if not kernel.scale_only:
+            raise InputError("cluster= supports the linear kernel only (the rbf kernel's "
+                             "Nystrom features are dense on the client)", source="cluster")
+        if family != "meanfield":
+            raise InputError("cluster= supports the mean-field covariance only, not "
+                             f"covariance={self.covariance!r}", source="cluster")
+        if on_sweep is not None:
+            raise InputError("cluster= does not run the crowd model's joint fit (on_sweep)",
+                             source="cluster")
+        from gpsl import distributed
+
+        local = isinstance(self.cluster, distributed.InProcess)
+        client, owned = (None, False) if local else distributed.connect(self.cluster)
+        shards = None
+        try:
+            n_shards = self.cluster.n_shards if local else distributed.n_workers(client)
+            parts = distributed.make_parts(
+                Xf, lengths, problem.y, problem.evidence, problem.offsets, problem.J,
+                kernel.jitter(kernel.base_diag(Xf)), self._lse_bound(mode), max(1, n_shards))
+            shards = (distributed.LocalShards(parts) if local
+                      else distributed.DaskShards(client, parts))
+            inf = distributed.ShardedSparseInference(
+                shards, J=problem.J, offsets=problem.offsets, n=problem.n,
+                any_missing=bool(problem.missing.any()), D=Xf.shape[1], theta0=theta0,
+                lse_bound=self._lse_bound(mode), lambda_floor=self.lambda_floor)
+            trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
+                            learn_hyper=self.learn_hyper, callback=cb)
+            inf.gather_r()
+            self.n_shards_ = len(parts)
+            self.shard_stats_ = {"shards": shards.stats(),
+                                 "rounds": getattr(shards, "rounds", None),
+                                 "wait_seconds": getattr(shards, "wall", None)}
+        finally:
+            if shards is not None:
+                shards.close()
+            if owned:
+                client.close()
+        inf.shards = None
+        return trace, inf
 
     def _lse_bound(self, mode: str) -> str:
         b = str(self.lse_bound).lower()
@@ -413,6 +474,12 @@ class GPSL:
         if mode not in ("auto", "full", "sparse"):
             raise ValueError(f"inference must be 'auto', 'full' or 'sparse', not "
                              f"{self.inference!r}")
+        if self.cluster is not None:
+            if mode == "full":
+                raise InputError("inference='full' does not run on a cluster: cluster= "
+                                 "shards the scalable mode (inference='sparse' or 'auto')",
+                                 source="cluster")
+            return "sparse"
         if mode == "auto":
             return "sparse" if n_tokens > AUTO_SPARSE_TOKENS else "full"
         return mode
@@ -619,7 +686,8 @@ class GPSL:
 
     #: constructor parameters that are not part of a saved model (run-time settings, or saved
     #: elsewhere in the model directory: offsets, template)
-    _NOT_PERSISTED = ("offsets", "template", "warm_start", "n_jobs", "callback", "verbose")
+    _NOT_PERSISTED = ("offsets", "template", "warm_start", "n_jobs", "callback", "verbose",
+                      "cluster")
 
     def persisted_config(self) -> dict:
         """The constructor parameters a model directory records (JSON values)."""

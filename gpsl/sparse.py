@@ -216,32 +216,36 @@ class SparseGPSLInference(PseudoLikelihoodBound):
     def _mean_fun(self, x, base_a):
         """-(the parts of L that depend on mu) and its gradient, ``x`` = ravelled ``W``."""
         W = x.reshape(self.s.W.shape)
-        M = self.features.times(self.s.theta, W)  # (J, n)
-        a = M.T + base_a
-        amax = a.max(axis=1, keepdims=True)
-        ea = np.exp(a - amax)
-        z = ea.sum(axis=1, keepdims=True)
-        lse = np.log(z) + amax
-        pi = ea / z
-        f = float(np.sum(self.s.r * M.T)) - float(lse.sum()) - 0.5 * float(np.sum(W * W))
-        g = self.features.rtimes(self.s.theta, (self.s.r - pi).T) - W
-        return -f, -g.ravel()
+        rM, lse_sum, g = mean_data(self.features, self.s.theta, self.s.r, W, base_a)
+        return mean_combine(W, rM, lse_sum, g)
+
+    def _mean_objective(self):
+        """The objective of one mean round: ``V/2 + c`` (or ``c``) fixed at the current state."""
+        gS = self.gS()
+        T = self.terms(gS=gS)
+        base_a = T["a"] - self.c.M.T  # (1/2 V +) c: fixed during the mean update
+        return lambda x: self._mean_fun(x, base_a)
+
+    def _set_W(self, W) -> None:
+        """Accept new weight means (and the means ``m`` at the training tokens)."""
+        self.s.W = W
+        self.c.M = self.features.times(self.s.theta, self.s.W)
+
+    def _any_missing(self) -> bool:
+        return bool(self.p.missing.any())
 
     def update_mean_U(self, steps=None, track_r=True):
         """Maximise ``L`` over ``mu`` with L-BFGS (``V``, ``q(f^S)``, ``r`` fixed); with
         missing labels in ``mean_rounds`` rounds with an ``r`` update between them."""
-        rounds = self.mean_rounds if (track_r and self.p.missing.any()) else 1
+        rounds = self.mean_rounds if (track_r and self._any_missing()) else 1
         iters = self.mean_iter if steps is None else int(steps)
         for k in range(rounds):
-            gS = self.gS()
-            T = self.terms(gS=gS)
-            base_a = T["a"] - self.c.M.T  # (1/2 V +) c: fixed during the mean update
+            fun = self._mean_objective()
             x0 = self.s.W.ravel()
-            f0 = self._mean_fun(x0, base_a)[0]
-            x, f = lbfgs_min(lambda x, b=base_a: self._mean_fun(x, b), x0, maxiter=iters)
+            f0 = fun(x0)[0]
+            x, f = lbfgs_min(fun, x0, maxiter=iters)
             if f <= f0:
-                self.s.W = x.reshape(self.s.W.shape).copy()
-                self.c.M = self.features.times(self.s.theta, self.s.W)
+                self._set_W(x.reshape(self.s.W.shape).copy())
             if rounds > 1 and k < rounds - 1:
                 self.update_r(rounds=1)
 
@@ -259,9 +263,9 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         """Damped fixed-point step of the covariance parameters of all labels at once,
         accepted only if the bound does not decrease (halving the step on failure)."""
         before = self.elbo()
-        target = self._cov_target(self.v_weight(self.terms()["pi"]))
+        target = self._cov_goal()
         old = self.s.cov.copy()
-        cache = (self.c.Vd.copy(), self.c.logdetP.copy(), self.c.trS.copy(), list(self.c.chol))
+        cache = self._save_cov_cache()
         rho = self._rho.copy()
         for attempt in range(max_tries):
             if self.family == "meanfield":
@@ -275,8 +279,18 @@ class SparseGPSLInference(PseudoLikelihoodBound):
                 return
             rho = rho * 0.5
         self.s.cov = old
-        self.c.Vd, self.c.logdetP, self.c.trS, self.c.chol = cache
+        self._restore_cov_cache(cache)
         self._rho = rho
+
+    def _cov_goal(self) -> np.ndarray:
+        """The covariance fixed point at the current ``pi`` (:meth:`_cov_target`)."""
+        return self._cov_target(self.v_weight(self.terms()["pi"]))
+
+    def _save_cov_cache(self):
+        return (self.c.Vd.copy(), self.c.logdetP.copy(), self.c.trS.copy(), list(self.c.chol))
+
+    def _restore_cov_cache(self, cache) -> None:
+        self.c.Vd, self.c.logdetP, self.c.trS, self.c.chol = cache
 
     # ----------------------------------------------------------------- theta
 
@@ -312,6 +326,27 @@ class SparseGPSLInference(PseudoLikelihoodBound):
             out["s"] = 0.5 * (1.0 / S - 1.0) - 0.5 * self.features.sq_rtimes(
                 self.s.theta, self.v_weight(pi).T)
         return out
+
+
+def mean_data(features, theta, r, W, base_a):
+    """The token sums of the mean objective at weights ``W`` (``a = m + base_a``):
+    ``sum_t r_t' m_t``, ``sum_t lse(a_t)`` and ``Phi' (r - pi)`` (``D x J``). Additive over
+    sentences: a shard of :mod:`gpsl.distributed` computes its own and the client adds them."""
+    M = features.times(theta, W)  # (J, n)
+    a = M.T + base_a
+    amax = a.max(axis=1, keepdims=True)
+    ea = np.exp(a - amax)
+    z = ea.sum(axis=1, keepdims=True)
+    lse = np.log(z) + amax
+    pi = ea / z
+    return float(np.sum(r * M.T)), float(lse.sum()), features.rtimes(theta, (r - pi).T)
+
+
+def mean_combine(W, rM, lse_sum, g_data):
+    """``-L_mu`` and its gradient from the token sums of :func:`mean_data`: the prior adds
+    ``-|W|^2/2`` and ``-W`` (``dL/dmu_j = Phi_j' (r_j - pi_j) - mu_j``)."""
+    f = rM - lse_sum - 0.5 * float(np.sum(W * W))
+    return -f, -(g_data - W).ravel()
 
 
 def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-10,
@@ -396,4 +431,4 @@ def predictive_variance(features, theta, cov, family, test, chol=None):
 
 
 __all__ = ["FAMILIES", "SparseGPSLInference", "SparseState", "initial_sparse_state",
-           "khan_factors", "predictive_variance"]
+           "khan_factors", "mean_combine", "mean_data", "predictive_variance"]

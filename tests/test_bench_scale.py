@@ -65,3 +65,31 @@ def test_auto_keeps_every_paper_partition_on_the_full_gp():
             n = sum(len(data.X[i]) for i in train)
             assert n <= AUTO_SPARSE_TOKENS, (name, n)
             assert GPSL()._inference_mode(n) == "full"
+
+
+@pytest.mark.timeout(300)
+def test_cluster_benchmark_tiny_run(tmp_path, monkeypatch):
+    """``--cluster``: one process, a two-worker LocalCluster and the same shards in one
+    process; a size over the time budget is skipped with its reason. (The fits run in this
+    process here, not in fresh ones: three interpreter start-ups cost more than the fits.)"""
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(scale, "_cluster_child", scale.run_cluster_job)
+    assert scale.main(["--cluster", "--cluster-sizes", "500", "50000", "--cluster-budget",
+                       "5", "--labels", "4", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "scale_cluster.json").read_text())
+    (pair,) = report["pairs"]
+    assert pair["same_shards_bound_rel_diff"] == 0.0
+    assert pair["same_shards_marginals_max_abs_diff"] == 0.0
+    assert pair["bound_rel_diff"] < 1e-8 and pair["ratio"] > 0
+    assert len(pair["per_shard"]) == 2 and all(s["cpu_seconds"] > 0 for s in pair["per_shard"])
+    assert sum(s["tokens"] for s in pair["per_shard"]) == pair["dask"]["train_tokens"]
+    assert report["skipped"][0]["size"] == 50000 and "--cluster-budget" in \
+        report["skipped"][0]["reason"]
+    md = (tmp_path / "scale_cluster.md").read_text()
+    assert "python -m bench.scale --cluster --cluster-sizes 500 50000" in md
+    assert "same shards, one process" in md and "Estimate for N machines" in md
+    # the estimate: N machines split the shards' work, the round trips stay
+    one, two = (scale.estimate_n_machines(pair, 10 ** 6, n) for n in (1, 2))
+    work = sum(s["cpu_seconds"] for s in pair["per_shard"]) * 10 ** 6 / \
+        pair["dask"]["train_tokens"]
+    assert one - two == pytest.approx(work / 2)

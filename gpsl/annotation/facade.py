@@ -201,8 +201,9 @@ class Store:
     def start_model_version(self, project_id: int, settings=None, *, pid=None) -> int:
         return versions.start(self.db, project_id, settings, pid=pid)
 
-    def set_model_worker(self, version_id: int, pid: int, started: float | None) -> None:
-        versions.set_worker(self.db, version_id, pid, started)
+    def set_model_worker(self, version_id: int, pid: int, started: float | None,
+                         **extra) -> None:
+        versions.set_worker(self.db, version_id, pid, started, extra)
 
     def finish_model_version(self, version_id: int, path, bound_trace=None, metrics=None,
                              n_labeled_tokens=None, **kw) -> bool:

@@ -1,5 +1,10 @@
 """Training workers: start, stop and recover them (psutil for process identity and control).
 
+Two runners, chosen by the environment: a local subprocess (the default, below) or, when
+``GPSL_DASK_SCHEDULER`` names a Dask scheduler, a job on that cluster
+(:mod:`gpsl.annotation.dask_jobs`); progress, stop, failure and the model folder work the same
+way with either.
+
 A worker is ``python -m gpsl worker --version ID --models-root DIR`` in its own session
 (one BLAS thread, ``nice`` 5); the store it works on is passed in its environment
 (``GPSL_DB``), never on the command line (a PostgreSQL URL may hold a password).  A
@@ -18,6 +23,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,6 +79,9 @@ def worker_alive(settings: dict) -> bool | None:
     None when the version records no pid."""
     if not settings.get("pid"):
         return None
+    host = settings.get("host")
+    if host and host != socket.gethostname():  # a Dask job on another machine: cannot tell
+        return None
     return _process(settings) is not None
 
 
@@ -87,6 +96,9 @@ def _is_worker_of(proc: psutil.Process, version_id: int) -> bool:
 
 def _gone_reason(models_root: Path, version: dict) -> str:
     pid = version["settings"].get("pid")
+    if version["settings"].get("runner") == "dask":
+        return (f"the Dask worker running it (pid {pid} on {version['settings'].get('host')}) "
+                "is gone (killed or out of memory?)")
     tail = pipeline.worker_log(models_root, version["project_id"], version["id"], 400).strip()
     last = tail.splitlines()[-1].strip() if tail else ""
     why = f"; its last output: {last}" if last else "; it left no output (killed, out of " \
@@ -97,7 +109,10 @@ def _gone_reason(models_root: Path, version: dict) -> str:
 def reap_workers() -> None:
     """Collect the workers this process started; a worker that exited without recording
     its end gets its exit status recorded as the reason (kept until the store can be
-    written, e.g. once there is disk space again)."""
+    written, e.g. once there is disk space again). Dask jobs: :func:`dask_jobs.reap`."""
+    dask_jobs = sys.modules.get("gpsl.annotation.dask_jobs")  # imported only by its runner
+    if dask_jobs is not None:
+        dask_jobs.reap()
     for vid, (proc, store) in list(_WORKERS.items()):
         code = proc.poll()
         if code is None:
@@ -219,6 +234,9 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
             raise InputError("no labeled tokens yet: label some tokens before training",
                              source="<train>")
         cleanup_staging(store, project_id, root)
+        address = os.environ.get("GPSL_DASK_SCHEDULER", "").strip()
+        if address:
+            return _start_dask(store, project_id, config, root, address)
         vid = store.start_model_version(project_id, config.to_settings())
         log = pipeline.log_file(root, project_id, vid)
         cmd = [sys.executable, "-m", "gpsl", "worker", "--version", str(vid),
@@ -239,6 +257,26 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
     return vid
 
 
+def _start_dask(store, project_id: int, config: TrainConfig, root: Path, address) -> int:
+    """The Dask runner's start: the version (its worker identity is this process until the
+    job claims it) and its job on the scheduler."""
+    from gpsl.annotation import dask_jobs
+
+    dask_jobs.client(address)  # an unreachable scheduler: one line, no version recorded
+    # until the job claims it, the version's process is this one, on this host (another app
+    # server sharing the store cannot check it and leaves it alone)
+    vid = store.start_model_version(project_id, {**config.to_settings(), "scheduler": address,
+                                                 "host": socket.gethostname()})
+    try:
+        dask_jobs.submit(store, vid, root, address)
+    except Exception as exc:
+        store.fail_model_version(vid, f"could not submit the training job: "
+                                      f"{pipeline.one_line(exc)}")
+        raise InputError(f"could not submit the training job to {address}: "
+                         f"{pipeline.one_line(exc)}", source="<train>") from exc
+    return vid
+
+
 def stop_training(store, version_id: int) -> bool:
     """Stop a running job: mark it ``'killed'`` and SIGTERM its worker, only when that
     process is the version's own worker (pid, start time and command line).  False when it
@@ -247,6 +285,12 @@ def stop_training(store, version_id: int) -> bool:
     if v is None or v["status"] != "running":
         return False
     ok = store.fail_model_version(version_id, "stopped by the user", status="killed")
+    if v["settings"].get("scheduler") or v["settings"].get("runner") == "dask":
+        dask_jobs = sys.modules.get("gpsl.annotation.dask_jobs")
+        if dask_jobs is not None:  # the job ends itself at its next sweep (should_stop)
+            dask_jobs.cancel(version_id)
+        reap_workers()
+        return ok
     proc = _process(v["settings"])
     if proc is not None and proc.pid != os.getpid() and _is_worker_of(proc, version_id):
         with contextlib.suppress(psutil.Error):

@@ -39,7 +39,8 @@ import numpy as np
 from gpsl.errors import InputError
 
 PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the kernel block)
-TEST_HOOK_ENV = "GPSL_TRAINING_TEST_HOOK"  # "pause-after-staging": tests kill a worker there
+# "pause-after-staging" / "pause-in-fit" (after the first sweep): tests kill a worker there
+TEST_HOOK_ENV = "GPSL_TRAINING_TEST_HOOK"
 INFERENCE_MODES = ("auto", "full", "sparse")
 KERNELS = ("linear", "rbf")
 
@@ -337,6 +338,10 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
                             "nll_before": cal.nll_before, "nll_after": cal.nll_after}}, held
 
 
+class Stopped(Exception):
+    """The run's version is no longer running (stopped by the user): :func:`run` ends it."""
+
+
 class UnrecordedFailure(Exception):
     """A run failed and its reason could not be written to the store (e.g. the disk is
     full): the worker exits with ``exit_code`` (the errno when there is one) so that the
@@ -357,10 +362,27 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> dict:
+def run(store, version_id: int, models_root, *, raise_errors: bool = False,
+        should_stop=None) -> dict:
     """Run the ``'running'`` model version ``version_id`` to the end (module docstring);
     returns the version dict.  Errors are recorded in the version (and re-raised when
-    ``raise_errors``)."""
+    ``raise_errors``).  ``should_stop()`` (optional) is asked after every sweep and every
+    prediction chunk; when it says so the run ends as ``'stopped'`` (a runner that cannot
+    signal its worker, e.g. a Dask job, stops it this way)."""
+
+    def check_stop():
+        if should_stop is not None and should_stop():
+            raise Stopped()
+
+    def on_sweep(info):
+        progress.sweep(info)
+        check_stop()
+        if os.environ.get(TEST_HOOK_ENV) == "pause-in-fit":
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                check_stop()
+
     from gpsl.model import GPSL
 
     version = store.get_model_version(version_id)
@@ -389,7 +411,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
                      tol=config.tol, learn_hyper=config.learn_hyper,
                      inference=config.inference)
         progress.phase("fitting", sentences=len(X), labeled_tokens=n_labeled)
-        model.fit(X, y, callback=progress.sweep)
+        model.fit(X, y, callback=on_sweep)
         mode = getattr(model, "inference_", config.inference)
         progress.phase("calibrating", inference_used=mode)
         cal_info, held = calibrate(model, store, project_id, X, y)
@@ -420,6 +442,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
                     P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
             store.save_predictions(version_id, dict(zip(all_ids[a:b], P)))
             progress.chunk(b, len(all_ids))
+            check_stop()
         done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,
                                           n_labeled, classes=model.classes_, activate=True)
         if not done:  # stopped meanwhile: keep nothing of it active
@@ -428,6 +451,13 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False) -> d
             return store.get_model_version(version_id)
         store.prune_predictions(project_id, keep=2)
         progress.phase("done")
+    except Stopped:
+        with contextlib.suppress(Exception):
+            store.delete_predictions(version_id)
+        with contextlib.suppress(Exception):
+            progress.phase("stopped")
+        shutil.rmtree(staging, ignore_errors=True)
+        return store.get_model_version(version_id)
     except BaseException as exc:
         reason = one_line(exc) if isinstance(exc, Exception) else \
             f"worker interrupted ({type(exc).__name__})"

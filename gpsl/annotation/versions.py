@@ -60,11 +60,14 @@ def start(db: Database, project_id: int, settings: Mapping | None = None, *,
     return db.write(tx)
 
 
-def set_worker(db: Database, version_id: int, pid: int, started: float | None) -> None:
-    """Record the worker process of a version (pid and its start time)."""
+def set_worker(db: Database, version_id: int, pid: int, started: float | None,
+               extra: Mapping | None = None) -> None:
+    """Record the worker process of a version (pid and its start time; ``extra``: more
+    settings about it, e.g. the host and runner of a Dask job)."""
 
     def tx(conn):
         settings = loads(row(conn, version_id)._mapping["settings"], {})
+        settings.update(extra or {})
         settings["pid"], settings["pid_started"] = int(pid), started
         conn.execute(text("UPDATE model_versions SET settings = :s WHERE id = :v"),
                      {"s": dumps(settings), "v": version_id})
