@@ -1,7 +1,7 @@
 """Latency of an Annotate interaction on a large project (AppTest, no browser).
 
     python -m bench.app_latency [--sentences 5000] [--clicks 40] [--keep DIR]
-                                [--backend sqlite|postgresql]
+                                [--backend sqlite|postgresql] [--out DIR]
 
 Builds a temporary store with a synthetic project of ``--sentences`` sentences (two feature
 columns, 8-40 tokens, 11 BIO labels, a third of the sentences partly labeled) and an active
@@ -13,12 +13,16 @@ to the store, the rerun reads it back), and Next (the queue query).  Every timed
 full script run (sidebar + page) as in a browser session; AppTest's own overhead (element
 tree parsing) is included, so the numbers are an upper bound of the server-side time.
 ``--backend postgresql`` runs the same on a temporary PostgreSQL server
-(:mod:`bench.postgres`, fsync on) instead of the SQLite file.
+(:mod:`bench.postgres`, fsync on) instead of the SQLite file.  The table is printed and
+written to ``--out`` (default ``bench/results``) as ``app_latency.md`` / ``.json``
+(``app_latency_postgresql.*`` for PostgreSQL) with the machine header of the other
+benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -71,11 +75,18 @@ def build_store(path, n_sentences: int, seed: int = 0) -> tuple[Store, int, int]
     return store, pid, vid
 
 
-def summarize(name: str, samples: list[float]) -> str:
+def stats_ms(samples: list[float]) -> dict:
+    """``n``, ``median``, ``p95`` and ``max`` of timings in seconds, in milliseconds."""
     ms = sorted(1000 * s for s in samples)
     p95 = ms[min(len(ms) - 1, int(round(0.95 * (len(ms) - 1))))]
-    return (f"| {name:<22} | {len(ms):>3} | {statistics.median(ms):>9.1f} | {p95:>8.1f} | "
-            f"{ms[-1]:>8.1f} |")
+    return {"n": len(ms), "median": round(statistics.median(ms), 1), "p95": round(p95, 1),
+            "max": round(ms[-1], 1)}
+
+
+def summarize(name: str, samples: list[float]) -> str:
+    s = stats_ms(samples)
+    return (f"| {name:<22} | {s['n']:>3} | {s['median']:>9.1f} | {s['p95']:>8.1f} | "
+            f"{s['max']:>8.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clicks", type=int, default=40, help="label clicks to time")
     parser.add_argument("--keep", default=None, help="build the store in DIR and keep it")
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"),
+                        help="directory for app_latency[_postgresql].md/.json")
     args = parser.parse_args(argv)
 
     from streamlit.testing.v1 import AppTest
@@ -134,22 +147,44 @@ def main(argv: list[str] | None = None) -> int:
         nxt.append(time.perf_counter() - start)
     assert written == len(label), f"{written} of {len(label)} labels reached the store"
 
+    from bench.common import git_commit, header_lines, machine_info, now_iso
+
     progress = store.progress(pid)
-    print(f"Annotate latency ({args.backend}): {args.sentences:,} sentences, "
-          f"{progress['tokens']:,} tokens, "
-          f"{progress['labeled_tokens']:,} labeled; active model v{vid} with predictions "
-          f"for every sentence (store built in {build_s:.1f} s"
-          + (f" at {db})" if args.keep and server is None else ")"))
-    print()
-    print(f"| {'rerun after ...':<22} |   n | median ms |   p95 ms |   max ms |")
-    print(f"|{'-' * 24}|----:|----------:|---------:|---------:|")
-    print(summarize("label click (write)", label))
-    print(summarize("token click (select)", select))
-    print(summarize("Next (queue)", nxt))
-    print()
-    print("command: " + " ".join(shlex.quote(a) for a in
-                                 [os.path.relpath(sys.executable, ROOT), "-m", "bench.app_latency",
-                                  *(argv if argv is not None else sys.argv[1:])]))
+    command = " ".join(shlex.quote(a) for a in ["python", "-m", "bench.app_latency",
+                                               *(argv if argv is not None else sys.argv[1:])])
+    intro = (f"Annotate latency ({args.backend}): {args.sentences:,} sentences, "
+             f"{progress['tokens']:,} tokens, "
+             f"{progress['labeled_tokens']:,} labeled; active model v{vid} with predictions "
+             f"for every sentence (store built in {build_s:.1f} s"
+             + (f" at {db})" if args.keep and server is None else ")"))
+    table = [f"| {'rerun after ...':<22} |   n | median ms |   p95 ms |   max ms |",
+             f"|{'-' * 24}|----:|----------:|---------:|---------:|",
+             summarize("label click (write)", label),
+             summarize("token click (select)", select),
+             summarize("Next (queue)", nxt)]
+    print(intro, "", *table, "", f"command: {command}", sep="\n")
+    machine = machine_info()
+    try:
+        machine["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    name = "app_latency" + ("" if args.backend == "sqlite" else f"_{args.backend}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    date = now_iso()
+    lines = header_lines(f"App latency ({args.backend})", date, machine, git_commit(), command)
+    lines += [intro + ". AppTest reruns of the Annotate page, each a full script run; "
+              "AppTest's own overhead is included, so the figures are upper bounds of the "
+              "server-side time. Load average at the end: "
+              f"{machine.get('load_average_at_end')}.", "", *table, ""]
+    (out / f"{name}.md").write_text("\n".join(lines), encoding="utf-8")
+    (out / f"{name}.json").write_text(json.dumps({
+        "command": command, "date": date, "machine": machine, "git": git_commit(),
+        "backend": args.backend, "sentences": args.sentences, "tokens": progress["tokens"],
+        "labeled_tokens": progress["labeled_tokens"],
+        "results_ms": {"label_click": stats_ms(label), "token_click": stats_ms(select),
+                       "next": stats_ms(nxt)}}, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out / name}.md and .json")
     store.close()
     if server is not None:
         server.stop()

@@ -76,9 +76,17 @@ def db_target() -> str:
     """``--db PATH_OR_URL`` after ``--`` on the streamlit command line, else ``$GPSL_DB``
     (a SQLite file or ``postgresql+psycopg://...``), else ``data/gpsl.sqlite3`` next to
     app.py."""
+    return _db_target(tuple(sys.argv[1:]), os.environ.get("GPSL_DB"))
+
+
+@functools.lru_cache(maxsize=16)
+def _db_target(argv: tuple[str, ...], env: str | None) -> str:
+    """:func:`db_target` for one command line and ``$GPSL_DB`` (``env``, read again by
+    ``default_db_url``, is part of the cache key): parsed once, not on every rerun of
+    every page."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--db", default=None)
-    args, _ = parser.parse_known_args(sys.argv[1:])
+    args, _ = parser.parse_known_args(list(argv))
     target = args.db or default_db_url(ROOT)
     if "://" in target:
         return target

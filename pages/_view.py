@@ -19,7 +19,7 @@ from gpsl.annotation import Store
 from gpsl.annotation.imports import FORMATS, UPLOAD_TYPES, guess_format  # noqa: F401
 from gpsl.errors import InputError
 from gpsl.model import PRESETS  # noqa: F401 (the pages use sup.PRESETS)
-from gpsl.tags import entity_type
+from gpsl.tags import entity_type, valid_decode, violations
 
 PRESET_HELP = {
     "GPSL1": "previous label (-1)",
@@ -225,6 +225,7 @@ class TokenView:
     confidence: float | None  # model's max marginal
     top: list[tuple[str, float]]  # best three (label, p)
     votes: dict = field(default_factory=dict)  # annotator -> label (None: cleared)
+    suggestion_p: float | None = None  # the model's marginal of ``suggestion``
 
     @property
     def uncertainty(self) -> float:
@@ -232,53 +233,128 @@ class TokenView:
 
 
 def sentence_view(sentence: dict, marginals: np.ndarray | None,
-                  classes: Sequence[str] | None) -> list[TokenView]:
+                  classes: Sequence[str] | None, scheme: str | None = None) -> list[TokenView]:
     """Per-token view model of one sentence (:meth:`Store.get_sentence` or
     :meth:`Store.sentence_view` dict) with the active model's marginals (columns in
-    ``classes`` order) when there are any; no suggestion on the view's ``hidden`` tokens."""
+    ``classes`` order) when there are any; no suggestion on the view's ``hidden`` tokens.
+    With a span ``scheme`` (BIO, BILOU) the suggestions are the most probable scheme-valid
+    sequence given the labels already set (:func:`gpsl.tags.valid_decode`; hidden tokens
+    count as uninformative there), not each token's argmax; ``confidence`` stays the
+    token's largest marginal."""
     views = []
     use = marginals is not None and classes is not None and \
         marginals.shape == (len(sentence["tokens"]), len(classes))
     hidden = set(sentence.get("hidden") or ())  # blind view: no suggestion from others' votes
+    valid = None
+    if use and scheme is not None:
+        m = marginals
+        if hidden:
+            m = np.array(marginals, dtype=float)
+            m[sorted(hidden)] = 1.0 / len(classes)
+        valid = valid_decode(m, classes, scheme, fixed=sentence["labels"])
     for t, tok in enumerate(sentence["tokens"]):
-        sug, conf, top = None, None, []
+        sug, conf, top, sug_p = None, None, [], None
         if use and t not in hidden:
             row = marginals[t]
             order = np.argsort(-row)[:3]
             top = [(classes[j], float(row[j])) for j in order]
             sug, conf = top[0][0], top[0][1]
+            if valid is not None and valid[t] in classes:
+                sug = valid[t]
+            sug_p = float(row[list(classes).index(sug)])
         votes = sentence["votes"][t] if sentence.get("votes") else {}
         views.append(TokenView(t, tok[0], tuple(tok), sentence["labels"][t],
                                sentence["sources"][t], sentence["annotators"][t], sug, conf,
-                               top, votes))
+                               top, votes, sug_p))
     return views
 
 
 def accept_candidates(views: Sequence[TokenView], threshold: float,
                       label_set: Sequence[str]) -> dict[int, str]:
-    """Unlabeled tokens whose suggestion has confidence >= ``threshold`` -> that label."""
+    """Unlabeled tokens whose suggestion has probability >= ``threshold`` -> that label."""
     ok = set(label_set)
     return {v.index: v.suggestion for v in views
-            if v.label is None and v.suggestion in ok and v.confidence is not None
-            and v.confidence >= threshold}
+            if v.label is None and v.suggestion in ok and v.suggestion_p is not None
+            and v.suggestion_p >= threshold}
 
 
-def next_unlabeled(views: Sequence[TokenView], after: int) -> int:
+def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
     """The next unlabeled token after ``after`` (wrapping); ``after + 1`` when all are
     labeled (clamped to the last token)."""
-    n = len(views)
+    n = len(labels)
     for k in range(1, n + 1):
         t = (after + k) % n
-        if views[t].label is None:
+        if labels[t] is None:
             return t
     return min(after + 1, n - 1)
 
 
-def first_unlabeled(views: Sequence[TokenView]) -> int:
-    for v in views:
-        if v.label is None:
-            return v.index
-    return 0
+def opening_token(views: Sequence[TokenView]) -> int:
+    """Where the cursor opens: the least sure unlabeled token under the stored marginals
+    (the first one on a tie), else the first unlabeled token, else the first token."""
+    free = [v for v in views if v.label is None]
+    scored = [v for v in free if v.confidence is not None]
+    if scored:
+        return min(scored, key=lambda v: (v.confidence, v.index)).index
+    return free[0].index if free else 0
+
+
+def flagged_tokens(views: Sequence[TokenView], scheme: str | None) -> dict[int, str]:
+    """Tokens whose label breaks the span scheme (``I-ORG`` after ``B-LOC`` or ``O``) ->
+    why; empty without a scheme."""
+    return violations([v.label for v in views], scheme) if scheme else {}
+
+
+def key_hints(labels: Sequence[str]) -> dict[str, str]:
+    """Label -> its key: ``1`` … ``9`` for the first nine labels, ``0`` for ``O`` (which
+    thus always has a key).  Every label is also reachable by the type-ahead (``/``)."""
+    hints = {lab: str(i + 1) for i, lab in enumerate(labels[:9])}
+    if "O" in labels:
+        hints["O"] = "0"
+    return hints
+
+
+def span_choices(types: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The entity types offered for a span with their keys: ``1`` … ``9``, then none;
+    ``O`` (outside) last with ``0``."""
+    out = [(kind, str(i + 1) if i < 9 else None) for i, kind in enumerate(types)]
+    return out + [("O", "0")]
+
+
+def safe_markdown(text: str) -> str:
+    """Markdown written by a user, made text-safe for ``st.markdown``: ``< > &`` become
+    entities (raw HTML shows as text) and images become plain text (nothing is loaded)."""
+    text = str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("![", "!\\[")
+
+
+def history_lines(rows: Sequence[dict]) -> list[str]:
+    """One Markdown line per history row (escaped), newest first; undone changes struck
+    through."""
+    out = []
+    for h in rows:
+        new = code_span(h["new_label"]) if h["new_label"] else "no label"
+        old = code_span(h["old_label"]) if h["old_label"] else "none"
+        what = {"set": f"set {new} (was {old})", "clear": f"cleared (was {old})",
+                "undo": f"undid: back to {new}", "import": f"imported {new}"}.get(
+            h["action"], md_escape(h["action"]))
+        if h.get("source") == "accepted" and h["action"] == "set":
+            what += " · accepted suggestion"
+        line = f"{fmt_time(h['at'])} · **{md_escape(h['annotator'])}** · {what}"
+        out.append(f"~~{line}~~ (undone)" if h.get("undone") else line)
+    return out
+
+
+def marked_text(tokens: Sequence[str], marks: Sequence[int], limit: int = 40) -> str:
+    """A sentence as escaped Markdown with the ``marks`` tokens in bold (at most ``limit``
+    tokens around the first mark)."""
+    marks = set(marks)
+    first = min(marks) if marks else 0
+    lo = max(0, min(first - 5, len(tokens) - limit))
+    shown = tokens[lo:lo + limit]
+    words = [f"**{md_escape(tok)}**" if lo + i in marks else md_escape(tok)
+             for i, tok in enumerate(shown)]
+    return ("… " if lo else "") + " ".join(words) + (" …" if lo + limit < len(tokens) else "")
 
 
 def code_span(text) -> str:
@@ -329,10 +405,13 @@ def uncertainty_alpha(confidence: float | None) -> float:
 
 
 def chip_css(views: Sequence[TokenView], colors: dict[str, str], selected: int | None,
-             prefix: str = "tok_") -> str:
+             prefix: str = "tok_", span: tuple[int, int] | None = None,
+             flagged: Sequence[int] = ()) -> str:
     """CSS for the token chips (buttons with keys ``prefix + index``): human labels solid
     borders in the label's color, suggestions dashed and italic, background by
-    uncertainty, the selected token outlined.  Contains no token text."""
+    uncertainty, the selected token outlined (every token of a selected ``span``
+    (first, last) too), tokens that break the span scheme underlined in red with a ``!``.
+    Contains no token text."""
     r, g, b = UNCERTAIN_RGB
     rules = [
         f"[class*='st-key-{prefix}'] button {{ min-height: 2.4rem; padding: 0.15rem 0.6rem;"
@@ -341,6 +420,8 @@ def chip_css(views: Sequence[TokenView], colors: dict[str, str], selected: int |
         " border-radius: 0.3em; color: #fff; }",
         f"[class*='st-key-{prefix}'] button em {{ color: #334155; font-size: 0.85em; }}",
     ]
+    lo, hi = span if span else (selected, selected)
+    bad = set(flagged)
     for v in views:
         sel = f".st-key-{prefix}{v.index} button"
         decl = []
@@ -355,8 +436,15 @@ def chip_css(views: Sequence[TokenView], colors: dict[str, str], selected: int |
         alpha = uncertainty_alpha(v.confidence) if v.label is None else 0.0
         if alpha > 0:
             decl.append(f"background: rgba({r},{g},{b},{alpha:.2f});")
-        if v.index == selected:
+        if lo is not None and lo <= v.index <= hi:
             decl.append("outline: 3px solid #4f46e5; outline-offset: 2px;")
+            if span:
+                decl.append("box-shadow: 0 0 0 6px rgba(79,70,229,0.18);")
+        if v.index in bad:
+            decl.append("text-decoration: underline wavy #dc2626;")
+            rules.append(f"{sel}::after {{ content: '!'; color: #fff; background: #dc2626;"
+                         " border-radius: 999px; padding: 0 0.4em; margin-left: 0.3em;"
+                         " font-weight: 700; font-size: 0.75em; }")
         rules.append(f"{sel} {{ {' '.join(decl)} }}")
     return "<style>\n" + "\n".join(rules) + "\n</style>"
 
@@ -451,13 +539,6 @@ def next_sentence(store: Store, project_id: int, order: str, annotator: str,
         if sid != current:
             return sid
     return ids[0] if ids else None
-
-
-def sentence_at(store: Store, project_id: int, position: int, split: str = "train") -> int | None:
-    """Id of the ``position``-th (1-based) sentence of a split."""
-    rows = store.get_sentences(project_id, split=split, offset=max(0, int(position) - 1),
-                               limit=1)
-    return rows[0]["id"] if rows else None
 
 
 # ----------------------------------------------------------------------------- dashboards

@@ -160,16 +160,20 @@ def test_label_undo_skip_and_navigation(db):
 
 
 def test_keyboard_shortcuts_and_help_are_shown(db):
+    """The keys go through the page's client-side queue (pages/_keys.py), not Streamlit's
+    button shortcuts; the keyboard itself is tested in test_annotate_page.py and in
+    Chromium (test_browser_annotate.py)."""
     tiny_project(db)
     at = app("annotate")
+    at.session_state["help_keys"] = True  # open the (lazy) expander
+    at.run()
     help_text = next(m.value for m in at.markdown if "undo your last change" in m.value)
-    for key in ("1 … 9", "X", "← / →", "A", "N / P", "S", "U"):
+    for key in ("1 … 9", "0", "/", "X", "← / →", "Shift + ← / →, Shift + click", "Esc", "A",
+                "N / P", "S", "U"):
         assert f"**{key}**" in help_text
-    shortcuts = {b.key: b.proto.shortcut for b in at.button if b.proto.shortcut}
-    assert shortcuts["lab_0"] == "1" and shortcuts["lab_3"] == "4"
-    assert {shortcuts[k] for k in ("next", "prev", "skip", "undo", "accept", "clear")} == \
-        {"n", "p", "s", "u", "a", "x"}
-    assert shortcuts["tok_prev"] == "left" and shortcuts["tok_next"] == "right"
+    assert not any(b.proto.shortcut for b in at.button)  # no second path for a key
+    assert at.button(key="lab_0").label == "B\\-PER :gray[1]"
+    assert at.button(key="lab_3").label == "O :gray[0]"  # O always has a key
 
 
 def test_training_changes_highlights_queue_and_accept(db):

@@ -15,6 +15,7 @@ from gpsl.annotation import (
     predictions,
     projects,
     queue,
+    search,
     sentences,
     stats,
     team,
@@ -179,6 +180,22 @@ class Store:
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:
         return stats.progress(self.db, project_id, split, detail=detail)
+
+    # search (read-only)
+    def find_sentences(self, project_id: int, **filters) -> dict:
+        return search.find(self.db, project_id, **filters)
+
+    def annotators(self, project_id: int) -> list[str]:
+        return search.annotators(self.db, project_id)
+
+    def sentence_by_number(self, project_id: int, number: int) -> dict | None:
+        return search.by_number(self.db, project_id, number)
+
+    def sentence_numbers(self, project_id: int, split: str | None = None) -> tuple[int, int, int]:
+        return search.numbers(self.db, project_id, split)
+
+    def token_history(self, sentence_id: int, token_index: int, limit: int | None = 50):
+        return search.token_history(self.db, sentence_id, token_index, limit)
 
     # model versions
     def start_model_version(self, project_id: int, settings=None, *, pid=None) -> int:

@@ -1,0 +1,327 @@
+"""The Annotate page's actions and the events of its keyboard queue, without layout: a
+module (compiled once) rather than page code (run again on every rerun).
+
+:class:`Labeling` holds one session's context (store, project, annotator, the page state
+in ``st.session_state``) and the actions of the page's buttons and keys; :class:`Batch`
+applies a list of events (keys, clicks, type-ahead picks) in the order they happened.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from sqlalchemy.exc import SQLAlchemyError
+
+from gpsl.errors import GpslError, InputError
+from gpsl.tags import entity_types, scheme_of, span_labels
+from pages import _ui
+from pages import _view as sup
+
+ACTION_KEYS = {"x": "clear", "u": "undo", "n": "next", "p": "prev", "s": "skip",
+               "a": "accept"}
+CLICK_ACTIONS = ("clear", "undo", "next", "prev", "skip", "accept")
+ACTION_ERRORS = {"next": "Cannot open the next sentence", "prev": "Cannot go back",
+                 "skip": "Sentence not skipped", "undo": "Nothing undone",
+                 "accept": "Suggestions not accepted"}
+
+
+class Labeling:
+    """The Annotate page's context and actions for one project and annotator."""
+
+    def __init__(self, store, project: dict, annotator: str):
+        self.store = store
+        self.project = project
+        self.pid = project["id"]
+        self.annotator = annotator
+        who = _ui.identity()
+        self.team = who is not None and not who.local  # a team member: routed, leased
+        self.lead = who is None or who.is_lead
+        self.blind = bool((project.get("settings") or {}).get("blind", False))
+        self.labels = project["labels"]
+        self.scheme = scheme_of(self.labels)
+        self.types = entity_types(self.labels) if self.scheme else []
+        self.choices = sup.span_choices(self.types) if self.scheme else []
+        self.hints = sup.key_hints(self.labels)
+        self.state = st.session_state.setdefault(f"annotate_{self.pid}", {
+            "current": None, "back": [], "fwd": [], "seen": set(), "sel": None,
+            "sel_sid": None})
+        self.state.setdefault("anchor", None)
+
+    def order(self) -> str:
+        return st.session_state.get("queue_order") or "uncertainty"
+
+
+    def go_to(self, sid: int | None) -> None:
+        if sid is None or sid == self.state["current"]:
+            return
+        if self.state["current"] is not None:
+            self.state["back"].append(self.state["current"])
+        self.state["fwd"].clear()
+        self.state["current"] = sid
+        self.state["seen"].add(sid)
+        self.state["anchor"] = None
+
+
+    def next_sentence(self) -> None:
+        self.state["anchor"] = None
+        if self.state["fwd"]:
+            self.state["back"].append(self.state["current"])
+            self.state["current"] = self.state["fwd"].pop()
+            return
+        sid = sup.next_sentence(self.store, self.pid, self.order(), self.annotator,
+                                self.state["current"], self.state["seen"], lease=self.team)
+        if sid is None or sid == self.state["current"]:
+            _ui.flash("info", "No other sentence left in the queue.")
+            return
+        self.go_to(sid)
+
+
+    def previous_sentence(self) -> None:
+        self.state["anchor"] = None
+        if not self.state["back"]:
+            _ui.flash("info", "This is the first sentence of this session.")
+            return
+        self.state["fwd"].append(self.state["current"])
+        self.state["current"] = self.state["back"].pop()
+
+
+    def skip(self) -> None:
+        if self.state["current"] is not None:
+            self.store.skip(self.state["current"], self.annotator)
+            self.state["seen"].add(self.state["current"])
+        self.next_sentence()
+
+
+    def active_views(self, sid: int) -> list[sup.TokenView]:
+        """The view of a sentence under the active model (BIO-valid suggestions)."""
+        version = self.store.active_model(self.pid)
+        marginals = self.store.get_predictions(version["id"], [sid]).get(sid) if version else None
+        return sup.sentence_view(self.store.sentence_view(sid, self.annotator), marginals,
+                                 version["classes"] if version else None, self.scheme)
+
+
+    def accept_suggestions(self) -> None:
+        sid = self.state["current"]
+        version = self.store.active_model(self.pid)
+        if sid is None or version is None:
+            _ui.flash("warning", "No model suggestions yet: train a model on the Train page.")
+            return
+        threshold = float(st.session_state.get("accept_thr", 0.9))
+        changes = sup.accept_candidates(self.active_views(sid), threshold, self.labels)
+        if not changes:
+            _ui.flash("info", "No unlabeled token has a suggestion with confidence ≥ "
+                              f"{threshold:.2f}.")
+            return
+        self.store.set_labels(sid, changes, self.annotator, source="accepted")
+        _ui.flash("info", f"Accepted {len(changes)} suggestion{'s' if len(changes) > 1 else ''} "
+                          f"(confidence ≥ {threshold:.2f}).")
+
+
+    def undo(self) -> None:
+        result = self.store.undo(self.pid, self.annotator)
+        if result is None:
+            _ui.flash("info", "Nothing to undo.")
+            return
+        self.go_to(result["sentence_id"])
+        if result["changes"]:
+            self.state["sel"] = result["changes"][0]["token_index"]
+            self.state["sel_sid"] = self.state["current"]
+            self.state["anchor"] = None
+        n = len(result["changes"])
+        _ui.flash("info", f"Undid the last change ({n} token{'s' if n > 1 else ''}).")
+
+    def apply_events(self, events: list[dict]) -> None:
+        """Apply events in order (the keyboard queue's, or one button's own)."""
+        try:
+            Batch(self, events).run()
+        except (GpslError, SQLAlchemyError) as exc:
+            _ui.flash("error", _ui.error_text(exc, "Not saved"))
+
+    def jump(self) -> None:
+        """Open the sentence whose shown number is in the "Go to" field."""
+        raw = str(st.session_state.get("jump_to") or "").strip()
+        if not raw:
+            return
+        try:
+            first, last, n = self.store.sentence_numbers(self.pid)
+            try:
+                number = int(raw.lstrip("#"))
+            except ValueError:
+                _ui.flash("warning", f"“{raw}” is not a sentence number (this project has "
+                                     f"sentences {first}–{last}).")
+                return
+            hit = self.store.sentence_by_number(self.pid, number)
+        except (GpslError, SQLAlchemyError) as exc:
+            _ui.flash("error", _ui.error_text(exc, "Cannot open the sentence"))
+            return
+        if hit is None:
+            _ui.flash("warning", f"There is no sentence {number}: this project's sentences "
+                                 f"are numbered {first}–{last}." if n else
+                                 "This project has no sentences.")
+            return
+        if hit["split"] != "train":
+            _ui.flash("warning", f"Sentence {number} is held out (gold labels for the "
+                                 "evaluation); it is not annotated here.")
+            return
+        self.go_to(hit["sentence_id"])
+
+
+class Batch:
+    """Applies a list of events (keys, clicks) in order.  Label changes of one sentence
+    are collected and written in one transaction (one undo step) when something else
+    needs the self.store; a span is a step of its own, and when the list contains an undo,
+    every label key is its own step (so the undo reverts exactly the last one)."""
+
+    def __init__(self, ctx: Labeling, events: list[dict]):
+        self.ctx = ctx
+        self.state, self.store, self.annotator = ctx.state, ctx.store, ctx.annotator
+        self.events = events
+        self.per_key = any(self.action(e)[0] == "undo" for e in events)
+        self.buf: dict[int, str | None] = {}
+        self.sid: int | None = None
+        self.labels: list[str | None] | None = None
+
+    # what an event asks for
+    def action(self, e: dict) -> tuple[str, object]:
+        kind = e.get("k")
+        if kind == "pick":
+            if e.get("type"):
+                return "type", str(e["type"])
+            return "label", str(e.get("label"))
+        key = str(e.get("key") or "")
+        shift = bool(e.get("shift"))
+        if kind == "click":
+            if key.startswith("tok_") and key[4:].isdigit():
+                return ("extend_to" if shift else "select"), int(key[4:])
+            if key.startswith("lab_") and key[4:].isdigit() and int(key[4:]) < len(self.ctx.labels):
+                return "label", self.ctx.labels[int(key[4:])]
+            choices = self.ctx.choices
+            if key.startswith("span_") and key[5:].isdigit() and int(key[5:]) < len(choices):
+                return "type", self.ctx.choices[int(key[5:])][0]
+            if key in ("tok_prev", "tok_next"):
+                return "move", -1 if key == "tok_prev" else 1
+            if key in CLICK_ACTIONS:
+                return key, None
+            return "none", None
+        if kind != "key":
+            return "none", None
+        if key in ("ArrowLeft", "ArrowRight"):
+            return ("extend" if shift else "move"), -1 if key == "ArrowLeft" else 1
+        if key == "Escape":
+            return "collapse", None
+        if key in ACTION_KEYS:
+            return ACTION_KEYS[key], None
+        if key.isdigit():
+            if self.span() is not None and self.ctx.scheme:
+                kind_ = next((c for c, k in self.ctx.choices if k == key), None)
+                return ("type", kind_) if kind_ else ("none", None)
+            lab = next((lab for lab, k in self.ctx.hints.items() if k == key), None)
+            return ("label", lab) if lab else ("none", None)
+        return "none", None
+
+    # the sentence being labeled
+    def current_labels(self) -> list[str | None]:
+        if self.sid != self.state["current"] or self.labels is None:
+            self.flush()
+            self.sid = self.state["current"]
+            self.labels = list(self.store.sentence_view(self.sid, self.annotator)["labels"])
+        return self.labels
+
+    def ensure_selection(self) -> None:
+        if self.state["sel_sid"] != self.state["current"] or self.state["sel"] is None:
+            self.state["sel"] = sup.opening_token(self.ctx.active_views(self.state["current"]))
+            self.state["sel_sid"], self.state["anchor"] = self.state["current"], None
+        n = len(self.current_labels())
+        self.state["sel"] = min(max(0, self.state["sel"]), n - 1)
+
+    def span(self) -> tuple[int, int] | None:
+        a = self.state.get("anchor")
+        if a is None or self.state["sel_sid"] != self.state["current"] or a == self.state["sel"]:
+            return None
+        return min(a, self.state["sel"]), max(a, self.state["sel"])
+
+    def write(self, changes: dict[int, str | None], own_step: bool) -> None:
+        labs = self.current_labels()
+        if own_step:
+            self.flush()
+        self.buf.update(changes)
+        for t, lab in changes.items():
+            labs[t] = lab
+        if own_step or self.per_key:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf and self.sid is not None:
+            buf, self.buf = self.buf, {}
+            try:
+                self.store.set_labels(self.sid, buf, self.annotator)
+            except GpslError as exc:  # a bad label, or the self.store busy past its timeout
+                _ui.flash("error", str(exc))
+                self.labels = None  # read again: nothing of this step was written
+
+    def invalidate(self) -> None:
+        self.flush()
+        self.labels = None
+
+    # apply
+    def run(self) -> None:
+        try:
+            for e in self.events:
+                if self.state["current"] is None:
+                    return
+                self.apply(*self.action(e))
+        finally:
+            self.flush()
+
+    def apply(self, what: str, arg) -> None:
+        if what == "none":
+            return
+        if what in ACTION_ERRORS:
+            self.invalidate()
+            action = {"next": self.ctx.next_sentence, "prev": self.ctx.previous_sentence,
+                      "skip": self.ctx.skip, "undo": self.ctx.undo,
+                      "accept": self.ctx.accept_suggestions}[what]
+            try:
+                action()
+            except (GpslError, SQLAlchemyError) as exc:
+                _ui.flash("error", _ui.error_text(exc, ACTION_ERRORS[what]))
+            return
+        self.ensure_selection()
+        n = len(self.current_labels())
+        sel = self.state["sel"]
+        if what == "select":
+            if 0 <= int(arg) < n:
+                self.state["sel"], self.state["anchor"] = int(arg), None
+        elif what == "extend_to":
+            if 0 <= int(arg) < n:
+                self.state["anchor"] = sel if self.state["anchor"] is None else self.state["anchor"]
+                self.state["sel"] = int(arg)
+        elif what == "move":
+            self.state["sel"], self.state["anchor"] = min(max(0, sel + int(arg)), n - 1), None
+        elif what == "extend":
+            self.state["anchor"] = sel if self.state["anchor"] is None else self.state["anchor"]
+            self.state["sel"] = min(max(0, sel + int(arg)), n - 1)
+        elif what == "collapse":
+            self.state["anchor"] = None
+        elif what in ("label", "clear", "type"):
+            self.set_labels(what, arg)
+
+    def set_labels(self, what: str, arg) -> None:
+        span = self.span()
+        lo, hi = span if span else (self.state["sel"], self.state["sel"])
+        if what == "type":
+            kind = str(arg)
+            if not self.ctx.scheme or (kind != "O" and kind not in self.ctx.types):
+                return
+            new = span_labels(kind, hi - lo + 1, self.ctx.scheme)
+            changes = {lo + i: lab for i, lab in enumerate(new)}
+        else:
+            lab = None if what == "clear" else arg
+            if lab is not None and lab not in self.ctx.labels:
+                raise InputError(f"{lab!r} is not in the project's label set",
+                                 source="<label>")
+            changes = {t: lab for t in range(lo, hi + 1)}
+        self.write(changes, own_step=span is not None)
+        self.state["anchor"] = None
+        if what != "clear":  # move on to the next unlabeled token
+            self.state["sel"] = sup.next_unlabeled(self.current_labels(), hi)
+        self.state["sel_sid"] = self.state["current"]

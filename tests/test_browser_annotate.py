@@ -1,0 +1,170 @@
+"""The Annotate page's keyboard in a real browser: `streamlit run app.py` and Debian's
+Chromium (Playwright), one server shared by the tests of this module.
+
+* ten keys pressed 100 ms apart -> ten labels in the store (keys are queued client-side by
+  pages/keyboard/index.html and applied in order by the page, several per rerun);
+* a span selected with Shift+arrows, its entity type picked once -> B-/I- stored in one
+  step, and one Undo removes the whole span;
+* a token and a span clicked with the mouse (Shift+click) go through the same queue, and
+  clicks 100 ms apart (token, label, token, label) all land, in order.
+
+Skipped when /usr/bin/chromium is missing.  Screenshots go to tests/artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from _support import serve_app
+
+from gpsl.annotation import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+TYPES = ["PER", "LOC", "ORG", "MISC", "DATE"]
+LABELS = [f"{p}-{t}" for t in TYPES for p in "BI"] + ["O"]  # 11 labels: O has no digit 1-9
+KEYS_TOKENS = "one two three four five six seven eight nine ten eleven twelve".split()
+SPAN_TOKENS = "Anna visited New York City with Bob today .".split()
+
+pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(),
+                                 reason="Debian Chromium (/usr/bin/chromium) missing")]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """One server for the module: a store with a "Keys" and a "Spans" project."""
+    tmp = tmp_path_factory.mktemp("annotate")
+    db = tmp / "gpsl.sqlite3"
+    store = Store(db)
+    keys = store.create_project("Keys", LABELS)
+    store.add_sentences(keys, [{"tokens": KEYS_TOKENS}])
+    spans = store.create_project("Spans", LABELS)
+    store.add_sentences(spans, [{"tokens": SPAN_TOKENS}])
+    with serve_app(tmp / "server.log", {"GPSL_DB": str(db),
+                                        "GPSL_ANNOTATOR": "keyboard-test"}) as url:
+        yield url, store, {"Keys": keys, "Spans": spans}
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                               args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_annotate(browser, url: str, project: str):
+    page = browser.new_context(viewport={"width": 1400, "height": 950}).new_page()
+    page.goto(url)
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
+        timeout=60_000)
+    page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+    box = page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox")
+    if project not in box.inner_text():
+        box.click()
+        page.get_by_role("option", name=project).click(timeout=30_000)
+    page.get_by_text(f"**{project}**".strip("*")).first.wait_for(timeout=30_000)
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=30_000)
+    page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
+                           timeout=30_000)
+    return page
+
+
+def wait_for(get, expected, timeout: float = 30.0) -> None:
+    """Poll ``get()`` until it equals ``expected`` (fails with the last value)."""
+    deadline = time.monotonic() + timeout
+    while (value := get()) != expected:
+        assert time.monotonic() < deadline, f"{value!r} != {expected!r}"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
+    url, store, pids = app
+    page = open_annotate(browser, url, "Keys")
+    sid = store.sentence_ids(pids["Keys"])[0]
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.click()  # focus the page
+    page.get_by_text(f"token 1 of {len(KEYS_TOKENS)}").wait_for(timeout=30_000)
+    keys = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0"]
+    for key in keys:  # each key labels the selected token and moves to the next one
+        page.keyboard.press(key)
+        page.wait_for_timeout(100)
+    expected = LABELS[:9] + ["O"]
+    wait_for(lambda: store.get_sentence(sid)["labels"][:10], expected)
+    saved = store.get_sentence(sid)
+    assert saved["labels"] == expected + [None, None]
+    assert set(saved["annotators"][:10]) == {"keyboard-test"}
+    page.locator(".st-key-tok_9[data-stale='false'] button").filter(has_text="O").first.wait_for(
+        timeout=30_000)
+    # the type-ahead reaches every label: `/`, part of a name, Enter (token 11 is next)
+    page.keyboard.press("/")
+    page.keyboard.type("date")
+    page.get_by_test_id("gpslTypeAhead").wait_for(timeout=10_000)
+    assert page.get_by_test_id("gpslTypeAhead").inner_text().split("\n")[1:4] == [
+        "DATE: entity (span)", "B-DATE (9)", "I-DATE"]  # exact match, then the others
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    wait_for(lambda: store.get_sentence(sid)["labels"][10], "I-DATE")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_keys.png"), full_page=True)
+    # clicks 100 ms apart, without waiting for the page: each lands on the token clicked
+    # just before it (a click during a slow rerun used to be lost or applied out of order)
+    store.set_labels(sid, {0: None, 1: None}, "keyboard-test")
+    page.reload()
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=30_000)
+    page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
+                           timeout=30_000)
+    for key in ("tok_1", "lab_2", "tok_0", "lab_4"):  # B-LOC on "two", B-ORG on "one"
+        page.locator(f".st-key-{key} button").first.click()
+        page.wait_for_timeout(100)
+    wait_for(lambda: store.get_sentence(sid)["labels"][:2], ["B-ORG", "B-LOC"])
+    page.context.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
+    url, store, pids = app
+    page = open_annotate(browser, url, "Spans")
+    sid = store.sentence_ids(pids["Spans"])[0]
+    page.locator(".st-key-tok_2[data-stale='false'] button").first.click()  # "New"
+    page.get_by_text(f"token 3 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.keyboard.press("Shift+ArrowRight")
+    page.keyboard.press("Shift+ArrowRight")
+    page.get_by_text(f"tokens 3–5 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser_span_selected.png"), full_page=True)
+    page.keyboard.press("2")  # the second entity type: LOC
+    wait_for(lambda: store.get_sentence(sid)["labels"][2:5], ["B-LOC", "I-LOC", "I-LOC"])
+    history = store.history(sid)
+    assert len(history) == 3 and {h["at"] for h in history} == {history[0]["at"]}
+    # a one-token entity with the mouse: click "Anna", then the PER type button
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.click()
+    page.get_by_text(f"token 1 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.locator(".st-key-span_0[data-stale='false'] button").first.click()
+    wait_for(lambda: store.get_sentence(sid)["labels"][0], "B-PER")
+    # Shift+click selects a span with the mouse; O for both tokens is one step too
+    page.locator(".st-key-tok_5[data-stale='false'] button").first.click()
+    page.get_by_text(f"token 6 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.locator(".st-key-tok_6[data-stale='false'] button").first.click(modifiers=["Shift"])
+    page.get_by_text(f"tokens 6–7 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.keyboard.press("0")
+    wait_for(lambda: store.get_sentence(sid)["labels"][5:7], ["O", "O"])
+    # one undo per step, newest first: the O span, the PER token, the LOC span
+    page.keyboard.press("u")
+    wait_for(lambda: store.get_sentence(sid)["labels"][5:7], [None, None])
+    assert store.get_sentence(sid)["labels"][:5] == ["B-PER", None, "B-LOC", "I-LOC", "I-LOC"]
+    page.keyboard.press("u")
+    wait_for(lambda: store.get_sentence(sid)["labels"][0], None)
+    page.keyboard.press("u")
+    wait_for(lambda: store.get_sentence(sid)["labels"], [None] * len(SPAN_TOKENS))
+    page.context.close()
