@@ -179,7 +179,7 @@ def test_confidence_page_shows_hostile_tokens_as_text(hostile):
     assert_html_escaped(html_texts(at))
     assert_markdown_literal(markdown_texts(at))
     # the uncertain-token table is data (shown as text by the grid), values unchanged
-    table = at.dataframe[0].value
+    table = next(d.value for d in at.dataframe if "token" in d.value.columns)
     assert set(table["token"]) & set(HOSTILE)
 
 
