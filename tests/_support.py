@@ -36,6 +36,31 @@ def http_status(url: str) -> int | None:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Debian's Chromium, driven by Playwright in the browser tests (skipped when it is missing)
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
+    """Poll ``predicate`` until it returns a true value (returned); fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def app_store_env(tmp_path: Path, monkeypatch) -> Path:
+    """The app's store for an AppTest run: a new SQLite file in ``tmp_path`` named by
+    ``GPSL_DB``, annotator "tester"; returns its path."""
+    path = tmp_path / "gpsl.sqlite3"
+    monkeypatch.setenv("GPSL_DB", str(path))
+    monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
+    return path
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from _support import BL, BP, IP, OUT  # noqa: E402
+from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -26,10 +26,7 @@ from pages import _view as sup  # noqa: E402
 
 @pytest.fixture
 def db(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "gpsl.sqlite3"
-    monkeypatch.setenv("GPSL_DB", str(path))
-    monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
-    return path
+    return app_store_env(tmp_path, monkeypatch)
 
 
 def app(goto: int | None = None) -> AppTest:

@@ -11,16 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import serve_app
+from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / "tests" / "artifacts"
 HOSTILE = ["<img src=x onerror=window.__pwned=1>", "<script>window.__pwned=2</script>"]
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture

@@ -17,15 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import serve_app
+from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 TYPES = ["PER", "LOC", "ORG", "MISC", "DATE"]
 LABELS = [f"{p}-{t}" for t in TYPES for p in "BI"] + ["O"]  # 11 labels: O has no digit 1-9
 KEYS_TOKENS = "one two three four five six seven eight nine ten eleven twelve".split()

@@ -15,15 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import free_port, serve_app
+from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, serve_app
 
 from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 LABELS = ["B-PER", "I-PER", "B-LOC", "I-LOC", "O"]
 PASSWORD = "lead password 1"
 

@@ -12,11 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
-from _support import BL, OUT, free_port, tiny_store
+from _support import BL, OUT, free_port, tiny_store, wait_until
 
 from gpsl.errors import InputError
 from gpsl.model import GPSL
@@ -49,15 +48,6 @@ def cluster():
     with contextlib.suppress(KeyError):
         lc.close()
 
-
-def wait_until(predicate, timeout: float = 60.0, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def _address(client) -> str:

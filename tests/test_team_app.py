@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
-from _support import BL, BP, OUT  # noqa: E402
+from _support import BL, BP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -22,10 +22,7 @@ PASSWORD = "a long password"
 
 @pytest.fixture
 def db(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "gpsl.sqlite3"
-    monkeypatch.setenv("GPSL_DB", str(path))
-    monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
-    return path
+    return app_store_env(tmp_path, monkeypatch)
 
 
 def run(params: dict | None = None, page: str | None = None) -> AppTest:

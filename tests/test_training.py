@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import BL, BP, IP, OUT, tiny_store
+from _support import BL, BP, IP, OUT, tiny_store, wait_until
 
 from gpsl.annotation import Store, jobs, pipeline
 from gpsl.errors import InputError
@@ -17,15 +17,6 @@ from gpsl.model import GPSL
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 
-
-def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def kill_worker(vid: int) -> None:
