@@ -65,6 +65,16 @@ def store_target(request, tmp_path):
     return server.new_database()
 
 
+@pytest.fixture
+def store(store_target):
+    """A new store on SQLite and on PostgreSQL (a test using it runs on both)."""
+    from gpsl.annotation import Store
+
+    s = Store(store_target)
+    yield s
+    s.close()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _PG["error"] is not None:
         terminalreporter.write_sep(

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpsl.annotation import Store
-
 LABELS = ["B-PER", "I-PER", "B-LOC", "O"]
 
-
-@pytest.fixture
-def store(store_target):
-    s = Store(store_target)
-    yield s
-    s.close()
 
 
 def project(store):

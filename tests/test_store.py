@@ -32,13 +32,6 @@ SAMPLE = ROOT / "sample_data"
 LABELS = ["B", "I", "O"]
 
 
-@pytest.fixture
-def store(store_target):
-    """A new store on SQLite and on PostgreSQL (the tests below run on both)."""
-    s = Store(store_target)
-    yield s
-    s.close()
-
 
 # tests that look into the SQLite file itself
 SQLITE_ONLY = pytest.mark.parametrize("store_target", ["sqlite"], indirect=True)

@@ -18,12 +18,6 @@ from gpsl.errors import InputError
 LABELS = ["B-PER", "I-PER", "B-LOC", "O"]
 
 
-@pytest.fixture
-def store(store_target):
-    s = Store(store_target)
-    yield s
-    s.close()
-
 
 def project(store, n=6, name="t"):
     pid = store.create_project(name, LABELS)
