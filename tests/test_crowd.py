@@ -600,5 +600,9 @@ def test_bench_crowd_simulation_and_harness(tmp_path):
     assert "GPSL2_test_loss" in cell["methods"]["MV"] and "CRFsuite_test_loss" in \
         cell["methods"]["MV"]
     assert cell["methods"][bc.JOINT]["joint_bound_monotone"]
+    joint = cell["methods"][bc.JOINT]
+    var = np.array(joint["joint_prior_variance"])  # one per label
+    assert var.size >= 2 and np.all(var > 0)
+    assert 0 <= joint["joint_tagger_test_loss"] <= 100
     md = (tmp_path / "crowd.md").read_text(encoding="utf-8")
     assert "python -m bench.crowd --datasets seg" in md and "Acceptance" in md
