@@ -16,7 +16,10 @@ annotators (``VOTES`` may be a range ``1-5``: uniform per token). Uncovered toke
 Methods, all in the same run: majority vote, crowd-kit's DawidSkene, GLAD and MACE, and
 gpsl's own Dawid-Skene alone (:class:`gpsl.crowd.DawidSkene`), each followed by GPSL2 (tokens
 without votes missing) and by CRFsuite (trained on the maximal runs of voted tokens, features
-from the full sentences); the joint model (:class:`gpsl.crowd.CrowdGPSL`, GPSL2); and GPSL2
+from the full sentences); the joint model (:class:`gpsl.crowd.CrowdGPSL` with its defaults,
+GPSL2: the tagger's prior variance learned in the joint bound, the tagger for the test loss refit
+with GPSL's default settings on the inferred labels; the joint fit's own tagger's test loss and
+its learned variances are reported too); and GPSL2
 trained on the *true* labels of the same voted tokens (the reference of the acceptance test).
 
 Reported: accuracy of the inferred labels on the voted training tokens (and, for the GPSL
