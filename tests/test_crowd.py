@@ -170,7 +170,7 @@ def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inferen
     with the model's settings on the argmax labels of the voted tokens."""
     X, y = corpus(20, seed=5)
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
-    model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, tol=1e-6, inference=inference)
+    model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
     joint = CrowdGPSL(model, min_votes=5).fit(X, votes)
     assert joint.joint_model_.learn_hyper and not joint.model_.learn_hyper
     assert joint.joint_model_.inference_ == inference
@@ -184,14 +184,14 @@ def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inferen
     voted = votes.voted()
     y_hat = [[votes.classes[v] if k else None for v, k in zip(lv, kv)]
              for lv, kv in zip(votes.split(lab), votes.split(voted))]
-    plain = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, tol=1e-6, inference=inference)
+    plain = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
     plain.fit(X, y_hat, classes=votes.classes)
     np.testing.assert_allclose(joint.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
     Xt, _ = corpus(6, seed=11)
     np.testing.assert_allclose(np.concatenate(joint.predict_marginals(Xt)),
                                np.concatenate(plain.predict_marginals(Xt)), atol=1e-12)
     # the fixed-prior joint fit keeps its own tagger (no refit) and the model's settings
-    fixed = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, tol=1e-6,
+    fixed = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4,
                            inference=inference), min_votes=5, tagger_prior="model").fit(X, votes)
     assert fixed.model_ is fixed.joint_model_ and not fixed.model_.learn_hyper
     with pytest.raises(ValueError, match="tagger_prior"):
