@@ -230,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crowd", action="store_true",
                    help="TRAIN_FILE holds crowd votes (JSONL annotations, or CoNLL with "
                         "--annotators N): learn annotator confusion matrices jointly")
+    p.add_argument("--tagger-prior", choices=("learn", "model"), default=None,
+                   help="--crowd: 'learn' (default) learns the tagger's prior variance in the "
+                        "joint bound and refits the saved tagger with the given settings on "
+                        "the inferred labels; 'model' keeps the given settings in the joint fit")
     _add_crowd_options(p)
     p.add_argument("train_file", metavar="TRAIN_FILE")
     p.add_argument("model_dir", metavar="MODEL_DIR")
@@ -536,7 +540,8 @@ def _refuse_crowd_options(args: argparse.Namespace) -> None:
     given = [opt for opt, value, default in (
         ("--crowd-format", args.crowd_format, None), ("--annotators", args.annotators, None),
         ("--annotator-names", args.annotator_names, None), ("--labels", args.labels, None),
-        ("--trusted", args.trusted, []), ("--report", args.report, None))
+        ("--trusted", args.trusted, []), ("--report", args.report, None),
+        ("--tagger-prior", getattr(args, "tagger_prior", None), None))
         if value != default]
     if given:
         raise InputError(f"{given[0]} needs --crowd", source="arguments")
@@ -674,7 +679,8 @@ def _cmd_train_crowd(args: argparse.Namespace) -> int:
                  f"time={float(info.get('seconds', 0.0)):.2f}s")
 
     joint = CrowdGPSL(model, prior_diag=args.prior_diag, prior_off=args.prior_off,
-                      min_votes=args.min_votes, shrink=args.shrink)
+                      min_votes=args.min_votes, shrink=args.shrink,
+                      tagger_prior=args.tagger_prior or "learn")
     joint.fit([s.tokens for s in sents], votes, callback=progress)
     joint.model_.save(args.model_dir)
     rows = annotator_report(joint, votes)

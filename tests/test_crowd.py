@@ -71,10 +71,15 @@ def test_trusted_annotator_is_todays_fit_exactly():
     sents = [CrowdSentence(x, None, 1, None, annotations={"lead": lab}) for x, lab in zip(X, y)]
     votes = Votes.from_sentences(sents, trusted=["lead"])
     assert votes.token.size == 0 and np.all(votes.observed >= 0)
-    joint = CrowdGPSL(gpsl()).fit(X, votes)
+    joint = CrowdGPSL(gpsl(), tagger_prior="model").fit(X, votes)
     plain = gpsl().fit(X, y)
     np.testing.assert_allclose(joint.bound_trace_, plain.bound_trace_, rtol=1e-12)
     assert joint.model_.predict(X) == plain.predict(X)
+    # default (prior variance learned in the joint bound): the refit tagger is today's fit
+    learned = CrowdGPSL(gpsl()).fit(X, votes)
+    assert learned.joint_model_ is not learned.model_
+    np.testing.assert_allclose(learned.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
+    assert learned.predict(X) == plain.predict(X)
 
 
 def test_one_perfectly_reliable_annotator_gives_todays_results():
@@ -85,7 +90,7 @@ def test_one_perfectly_reliable_annotator_gives_todays_results():
     X, y = corpus()
     sents = [CrowdSentence(x, None, 1, None, annotations={"a1": lab}) for x, lab in zip(X, y)]
     votes = Votes.from_sentences(sents)
-    joint = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0).fit(X, votes)
+    joint = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0, tagger_prior="model").fit(X, votes)
     plain = gpsl().fit(X, y)
     np.testing.assert_allclose(np.diag(joint.confusions_[0]), 1.0)
     const = joint.crowd_.log_prior()
@@ -99,6 +104,13 @@ def test_one_perfectly_reliable_annotator_gives_todays_results():
                                np.concatenate(plain.predict_marginals(Xt)), atol=1e-8)
     assert joint.labels_array_ == [v for lab in y for v in lab]
     np.testing.assert_allclose(joint.accuracy_, [1.0])
+    # default tagger prior (learned in the joint bound, then the refit): the same labels and
+    # exactly today's tagger
+    learned = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0).fit(X, votes)
+    assert learned.labels_array_ == joint.labels_array_
+    np.testing.assert_allclose(learned.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
+    np.testing.assert_allclose(np.concatenate(learned.predict_marginals(Xt)),
+                               np.concatenate(plain.predict_marginals(Xt)), atol=1e-12)
 
 
 def test_reliable_annotator_with_default_prior_keeps_the_labels():
@@ -148,6 +160,42 @@ def test_joint_model_with_the_sparse_engine():
     voted = votes.voted()
     acc = [np.mean(np.array(m.labels_array_)[voted] == truth[voted]) for m in (joint, full)]
     assert acc[0] >= acc[1] - 0.02
+
+
+@pytest.mark.parametrize("inference", ["full", "sparse"])
+def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inference):
+    """tagger_prior='learn': the prior variance moves away from the default by GPSL's own
+    M-step, the bound the engine records (sweeps, annotator M-steps and variance M-steps
+    between them) never decreases, and the tagger for prediction is exactly a plain GPSL fit
+    with the model's settings on the argmax labels of the voted tokens."""
+    X, y = corpus(20, seed=5)
+    votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
+    model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
+    joint = CrowdGPSL(model, min_votes=5).fit(X, votes)
+    assert joint.joint_model_.learn_hyper and not joint.model_.learn_hyper
+    assert joint.joint_model_.inference_ == inference
+    var = np.exp(np.asarray(joint.joint_model_.state_.theta)[:, 0])
+    assert np.all(np.abs(np.log(var / 4.0)) > 0.05), var  # moved from the default 4
+    bt = np.array(joint.bound_trace_)
+    assert np.all(np.diff(bt) >= -1e-8 * np.abs(bt).max()), np.diff(bt).min()
+    jt = np.array(joint.joint_trace_)
+    assert np.all(np.diff(jt) >= -1e-8 * np.abs(jt).max()), np.diff(jt).min()
+    lab = np.asarray(joint.probas_).argmax(axis=1)
+    voted = votes.voted()
+    y_hat = [[votes.classes[v] if k else None for v, k in zip(lv, kv)]
+             for lv, kv in zip(votes.split(lab), votes.split(voted))]
+    plain = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
+    plain.fit(X, y_hat, classes=votes.classes)
+    np.testing.assert_allclose(joint.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
+    Xt, _ = corpus(6, seed=11)
+    np.testing.assert_allclose(np.concatenate(joint.predict_marginals(Xt)),
+                               np.concatenate(plain.predict_marginals(Xt)), atol=1e-12)
+    # the fixed-prior joint fit keeps its own tagger (no refit) and the model's settings
+    fixed = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4,
+                           inference=inference), min_votes=5, tagger_prior="model").fit(X, votes)
+    assert fixed.model_ is fixed.joint_model_ and not fixed.model_.learn_hyper
+    with pytest.raises(ValueError, match="tagger_prior"):
+        CrowdGPSL(gpsl(), tagger_prior="bad").fit(X, votes)
 
 
 @pytest.mark.parametrize("shrink", [10.0, 0.0])
@@ -460,6 +508,17 @@ def test_cli_train_crowd_and_test(tmp_path, capsys):
     assert code == 0, err
     acc = float(out.split("accuracy: ")[1].split("%")[0])
     assert acc > 80
+    # the saved tagger is the refit with the given settings (variance 4, not learned)
+    saved = GPSL.load(model)
+    assert not saved.learn_hyper
+    np.testing.assert_allclose(np.exp(np.asarray(saved.state_.theta)[:, 0]), 4.0)
+    fixed = tmp_path / "fixed"
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "10", "--tagger-prior", "model",
+                        src, fixed], capsys)
+    assert code == 0, err
+    # the joint fit's own tagger: trained on the soft r, not the refit's hard labels
+    assert not np.allclose(np.concatenate(GPSL.load(fixed).predict_marginals(X)),
+                           np.concatenate(saved.predict_marginals(X)), atol=1e-6)
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -473,6 +532,8 @@ def test_cli_train_crowd_and_test(tmp_path, capsys):
     (["train", "--crowd", "{conll}", "{model}"], "needs --annotators N"),
     (["aggregate", "{missing}"], "missing.jsonl"),
     (["train", "--annotators", "3", "{conll}", "{model}"], "--annotators needs --crowd"),
+    (["train", "--tagger-prior", "model", "{conll}", "{model}"],
+     "--tagger-prior needs --crowd"),
 ])
 def test_cli_crowd_errors_are_one_line(tmp_path, capsys, argv, needle):
     conll = tmp_path / "c.data"
@@ -539,5 +600,9 @@ def test_bench_crowd_simulation_and_harness(tmp_path):
     assert "GPSL2_test_loss" in cell["methods"]["MV"] and "CRFsuite_test_loss" in \
         cell["methods"]["MV"]
     assert cell["methods"][bc.JOINT]["joint_bound_monotone"]
+    joint = cell["methods"][bc.JOINT]
+    var = np.array(joint["joint_prior_variance"])  # one per label
+    assert var.size >= 2 and np.all(var > 0)
+    assert 0 <= joint["joint_tagger_test_loss"] <= 100
     md = (tmp_path / "crowd.md").read_text(encoding="utf-8")
     assert "python -m bench.crowd --datasets seg" in md and "Acceptance" in md
