@@ -199,10 +199,22 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
             "labeled tokens": v.get("n_labeled_tokens"),
             "accuracy": m.get("heldout_accuracy"),
             "ECE": m.get("heldout_ece"),
+            "calibration": calibration_short(m.get("calibration")),
             "seconds": round(m["fit_seconds"], 1) if m.get("fit_seconds") is not None else None,
             "note": v.get("error") or "",
         })
     return rows
+
+
+def calibration_short(cal: dict | None) -> str:
+    """"T_U 0.87 · T_S 0.27 (held-out gold)", "T 1.20 (3-fold labels)" or "none"."""
+    if not cal:
+        return "none"
+    if cal.get("kind") == "structured":
+        how = f"T_U {cal['t_unary']:.2f} · T_S {cal['t_pair']:.2f}"
+    else:
+        how = f"T {cal['temperature']:.2f}"
+    return f"{how} ({cal.get('source')})"
 
 
 def versions_with_predictions(store: Store, project_id: int, versions: Sequence[dict]) -> list[int]:

@@ -367,3 +367,18 @@ def test_db_flag_overrides_the_environment(db, tmp_path, monkeypatch):
     assert at.title[0].value == "Project"
     assert flagged.is_file() and not db.exists()  # `streamlit run app.py -- --db PATH`
     assert Store(flagged).list_projects()[0]["name"] == SAMPLE_PROJECT_NAME
+
+
+def test_versions_table_says_how_each_version_was_calibrated():
+    assert sup.calibration_short(None) == "none"
+    assert sup.calibration_short({"kind": "temperature", "temperature": 1.234,
+                                  "source": "3-fold labels"}) == "T 1.23 (3-fold labels)"
+    assert sup.calibration_short({"kind": "structured", "t_unary": 0.871, "t_pair": 0.27,
+                                  "source": "held-out gold"}) == \
+        "T_U 0.87 · T_S 0.27 (held-out gold)"
+    row = sup.versions_table([{"id": 4, "number": 2, "active": True, "status": "done",
+                               "created_at": None, "settings": {"offsets": [-1, 1]},
+                               "metrics": {"calibration": {"kind": "temperature",
+                                                           "temperature": 2.0,
+                                                           "source": "held-out gold"}}}])[0]
+    assert row["version"] == 2 and row["calibration"] == "T 2.00 (held-out gold)"
