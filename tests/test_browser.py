@@ -42,7 +42,7 @@ def test_label_a_token_in_the_browser(server):
             page.goto(url)
             nav = page.get_by_test_id("stSidebarNav")
             nav.get_by_role("link", name="Annotate").click(timeout=60_000)
-            page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
 
             store = Store(db)
             pid = store.list_projects()[0]["id"]
@@ -75,7 +75,7 @@ def test_label_a_token_in_the_browser(server):
             hostile = store.create_project("Hostile tokens", ["B-X", "O"], sentences=[
                 {"tokens": HOSTILE + ["end"], "labels": [None, "O", None]}])
             page.reload()
-            page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").click()
             page.get_by_role("option", name="Hostile tokens").click(timeout=30_000)
             page.get_by_text("token 1 of 3").wait_for(timeout=30_000)  # its first token
@@ -111,14 +111,14 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             for name in ("first", "second"):
                 page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
                 page.goto(url)
-                page.get_by_role("heading", name="Project").wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Project", exact=True).wait_for(timeout=60_000)
                 field = page.get_by_test_id("stSidebar").get_by_test_id("stTextInputField")
                 field.fill(name)
                 field.press("Enter")
                 page.wait_for_timeout(2000)  # the rerun that takes the new name
                 page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
                     timeout=60_000)
-                page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
                 pages.append(page)
             pid = store.list_projects()[0]["id"]
             sid = store.queue(pid, "sequential")[0]

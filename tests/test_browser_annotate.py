@@ -63,7 +63,7 @@ def open_annotate(browser, url: str, project: str):
     page.goto(url)
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
         timeout=60_000)
-    page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
     box = page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox")
     if project not in box.inner_text():
         box.click()

@@ -64,7 +64,7 @@ def _browser(pw):
 def _open_as(browser, url, token):
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.goto(f"{url}?token={token}")
-    page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
     return page
 
 
@@ -114,7 +114,7 @@ def test_two_annotators_blind_on_one_sentence(team):
             _wait(lambda: votes() == {"Ann": "B-PER", "Bob": "B-LOC"}, "both votes")
             # each sees only their own label, also after a reload (identity kept in the URL)
             ann.reload()
-            ann.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+            ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
             _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=30_000)
             _chip(bob, 0).filter(has_text="B-LOC").wait_for(timeout=30_000)
             assert "B-LOC" not in _chip(ann, 0).inner_text()
@@ -128,9 +128,9 @@ def test_two_annotators_blind_on_one_sentence(team):
             lead.get_by_role("textbox", name="Name").fill("Lea")
             lead.get_by_role("textbox", name="Password").fill(PASSWORD)
             lead.get_by_role("button", name="Sign in").click()
-            lead.get_by_role("heading", name="Project").wait_for(timeout=60_000)
+            lead.get_by_role("heading", name="Project", exact=True).wait_for(timeout=60_000)
             lead.get_by_test_id("stSidebarNav").get_by_role("link", name="Team").click()
-            lead.get_by_role("heading", name="Team").wait_for(timeout=60_000)
+            lead.get_by_role("heading", name="Team", exact=True).wait_for(timeout=60_000)
             lead.get_by_role("tab", name="Conflicts").click()
             lead.get_by_text("1 of 1 conflicting tokens").wait_for(timeout=30_000)
             panel = lead.get_by_role("tabpanel", name="Conflicts")
@@ -168,7 +168,7 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             session = page.url.split("session=")[1].split("&")[0]
             for path in ("team", "train", "data", "project"):
                 page.goto(f"{url}{path}?session={session}")
-                page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
                 body = page.locator("body").inner_text()
                 for heading in ("Team", "Train", "Data", "Project"):
                     assert page.get_by_role("heading", name=heading, exact=True).count() == 0
@@ -179,7 +179,7 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             # a made-up session is no one: the sign-in form, never a fallback name
             page.goto(f"{url}annotate?session=forged")
             page.get_by_role("heading", name="Sign in").wait_for(timeout=60_000)
-            assert page.get_by_role("heading", name="Annotate").count() == 0
+            assert page.get_by_role("heading", name="Annotate", exact=True).count() == 0
         finally:
             browser.close()
 
@@ -206,7 +206,7 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
             page.wait_for_load_state("networkidle")
             team["restart"]()
             page.get_by_test_id("stSidebar").get_by_text("Bob").wait_for(timeout=60_000)
-            page.get_by_role("heading", name="Annotate").wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
             t = n - 1
             before = store.get_sentence(sid)["votes"][t]
             deadline = time.monotonic() + 60
