@@ -50,6 +50,7 @@ from bench.common import (
     git_commit,
     header_lines,
     jsonable,
+    label_space,
     load_pooled,
     machine_info,
     mean_std,
@@ -172,13 +173,6 @@ def _scores(part: dict, offsets, rns_kw: dict):
                   np.asarray(part["lengths"], dtype=np.int64), tuple(offsets), dict(rns_kw))
 
 
-def _full(P: np.ndarray, classes, all_labels) -> np.ndarray:
-    pos = {c: i for i, c in enumerate(all_labels)}
-    out = np.zeros((P.shape[0], len(all_labels)))
-    out[:, [pos[c] for c in classes]] = P
-    return out
-
-
 def _figures(P_full: np.ndarray, gold_all: np.ndarray, bands: dict, all_labels) -> dict:
     from gpsl.metrics import calibration_summary, ece_equal_mass, negative_log_likelihood
 
@@ -241,7 +235,7 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
     for name, cal in cands.items():
         test[name] = cal.apply(test_scores)
-    out = {v: _figures(_full(P, classes, all_labels), gold_all, bands, all_labels)
+    out = {v: _figures(label_space(P, classes, all_labels), gold_all, bands, all_labels)
            for v, P in test.items()}
     for name, cal in cands.items():
         out[name].update(method=cal.method, kind=cal.kind, temperature=cal.temperature,

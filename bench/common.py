@@ -147,6 +147,15 @@ def hide_labels(y, fraction: float, rng: np.random.Generator, order=None):
 # --------------------------------------------------------------------------- statistics
 
 
+def label_space(P: np.ndarray, classes, all_labels) -> np.ndarray:
+    """Marginals ``P`` over a model's ``classes`` as columns of ``all_labels`` (the data set's
+    labels; zero for a label the model never saw)."""
+    pos = {c: i for i, c in enumerate(all_labels)}
+    out = np.zeros((P.shape[0], len(all_labels)))
+    out[:, [pos[c] for c in classes]] = P
+    return out
+
+
 def mean_std(values) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (ddof=1; 0 for one value) ignoring ``None``."""
     v = np.array([x for x in values if x is not None], dtype=float)

@@ -59,6 +59,7 @@ from bench.common import (
     header_lines,
     hide_labels,
     jsonable,
+    label_space,
     load_pooled,
     machine_info,
     mean_std,
@@ -218,16 +219,6 @@ def gpsl_settings(cfg: Config) -> dict:
     return params
 
 
-def _rns_kwargs(model) -> dict:
-    """Algorithm 2's settings of a fitted model, as ``predict_marginals`` uses them."""
-    kw = {"tol": model.rns_tol, "max_iter": model.rns_max_iter}
-    if hasattr(model, "rns_schedule"):
-        kw["schedule"] = model.rns_schedule
-    if hasattr(model, "rns_damping"):
-        kw["damping"] = model.rns_damping
-    return kw
-
-
 def fit_gpsl(name: str, template: str, Xtr, ytr, Xte, cfg: Config):
     """Fit one GPSL model and predict with Algorithm 2; ``(model, record, marginals, labels)``."""
     model = make_gpsl(name, template, cfg)
@@ -325,9 +316,8 @@ def calibration_record(marg, classes, y_true, all_labels) -> dict:
     correct = np.array([a == g for a, g in zip(arg, gold)], dtype=bool)
     conf, correct = conf[keep], correct[keep]
     # probabilities over every label of the pooled data (zero for labels unseen in training)
+    full = label_space(P, classes, all_labels)
     pos = {c: i for i, c in enumerate(all_labels)}
-    full = np.zeros((P.shape[0], len(all_labels)))
-    full[:, [pos[c] for c in classes]] = P
     gold_idx = [pos[g] if g in pos else -1 for g in gold]
     return {
         "conf": conf,
@@ -358,7 +348,7 @@ def table3_record(model, Xte, yte, pred_rns, rec) -> dict:
 
     b, g, lengths, latent_s = _latent_scores(model, Xte)
     t0 = time.perf_counter()
-    P, _ = rns(b, g, lengths, model.offsets_, **_rns_kwargs(model))
+    P, _ = rns(b, g, lengths, model.offsets_, **model.rns_settings())
     rns_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     idx = viterbi(b, g, lengths, model.offsets_)
@@ -385,7 +375,7 @@ def exact_record(model, Xte, yte, pred_rns) -> dict:
     b, g, lengths, latent_s = _latent_scores(model, Xte)
     offsets = model.offsets_
     t0 = time.perf_counter()
-    rns(b, g, lengths, offsets, **_rns_kwargs(model))
+    rns(b, g, lengths, offsets, **model.rns_settings())
     rns_s = time.perf_counter() - t0
     index = {c: i for i, c in enumerate(model.classes_)}
     pred_exact, gains = [], []

@@ -98,12 +98,17 @@ class Scores:
                                        t_pair=t_pair, clamp=clamp, **self.rns)
         return P
 
+    def rows(self, sentences: Sequence[int]) -> np.ndarray:
+        """The token rows of the given sentences (indices into ``lengths``), in that order."""
+        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
+        if not len(sentences):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
+                               for i in sentences])
+
     def take(self, sentences: Sequence[int]) -> Scores:
         """The scores of the given sentences (indices into ``lengths``), in that order."""
-        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
-        rows = np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
-                               for i in sentences]) if len(sentences) else \
-            np.zeros(0, dtype=np.int64)
+        rows = self.rows(sentences)
         return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
                       self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
                       self.rns_variance)
@@ -234,14 +239,10 @@ class Calibrator:
             frac = max_tokens / total
             sub_scores, sub_gold = [], []
             for sc, g in zip(scores, gold):
-                keep = np.flatnonzero(rng.random(sc.lengths.size) < frac)
-                if keep.size == 0:
-                    continue
-                starts = np.r_[0, np.cumsum(sc.lengths)[:-1]]
-                rows = np.concatenate([np.arange(starts[i], starts[i] + sc.lengths[i])
-                                       for i in keep])
-                sub_scores.append(sc.take(keep.tolist()))
-                sub_gold.append(g[rows])
+                keep = np.flatnonzero(rng.random(sc.lengths.size) < frac).tolist()
+                if keep:
+                    sub_scores.append(sc.take(keep))
+                    sub_gold.append(g[sc.rows(keep)])
             if sub_scores:
                 scores, gold = sub_scores, sub_gold
         n = sum(int((g >= 0).sum()) for g in gold)
