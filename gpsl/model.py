@@ -183,9 +183,10 @@ class GPSL:
         ``inference="full"`` is refused. ``gpsl.distributed.InProcess(n)`` runs the same
         shards in this process. Not saved with the model.
 
-    Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature fitted on held-out
-    labeled tokens (or out-of-fold predictions) is stored with the model and applied by
-    :meth:`predict_marginals`; ``calibrator_`` is ``None`` until then.
+    Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature or the structured
+    temperature fitted on held-out labeled tokens (or out-of-fold predictions) is stored with
+    the model and applied by :meth:`predict_marginals`; ``calibrator_`` is ``None`` until
+    then.
     """
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
@@ -548,15 +549,12 @@ class GPSL:
     def _clamp(self, y, lengths):
         if y is None:
             return None
-        index = {c: i for i, c in enumerate(self.classes_)}
-        flat = []
-        for lab, L in zip(y, lengths, strict=True):
-            lab = list(getattr(lab, "labels", lab))
-            if len(lab) != L:
+        idx = self.gold_index(y)
+        for a, L in zip(idx, lengths, strict=True):
+            if a.size != L:
                 raise InputError("partial labels do not match the sentence lengths",
                                  source="input")
-            flat.extend(-1 if v is None or v not in index else index[v] for v in lab)
-        return np.array(flat, dtype=np.int64)
+        return np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
 
     def rns_settings(self) -> dict:
         """Algorithm 2's settings (keyword arguments of :func:`gpsl.predict.rns`)."""
