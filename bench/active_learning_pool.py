@@ -88,7 +88,6 @@ DEFAULT_STRATEGIES = ("random", "random_sentence", "sentence_entropy", "least_co
                       "bald+diverse+propagate")
 SHORTLIST = 3  # short-list size for lookahead and +diverse, in batches
 PROPAGATE_STEPS = 5
-BALD_SAMPLES = 10
 
 
 @dataclass
@@ -170,15 +169,10 @@ def make_model(template: str, max_iter: int):
 
 
 def _token_scores(base: str, sc, clamp, seed) -> np.ndarray:
-    """Scores per token of ``sc`` (higher: ask first) for a token-level base strategy."""
-    if base == "random":
-        return np.random.default_rng(seed).random(sc.n_tokens)
-    if base == "bald":
-        return active.mutual_information(active.sample_marginals(sc, BALD_SAMPLES, seed, clamp))
-    P = sc.marginals("mean", clamp=clamp)
-    fn = {"least_confidence": active.least_confidence, "margin": active.margin,
-          "entropy": active.entropy, "lookahead": active.entropy}[base]
-    return fn(P)
+    """Scores per token of ``sc`` (higher: ask first) for a token-level base strategy;
+    ``lookahead`` ranks its short-list by entropy (:func:`gpsl.active.lookahead_gain` then
+    scores the short-list only)."""
+    return active.score_tokens(sc, "entropy" if base == "lookahead" else base, clamp, seed)
 
 
 def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: int,
@@ -243,8 +237,6 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
             sub = sc.take(touched)
             rows = sc.rows(touched)
             score[rows] = _token_scores(base, sub, clamp[rows], seed + 31 * (k + 1))
-            if base == "lookahead":
-                score[rows] = _token_scores("entropy", sub, clamp[rows], seed)
     return chosen_steps
 
 

@@ -35,6 +35,9 @@ import numpy as np
 
 __all__ = [
     "AGGREGATES",
+    "BALD_SAMPLES",
+    "DEFAULT_QUERY",
+    "QUERY_SCORES",
     "STRATEGIES",
     "QueryItem",
     "Strategy",
@@ -47,6 +50,7 @@ __all__ = [
     "mutual_information",
     "query",
     "sample_marginals",
+    "score_tokens",
     "sentence_scores",
     "token_scores",
 ]
@@ -583,3 +587,57 @@ def diverse_batch(quality, embedding, residual, batch_size: int, groups=None,
                 chosen.append(i)
                 taken[g] = taken.get(g, 0) + 1
     return chosen
+
+
+#: Token query scores computed from a fitted model (:func:`score_tokens`): the names the
+#: app's queue and ``bench.active_learning_pool`` accept, with what each asks for.
+QUERY_SCORES: dict[str, str] = {
+    "least_confidence": "tokens with the lowest top probability",
+    "margin": "tokens with the smallest gap between their two best labels",
+    "entropy": "tokens with the most uncertain label (entropy of the marginal)",
+    "bald": "tokens whose label the model would learn most from (BALD: mutual information "
+            "between the label and the latent functions)",
+    "lookahead": "tokens whose label would settle most of their sentence (expected entropy "
+                 "reduction after propagating the label)",
+}
+
+#: The query score the app's queue uses by default: the best token strategy of
+#: ``python -m bench.active_learning_pool`` (see README, "Active learning").
+DEFAULT_QUERY = "bald"
+
+#: Monte Carlo draws of :func:`sample_marginals` behind the ``bald`` score.
+BALD_SAMPLES = 10
+
+
+def score_tokens(scores, strategy: str, clamp=None, seed=0, *, marginals=None,
+                 n_samples: int = BALD_SAMPLES) -> np.ndarray:
+    """One query score per token of ``scores`` (higher: ask first; known tokens get 0).
+
+    ``least_confidence`` / ``margin`` / ``entropy`` read ``marginals`` (e.g. the model's
+    calibrated ones) or else Algorithm 2 on ``scores`` with ``clamp``; ``bald`` is
+    :func:`mutual_information` over :func:`sample_marginals`; ``lookahead`` is
+    :func:`lookahead_gain` of every unknown token; ``random`` a seeded uniform draw."""
+    n = scores.n_tokens
+    known = np.zeros(n, dtype=bool) if clamp is None else np.asarray(clamp) >= 0
+    if strategy == "random":
+        out = _rng(seed).random(n)
+    elif strategy == "bald":
+        out = mutual_information(sample_marginals(scores, n_samples, seed, clamp))
+    elif strategy == "lookahead":
+        out = np.zeros(n)
+        starts = np.r_[0, np.cumsum(scores.lengths)[:-1]]
+        sent = np.repeat(np.arange(len(scores.lengths)), scores.lengths)
+        free = np.flatnonzero(~known)
+        if free.size:
+            cands = list(zip(sent[free].tolist(), (free - starts[sent[free]]).tolist(),
+                             strict=True))
+            out[free] = lookahead_gain(scores, clamp, cands)
+    elif strategy in ("least_confidence", "margin", "entropy"):
+        P = marginals if marginals is not None else scores.marginals("mean", clamp=clamp)
+        out = _SCORERS[strategy](np.asarray(P, dtype=float))
+    else:
+        raise ValueError(f"unknown query score {strategy!r}; choose from "
+                         f"{', '.join([*QUERY_SCORES, 'random'])}")
+    out = np.asarray(out, dtype=float).copy()
+    out[known] = 0.0
+    return out

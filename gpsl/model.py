@@ -372,6 +372,7 @@ class GPSL:
                 trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
                                 learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
         self.inference_ = mode
+        self.lse_bound_ = self._lse_bound(mode, missing)
         feats = getattr(inf, "features", None)
         if not hasattr(feats, "times"):  # a sharded fit: the predictor builds its own map
             feats = None
