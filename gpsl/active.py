@@ -49,6 +49,7 @@ __all__ = [
     "margin",
     "mutual_information",
     "query",
+    "query_model",
     "sample_marginals",
     "score_tokens",
     "sentence_scores",
@@ -641,3 +642,56 @@ def score_tokens(scores, strategy: str, clamp=None, seed=0, *, marginals=None,
     out = np.asarray(out, dtype=float).copy()
     out[known] = 0.0
     return out
+
+
+def query_model(model, X, y=None, strategy: str = DEFAULT_QUERY, batch_size: int = 50, *,
+                diverse: bool = False, max_per_sentence: int | None = None,
+                seed=0) -> list[QueryItem]:
+    """The next ``batch_size`` tokens to label in sentences ``X`` under a fitted GPSL model.
+
+    ``y`` holds the labels already known (``None`` where unlabeled; ``y=None``: nothing
+    known); known tokens are clamped in Algorithm 2 and never asked. Tokens are ranked by
+    :func:`score_tokens` with ``strategy`` (a key of :data:`QUERY_SCORES` or ``"random"``);
+    the entropy-family scores read the model's (calibrated) marginals. ``diverse=True``
+    chooses the batch by :func:`diverse_batch` over a short-list of the ``3 * batch_size``
+    best tokens, with the model's :meth:`~gpsl.model.GPSL.latent_embedding`. At most
+    ``max_per_sentence`` tokens come from one sentence (default
+    :func:`default_max_per_sentence`). Returns items best first (``sentence`` = index in X).
+    """
+    if strategy not in QUERY_SCORES and strategy != "random":
+        raise ValueError(f"unknown query strategy {strategy!r}; choose from "
+                         f"{', '.join([*QUERY_SCORES, 'random'])}")
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = int(batch_size)
+    cap = default_max_per_sentence(batch_size) if max_per_sentence is None \
+        else int(max_per_sentence)
+    if cap < 1:
+        raise ValueError(f"max_per_sentence must be a positive integer, got {max_per_sentence!r}")
+    sc = model.calibration_scores(X, with_variance=strategy == "bald")
+    clamp = None if y is None else model._clamp(y, sc.lengths)
+    marg = None
+    if strategy in _SCORERS:
+        marg = np.concatenate(model.predict_marginals(X, y=y)) if len(X) else None
+    score = score_tokens(sc, strategy, clamp, seed, marginals=marg)
+    starts = np.r_[0, np.cumsum(sc.lengths)[:-1]]
+    sent = np.repeat(np.arange(len(sc.lengths)), sc.lengths)
+    free = np.flatnonzero(np.ones(sc.n_tokens, bool) if clamp is None else clamp < 0)
+    if free.size == 0:
+        return []
+    order = free[_rank(score[free], _rng(seed))]
+    if diverse:
+        short = order[: 3 * batch_size]
+        Z, e = model.latent_embedding(X)
+        pick = [short[i] for i in diverse_batch(score[short], Z[short], e[short], batch_size,
+                                                groups=sent[short], max_per_group=cap)]
+    else:
+        pick, taken = [], {}
+        for t in order:
+            s = int(sent[t])
+            if taken.get(s, 0) < cap:
+                taken[s] = taken.get(s, 0) + 1
+                pick.append(t)
+                if len(pick) == batch_size:
+                    break
+    return [QueryItem(int(sent[t]), int(t - starts[sent[t]]), float(score[t])) for t in pick]

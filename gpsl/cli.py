@@ -283,6 +283,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("test_file", metavar="TEST_FILE")
     p.set_defaults(func=_cmd_eval)
 
+    p = sub.add_parser("query", help="the tokens to label next in a pool file (active "
+                                     "learning)",
+                       description="Rank the unlabeled tokens of a CRF++ column file by a "
+                                   "query strategy under a trained model and print the "
+                                   "batch to label next, best first (tab-separated: rank, "
+                                   "sentence, token, line, word, score, suggestion, p). "
+                                   "Tokens with a label in the file are known: clamped in "
+                                   "Algorithm 2 and never asked.")
+    p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
+    p.add_argument("--strategy", choices=(*active_scores(), "random"), default=None,
+                   help="query score (default: the app's, see README 'Active learning')")
+    p.add_argument("--batch", type=_positive_int, default=50, metavar="N",
+                   help="tokens to ask (default 50)")
+    p.add_argument("--diverse", action="store_true",
+                   help="choose a batch that does not ask the same question twice "
+                        "(determinantal choice over the latent functions' correlations)")
+    p.add_argument("--max-per-sentence", type=_positive_int, default=None, metavar="K",
+                   help="at most K tokens of one sentence (default: a quarter of the batch)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--missing", type=_missing, default="_", metavar="MARK",
+                   help="label marking an unlabeled token in the file (default _)")
+    p.add_argument("--encoding", type=_encoding, default="utf-8")
+    p.add_argument("-o", "--output", metavar="OUT", help="output file (default stdout)")
+    _add_max_tokens(p)
+    p.add_argument("pool_file", metavar="POOL_FILE")
+    p.set_defaults(func=_cmd_query)
+
     p = sub.add_parser("worker", help="run one training job of the annotation app",
                        description="Run the training pipeline of one model version of the "
                                    "annotation store named by GPSL_DB (started by the app).")
@@ -487,6 +514,51 @@ def _cmd_test(args: argparse.Namespace) -> int:
         extra = [[[lab] for lab in labs] for labs in pred]
     text = format_conll(sents, extra_columns=extra, label=False)
     _write_output(text, args.output, args.encoding)
+    return 0
+
+
+def active_scores() -> tuple[str, ...]:
+    from gpsl.active import QUERY_SCORES
+
+    return tuple(QUERY_SCORES)
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from gpsl import active
+
+    model = _load_model(args.model)
+    sents, X, has_gold = _read_for_model(model, args.pool_file, args.encoding,
+                                         args.max_tokens)
+    y = None
+    if has_gold:
+        n, known = int(model.n_columns_), set(model.classes_)
+        y = []
+        for s in sents:
+            labs = [None if tok[n] == args.missing else tok[n] for tok in s.tokens]
+            for t, lab in enumerate(labs):
+                if lab is not None and lab not in known:
+                    raise InputError(f"label {lab!r} is not one of the model's labels (mark "
+                                     f"unlabeled tokens with {args.missing!r})",
+                                     source=args.pool_file, line=s.line + t)
+            y.append(labs)
+    strategy = args.strategy or active.DEFAULT_QUERY
+    items = active.query_model(model, X, y, strategy, args.batch, diverse=args.diverse,
+                               max_per_sentence=args.max_per_sentence, seed=args.seed)
+    marg = model.predict_marginals([X[i] for i in sorted({it.sentence for it in items})],
+                                   y=None if y is None else
+                                   [y[i] for i in sorted({it.sentence for it in items})])
+    by_sent = dict(zip(sorted({it.sentence for it in items}), marg, strict=True))
+    lines = ["rank\tsentence\ttoken\tline\tword\tscore\tsuggestion\tp"]
+    for k, it in enumerate(items, 1):
+        s = sents[it.sentence]
+        row = by_sent[it.sentence][it.token]
+        j = int(np.argmax(row))
+        lines.append(f"{k}\t{it.sentence + 1}\t{it.token + 1}\t{s.line + it.token}\t"
+                     f"{s.tokens[it.token][0]}\t{it.score:.6f}\t{model.classes_[j]}\t"
+                     f"{float(row[j]):.6f}")
+    _write_output("\n".join(lines) + "\n", args.output, args.encoding)
+    print(f"{len(items)} tokens by {strategy}{' (diverse batch)' if args.diverse else ''}",
+          file=sys.stderr)
     return 0
 
 

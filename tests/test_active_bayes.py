@@ -224,3 +224,54 @@ def test_score_tokens_dispatches_and_zeroes_known_tokens():
     assert bald[1] == 0 and (bald[free] >= 0).all()
     with pytest.raises(ValueError, match="unknown query score"):
         A.score_tokens(sc, "nope")
+
+
+# --------------------------------------------------------------------------- query_model / CLI
+
+
+def test_query_model_asks_unknown_tokens_best_first(sparse_fit):
+    m, X, _, part = sparse_fit
+    for strategy in ("entropy", "bald", "lookahead", "random"):
+        items = A.query_model(m, X, part, strategy, 12, max_per_sentence=2, seed=4)
+        assert len(items) == 12
+        assert all(part[it.sentence][it.token] is None for it in items)
+        assert max(sum(1 for it in items if it.sentence == s) for s in range(len(X))) <= 2
+        scores = [it.score for it in items]
+        assert scores == sorted(scores, reverse=True)
+    div = A.query_model(m, X, part, "bald", 12, diverse=True, seed=4)
+    assert len({(it.sentence, it.token) for it in div}) == 12
+    assert all(part[it.sentence][it.token] is None for it in div)
+    # nothing known: every token is a candidate; everything known: nothing to ask
+    assert len(A.query_model(m, X[:2], None, "entropy", 5)) == 4  # 2 a sentence (default cap)
+    assert len(A.query_model(m, X[:2], None, "entropy", 5, max_per_sentence=5)) == 5
+    assert A.query_model(m, X[:2], sparse_fit[2][:2], "entropy", 5) == []
+    with pytest.raises(ValueError, match="unknown query strategy"):
+        A.query_model(m, X, part, "nope")
+
+
+def test_cli_query(tmp_path, sparse_fit, capsys):
+    from gpsl import cli
+
+    m, X, y, part = sparse_fit
+    m.save(tmp_path / "model")
+    pool = tmp_path / "pool.data"
+    lines = []
+    for s, labs in zip(X[:6], part[:6], strict=True):
+        lines += [f"{tok[0]} {'_' if lab is None else lab}" for tok, lab in zip(s, labs)]
+        lines.append("")
+    pool.write_text("\n".join(lines) + "\n")
+    code = cli.main(["query", "-m", str(tmp_path / "model"), "--batch", "4", "--strategy",
+                     "entropy", str(pool)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "4 tokens by entropy" in err
+    rows = [r.split("\t") for r in out.strip().splitlines()]
+    assert rows[0][:4] == ["rank", "sentence", "token", "line"]
+    want = A.query_model(m, X[:6], part[:6], "entropy", 4)
+    assert [(int(r[1]) - 1, int(r[2]) - 1) for r in rows[1:]] == \
+        [(it.sentence, it.token) for it in want]
+    for r in rows[1:]:  # the line column points at the token's line of the file
+        assert lines[int(r[3]) - 1].split()[0] == r[4]
+    bad = tmp_path / "bad.data"
+    bad.write_text("w0_0 NOPE\n\n")
+    assert cli.main(["query", "-m", str(tmp_path / "model"), str(bad)]) == 2
+    assert "bad.data:1: label 'NOPE'" in capsys.readouterr().err
