@@ -173,7 +173,8 @@ if calib:
                 "ECE (15 equal-mass bins)": st.column_config.NumberColumn(format="%.4f")})
 
 st.subheader("Where the model is least sure", anchor=False)
-queue_note = sup.queue_caption(store.queue_strategy(pid))
+queue_note = sup.queue_caption(sup.queue_strategy(next((v for v in versions if v["active"]),
+                                                       None)))
 st.caption("Training sentences in the order of the annotation queue under the active model "
            "(the highest query score of their unlabeled tokens first); open one to annotate "
            "it." + (f" {queue_note}." if queue_note else ""))
