@@ -95,8 +95,9 @@ class Labeling:
         """The view of a sentence under the active model (BIO-valid suggestions)."""
         version = self.store.active_model(self.pid)
         marginals = self.store.get_predictions(version["id"], [sid]).get(sid) if version else None
+        query = self.store.get_query_scores(version["id"], [sid]).get(sid) if version else None
         return sup.sentence_view(self.store.sentence_view(sid, self.annotator), marginals,
-                                 version["classes"] if version else None, self.scheme)
+                                 version["classes"] if version else None, self.scheme, query)
 
 
     def accept_suggestions(self) -> None:

@@ -238,6 +238,7 @@ class TokenView:
     top: list[tuple[str, float]]  # best three (label, p)
     votes: dict = field(default_factory=dict)  # annotator -> label (None: cleared)
     suggestion_p: float | None = None  # the model's marginal of ``suggestion``
+    query: float | None = None  # the queue's query score (None: none stored)
 
     @property
     def uncertainty(self) -> float:
@@ -245,10 +246,12 @@ class TokenView:
 
 
 def sentence_view(sentence: dict, marginals: np.ndarray | None,
-                  classes: Sequence[str] | None, scheme: str | None = None) -> list[TokenView]:
+                  classes: Sequence[str] | None, scheme: str | None = None,
+                  query_scores: np.ndarray | None = None) -> list[TokenView]:
     """Per-token view model of one sentence (:meth:`Store.get_sentence` or
     :meth:`Store.sentence_view` dict) with the active model's marginals (columns in
-    ``classes`` order) when there are any; no suggestion on the view's ``hidden`` tokens.
+    ``classes`` order) and the queue's query scores (one per token) when there are any;
+    no suggestion and no query score on the view's ``hidden`` tokens.
     With a span ``scheme`` (BIO, BILOU) the suggestions are the most probable scheme-valid
     sequence given the labels already set (:func:`gpsl.tags.valid_decode`; hidden tokens
     count as uninformative there), not each token's argmax; ``confidence`` stays the
@@ -257,6 +260,7 @@ def sentence_view(sentence: dict, marginals: np.ndarray | None,
     use = marginals is not None and classes is not None and \
         marginals.shape == (len(sentence["tokens"]), len(classes))
     hidden = set(sentence.get("hidden") or ())  # blind view: no suggestion from others' votes
+    scored = query_scores is not None and np.shape(query_scores) == (len(sentence["tokens"]),)
     valid = None
     if use and scheme is not None:
         m = marginals
@@ -275,9 +279,10 @@ def sentence_view(sentence: dict, marginals: np.ndarray | None,
                 sug = valid[t]
             sug_p = float(row[list(classes).index(sug)])
         votes = sentence["votes"][t] if sentence.get("votes") else {}
+        query = float(query_scores[t]) if scored and t not in hidden else None
         views.append(TokenView(t, tok[0], tuple(tok), sentence["labels"][t],
                                sentence["sources"][t], sentence["annotators"][t], sug, conf,
-                               top, votes, sug_p))
+                               top, votes, sug_p, query))
     return views
 
 
@@ -302,13 +307,52 @@ def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
 
 
 def opening_token(views: Sequence[TokenView]) -> int:
-    """Where the cursor opens: the least sure unlabeled token under the stored marginals
-    (the first one on a tie), else the first unlabeled token, else the first token."""
+    """Where the cursor opens: the unlabeled token with the highest query score of the queue
+    when the active model stored them, else the least sure unlabeled token under the stored
+    marginals (the first one on a tie, either way), else the first unlabeled token, else the
+    first token."""
     free = [v for v in views if v.label is None]
+    queried = [v for v in free if v.query is not None]
+    if queried:
+        return min(queried, key=lambda v: (-v.query, v.index)).index
     scored = [v for v in free if v.confidence is not None]
     if scored:
         return min(scored, key=lambda v: (v.confidence, v.index)).index
     return free[0].index if free else 0
+
+
+#: how the pages name a query score of :data:`gpsl.active.QUERY_SCORES` (others: the name
+#: with spaces)
+QUERY_NAMES = {"bald": "BALD", "lookahead": "look-ahead"}
+
+
+def query_name(strategy: str) -> str:
+    """A query score's name as the pages show it: ``"bald"`` -> ``"BALD"``,
+    ``"least_confidence"`` -> ``"least confidence"``."""
+    return QUERY_NAMES.get(strategy, str(strategy).replace("_", " "))
+
+
+def queue_strategy(version: dict | None) -> str | None:
+    """The query score that orders the queue under an active ``version``: the one its run
+    stored, else the old rule's (:data:`gpsl.annotation.queue.FALLBACK_QUERY`); None
+    without a version."""
+    from gpsl.annotation.queue import FALLBACK_QUERY
+
+    if version is None:
+        return None
+    return version.get("query_strategy") or FALLBACK_QUERY
+
+
+def queue_caption(strategy: str | None) -> str:
+    """One line on what orders the uncertainty queue: ``"Queue: BALD — tokens whose label
+    the model would learn most from (...)"`` (the description of
+    :data:`gpsl.active.QUERY_SCORES`); empty without a strategy (no active model)."""
+    from gpsl.active import QUERY_SCORES
+
+    if not strategy:
+        return ""
+    about = QUERY_SCORES.get(strategy)
+    return f"Queue: {query_name(strategy)}" + (f" — {about}" if about else "")
 
 
 def flagged_tokens(views: Sequence[TokenView], scheme: str | None) -> dict[int, str]:
@@ -635,7 +679,8 @@ def calibration_note(version: dict) -> str:
 
 def uncertain_sentences(store: Store, project_id: int, tokens, n: int = 10):
     """The first ``n`` sentences of the annotation queue (the one ranking,
-    :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences (pandas)."""
+    :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences, their queue
+    score and the query score that gave it (``strategy``) (pandas)."""
     import pandas as pd
 
     ranked = store.ranked_queue(project_id, n)
@@ -647,9 +692,20 @@ def uncertain_sentences(store: Store, project_id: int, tokens, n: int = 10):
             continue
         rows.append({"sentence_id": r["sentence_id"], "min_confidence": float(conf.min()),
                      "mean_confidence": float(conf.mean()), "unlabeled": int(conf.size),
-                     "position": r["position"], "score": r["score"]})
+                     "position": r["position"], "score": r["score"],
+                     "strategy": r["strategy"]})
     return pd.DataFrame(rows, columns=["sentence_id", "min_confidence", "mean_confidence",
-                                       "unlabeled", "position", "score"])
+                                       "unlabeled", "position", "score", "strategy"])
+
+
+def least_sure_caption(row) -> str:
+    """The line above a sentence of "Where the model is least sure": its number, its queue
+    score named after the query score that gave it, its lowest confidence and how many
+    tokens are unlabeled (``row``: a row of :func:`uncertain_sentences`)."""
+    score = "–" if row.score is None or np.isnan(row.score) else f"{row.score:.3f}"
+    return (f"Sentence {int(row.position) + 1} · {query_name(row.strategy)} score {score} · "
+            f"lowest confidence {row.min_confidence:.2f} · {int(row.unlabeled)} unlabeled "
+            "tokens")
 
 
 def uncertain_tokens(tokens, n: int = 20):

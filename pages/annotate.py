@@ -91,7 +91,9 @@ if sentence is None:
 sid = sentence["id"]
 version = store.active_model(pid)
 marginals = store.get_predictions(version["id"], [sid]).get(sid) if version else None
-views = sup.sentence_view(sentence, marginals, version["classes"] if version else None, scheme)
+query = store.get_query_scores(version["id"], [sid]).get(sid) if version else None
+views = sup.sentence_view(sentence, marginals, version["classes"] if version else None, scheme,
+                          query)
 if state["sel_sid"] != sid or state["sel"] is None or state["sel"] >= len(views):
     state["sel"], state["sel_sid"], state["anchor"] = sup.opening_token(views), sid, None
 sel = state["sel"]
@@ -126,10 +128,12 @@ with main:
                     st.caption("No guidelines yet.")
             st.segmented_control("Queue", list(ORDERS), format_func=ORDERS.get,
                                  key="queue_order", required=True,
-                                 help="Which sentence Next brings: the one with the least "
-                                      "confident unlabeled token under the active model, or "
-                                      "file order.",
+                                 help="Which sentence Next brings: the one whose unlabeled "
+                                      "token has the highest query score under the active "
+                                      "model, or file order.",
                                  label_visibility="collapsed", width="stretch")
+    if version and page.order() == "uncertainty":
+        st.caption(sup.queue_caption(sup.queue_strategy(version)))
 
     st.html(sup.chip_css(views, colors, sel, span=span, flagged=flags)
             + sup.label_button_css(labels, colors))

@@ -173,8 +173,11 @@ if calib:
                 "ECE (15 equal-mass bins)": st.column_config.NumberColumn(format="%.4f")})
 
 st.subheader("Where the model is least sure", anchor=False)
-st.caption("Training sentences ranked by their least confident unlabeled token; open one to "
-           "annotate it.")
+queue_note = sup.queue_caption(sup.queue_strategy(next((v for v in versions if v["active"]),
+                                                       None)))
+st.caption("Training sentences in the order of the annotation queue under the active model "
+           "(the highest query score of their unlabeled tokens first); open one to annotate "
+           "it." + (f" {queue_note}." if queue_note else ""))
 top = sup.uncertain_sentences(store, pid, tokens, 8)
 if top.empty:
     st.success("No unlabeled training tokens left.")
@@ -182,8 +185,7 @@ for row in top.itertuples():
     sent = tokens[tokens["sentence_id"] == row.sentence_id]
     with st.container(border=True):
         with st.container(horizontal=True, vertical_alignment="center"):
-            st.caption(f"Sentence {int(row.position) + 1} · lowest confidence "
-                       f"{row.min_confidence:.2f} · {int(row.unlabeled)} unlabeled tokens")
+            st.caption(sup.least_sure_caption(row))
             st.space("stretch")
             if st.button("Annotate", key=f"open_{row.sentence_id}", icon=":material/edit_note:",
                          type="tertiary"):

@@ -171,12 +171,15 @@ def test_bilou_spans(db):
                for c in at.caption)
 
 
-def predicted(store: Store, pid: int, sid: int, rows) -> int:
-    """An active model version whose stored marginals for ``sid`` are ``rows``."""
+def predicted(store: Store, pid: int, sid: int, rows, query=None, strategy=None) -> int:
+    """An active model version whose stored marginals for ``sid`` are ``rows`` (and its
+    query scores ``query``, by ``strategy``)."""
     labels = store.get_project(pid)["labels"]
     vid = store.start_model_version(pid, {"offsets": [-1, 1], "kernel": "linear"})
-    store.save_predictions(vid, {sid: np.array(rows, dtype=np.float32)})
-    store.finish_model_version(vid, None, [0.0], {}, 0, classes=labels)
+    store.save_predictions(vid, {sid: np.array(rows, dtype=np.float32)},
+                           None if query is None else {sid: np.array(query)})
+    store.finish_model_version(vid, None, [0.0], {}, 0, classes=labels,
+                               query_strategy=strategy)
     store.set_active_model(pid, vid)
     return vid
 
@@ -192,6 +195,7 @@ def test_cursor_flags_and_valid_suggestions(db):
                                 [0.01, 0.01, 0.01, 0.97]])
     at = app(goto=sid)
     assert page_state(at, pid)["sel"] == 3  # the least sure token (0.45), not the first
+    assert any(c.value.startswith("Queue: least confidence — ") for c in at.caption)
     # BIO-valid suggestions: B-PER I-PER (0.40 x 0.60) instead of O I-PER; O O is 0.15
     assert at.button(key="tok_0").label == "Carl *B\\-PER?*"
     assert at.button(key="tok_1").label == "went *I\\-PER?*"
@@ -290,6 +294,56 @@ def test_view_helpers():
                                               (None, 0.5)])]
     assert sup.opening_token(views) == 2  # least sure unlabeled, first on a tie
     assert sup.opening_token(views[1:2]) == 0
+    # with the queue's query scores: the highest-scored unlabeled token, first on a tie
+    for v, q in zip(views, [0.1, 0.9, 0.3, 0.3]):
+        v.query = q
+    assert sup.opening_token(views) == 2  # token 1 scores more but is labeled
+    views[0].query = 0.4
+    assert sup.opening_token(views) == 0  # not the least confident one (token 2)
+
+
+def test_the_queue_names_its_strategy():
+    from gpsl.active import QUERY_SCORES
+
+    assert sup.queue_caption("bald") == f"Queue: BALD — {QUERY_SCORES['bald']}"
+    assert sup.queue_caption("least_confidence") == \
+        f"Queue: least confidence — {QUERY_SCORES['least_confidence']}"
+    for name, about in QUERY_SCORES.items():  # every name the library offers
+        assert sup.queue_caption(name).endswith(f" — {about}")
+    assert sup.queue_caption(None) == ""
+    assert sup.queue_strategy(None) is None
+    assert sup.queue_strategy({"query_strategy": None}) == "least_confidence"  # schema 3
+    assert sup.queue_strategy({"query_strategy": "lookahead"}) == "lookahead"
+    row = type("Row", (), {"position": 4, "score": 0.4217, "strategy": "bald",
+                           "min_confidence": 0.55, "unlabeled": 3})
+    assert sup.least_sure_caption(row) == ("Sentence 5 · BALD score 0.422 · lowest "
+                                           "confidence 0.55 · 3 unlabeled tokens")
+    # the view takes the scores of visible tokens only (blind mode hides the rest)
+    sentence = {"tokens": [("a",), ("b",), ("c",)], "labels": [None] * 3,
+                "sources": [None] * 3, "annotators": [None] * 3, "hidden": [1]}
+    marg = np.full((3, 2), 0.5)
+    views = sup.sentence_view(sentence, marg, ["X", "O"], None, np.array([0.1, 0.9, 0.2]))
+    assert [v.query for v in views] == [pytest.approx(0.1), None, pytest.approx(0.2)]
+    assert sup.opening_token(views) == 2
+    assert all(v.query is None for v in sup.sentence_view(sentence, marg, ["X", "O"], None,
+                                                         np.zeros(2)))  # wrong length
+
+
+def test_the_cursor_opens_at_the_highest_query_score(db):
+    store, pid = tiny_project(db)
+    sid = store.sentence_ids(pid)[5]  # "Carl went to Oslo ." (unlabeled)
+    vid = predicted(store, pid, sid, [[0.40, 0.05, 0.05, 0.50],
+                                      [0.05, 0.60, 0.05, 0.30],
+                                      [0.02, 0.02, 0.02, 0.94],
+                                      [0.05, 0.05, 0.45, 0.45],   # the least sure
+                                      [0.01, 0.01, 0.01, 0.97]],
+                    query=[0.1, 0.2, 0.7, 0.3, 0.0], strategy="bald")
+    assert store.get_model_version(vid)["query_strategy"] == "bald"
+    at = app(goto=sid)
+    assert page_state(at, pid)["sel"] == 2  # the highest query score, not the least sure
+    assert any(c.value.startswith("Queue: BALD — ") for c in at.caption)
+    at.segmented_control(key="queue_order").set_value("sequential").run()
+    assert not any(c.value.startswith("Queue: ") for c in at.caption)  # file order
 
 
 def test_blind_project_panels_show_no_other_votes(db):

@@ -9,6 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,6 +20,7 @@ from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from gpsl import active  # noqa: E402
 from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline  # noqa: E402  # noqa: E402
 from gpsl.annotation import exports as exp  # noqa: E402
 from gpsl.annotation import imports as imp  # noqa: E402
@@ -190,6 +192,12 @@ def test_training_changes_highlights_queue_and_accept(db):
     css = next(h.value for h in fresh.html if "st-key-tok_" in h.value)
     assert "2px dashed" in css and "rgba(245,158,11," in css  # suggestions + uncertainty
     assert any("suggestions from model v" in m.value for m in fresh.markdown)
+    # the queue says what ordered it; the cursor is on the highest-scored unlabeled token
+    assert version["query_strategy"] == active.DEFAULT_QUERY
+    assert sup.queue_caption(active.DEFAULT_QUERY) in [c.value for c in fresh.caption]
+    q = store.get_query_scores(version["id"], [sid])[sid]
+    free = [t for t, lab in enumerate(store.get_sentence(sid)["labels"]) if lab is None]
+    assert fresh.session_state[f"annotate_{pid}"]["sel"] == free[int(np.argmax(q[free]))]
     assert fresh.button(key="tok_0").label.endswith("?*")  # italic suggestion
     assert any("confidence 1.0" in h.value for h in fresh.html)  # the legend
 
@@ -258,6 +266,10 @@ def test_confidence_page_with_a_model_and_click_through(db):
     at.run()
     assert not at.exception
     assert at.session_state["conf_version"] == second["id"]
+    # the least-sure sentences: in queue order, scored by the strategy that says so
+    name = sup.query_name(active.DEFAULT_QUERY)
+    assert any(sup.queue_caption(active.DEFAULT_QUERY) in c.value for c in at.caption)
+    assert sum(f" · {name} score " in c.value for c in at.caption) >= 1
     most = store.queue(pid, "uncertainty")[0]
     at.button(key=f"open_{most}").click().run()
     assert not at.exception

@@ -1,6 +1,8 @@
 """A store written by the schema-1 code (one label per token, PRAGMA user_version 1) is
 migrated on open: every label becomes its annotator's vote and the token's training label,
-every history row stays, and the rest (gold, versions, predictions, skips) is kept."""
+every history row stays, and the rest (gold, versions, predictions, skips) is kept.  A store
+of schema 3 gets the queue's query scores (schema 4): NULL for what it holds, whose queue
+keeps the old rule (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from gpsl.active import sentence_scores
 from gpsl.annotation import SCHEMA_VERSION, Store
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "store_v1.sqlite3"
@@ -56,6 +63,8 @@ def test_a_schema_1_store_is_migrated_on_open(tmp_path):
     version = store.active_model(1)
     assert version is not None and version["n_labeled_tokens"] == 9
     assert len(store.get_predictions(version["id"])) == 4
+    assert store.get_query_scores(version["id"]) == {}  # schema 4's scores: NULL
+    assert version["query_strategy"] is None and store.queue_strategy(1) == "least_confidence"
     assert store.queue(1) and set(store.queue(1)) <= set(store.sentence_ids(1, "train"))
     assert len(store.list_query_rounds(1)) == 1
     assert _old(path, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
@@ -74,3 +83,55 @@ def test_a_schema_1_store_is_migrated_on_open(tmp_path):
     store.set_label(first, 2, "B-LOC", "dave")
     assert store.get_sentence(first)["labels"][2] == "B-LOC"
     assert _old(path, "SELECT COUNT(*) FROM schema_version") == [(1,)]
+
+
+def test_a_schema_3_store_keeps_its_predictions_and_the_old_queue_rule(store_target):
+    labels = ["B", "I", "O"]
+    store = Store(store_target)
+    pid = store.create_project("p3", labels, "", [-1, 1])
+    store.add_sentences(pid, [{"tokens": [(f"w{i}",) for i in range(3)]} for _ in range(3)])
+    ids = store.sentence_ids(pid)
+    rng = np.random.default_rng(3)
+    preds = {sid: rng.dirichlet(np.ones(3), 3).astype(np.float32) for sid in ids}
+    vid = store.start_model_version(pid, {})
+    store.save_predictions(vid, preds)  # what the schema-3 code wrote: no query scores
+    store.finish_model_version(vid, None, [0.0], {}, 0, classes=labels, activate=True)
+    order = store.queue(pid)
+
+    def back_to_schema_3(conn):
+        conn.execute(text("ALTER TABLE predictions DROP COLUMN query_scores"))
+        conn.execute(text("ALTER TABLE model_versions DROP COLUMN query_strategy"))
+        conn.execute(text("UPDATE schema_version SET version = 3"))
+        if store.dialect == "sqlite":
+            conn.exec_driver_sql("PRAGMA user_version = 3")
+
+    store.db.write(back_to_schema_3)
+    store.close()
+    store = Store(store_target)
+    assert store.db.read(lambda c: c.execute(text("SELECT MAX(version) FROM schema_version"))
+                         .scalar_one()) == SCHEMA_VERSION == 4
+    # every prediction kept, its query scores NULL; the version names no strategy
+    assert store.db.read(lambda c: c.execute(text(
+        "SELECT COUNT(*) FROM predictions WHERE query_scores IS NULL")).scalar_one()) == 3
+    got = store.get_predictions(vid)
+    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in preds.items()}
+    assert store.get_query_scores(vid) == {}
+    assert store.get_model_version(vid)["query_strategy"] is None
+    assert store.queue_strategy(pid) == "least_confidence"
+    # the queue keeps the old rule, also after a label changes (refreshed from the marginals)
+    assert store.queue(pid) == order
+    store.set_labels(ids[0], {0: "O", 1: "O"}, "a")
+    labeled = [np.array([True, True, False]), np.zeros(3, bool), np.zeros(3, bool)]
+    old = sentence_scores([preds[s] for s in ids], labeled, "sentence_least_confidence")
+    assert store.queue(pid) == [ids[i] for i in np.argsort(-old, kind="stable")]
+    assert [r["score"] for r in store.ranked_queue(pid, 3)] == \
+        pytest.approx(sorted(old, reverse=True), abs=1e-6)
+    # a new version stores its query scores in the migrated tables
+    new = store.start_model_version(pid, {})
+    store.save_predictions(new, preds, {sid: np.array([0.0, 0.0, 0.1 * k], np.float32)
+                                        for k, sid in enumerate(ids)})
+    store.finish_model_version(new, None, [0.0], {}, 0, classes=labels, activate=True,
+                               query_strategy="entropy")
+    assert store.queue(pid) == [ids[2], ids[1], ids[0]]
+    assert store.queue_strategy(pid) == "entropy"
+    store.close()

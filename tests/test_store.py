@@ -498,6 +498,57 @@ def test_predictions_round_trip_and_uncertainty_queue(store):
     assert store.delete_predictions(vid) == 4 and store.get_predictions(vid) == {}
 
 
+def test_query_scores_order_the_queue_and_a_label_drops_its_token(store):
+    pid = store.create_project("qs", LABELS, "", [-1, 1])
+    store.add_sentences(pid, [{"tokens": words(3)} for _ in range(3)])
+    s0, s1, s2 = store.sentence_ids(pid)
+    assert store.queue_strategy(pid) is None  # no model: file order
+    vid = done_version(store, pid, classes=LABELS, query_strategy="bald")
+    # least confidence alone would ask s0 first (0.4), then s1, then s2
+    preds = {s0: marg([0.4, 0.9, 0.9]), s1: marg([0.5, 0.9, 0.9]), s2: marg([0.6, 0.9, 0.9])}
+    scores = {s0: np.array([0.10, 0.05, 0.0], np.float32),
+              s1: np.array([0.02, 0.30, 0.20], np.float32),
+              s2: np.array([0.25, 0.0, 0.01], np.float32)}
+    assert store.save_predictions(vid, preds, scores) == 3
+    store.set_active_model(pid, vid)
+    got = store.get_query_scores(vid)
+    assert {k: v.tobytes() for k, v in got.items()} == \
+        {k: v.tobytes() for k, v in scores.items()}
+    assert list(store.get_query_scores(vid, [s2])) == [s2]
+    assert store.queue(pid) == [s1, s2, s0]  # the largest query score: 0.30 > 0.25 > 0.10
+    ranked = store.ranked_queue(pid, 3)
+    assert [r["score"] for r in ranked] == pytest.approx([0.30, 0.25, 0.10])
+    assert {r["strategy"] for r in ranked} == {"bald"} == {store.queue_strategy(pid)}
+    store.set_label(s1, 1, "B", "a")  # s1's top token is labeled: its 0.30 counts no more
+    assert store.ranked_queue(pid, 3)[1]["score"] == pytest.approx(0.20)
+    assert store.queue(pid) == [s2, s1, s0]
+    store.set_labels(s2, {0: "O", 2: "O"}, "a")  # left: a token scored 0
+    assert [r["score"] for r in store.ranked_queue(pid, 3)] == pytest.approx([0.2, 0.1, 0.0])
+    store.undo(pid, "a")
+    store.undo(pid, "a")
+    assert store.queue(pid) == [s1, s2, s0]
+    store.set_labels(s0, {0: "O", 1: "O", 2: "O"}, "a")  # complete: out of the queue
+    assert store.queue(pid) == [s1, s2]
+    # scores must match the sentence and be finite; none without marginals
+    with pytest.raises(ValueError, match="query scores"):
+        store.save_predictions(vid, {s0: preds[s0]}, {s0: np.zeros(2)})
+    with pytest.raises(ValueError, match="query scores"):
+        store.save_predictions(vid, {s0: preds[s0]}, {s0: np.array([0.0, np.nan, 0.0])})
+    with pytest.raises(ValueError, match="without marginals"):
+        store.save_predictions(vid, {s0: preds[s0]}, {s1: scores[s1]})
+    assert store.get_query_scores(vid)[s0].tobytes() == scores[s0].tobytes()
+    # a version without query scores (trained before schema 4): the old rule, named so
+    old = done_version(store, pid, classes=LABELS)
+    store.save_predictions(old, preds)
+    store.set_active_model(pid, old)
+    assert store.get_query_scores(old) == {}
+    assert store.queue_strategy(pid) == "least_confidence"
+    assert store.queue(pid) == [s1, s2]  # 1 - 0.5 > 1 - 0.6
+    assert store.ranked_queue(pid, 1)[0] == {"sentence_id": s1, "position": 1, "unlabeled": 3,
+                                             "score": pytest.approx(0.5),
+                                             "strategy": "least_confidence"}
+
+
 def test_skip_order(store):
     pid = store.create_project("s", LABELS, "", [-1, 1])
     store.add_sentences(pid, [{"tokens": words(2)} for _ in range(4)])

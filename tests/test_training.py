@@ -332,3 +332,64 @@ def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
     _, X3, y3 = store3.training_data(pid3, "train", only_labeled=True, with_ids=True)
     info, held = calibrate(GPSL(max_iter=3).fit(X3, y3), store3, pid3, X3, y3)
     assert info == {"calibration": None} and held == {}
+
+
+def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatch):
+    """Issue 17: the queue's per-token scores are ``gpsl.active.score_tokens`` of the saved
+    model (strategy ``DEFAULT_QUERY``, seeded by the version id), labeled tokens score 0, a
+    sentence's queue score is its unlabeled tokens' largest, and a new label drops its
+    token's score from it; every name of ``QUERY_SCORES`` works in the pipeline."""
+    from gpsl import active
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    version = jobs.train_now(store, pid, TINY)
+    assert version["status"] == "done", version["error"]
+    assert version["query_strategy"] == active.DEFAULT_QUERY == store.queue_strategy(pid)
+    ids, X, y = store.training_data(pid, split=None, with_ids=True)
+    assert sum(map(len, X)) <= pipeline.PREDICT_CHUNK_TOKENS  # one chunk, as recomputed here
+    stored = store.get_query_scores(version["id"])
+    assert set(stored) == set(ids)
+    model = GPSL.load(version["path"])
+    P = store.get_predictions(version["id"], ids)
+    clamp = np.concatenate(model.gold_index(y))
+    expected = active.score_tokens(model.calibration_scores(X), version["query_strategy"],
+                                   clamp, seed=version["id"],
+                                   marginals=np.concatenate([P[i] for i in ids]))
+    expected = np.split(expected, np.cumsum([len(s) for s in X])[:-1])
+    for sid, e in zip(ids, expected, strict=True):
+        assert stored[sid].dtype == np.float32
+        np.testing.assert_allclose(stored[sid], e, rtol=1e-4, atol=1e-5)
+    got = np.concatenate([stored[i] for i in ids])
+    assert np.all(got[clamp >= 0] == 0) and got.max() > 0 and np.isfinite(got).all()
+    # the queue: each sentence by its unlabeled tokens' largest score
+    ranked = store.ranked_queue(pid, 10)
+    for r in ranked:
+        free = [t for t, lab in enumerate(y[ids.index(r["sentence_id"])]) if lab is None]
+        assert r["score"] == pytest.approx(float(stored[r["sentence_id"]][free].max()))
+        assert r["strategy"] == version["query_strategy"]
+    top = ranked[0]["sentence_id"]
+    t = int(np.argmax(stored[top]))
+    store.set_label(top, t, OUT, "alice")
+    rest = np.delete(stored[top], [t] + [k for k, lab in enumerate(y[ids.index(top)]) if lab])
+    now = {r["sentence_id"]: r["score"] for r in store.ranked_queue(pid, 10)}
+    assert now[top] == pytest.approx(float(rest.max())) and now[top] < ranked[0]["score"]
+    # every query score the library offers runs on the pipeline's inputs
+    marg = [P[i] for i in ids]
+    for name in active.QUERY_SCORES:
+        scores = pipeline.query_scores(model, X, y, marg, name, seed=1)
+        assert [s.shape for s in scores] == [(len(s),) for s in X], name
+        flat = np.concatenate(scores)
+        assert np.isfinite(flat).all() and flat.min() >= 0 and flat.max() > 0, name
+        assert np.all(flat[clamp >= 0] == 0), name
+    # the pipeline reads the default when it runs (the lead may change it)
+    monkeypatch.setattr(active, "DEFAULT_QUERY", "entropy")
+    second = jobs.train_now(store, pid, TINY)
+    assert second["query_strategy"] == "entropy" == store.queue_strategy(pid)
+    ids, X, y = store.training_data(pid, split=None, with_ids=True)
+    P2 = store.get_predictions(second["id"], ids)
+    Q2 = store.get_query_scores(second["id"], ids)
+    clamp = np.concatenate(GPSL.load(second["path"]).gold_index(y))
+    for k, sid in enumerate(ids):
+        known = clamp[sum(map(len, X[:k])): sum(map(len, X[:k + 1]))] >= 0
+        np.testing.assert_allclose(Q2[sid], np.where(known, 0.0, active.entropy(P2[sid])),
+                                   rtol=1e-5, atol=1e-6)

@@ -18,7 +18,8 @@ modules is plain SQL text (SQLAlchemy Core ``text()``), written to run on both.
   applied version; stores of schema 1 (``PRAGMA user_version = 1``, one label per token)
   are migrated to votes per annotator (:func:`_migrate_1_to_2`) and stores of schema 2 get
   the team tables, the project guidelines and per-project model version numbers
-  (:func:`_migrate_2_to_3`), all in one transaction.
+  (:func:`_migrate_2_to_3`); stores of schema 3 get the per-token query scores of the queue
+  (:func:`_migrate_3_to_4`), all in one transaction.
 """
 
 from __future__ import annotations
@@ -366,6 +367,8 @@ class Database:
             _migrate_1_to_2(conn)
         if version in (1, 2):
             _migrate_2_to_3(conn)
+        if version in (1, 2, 3):
+            _migrate_3_to_4(conn)
         if version == 0:
             schema.metadata.create_all(conn)
         conn.execute(text("INSERT INTO schema_version (version, applied_at) VALUES (:v, :at)"),
@@ -455,6 +458,21 @@ def _migrate_2_to_3(conn: Connection) -> None:
     conn.execute(text(
         "UPDATE model_versions SET number = (SELECT COUNT(*) FROM model_versions m"
         " WHERE m.project_id = model_versions.project_id AND m.id <= model_versions.id)"))
+
+
+def _migrate_3_to_4(conn: Connection) -> None:
+    """Schema 3 -> 4: ``predictions.query_scores`` (the per-token query scores of the queue)
+    and ``model_versions.query_strategy`` (their name), both NULL for the rows already there,
+    whose stored queue scores keep the old rule (:func:`gpsl.annotation.queue.queue_score`
+    without query scores).  Every row is kept."""
+    from sqlalchemy import inspect
+
+    blob = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
+    insp = inspect(conn)
+    if "query_scores" not in {c["name"] for c in insp.get_columns("predictions")}:
+        conn.execute(text(f"ALTER TABLE predictions ADD COLUMN query_scores {blob}"))
+    if "query_strategy" not in {c["name"] for c in insp.get_columns("model_versions")}:
+        conn.execute(text("ALTER TABLE model_versions ADD COLUMN query_strategy TEXT"))
 
 
 def run_in_child_after_fork() -> None:

@@ -238,11 +238,15 @@ class Store:
         return versions.query_rounds(self.db, project_id)
 
     # predictions and queue
-    def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray]) -> int:
-        return predictions.save(self.db, version_id, marginals)
+    def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray],
+                         query_scores: Mapping[int, np.ndarray] | None = None) -> int:
+        return predictions.save(self.db, version_id, marginals, query_scores)
 
     def get_predictions(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get(self.db, version_id, sentence_ids)
+
+    def get_query_scores(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
+        return predictions.get_query_scores(self.db, version_id, sentence_ids)
 
     def has_predictions(self, version_id: int) -> bool:
         return predictions.has_any(self.db, version_id)
@@ -259,6 +263,10 @@ class Store:
 
     def ranked_queue(self, project_id: int, n: int = 10) -> list[dict]:
         return queue.ranked(self.db, project_id, n)
+
+    def queue_strategy(self, project_id: int) -> str | None:
+        """The query score ordering the uncertainty queue (:func:`queue.strategy`)."""
+        return queue.strategy(self.db, project_id)
 
     def next_sentence(self, project_id: int, annotator: str, order: str = "uncertainty",
                       current: int | None = None, exclude=()) -> int | None:

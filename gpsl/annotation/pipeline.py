@@ -16,8 +16,10 @@ Runs in a worker process (:mod:`gpsl.annotation.jobs`) or in the caller (:func:`
    and stored predictions) are calibrated by a temperature fitted on the *other* half of the
    held-out sentences, so no held-out figure is in-sample.
 4. Predictions for every sentence are made in chunks (progress written per chunk) and
-   stored; then the version is marked ``'done'`` and becomes the active model in one
-   transaction.  Any exception marks the version ``'failed'`` with a one-line reason.
+   stored with the annotation queue's per-token query scores (:func:`query_scores`, the
+   strategy :data:`gpsl.active.DEFAULT_QUERY`, recorded on the version); then the version
+   is marked ``'done'`` and becomes the active model in one transaction.  Any exception
+   marks the version ``'failed'`` with a one-line reason.
 
 A run killed at any point leaves the previously active model active.
 """
@@ -237,6 +239,23 @@ def predict(model, X, y=None, on_chunk=None, **kw) -> list[np.ndarray]:
     return out
 
 
+def query_scores(model, X, y, marginals, strategy: str, seed: int = 0) -> list[np.ndarray]:
+    """The annotation queue's query score of every token of ``X`` (one ``(L,)`` array per
+    sentence): :func:`gpsl.active.score_tokens` with ``strategy`` (a key of
+    :data:`gpsl.active.QUERY_SCORES`) on Algorithm 2's inputs under q
+    (:meth:`~gpsl.model.GPSL.calibration_scores` with the predictive variances), the known
+    labels ``y`` clamped, and ``marginals`` (the stored ones) for the scores that read
+    marginals; known tokens score 0.  ``bald`` draws with ``seed``."""
+    from gpsl import active
+
+    sc = model.calibration_scores(X, with_variance=True)
+    idx = model.gold_index(y) if y is not None else []
+    clamp = np.concatenate(idx) if idx else None
+    P = np.concatenate([np.asarray(m, dtype=float) for m in marginals])
+    out = active.score_tokens(sc, strategy, clamp, seed=seed, marginals=P)
+    return np.split(out, np.cumsum(sc.lengths)[:-1])
+
+
 def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
              gold: Sequence[Sequence[str | None]]) -> dict:
     """Held-out figures of predictions against gold labels (None: no gold for that token):
@@ -383,6 +402,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
                 time.sleep(0.1)
                 check_stop()
 
+    from gpsl import active
     from gpsl.model import GPSL
 
     version = store.get_model_version(version_id)
@@ -434,17 +454,21 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
             os.rename(final, final.with_name(f".orphan-{final.name}-{time.time_ns()}"))
         os.rename(staging, final)
         all_ids, all_X, all_y = store.training_data(project_id, split=None, with_ids=True)
-        progress.phase("predicting", done=0, total=len(all_ids))
+        strategy = active.DEFAULT_QUERY  # read now: the lead may change the default
+        progress.phase("predicting", done=0, total=len(all_ids), query_strategy=strategy)
         for a, b in chunks([len(s) for s in all_X], PREDICT_CHUNK_TOKENS):
             P = model.predict_marginals(all_X[a:b], y=all_y[a:b])
             for k, sid in enumerate(all_ids[a:b]):
                 if sid in held and not any(v is not None for v in all_y[a + k]):
                     P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
-            store.save_predictions(version_id, dict(zip(all_ids[a:b], P)))
+            Q = query_scores(model, all_X[a:b], all_y[a:b], P, strategy, seed=version_id)
+            store.save_predictions(version_id, dict(zip(all_ids[a:b], P)),
+                                   dict(zip(all_ids[a:b], Q)))
             progress.chunk(b, len(all_ids))
             check_stop()
         done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,
-                                          n_labeled, classes=model.classes_, activate=True)
+                                          n_labeled, classes=model.classes_, activate=True,
+                                          query_strategy=strategy)
         if not done:  # stopped meanwhile: keep nothing of it active
             store.delete_predictions(version_id)
             progress.phase("stopped")

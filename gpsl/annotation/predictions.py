@@ -1,5 +1,6 @@
 """Stored predictions of a model version: per-sentence marginals (float32 NPY blobs, never
-pickled), per-token confidences and the sentence's queue score."""
+pickled), per-token confidences, per-token query scores (float32 NPY blobs; schema 4, NULL
+before) and the sentence's queue score (:func:`gpsl.annotation.queue.queue_score`)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,20 @@ def decode_marginals(blob: bytes) -> np.ndarray:
     return np.load(BytesIO(bytes(blob)), allow_pickle=False)
 
 
-def save(db: Database, version_id: int, marginals: Mapping[int, np.ndarray]) -> int:
+def save(db: Database, version_id: int, marginals: Mapping[int, np.ndarray],
+         query_scores: Mapping[int, np.ndarray] | None = None) -> int:
     """Store ``{sentence_id: (L, J) array}`` of a version in one transaction (replacing
-    earlier ones of the same sentence); returns the count."""
+    earlier ones of the same sentence), with ``query_scores`` ``{sentence_id: (L,) array}``
+    (the queue's per-token scores, :func:`gpsl.active.score_tokens`) when given; returns the
+    count."""
     items = [(int(sid), np.asarray(m, dtype=np.float32)) for sid, m in marginals.items()]
     if not items:
         return 0
+    scores = {int(sid): np.asarray(q, dtype=np.float32)
+              for sid, q in (query_scores or {}).items()}
+    if set(scores) - {sid for sid, _ in items}:
+        raise ValueError("query scores of sentences without marginals: "
+                         f"{sorted(set(scores) - {sid for sid, _ in items})[:5]}")
 
     def tx(conn):
         from gpsl.annotation.versions import row as version_row
@@ -54,16 +63,22 @@ def save(db: Database, version_id: int, marginals: Mapping[int, np.ndarray]) -> 
                                  f"expected ({n}, n_classes)")
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"sentence {sid}: marginals are not finite")
+            q = scores.get(sid)
+            if q is not None and (q.shape != (n,) or not np.all(np.isfinite(q))):
+                raise ValueError(f"sentence {sid}: query scores must be {n} finite numbers, "
+                                 f"got shape {q.shape}")
             conf = arr.max(axis=1).astype("<f4")
             rows.append({"v": version_id, "s": sid, "m": encode_marginals(arr),
                          "c": conf.tobytes(), "mc": float(conf.min()),
-                         "q": queue.queue_score(arr, labeled.get(sid, ()))})
+                         "qs": None if q is None else encode_marginals(q),
+                         "q": queue.queue_score(arr, labeled.get(sid, ()), q)})
         conn.execute(text(
             "INSERT INTO predictions (model_version_id, sentence_id, marginals, confidence,"
-            " min_confidence, queue_score) VALUES (:v, :s, :m, :c, :mc, :q)"
+            " min_confidence, queue_score, query_scores) VALUES (:v, :s, :m, :c, :mc, :q, :qs)"
             " ON CONFLICT (model_version_id, sentence_id) DO UPDATE SET"
             " marginals = excluded.marginals, confidence = excluded.confidence,"
-            " min_confidence = excluded.min_confidence, queue_score = excluded.queue_score"),
+            " min_confidence = excluded.min_confidence, queue_score = excluded.queue_score,"
+            " query_scores = excluded.query_scores"),
             rows)
         return len(rows)
 
@@ -83,6 +98,25 @@ def get(db: Database, version_id: int,
     else:
         q = text("SELECT sentence_id, marginals FROM predictions WHERE model_version_id = :v")
         args = {"v": version_id}
+    rows = db.read(lambda conn: conn.execute(q, args).fetchall())
+    return {sid: decode_marginals(blob) for sid, blob in rows}
+
+
+def get_query_scores(db: Database, version_id: int,
+                     sentence_ids: Sequence[int] | None = None) -> dict[int, np.ndarray]:
+    """``{sentence_id: float32 (L,) array}``: the stored query scores of a version (all, or
+    the given ids); sentences whose prediction has none (stored before schema 4) are left
+    out."""
+    sql = ("SELECT sentence_id, query_scores FROM predictions WHERE model_version_id = :v"
+           " AND query_scores IS NOT NULL")
+    args: dict = {"v": version_id}
+    q = text(sql)
+    if sentence_ids is not None:
+        sentence_ids = [int(s) for s in sentence_ids]
+        if not sentence_ids:
+            return {}
+        q = text(sql + " AND sentence_id IN :ids").bindparams(bindparam("ids", expanding=True))
+        args["ids"] = sentence_ids
     rows = db.read(lambda conn: conn.execute(q, args).fetchall())
     return {sid: decode_marginals(blob) for sid, blob in rows}
 
@@ -114,4 +148,5 @@ def prune(db: Database, project_id: int, keep: int = 2) -> int:
     return db.write(tx)
 
 
-__all__ = ["decode_marginals", "delete", "encode_marginals", "get", "has_any", "prune", "save"]
+__all__ = ["decode_marginals", "delete", "encode_marginals", "get", "get_query_scores",
+           "has_any", "prune", "save"]

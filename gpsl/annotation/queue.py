@@ -1,10 +1,15 @@
 """The annotation queue: the one source of the order in which sentences are offered.
 
-A sentence's score is :func:`gpsl.active.sentence_scores` (strategy :data:`STRATEGY`) over
-its *unlabeled* tokens under a model version's marginals; it is stored with the prediction
-(``predictions.queue_score``) and recomputed whenever a label of the sentence changes, so
-the queue is one indexed SQL query that sorts by it.  The Confidence page shows the same
-ranking (:func:`ranked`).
+A sentence's score is the largest *query score* of its unlabeled tokens under a model
+version: the per-token scores the training run stored with the prediction
+(``predictions.query_scores``, :func:`gpsl.active.score_tokens` with the strategy named in
+``model_versions.query_strategy``, :data:`gpsl.active.DEFAULT_QUERY` at the time of the run).
+Predictions stored before schema 4 have no query scores: for them the score is the old rule,
+:func:`gpsl.active.sentence_scores` (:data:`STRATEGY`, the largest least confidence
+``1 - max_j p_tj``) over the unlabeled tokens of the stored marginals.  The score is stored
+with the prediction (``predictions.queue_score``) and recomputed from the stored arrays
+whenever a label of the sentence changes (no model is loaded), so the queue is one indexed
+SQL query that sorts by it.  The Confidence page shows the same ranking (:func:`ranked`).
 
 :func:`route` hands sentences to the members of a team: each annotator gets sentences they
 have not labeled, at most ``overlap`` (k, a project setting) people hold one sentence at a
@@ -27,12 +32,24 @@ from gpsl.annotation.db import Database, loads, now
 LEASE_SECONDS = 15 * 60
 STRATEGY = "sentence_least_confidence"
 AGGREGATE = "max"
+#: the query score named for predictions without stored query scores (the old rule: the
+#: token score of :data:`STRATEGY`, aggregated by :data:`AGGREGATE`)
+FALLBACK_QUERY = "least_confidence"
 ORDERS = ("uncertainty", "sequential")
 
 
-def queue_score(marginals: np.ndarray, labeled: Iterable[int]) -> float | None:
+def queue_score(marginals: np.ndarray, labeled: Iterable[int],
+                query_scores: np.ndarray | None = None) -> float | None:
     """The active-learning score of one sentence (higher: asked first), None when all of
-    its tokens are labeled."""
+    its tokens are labeled: the largest of ``query_scores`` (one per token) over the
+    unlabeled tokens, or without them the old rule, the largest least confidence
+    ``1 - max_j p_tj`` of the ``marginals`` over the unlabeled tokens."""
+    if query_scores is not None:
+        q = np.asarray(query_scores, dtype=float).reshape(-1)
+        mask = np.zeros(q.shape[0], dtype=bool)
+        mask[[t for t in labeled if 0 <= t < q.shape[0]]] = True
+        free = q[~mask]
+        return float(free.max()) if free.size else None
     m = np.asarray(marginals, dtype=float)
     sums = m.sum(axis=1, keepdims=True)
     m = np.where(sums > 0, m / np.where(sums > 0, sums, 1.0), 1.0 / max(1, m.shape[1]))
@@ -45,19 +62,39 @@ def queue_score(marginals: np.ndarray, labeled: Iterable[int]) -> float | None:
 
 def refresh_scores(conn, sentence_id: int) -> None:
     """Recompute the queue score of every prediction of one sentence (after a label
-    change, inside its transaction)."""
+    change, inside its transaction) from the stored query scores, or the stored marginals
+    where there are none; no model is loaded."""
     from gpsl.annotation.predictions import decode_marginals
 
-    preds = conn.execute(text("SELECT model_version_id, marginals FROM predictions"
-                              " WHERE sentence_id = :s"), {"s": sentence_id}).fetchall()
+    preds = conn.execute(text("SELECT model_version_id, query_scores, marginals FROM"
+                              " predictions WHERE sentence_id = :s"),
+                         {"s": sentence_id}).fetchall()
     if not preds:
         return
     labeled = [r[0] for r in conn.execute(text(
         "SELECT token_index FROM derived_labels WHERE sentence_id = :s"), {"s": sentence_id})]
+    updates = []
+    for vid, scores, blob in preds:
+        if scores is not None:
+            q = queue_score(None, labeled, decode_marginals(scores))
+        else:
+            q = queue_score(decode_marginals(blob), labeled)
+        updates.append({"q": q, "v": vid, "s": sentence_id})
     conn.execute(text("UPDATE predictions SET queue_score = :q WHERE model_version_id = :v"
-                      " AND sentence_id = :s"),
-                 [{"q": queue_score(decode_marginals(blob), labeled), "v": vid,
-                   "s": sentence_id} for vid, blob in preds])
+                      " AND sentence_id = :s"), updates)
+
+
+def strategy(db: Database, project_id: int) -> str | None:
+    """The query score that orders the uncertainty queue under the project's active model (a
+    key of :data:`gpsl.active.QUERY_SCORES`): the one its training run stored, else
+    :data:`FALLBACK_QUERY` (a version trained before schema 4); None without an active
+    model (the queue is in file order)."""
+    r = db.read(lambda conn: conn.execute(text(
+        "SELECT query_strategy FROM model_versions WHERE project_id = :p AND active = 1"),
+        {"p": project_id}).first())
+    if r is None:
+        return None
+    return r[0] or FALLBACK_QUERY
 
 
 def queue(db: Database, project_id: int, order: str = "uncertainty",
@@ -98,7 +135,8 @@ def queue(db: Database, project_id: int, order: str = "uncertainty",
 
 def ranked(db: Database, project_id: int, n: int = 10) -> list[dict]:
     """The first ``n`` sentences of the uncertainty queue with their scores (for display):
-    ``dict(sentence_id, position, score, unlabeled)``."""
+    ``dict(sentence_id, position, score, unlabeled, strategy)``, ``strategy`` being the
+    query score that gave ``score`` (:func:`strategy`)."""
     ids = queue(db, project_id, "uncertainty", None, n)
     if not ids:
         return []
@@ -107,12 +145,14 @@ def ranked(db: Database, project_id: int, n: int = 10) -> list[dict]:
         out = []
         for sid in ids:
             r = conn.execute(text(
-                "SELECT s.position, s.n_tokens - s.n_labeled, p.queue_score FROM sentences s"
+                "SELECT s.position, s.n_tokens - s.n_labeled, p.queue_score, v.query_strategy,"
+                " v.id FROM sentences s"
                 " LEFT JOIN model_versions v ON v.project_id = s.project_id AND v.active = 1"
                 " LEFT JOIN predictions p ON p.sentence_id = s.id AND p.model_version_id = v.id"
                 " WHERE s.id = :s"), {"s": sid}).first()
             out.append({"sentence_id": sid, "position": r[0], "unlabeled": r[1],
-                        "score": r[2]})
+                        "score": r[2], "strategy": None if r[4] is None
+                        else (r[3] or FALLBACK_QUERY)})
         return out
 
     return db.read(tx)

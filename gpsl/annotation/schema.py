@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 3.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 4.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -20,6 +20,11 @@ links and sessions, stored as SHA-256 hashes of random tokens, :mod:`gpsl.annota
 ``leases`` (which annotator holds which sentence until when, :mod:`gpsl.annotation.queue`),
 ``adjudication_history`` (every change of a lead's decision), the project's ``guidelines``
 (Markdown text) and per-project model version numbers (``model_versions.number``).
+
+Schema 4 adds the per-token query scores of the annotation queue: ``predictions.query_scores``
+(float32 NPY blob, one score per token, from :func:`gpsl.active.score_tokens`; NULL for
+predictions written before schema 4) and ``model_versions.query_strategy`` (the name of the
+score, a key of :data:`gpsl.active.QUERY_SCORES`; NULL before schema 4).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -162,6 +167,7 @@ model_versions = Table(
     Column("active", Integer, nullable=False, server_default="0"),
     Column("error", Text),
     Column("number", Integer),  # 1, 2, ... within the project (schema 3)
+    Column("query_strategy", Text),  # the queue's query score (schema 4; NULL: before it)
     CheckConstraint("status IN ('running', 'done', 'failed', 'killed')"),
     CheckConstraint("active IN (0, 1)"),
     sqlite_autoincrement=True,
@@ -178,6 +184,7 @@ predictions = Table(
     Column("confidence", LargeBinary, nullable=False),
     Column("min_confidence", Float, nullable=False),
     Column("queue_score", Float),
+    Column("query_scores", LargeBinary),  # float32 NPY, one per token (schema 4; NULL: before)
     PrimaryKeyConstraint("model_version_id", "sentence_id"),
 )
 Index("predictions_by_sentence", predictions.c.sentence_id)

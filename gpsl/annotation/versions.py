@@ -24,7 +24,8 @@ def as_dict(r) -> dict:
             "metrics": loads(m["metrics"]), "path": m["path"],
             "n_labeled_tokens": m["n_labeled_tokens"], "status": m["status"],
             "active": bool(m["active"]), "error": m["error"],
-            "number": m["number"] if m["number"] is not None else m["id"]}
+            "number": m["number"] if m["number"] is not None else m["id"],
+            "query_strategy": m["query_strategy"]}
 
 
 def row(conn, version_id: int):
@@ -77,20 +78,24 @@ def set_worker(db: Database, version_id: int, pid: int, started: float | None,
 
 def finish(db: Database, version_id: int, path, bound_trace: Sequence[float] | None = None,
            metrics: Mapping | None = None, n_labeled_tokens: int | None = None, *,
-           classes: Sequence[str] | None = None, activate: bool = False) -> bool:
+           classes: Sequence[str] | None = None, activate: bool = False,
+           query_strategy: str | None = None) -> bool:
     """Mark a running version ``'done'`` (and with ``activate`` make it the project's active
-    version in the same transaction).  False when it is no longer running."""
+    version in the same transaction); ``query_strategy``: the name of the query scores its
+    predictions carry (a key of :data:`gpsl.active.QUERY_SCORES`).  False when it is no
+    longer running."""
 
     def tx(conn):
         project_id = row(conn, version_id)._mapping["project_id"]
         n = conn.execute(text(
             "UPDATE model_versions SET status = 'done', finished_at = :at, path = :path,"
-            " bound_trace = :bt, metrics = :m, n_labeled_tokens = :n, classes = :c, error = NULL"
-            " WHERE id = :v AND status = 'running'"),
+            " bound_trace = :bt, metrics = :m, n_labeled_tokens = :n, classes = :c, error = NULL,"
+            " query_strategy = :qs WHERE id = :v AND status = 'running'"),
             {"at": now(), "path": None if path is None else os.fspath(path),
              "bt": dumps(list(bound_trace) if bound_trace is not None else None),
              "m": dumps(metrics), "n": None if n_labeled_tokens is None else int(n_labeled_tokens),
-             "c": None if classes is None else dumps(list(classes)), "v": version_id}).rowcount
+             "c": None if classes is None else dumps(list(classes)), "qs": query_strategy,
+             "v": version_id}).rowcount
         if n and activate:
             _activate(conn, project_id, version_id)
         return n > 0
