@@ -81,9 +81,7 @@ DATASETS = ("chunking", "basenp", "JapaneseNE")
 SIZES = {"chunking": (700, 200), "basenp": (700, 200), "JapaneseNE": (600, 116)}
 BASE = ("random", "random_sentence", "least_confidence", "margin", "entropy",
         "sentence_least_confidence", "sentence_margin", "sentence_entropy", "bald", "lookahead")
-MODIFIERS = ("diverse", "propagate", "dense")
-#: ``+dense``: inside a chosen sentence every unlabeled token less sure than this is asked
-DENSE_CONFIDENCE = 0.9
+MODIFIERS = ("diverse", "propagate")
 PEER = "CRFsuite (sentences, least confidence)"
 DEFAULT_STRATEGIES = ("random", "random_sentence", "sentence_entropy", "least_confidence",
                       "entropy", "bald", "lookahead", "entropy+diverse", "entropy+propagate",
@@ -119,8 +117,6 @@ def parse_spec(spec: str) -> tuple[str, set[str]]:
         raise ValueError(f"unknown modifier {bad[0]!r}; choose from {', '.join(MODIFIERS)}")
     if mods and base in ("random_sentence",) or (mods and base.startswith("sentence_")):
         raise ValueError(f"{spec!r}: modifiers apply to token strategies only")
-    if "dense" in mods and len(mods) > 1:
-        raise ValueError(f"{spec!r}: +dense does not combine with the other modifiers")
     return base, set(mods)
 
 
@@ -194,11 +190,6 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
 
     clamp = clamp_now()
     score = _token_scores(base, sc, clamp, seed)
-    if "dense" in mods:
-        step = dense_batch(sc, clamp, score, batch, sent_of)
-        for t in step:
-            labeled[int(sent_of[t])][t - starts[sent_of[t]]] = True
-        return [step]
     emb = resid = None
     if "diverse" in mods:
         emb, resid = model.latent_embedding(pool_X)
@@ -247,34 +238,6 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
             rows = sc.rows(touched)
             score[rows] = _token_scores(base, sub, clamp[rows], seed + 31 * (k + 1))
     return chosen_steps
-
-
-def dense_batch(sc, clamp, score, batch: int, sent_of) -> list[int]:
-    """``+dense`` (Tomanek and Hahn 2009's semi-supervised selection, with GPSL's
-    marginalisation in place of their self-labels): sentences in the order of their best
-    unlabeled token's score; in each, every unlabeled token whose Algorithm 2 confidence is
-    below :data:`DENSE_CONFIDENCE` is asked (its best token at least), until the batch is
-    spent. The tokens left unlabeled in a touched sentence are then the ones the model is
-    sure of, so the sentence's missing labels are few and confident."""
-    P = sc.marginals("mean", clamp=clamp)
-    conf = P.max(axis=1)
-    free = clamp < 0
-    n_sent = len(sc.lengths)
-    best = np.full(n_sent, -np.inf)
-    np.maximum.at(best, sent_of[free], score[free])
-    starts = np.r_[0, np.cumsum(sc.lengths)[:-1]]
-    out: list[int] = []
-    for s in np.argsort(-best, kind="stable"):
-        if not np.isfinite(best[s]) or len(out) >= batch:
-            break
-        rows = np.arange(starts[s], starts[s] + sc.lengths[s])
-        rows = rows[free[rows]]
-        ask = rows[conf[rows] < DENSE_CONFIDENCE]
-        if ask.size == 0:
-            ask = rows[[int(np.argmax(score[rows]))]]
-        ask = ask[np.argsort(-score[ask], kind="stable")][: batch - len(out)]
-        out.extend(int(t) for t in ask)
-    return out
 
 
 def choose_sentences(model, base: str, pool_X, labeled, n_sent: int, seed: int) -> list[int]:

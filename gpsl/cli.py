@@ -195,7 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "4,000 training tokens)")
     p.add_argument("--lse-bound", choices=("auto", "jensen", "bohning"), default="auto",
                    help="bound on the expected log-partition (auto: jensen for full, bohning "
-                        "for sparse)")
+                        "for sparse with complete labels, jensen when labels are missing)")
+    p.add_argument("--missing-start", choices=("uniform", "supervised"), default="uniform",
+                   help="scalable fit with missing labels: start from zero weights (uniform) "
+                        "or from the fit of the complete sentences (supervised)")
     p.add_argument("--inducing", type=_positive_int, default=500, metavar="M",
                    help="inducing tokens of the rbf kernel in the sparse mode (default 500)")
     p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
@@ -397,6 +400,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
                  inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
+                 missing_start=args.missing_start,
                  **({} if args.tol is None else {"tol": args.tol}),
                  **({} if args.scheduler is None else {"cluster": args.scheduler}))
 

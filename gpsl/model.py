@@ -179,6 +179,14 @@ class GPSL:
         ``"probit"`` (the uncertainty-aware RNS of :func:`gpsl.predict.rns`: the posterior
         variances of ``f^U`` and ``f^S`` flatten each score by the probit factor) or
         ``"auto"`` (the calibrator's choice after :meth:`calibrate`, else ``"mean"``).
+    missing_start: where the scalable fit starts when labels are missing: ``"uniform"``
+        (zero weights, so every missing label starts uniform; the default) or
+        ``"supervised"`` (from the fit of the completely labeled sentences, see
+        :meth:`_supervised_start`). Measured on 700-sentence pools (README, "Active
+        learning"): ``"supervised"`` was better on basenp (3 labels; 92.5% against 82.6%
+        test accuracy after two rounds of token queries, 91.8% against 87.1% with 10% of the
+        tokens labeled at random) and worse on chunking (22 labels; 82.2% against 88.1% at
+        10% random), so neither is the default for every data set.
     callback: called after every sweep with ``{"iteration", "bound", "seconds"}``.
     cluster: ``None`` (fit in this process) or a Dask cluster for the scalable mode's sums
         over sentences: a ``dask.distributed.Client`` or a scheduler address such as
@@ -199,8 +207,8 @@ class GPSL:
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
-                 lse_bound="auto", marginals="auto", n_jobs=None, callback=None,
-                 verbose=False, cluster=None):
+                 lse_bound="auto", marginals="auto", missing_start="uniform", n_jobs=None,
+                 callback=None, verbose=False, cluster=None):
         self.offsets = offsets
         self.kernel = kernel
         self.template = template
@@ -222,6 +230,7 @@ class GPSL:
         self.inducing = inducing
         self.lse_bound = lse_bound
         self.marginals = marginals
+        self.missing_start = missing_start
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
@@ -365,7 +374,9 @@ class GPSL:
                     features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
                                                    inducing=self.inducing,
                                                    exact=family == "khan")
-                    inf = SparseGPSLInference(problem, features, family=family,
+                    start = self._supervised_start(kernel, family, Xf, lengths, y_idx, problem,
+                                                   offsets, theta0) if missing else None
+                    inf = SparseGPSLInference(problem, features, state=start, family=family,
                                               theta0=theta0, lambda_floor=self.lambda_floor,
                                               lse_bound=self._lse_bound(mode, missing))
             if self.cluster is None:
@@ -397,6 +408,38 @@ class GPSL:
         self._predictor = None
         self.calibrator_ = None  # a new fit invalidates the previous calibration
         return self
+
+    def _supervised_start(self, kernel, family, Xf, lengths, y_idx, problem, offsets, theta0):
+        """``missing_start="supervised"``: the scalable fit with missing labels starts from
+        the fit of its completely labeled sentences (their weights, pair functions and
+        variances) instead of zero weights, the start of EM that Nigam et al. (2000) use
+        for unlabeled text. From zero weights the first update of ``r`` makes every
+        missing label uniform, and with most tokens unlabeled those uniform targets pull
+        the weights towards flat scores that coordinate ascent leaves only slowly. ``None``
+        (the cold start) when there is no complete sentence or the option is off."""
+        how = str(self.missing_start).lower()
+        if how not in ("uniform", "supervised"):
+            raise ValueError(f"missing_start must be 'uniform' or 'supervised', not "
+                             f"{self.missing_start!r}")
+        if how == "uniform" or family != "meanfield":
+            return None
+        starts = np.r_[0, np.cumsum(lengths)[:-1]]
+        full = [i for i, (a, L) in enumerate(zip(starts, lengths, strict=True))
+                if L and (y_idx[a:a + L] >= 0).all()]
+        if not full or len(full) == len(lengths):
+            return None
+        rows = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in full])
+        sub = Problem.build(lengths[full], y_idx[rows], offsets, problem.J)
+        feats = kernel.weight_space(Xf[rows], np.tile(theta0, (problem.J, 1)),
+                                    inducing=self.inducing, exact=False)
+        pre = SparseGPSLInference(sub, feats, family=family, theta0=theta0,
+                                  lambda_floor=self.lambda_floor,
+                                  lse_bound=self._lse_bound("sparse", False))
+        pre.fit(max_iter=self.max_iter, tol=self.tol, learn_hyper=False)
+        st = pre.s
+        return SparseState(theta=st.theta.copy(), W=st.W.copy(), cov=st.cov.copy(),
+                           m_S=st.m_S.copy(), v_S=st.v_S.copy(), r=problem.initial_r(),
+                           family=family)
 
     def _fit_sharded(self, kernel, family, Xf, lengths, problem, theta0, mode, cb,
                      on_sweep):

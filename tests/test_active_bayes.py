@@ -275,3 +275,36 @@ def test_cli_query(tmp_path, sparse_fit, capsys):
     bad.write_text("w0_0 NOPE\n\n")
     assert cli.main(["query", "-m", str(tmp_path / "model"), str(bad)]) == 2
     assert "bad.data:1: label 'NOPE'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- missing_start
+
+
+def test_supervised_start_is_the_fit_of_the_complete_sentences():
+    X, y = make_chain_task(30, seed=5)
+    rng = np.random.default_rng(1)
+    part = [list(s) if i < 6 else [lab if rng.random() < 0.2 else None for lab in s]
+            for i, s in enumerate(y)]
+    kw = {"offsets": (-1, 1), "inference": "sparse", "max_iter": 6}
+    # no missing label: the option changes nothing
+    a = GPSL(**kw).fit(X, y)
+    b = GPSL(missing_start="supervised", **kw).fit(X, y)
+    assert a.bound_trace_ == b.bound_trace_
+    # with missing labels the start is the fit of the 6 complete sentences alone
+    sup = GPSL(missing_start="supervised", **kw).fit(X, part)
+    Xf, lengths = sup._features(X)
+    y_idx = np.concatenate(sup.gold_index(part))
+    from gpsl.likelihood import Problem
+
+    prob = Problem.build(lengths, y_idx, sup.offsets_, len(sup.classes_))
+    start = sup._supervised_start(sup.kernel_, "meanfield", Xf, lengths, y_idx, prob,
+                                  sup.offsets_, sup.state_.theta[0])
+    alone = GPSL(**kw).fit(X[:6], part[:6])
+    rows = np.arange(int(np.sum(lengths[:6])))
+    mean_start = (Xf[rows] @ start.W) * np.exp(0.5 * start.theta[:, 0])
+    mean_alone, _, _ = alone._latent(X[:6])
+    assert np.allclose(mean_start, mean_alone, atol=1e-6)
+    assert np.allclose(start.m_S, alone.state_.m_S, atol=1e-8)
+    assert sup.bound_trace_ != GPSL(**kw).fit(X, part).bound_trace_
+    with pytest.raises(ValueError, match="missing_start"):
+        GPSL(missing_start="nope", **kw).fit(X, part)
