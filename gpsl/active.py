@@ -596,8 +596,8 @@ QUERY_SCORES: dict[str, str] = {
     "least_confidence": "tokens with the lowest top probability",
     "margin": "tokens with the smallest gap between their two best labels",
     "entropy": "tokens with the most uncertain label (entropy of the marginal)",
-    "bald": "tokens whose label the model would learn most from (BALD: mutual information "
-            "between the label and the latent functions)",
+    "bald": "tokens whose label would teach the model most (mutual information between "
+            "the label and the latent functions)",
     "lookahead": "tokens whose label would settle most of their sentence (expected entropy "
                  "reduction after propagating the label)",
 }

@@ -345,7 +345,7 @@ def queue_strategy(version: dict | None) -> str | None:
 
 def queue_caption(strategy: str | None) -> str:
     """One line on what orders the uncertainty queue: ``"Queue: BALD — tokens whose label
-    the model would learn most from (...)"`` (the description of
+    would teach the model most (...)"`` (the description of
     :data:`gpsl.active.QUERY_SCORES`); empty without a strategy (no active model)."""
     from gpsl.active import QUERY_SCORES
 

@@ -135,7 +135,7 @@ with right:
                       title="Every version: held-out accuracy and mean confidence",
                       color_discrete_map={"accuracy": "#16a34a",
                                           "mean confidence": "#f59e0b"})
-        sup.styled(fig, height=330, yaxis_tickformat=".0%", xaxis_type="category",
+        sup.styled(fig, height=330, yaxis_tickformat=".1%", xaxis_type="category",
                    yaxis_title="held-out", xaxis_title="model version",
                    legend={"orientation": "h", "y": -0.35, "title": {"text": ""}})
         if long.empty:
