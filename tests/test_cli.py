@@ -211,12 +211,12 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
                           "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
                           "-f", "2", "--inference", "sparse", "--inducing", "30",
-                          train, tmp / "model"], capsys)
+                          "--missing-start", "supervised", train, tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
                                variance=2.5, inference="sparse", inducing=30,
-                               lse_bound="auto")
+                               lse_bound="auto", missing_start="supervised")
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]
