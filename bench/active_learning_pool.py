@@ -402,7 +402,8 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
     X_all, y_all, template = load_dataset(Path(cfg.data_dir), name)
     n_pool, n_test = SIZES[name]
     n_pool, n_test = cfg.pool or n_pool, cfg.test or n_test
-    res = {"pool": n_pool, "test": n_test, "seeds": [], "strategies": {}}
+    res = {"pool": n_pool, "test": n_test, "max_iter": cfg.max_iter,
+           "round_fraction": cfg.round_fraction, "seeds": [], "strategies": {}}
     curves: dict[str, list] = {s: [] for s in cfg.strategies}
     if cfg.peer:
         curves[PEER] = []
@@ -450,6 +451,16 @@ def best_token_strategy(res: dict) -> str | None:
     return best
 
 
+def _reach_cell(s: dict, level: str) -> str:
+    m, sd = s[f"percent_to_{level}_mean"], s[f"percent_to_{level}_std"]
+    if m is not None:
+        return f"{m:.1f} ± {sd:.1f}" if sd is not None else f"{m:.1f}"
+    got = [v for v in s[f"percent_to_{level}"] if v is not None]
+    n = len(s[f"percent_to_{level}"])
+    return f"never ({len(got)}/{n})" + (
+        f" [{', '.join(f'{v:.1f}' for v in got)}]" if got else "")
+
+
 def _f(v, digits=1):
     return "never" if v is None else f"{v:.{digits}f}"
 
@@ -461,18 +472,26 @@ def write_markdown(report: dict, path: Path) -> None:
     lines += [
         f"Pools of {', '.join(f'{d} {SIZES[d][0]}' for d in cfg['datasets'])} sentences, fixed "
         f"test slices, {cfg['seeds']} seeds, {cfg['n_init']} seed sentences, rounds of "
-        f"{100 * cfg['round_fraction']:.0f}% of the pool's tokens up to "
-        f"{100 * cfg['max_fraction']:.0f}% (a run stops after {cfg['patience']} rounds at or "
-        f"above 99% of full supervision). GPSL: scalable mode, at most {cfg['max_iter']} "
-        "sweeps per fit, cold fits. Figures are mean ± sd over the seeds of each seed's own "
-        "crossing (linear interpolation); *never* = some seed did not reach it within 40%.",
-        "", f"Total time {report['seconds']:.0f} s.", ""]
+        "1-2% of the pool's tokens (given per data set) up to "
+        f"{100 * cfg['max_fraction']:.0f}% (a run stops after {cfg['patience']} "
+        f"round{'s' if cfg['patience'] != 1 else ''} at or above 99% of full supervision). "
+        "GPSL: scalable mode, cold fits, at most the sweeps per fit given for each data set. "
+        "Figures "
+        "are mean ± sd over the seeds of each seed's own crossing (linear interpolation); "
+        "*never (k/n)* = only k of the n seeds reached it within the rounds run (their "
+        "crossings in brackets). Actions: annotator actions, a span labeled in one go counts "
+        "once.",
+        "", f"Compute time {report['seconds']:.0f} s (summed over the processes of a merged "
+        "report).", ""]
     for name, res in report["datasets"].items():
         best = best_token_strategy(res)
         mean_tokens = np.mean([s["pool_tokens"] for s in res["seeds"]])
         lines += [f"## {name}", "",
                   f"Pool {res['pool']} sentences ({mean_tokens:.0f}"
-                  f" tokens on average), test {res['test']} sentences. Full supervision "
+                  f" tokens on average), test {res['test']} sentences, rounds of "
+                  f"{100 * res.get('round_fraction', cfg['round_fraction']):.0f}% of the pool's "
+                  f"tokens, GPSL at most {res.get('max_iter', cfg['max_iter'])} sweeps a fit. "
+                  "Full supervision "
                   f"accuracy {res['full_accuracy_mean']:.4f} "
                   f"(sd {res['full_accuracy_std']:.4f})."
                   f" Best token strategy: **{best}**.", "",
@@ -481,10 +500,8 @@ def write_markdown(report: dict, path: Path) -> None:
         for spec, d in res["strategies"].items():
             s = d["summary"]
             finals = [r["accuracy"][-1] for r in d["runs"]]
-            p95 = _f(s["percent_to_95_mean"]) + (
-                f" ± {s['percent_to_95_std']:.1f}" if s["percent_to_95_std"] is not None else "")
-            p99 = _f(s["percent_to_99_mean"]) + (
-                f" ± {s['percent_to_99_std']:.1f}" if s["percent_to_99_std"] is not None else "")
+            p95 = _reach_cell(s, "95")
+            p99 = _reach_cell(s, "99")
             a99 = _f(s["actions_to_99_mean"], 0) + (
                 f" ± {s['actions_to_99_std']:.0f}" if s["actions_to_99_std"] is not None else "")
             lines.append(f"| {spec} | {p95} | {p99} | {a99} | {np.mean(finals):.4f} | "
@@ -518,7 +535,7 @@ def write_outputs(report: dict, out: Path, stem: str = "active_learning_pool") -
     (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
     write_markdown(report, out / f"{stem}.md")
     for name, res in report["datasets"].items():
-        write_html(name, res, out / f"active_learning_pool_{name}.html")
+        write_html(name, res, out / f"{stem}_{name}.html")
     return out / f"{stem}.md"
 
 

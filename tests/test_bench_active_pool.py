@@ -66,7 +66,7 @@ def test_tiny_run_and_merge(tmp_path):
         "bald+diverse+propagate", "lookahead", "sentence_entropy", P.PEER}
     md = (tmp_path / "m.md").read_text()
     assert "| bald+diverse+propagate |" in md and P.PEER in md
-    assert (tmp_path / "active_learning_pool_chunking.html").is_file()
+    assert (tmp_path / "m_chunking.html").is_file()
     # runs on other pools do not merge
     other = json.loads((tmp_path / "b.json").read_text())
     other["datasets"]["chunking"]["seeds"][0]["full_accuracy"] += 0.01
