@@ -15,8 +15,12 @@ calibration data, the same for every method. Then, from the same fits:
 * ``raw+T`` / ``probit+T`` - each with a temperature fitted on the out-of-fold marginals;
 * ``structured`` - the two temperatures of Algorithm 2's own and pair scores
   (:mod:`gpsl.calibration`), fitted on the same out-of-fold inputs;
-* ``default`` - what ``GPSL.calibrate(X, y, folds=3)`` keeps: the candidate above with the
-  lowest out-of-fold NLL (the app does the same on its held-out gold or labeled sentences);
+* ``structured+V`` - the structured temperatures followed by a per-label vector scaling of
+  their marginals (:mod:`gpsl.calibration`), on the same inputs;
+* ``default`` - what ``GPSL.calibrate(X, y, folds=K)`` keeps: the candidate among raw+T,
+  probit+T, structured and structured+V with the lowest cross-validated NLL on the out-of-fold
+  data (leave one fold model's held-out fold out; the app does the same on its held-out gold
+  or labeled sentences);
 * ``CRFsuite`` and ``CRFsuite+T`` (temperature fitted on CRFsuite's own out-of-fold marginals).
 
 Metrics per token of the test sentences: ECE over 15 equal-mass bins and over 10 equal-width
@@ -59,7 +63,7 @@ from bench.common import (
 )
 
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
-VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "default")
+VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V", "default")
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
 METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
@@ -224,13 +228,16 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     pos = {c: i for i, c in enumerate(classes)}
     fold_gold = [np.array([pos.get(v, -1) if v is not None else -1 for i in f["held"]
                            for v in ytr[int(i)]], dtype=np.int64) for f in parts["folds"]]
+    src = f"{len(fold_scores)}-fold"
     cands = {"raw+T": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
-                                         kinds=["temperature"], source="3-fold"),
+                                         kinds=["temperature"], source=src),
              "probit+T": Calibrator.select(fold_scores, fold_gold, methods=["probit"],
-                                           kinds=["temperature"], source="3-fold"),
+                                           kinds=["temperature"], source=src),
              "structured": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
-                                             kinds=["structured"], source="3-fold"),
-             "default": Calibrator.select(fold_scores, fold_gold, source="3-fold")}
+                                             kinds=["structured"], source=src),
+             "structured+V": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
+                                               kinds=["structured+vector"], source=src),
+             "default": Calibrator.select(fold_scores, fold_gold, source=src)}
     test_scores = _scores(parts["test"], offsets, rns_kw)
     test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
     for name, cal in cands.items():
@@ -245,7 +252,7 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     # (GPSL's fold models keep the label set and give it a little): such held-out tokens say
     # nothing a temperature could fix and are left out of CRFsuite's calibration data.
     crf_gold_tr = _oof_gold(ytr, all_labels, [f["held"] for f in parts["folds"]])
-    crf_cal = Calibrator.fit(parts["crf"]["oof"], crf_gold_tr, method="mean", source="3-fold")
+    crf_cal = Calibrator.fit(parts["crf"]["oof"], crf_gold_tr, method="mean", source=src)
     out["CRFsuite"] = _figures(parts["crf"]["test"], gold_all, bands, all_labels)
     out["CRFsuite+T"] = _figures(crf_cal.transform(parts["crf"]["test"]), gold_all, bands,
                                  all_labels)
@@ -317,7 +324,7 @@ def summarise(results: dict) -> dict:
                 if variant == "default":
                     chosen = [f"{r['default']['method']}/{r['default']['kind']}" for r in recs]
                     row["chosen"] = {c: chosen.count(c) for c in sorted(set(chosen))}
-                if variant in ("structured", "default"):
+                if variant in ("structured", "structured+V", "default"):
                     for k in ("t_unary", "t_pair"):
                         row[k] = mean_std([r[variant][k] for r in recs])
                 # selective accuracy over the pooled test tokens of every partition
@@ -385,8 +392,10 @@ def write_markdown(report: dict, path: Path) -> None:
         "Variants: `raw` Algorithm 2 on the means (the paper's RNS); `probit` the "
         "uncertainty-aware RNS; `+T` a temperature fitted by NLL on the out-of-fold marginals; "
         "`structured` the two temperatures of Algorithm 2's own and pair scores (means in "
-        "brackets); `default` what `GPSL.calibrate(X, y, folds=3)` keeps (the lowest "
-        "out-of-fold NLL of raw+T, probit+T and structured; chosen counts in brackets). "
+        "brackets); `structured+V` the same followed by a per-label vector scaling; "
+        f"`default` what `GPSL.calibrate(X, y, folds={report['args']['folds']})` keeps (the "
+        "lowest cross-validated NLL on the out-of-fold data among raw+T, probit+T, structured "
+        "and structured+V; chosen counts in brackets). "
         "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
         "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
         "",
@@ -411,28 +420,25 @@ def write_markdown(report: dict, path: Path) -> None:
                   "| method | variant | ECE15 | ECE10 | NLL | Brier | mean conf. | accuracy | "
                   "loss % | T | ECE15 frequent / rare | NLL frequent / rare |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        first = True
         for method, variants in by.items():
             for variant, row in variants.items():
-                if variant in PEER_VARIANTS and not first:
-                    continue
                 label = variant
                 if variant == "default":
                     label += " (" + ", ".join(f"{k} {v}" for k, v in row["chosen"].items()) + ")"
-                if variant == "structured":
+                if variant in ("structured", "structured+V"):
                     label += (f" (T_U {row['t_unary'][0]:.2f}, T_S {row['t_pair'][0]:.2f})")
                 fr = (f"{_ms(row.get('frequent_ece_mass'), 3)} / "
                       f"{_ms(row.get('rare_ece_mass'), 3)}")
                 fn = f"{_ms(row.get('frequent_nll'), 3)} / {_ms(row.get('rare_nll'), 3)}"
                 t = row.get("temperature")
                 lines.append(
-                    f"| {method if variant not in PEER_VARIANTS else '–'} | {label} | "
+                    f"| {method if variant not in PEER_VARIANTS else f'– ({method} partitions)'} | "
+                    f"{label} | "
                     f"{_ms(row['ece_mass'])} | {_ms(row['ece_width'])} | "
                     f"{_ms(row['nll'], 3)} | {_ms(row['brier'], 3)} | "
                     f"{row['mean_confidence'][0]:.3f} | {row['accuracy'][0]:.3f} | "
                     f"{_ms(row['loss'], 2)} | {'–' if t is None else f'{t[0]:.2f}'} | "
                     f"{fr} | {fn} |")
-            first = False
         g = by.get("GPSL2")
         if g:
             lines += ["", "Selective accuracy, GPSL2 default vs CRFsuite+T (pooled test "

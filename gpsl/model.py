@@ -196,7 +196,8 @@ class GPSL:
         shards in this process. Not saved with the model.
 
     Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature or the structured
-    temperature fitted on held-out labeled tokens (or out-of-fold predictions) is stored with
+    temperature (optionally followed by a per-label vector scaling) fitted on held-out labeled
+    tokens (or out-of-fold predictions) is stored with
     the model and applied by :meth:`predict_marginals`; ``calibrator_`` is ``None`` until
     then.
     """
@@ -700,8 +701,9 @@ class GPSL:
         return [np.array([-1 if v is None or v not in index else index[v]
                           for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
 
-    def calibrate(self, X, y, *, folds=None, method="auto", kinds=("temperature", "structured"),
-                  seed=0, source="") -> GPSL:
+    def calibrate(self, X, y, *, folds=None, method="auto",
+                  kinds=("temperature", "structured", "structured+vector"), seed=0,
+                  source="") -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
@@ -710,7 +712,9 @@ class GPSL:
         on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold),
         as ``CalibratedClassifierCV(ensemble=False)``. Candidates: a temperature on each
         method's marginals (``method="auto"``: mean-only and uncertainty-aware) and the
-        structured temperature; the lowest held-out NLL wins (``kinds`` narrows the choice).
+        structured temperature with and without a vector scaling after it; the lowest
+        cross-validated NLL on the calibration data wins
+        (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice).
         """
         from gpsl.calibration import Calibrator, fold_indices
 

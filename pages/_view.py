@@ -207,11 +207,14 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
 
 
 def calibration_short(cal: dict | None) -> str:
-    """"T_U 0.87 · T_S 0.27 (held-out gold)", "T 1.20 (3-fold labels)" or "none"."""
+    """"T_U 0.87 · T_S 0.27 (held-out gold)", "T_U 0.87 · T_S 0.27 + vector (3-fold
+    labels)", "T 1.20 (3-fold labels)" or "none"."""
     if not cal:
         return "none"
-    if cal.get("kind") == "structured":
+    if str(cal.get("kind")).startswith("structured"):
         how = f"T_U {cal['t_unary']:.2f} · T_S {cal['t_pair']:.2f}"
+        if cal.get("kind") == "structured+vector":
+            how += " + vector"
     else:
         how = f"T {cal['temperature']:.2f}"
     return f"{how} ({cal.get('source')})"
@@ -666,9 +669,11 @@ def calibration_note(version: dict) -> str:
                 "Algorithm 2 marginals are shown).")
     method = {"mean": "Algorithm 2 on the means", "probit": "uncertainty-aware RNS"}.get(
         cal.get("method"), cal.get("method"))
-    if cal.get("kind") == "structured":
+    if str(cal.get("kind")).startswith("structured"):
         how = (f"temperatures {cal['t_unary']:.2f} (own score) and {cal['t_pair']:.2f} "
                "(neighbour scores) inside Algorithm 2")
+        if cal.get("kind") == "structured+vector":
+            how += " then a per-label scale and shift"
     else:
         how = f"temperature {cal['temperature']:.2f}"
     return (f"Calibrated marginals: {method}, {how}, fitted on "

@@ -388,6 +388,9 @@ def test_versions_table_says_how_each_version_was_calibrated():
     assert sup.calibration_short({"kind": "structured", "t_unary": 0.871, "t_pair": 0.27,
                                   "source": "held-out gold"}) == \
         "T_U 0.87 · T_S 0.27 (held-out gold)"
+    assert sup.calibration_short({"kind": "structured+vector", "t_unary": 2.5, "t_pair": 9.0,
+                                  "source": "3-fold labels"}) == \
+        "T_U 2.50 · T_S 9.00 + vector (3-fold labels)"
     row = sup.versions_table([{"id": 4, "number": 2, "active": True, "status": "done",
                                "created_at": None, "settings": {"offsets": [-1, 1]},
                                "metrics": {"calibration": {"kind": "temperature",
