@@ -204,9 +204,7 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
             break
         ok = np.array([per_sent.get(int(s), 0) < cap for s in sent_of[free]])
         free = free[ok]
-        rng = np.random.default_rng(seed * 7919 + k)
-        perm = rng.permutation(free.size)
-        order = free[perm][np.argsort(-np.round(score[free][perm], 12), kind="stable")]
+        order = free[active._rank(score[free], np.random.default_rng(seed * 7919 + k))]
         short = order[: SHORTLIST * size] if (base == "lookahead" or "diverse" in mods) \
             else order[:size]
         q = score[short]
@@ -217,10 +215,11 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
             pick = active.diverse_batch(q, emb[short], resid[short], size,
                                         groups=sent_of[short], max_per_group=cap)
         else:
-            pick = []
+            pick, taken = [], dict(per_sent)
             for i in np.argsort(-q, kind="stable"):
                 s = int(sent_of[short[i]])
-                if per_sent.get(s, 0) + sum(1 for j in pick if sent_of[short[j]] == s) < cap:
+                if taken.get(s, 0) < cap:
+                    taken[s] = taken.get(s, 0) + 1
                     pick.append(int(i))
                 if len(pick) == size:
                     break

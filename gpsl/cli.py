@@ -548,10 +548,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
     strategy = args.strategy or active.DEFAULT_QUERY
     items = active.query_model(model, X, y, strategy, args.batch, diverse=args.diverse,
                                max_per_sentence=args.max_per_sentence, seed=args.seed)
-    marg = model.predict_marginals([X[i] for i in sorted({it.sentence for it in items})],
-                                   y=None if y is None else
-                                   [y[i] for i in sorted({it.sentence for it in items})])
-    by_sent = dict(zip(sorted({it.sentence for it in items}), marg, strict=True))
+    asked = sorted({it.sentence for it in items})
+    marg = model.predict_marginals([X[i] for i in asked],
+                                   y=None if y is None else [y[i] for i in asked])
+    by_sent = dict(zip(asked, marg, strict=True))
     lines = ["rank\tsentence\ttoken\tline\tword\tscore\tsuggestion\tp"]
     for k, it in enumerate(items, 1):
         s = sents[it.sentence]
