@@ -97,6 +97,20 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _missing_weight(text: str):
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number in [0, 1], got "
+                                         f"{text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number in [0, 1], got "
+                                         f"{text!r}")
+    return value
+
+
 def _encoding(text: str) -> str:
     try:
         codec = codecs.lookup(text)
@@ -199,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--missing-start", choices=("uniform", "supervised"), default="uniform",
                    help="scalable fit with missing labels: start from zero weights (uniform) "
                         "or from the fit of the complete sentences (supervised)")
+    p.add_argument("--missing-weight", type=_missing_weight, default="auto", metavar="W",
+                   help="weight of a missing label's own factor when fitting, 'auto' "
+                        "(min(1, labeled / missing tokens), the default) or a number in "
+                        "[0, 1]; 1 = the plain variational bound")
     p.add_argument("--inducing", type=_positive_int, default=500, metavar="M",
                    help="inducing tokens of the rbf kernel in the sparse mode (default 500)")
     p.add_argument("--max-iter", type=_positive_int, default=100, metavar="N",
@@ -400,7 +418,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                  min_freq=args.min_freq, max_iter=args.max_iter,
                  learn_hyper=args.learn_hyper, variance=args.variance,
                  inference=args.inference, inducing=args.inducing, lse_bound=args.lse_bound,
-                 missing_start=args.missing_start,
+                 missing_start=args.missing_start, missing_weight=args.missing_weight,
                  **({} if args.tol is None else {"tol": args.tol}),
                  **({} if args.scheduler is None else {"cluster": args.scheduler}))
 

@@ -86,6 +86,7 @@ class ShardData:
     J: int
     jitter: float
     lse_bound: str
+    missing_weight: float = 1.0  # lambda of the whole fit (gpsl.likelihood.missing_weight)
 
 
 def relax_malloc() -> bool:
@@ -122,7 +123,7 @@ class Shard(PseudoLikelihoodBound):
         self.malloc_relaxed = relax_malloc()
         self.set_lse_bound(data.lse_bound)
         p = ShardProblem.build(data.lengths, data.y, data.offsets, data.J,
-                               evidence=data.evidence)
+                               evidence=data.evidence, missing_weight=data.missing_weight)
         p.start = int(data.start)
         self.p = p
         self.features = LinearFeatures(data.X, data.jitter, exact=False)
@@ -147,13 +148,15 @@ class Shard(PseudoLikelihoodBound):
         self.c.Vd = self.features.sq_times(theta, S) + self.features.resid(theta)
 
     def bound_parts(self, m_S, v_S) -> tuple:
-        """``sum_t r_t'm_t``, the pair term, ``sum_t lse_t``, ``sum V``, the entropy of ``r``
-        and the evidence term: the shard's data part of the bound."""
+        """``sum_t w_t r_t'm_t``, the pair term, ``sum_t w_t lse_t``, ``sum_t w_t V_t``, the
+        (weighted) entropy of ``r`` and the evidence term: the shard's data part of the bound
+        (``w_t`` the factor weights, :attr:`gpsl.likelihood.Problem.w`)."""
         self._qS(m_S, v_S)
         T = self.terms()
         r = self.s.r
-        return (float(np.sum(r * self.c.M.T)), self._pair_term(m_S, r), float(T["lse"].sum()),
-                float(np.sum(self.c.Vd)), self.entropy(), self.p.evidence_term(r))
+        return (float(np.sum(self._own(r) * self.c.M.T)), self._pair_term(m_S, r),
+                self._wsum(T["lse"]), self._wsum(self.c.Vd.sum(axis=0)), self.entropy(),
+                self.p.evidence_term(r))
 
     def update_r_shard(self, m_S, v_S, rounds) -> None:
         self._qS(m_S, v_S)
@@ -166,7 +169,7 @@ class Shard(PseudoLikelihoodBound):
         self._base = T["a"] - self.c.M.T
 
     def mean_eval(self, theta, W) -> tuple:
-        return mean_data(self.features, theta, self.s.r, W, self._base)
+        return mean_data(self.features, theta, self.s.r, W, self._base, self.p.weight)
 
     def cov_part(self, theta, m_S, v_S) -> np.ndarray:
         """``Phi^2' w`` (``D x J``), ``w = -2 dL/dV`` (:meth:`v_weight`)."""
@@ -308,8 +311,10 @@ def split_sentences(lengths, n_shards: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False) if b > a]
 
 
-def make_parts(Xf, lengths, y, evidence, offsets, J, jitter, lse_bound, n_shards):
-    """The :class:`ShardData` of each shard of sentences."""
+def make_parts(Xf, lengths, y, evidence, offsets, J, jitter, lse_bound, n_shards,
+               missing_weight=1.0):
+    """The :class:`ShardData` of each shard of sentences (``missing_weight``: the fit's
+    ``lambda``, one number for every shard)."""
     Xf = sp.csr_matrix(Xf, dtype=np.float64)
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     parts = []
@@ -318,7 +323,8 @@ def make_parts(Xf, lengths, y, evidence, offsets, J, jitter, lse_bound, n_shards
         parts.append(ShardData(X=Xf[t0:t1], lengths=np.asarray(lengths[a:b]), y=y[t0:t1],
                                evidence=None if evidence is None else evidence[t0:t1],
                                start=t0, offsets=tuple(offsets), J=int(J),
-                               jitter=float(jitter), lse_bound=lse_bound))
+                               jitter=float(jitter), lse_bound=lse_bound,
+                               missing_weight=float(missing_weight)))
     return parts
 
 

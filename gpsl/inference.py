@@ -268,7 +268,7 @@ class GPSLInference(PseudoLikelihoodBound):
         """
         T = self.terms()
         R, J = self.p.R, self.p.J
-        out = {"m_U": (self.s.r - T["pi"]).T - self.s.alpha}
+        out = {"m_U": self._own(self.s.r - T["pi"]).T - self.s.alpha}
         if R:
             x = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
             base_a = self.base_a()
@@ -321,8 +321,8 @@ class GPSLInference(PseudoLikelihoodBound):
                          for j in range(self.p.J)])
 
     def _mean_objective(self, alpha, M, T):
-        """Parts of L that depend on m_U (V, S, r fixed)."""
-        return (float(np.sum(self.s.r * M.T)) - float(T["lse"].sum())
+        """Parts of L that depend on m_U (V, S, r fixed), factors weighted by ``w_t``."""
+        return (float(np.sum(self._own(self.s.r) * M.T)) - self._wsum(T["lse"])
                 - 0.5 * float(np.einsum("jn,jn->", alpha, M)))
 
     def update_mean_U(self, steps=None, track_r=True):
@@ -345,7 +345,9 @@ class GPSLInference(PseudoLikelihoodBound):
         steps = self.mean_steps if steps is None else steps
         for _ in range(steps):
             # MM step: m_new = (K^-1 + W)^-1 (W m + r - pi)  <=>  alpha_new = (I + W K)^-1 (...)
-            alpha_new = self._solve_mean(w * self.c.M + (self.s.r - T["pi"]).T)
+            # (with factor weights w_t <= 1 the gradient is w_t (r_t - pi_t) and the
+            # Hessian of sum_t w_t lse_t is still bounded by I/2: the same minoriser)
+            alpha_new = self._solve_mean(w * self.c.M + self._own(self.s.r - T["pi"]).T)
             M_new = self.K_times(alpha_new)
             dA = alpha_new - self.s.alpha
             dM = M_new - self.c.M

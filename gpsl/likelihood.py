@@ -9,6 +9,40 @@ log-partition, and the coordinate-ascent updates of ``q(f^S)`` and ``r``. An inf
 :class:`PseudoLikelihoodBound` and supplies the prior part: ``kl_U`` and the updates of
 ``q(f^U)``, keeping ``self.c.M`` (``(J, n)`` means) and ``self.c.Vd`` (``(J, n)`` marginal
 variances) current. The derivation of the terms is in :mod:`gpsl.inference`'s docstring.
+
+The weight of missing labels (EM-lambda)
+----------------------------------------
+With labels missing, the bound is the evidence lower bound of variational EM: the missing
+labels' distributions ``r`` are the E-step, the rest the M-step. A missing token's own factor
+``E_r[log p(y_t | y_nb(t), f)]`` then acts as a training target: the M-step fits the local
+functions to the model's own guesses ``r_t``. When most tokens are unlabeled (a pool of
+partially labeled sentences in active learning, 5-30% of the tokens labeled) these
+self-targets outweigh the labels: from the uniform start they pull the functions towards
+flat scores and EM stops in a poor local maximum (basenp, 700 sentences with 15% of the
+tokens labeled at random: 88.6% test accuracy, against 95.2% for as many tokens in complete
+sentences). As Nigam, McCallum, Thrun and Mitchell (2000, "EM-lambda") do for unlabeled
+documents, the M-steps weight each missing token's own factor by ``lambda`` in ``[0, 1]``:
+
+.. math::
+
+   \mathcal L_\lambda = -\mathrm{KL}_U - \mathrm{KL}_S + \sum_t w_t\,
+       E_{q,r}[\log p(y_t \mid y_{nb(t)}, f)] + \lambda \sum_{t\ \mathrm{missing}} H(r_t),
+   \qquad w_t = 1 \text{ (observed)},\ \lambda \text{ (missing)}.
+
+Every M-step (``q(f^U)``, ``q(f^S)``, ``theta``) maximises ``L_lambda`` with ``r`` fixed:
+the data terms, pair counts and soft counts are weighted sums over tokens and
+``-2 dL/dV_tq = w_t pi_tq`` (:meth:`PseudoLikelihoodBound.v_weight`). The E-step is the
+unweighted one (every factor at weight 1, as ``lambda = 1``): ``r_t`` is the model's full
+posterior guess of the label, the neighbours' evidence included; only its pull on the
+functions is discounted. (Maximising ``L_lambda`` over ``r`` instead would multiply the
+neighbours' evidence by ``1/lambda`` and gave 0.2-0.7 points lower accuracy on chunking and
+basenp.) So a fit is a fixed-point iteration of two blocks, each monotone in its own objective
+(tested), and ``lambda = 1`` is exactly the plain bound. The missing labels stay marginalised:
+they are never dropped and never replaced by a guess, and they inform their neighbours'
+factors through ``r`` at full weight. :func:`missing_weight` gives ``lambda``; its ``"auto"``
+rule, ``min(1, n_observed / n_missing)``, keeps the plain bound while at most half the labels
+are missing (the paper's Figure 3) and lets the self-targets weigh no more than the labels
+otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +55,25 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 
 # --------------------------------------------------------------------------- problem
+
+
+MISSING_WEIGHTS = ("auto",)
+
+
+def missing_weight(spec, n_observed: int, n_missing: int) -> float:
+    """``lambda`` for ``spec``: a number in ``[0, 1]``, or ``"auto"`` =
+    ``min(1, n_observed / n_missing)`` (1 without missing labels); see the module docstring."""
+    if isinstance(spec, str):
+        if spec.strip().lower() != "auto":
+            raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], "
+                             f"not {spec!r}")
+        return 1.0 if n_missing <= 0 else min(1.0, float(n_observed) / float(n_missing))
+    if isinstance(spec, bool) or not isinstance(spec, int | float | np.floating | np.integer):
+        raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], not {spec!r}")
+    lam = float(spec)
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], not {spec!r}")
+    return lam
 
 
 def neighbour_index(lengths, offsets) -> np.ndarray:
@@ -50,13 +103,38 @@ class Problem:
     #: crowd model's ``sum_a log pi_a[y, l_ta]``. The bound gains ``sum_t sum_y r_t(y) e_t(y)``
     #: and the ``r`` update adds ``e_t`` to its softmax argument.
     evidence: np.ndarray | None = None
+    #: ``lambda``, the weight of a missing-label token's own factor in the M-steps (1 = the
+    #: plain bound; see :func:`missing_weight`). Set with :meth:`set_missing_weight`.
+    missing_weight: float = 1.0
+    #: ``(n,)`` per-token factor weights ``w_t`` (1 observed, ``lambda`` missing), or
+    #: ``None`` when every weight is 1.
+    weight: np.ndarray | None = None
 
     @classmethod
-    def build(cls, lengths, y, offsets, J, evidence=None) -> Problem:
+    def build(cls, lengths, y, offsets, J, evidence=None, missing_weight=1.0) -> Problem:
         y = np.asarray(y, dtype=np.int64)
         prob = cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
         prob.set_evidence(evidence)
+        prob.set_missing_weight(missing_weight)
         return prob
+
+    def set_missing_weight(self, lam) -> None:
+        """Weight ``lambda`` in ``[0, 1]`` of the missing tokens' own factors (1 = none)."""
+        lam = float(lam)
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"missing_weight must be in [0, 1], not {lam}")
+        self.missing_weight = lam
+        if lam == 1.0 or not self.missing.any():
+            self.weight = None
+            return
+        w = np.ones(self.n)
+        w[self.missing] = lam
+        self.weight = w
+
+    @property
+    def w(self) -> np.ndarray:
+        """``(n,)`` factor weights ``w_t`` (ones without a missing weight)."""
+        return np.ones(self.n) if self.weight is None else self.weight
 
     def set_evidence(self, evidence) -> None:
         """Replace the evidence array (``None`` for none); checked against ``(n, J)``."""
@@ -150,10 +228,12 @@ class PseudoLikelihoodBound:
         self.lse_bound = lse_bound
 
     def v_weight(self, pi: np.ndarray) -> np.ndarray:
-        """``-2 dL/dV`` per token and label: ``pi`` (Jensen) or ``2 kappa`` (Boehning)."""
-        if self.lse_bound == "jensen":
-            return pi
-        return np.full_like(pi, 2.0 * self.kappa)
+        """``-2 dL/dV`` per token and label: ``w_t pi`` (Jensen) or ``2 kappa w_t``
+        (Boehning), ``w_t`` the factor weights (:attr:`Problem.w`)."""
+        out = pi if self.lse_bound == "jensen" else np.full_like(pi, 2.0 * self.kappa)
+        if self.p.weight is None:
+            return out
+        return out * self.p.weight[:, None]
 
     def base_a(self) -> np.ndarray:
         """``m + V/2`` (Jensen) or ``m`` (Boehning): the local part of ``a``, ``(n, J)``."""
@@ -193,18 +273,28 @@ class PseudoLikelihoodBound:
         pi = np.exp(a - lse[:, None])
         return {"a": a, "lse": lse, "pi": pi, "c": c}
 
+    def _own(self, r: np.ndarray) -> np.ndarray:
+        """``w_t r_t``: the token's own label distribution times its factor weight."""
+        return r if self.p.weight is None else r * self.p.weight[:, None]
+
     def pair_counts(self, r=None) -> np.ndarray:
-        """Expected label-pair counts N_d[p, q] = sum_t r_nb(t,d)(p) r_t(q), shape (R, J, J)."""
+        """Expected label-pair counts N_d[p, q] = sum_t w_t r_nb(t,d)(p) r_t(q), (R, J, J)."""
         r = self.s.r if r is None else r
-        return np.stack([r[nb[nb >= 0]].T @ r[nb >= 0] for nb in self.p.nb.T])
+        own = self._own(r)
+        return np.stack([r[nb[nb >= 0]].T @ own[nb >= 0] for nb in self.p.nb.T])
 
     def _pair_term(self, m_S, r) -> float:
         tot = 0.0
+        own = self._own(r)
         for d in range(self.p.R):
             nbd = self.p.nb[:, d]
             has = nbd >= 0
-            tot += float(np.sum((r[nbd[has]] @ m_S[d]) * r[has]))
+            tot += float(np.sum((r[nbd[has]] @ m_S[d]) * own[has]))
         return tot
+
+    def _wsum(self, x: np.ndarray) -> float:
+        """``sum_t w_t x_t`` for a per-token ``(n,)`` array."""
+        return float(x.sum() if self.p.weight is None else (self.p.weight * x).sum())
 
     def kl_S(self, m_S=None, v_S=None) -> float:
         m_S = self.s.m_S if m_S is None else m_S
@@ -212,19 +302,22 @@ class PseudoLikelihoodBound:
         return 0.5 * float(np.sum(np.log(v_S) - v_S - m_S ** 2 + 1.0))
 
     def entropy(self, r=None) -> float:
+        """``lambda sum_{t missing} H(r_t)`` (``lambda`` = :attr:`Problem.missing_weight`)."""
         r = self.s.r if r is None else r
         rm = r[self.p.missing]
         with np.errstate(divide="ignore", invalid="ignore"):
-            return float(-np.sum(np.where(rm > 0, rm * np.log(rm), 0.0)))
+            h = float(-np.sum(np.where(rm > 0, rm * np.log(rm), 0.0)))
+        return h if self.p.weight is None else self.p.missing_weight * h
 
     def data_term(self, T=None, M=None, r=None, m_S=None) -> float:
         T = self.terms() if T is None else T
         M = self.c.M if M is None else M
         r = self.s.r if r is None else r
         m_S = self.s.m_S if m_S is None else m_S
-        out = float(np.sum(r * M.T)) + self._pair_term(m_S, r) - float(T["lse"].sum())
+        out = float(np.sum(self._own(r) * M.T)) + self._pair_term(m_S, r) \
+            - self._wsum(T["lse"])
         if self.lse_bound == "bohning":
-            out -= self.kappa * float(np.sum(self.c.Vd))
+            out -= self.kappa * self._wsum(self.c.Vd.sum(axis=0))
         return out
 
     def elbo(self) -> float:
@@ -260,7 +353,7 @@ class PseudoLikelihoodBound:
         c = self._c_terms(gS, r)
         a = base_a + c.sum(axis=0)
         lse = logsumexp(a, axis=1)
-        pi = np.exp(a - lse[:, None])
+        pi = self._own(np.exp(a - lse[:, None]))  # w_t pi_t
         soft = np.empty((R, J, J))
         for d in range(R):
             nbd = self.p.nb[:, d]
@@ -270,7 +363,7 @@ class PseudoLikelihoodBound:
             with np.errstate(over="ignore"):
                 ratio = pi[has] * np.exp(shift - c[d][has])
             soft[d] = E * (r[nbd[has]].T @ ratio)
-        return self._pair_term(m_S, r), float(lse.sum()), soft
+        return self._pair_term(m_S, r), self._wsum(lse), soft
 
     def S_combine(self, m_S, v_S, pair, lse_sum, soft, counts):
         """-L and its gradient in ``(m_S, log v_S)`` from the token sums of :meth:`S_data`
@@ -303,7 +396,11 @@ class PseudoLikelihoodBound:
             self.s.v_S = np.exp(res.x[R * J * J:]).reshape(R, J, J).copy()
 
     def update_r(self, rounds=2):
-        """Minorise-maximise update of the label distributions of missing tokens."""
+        """Minorise-maximise update of the label distributions of missing tokens.
+
+        The E-step of the plain bound (every factor at weight 1, whatever the missing
+        weight ``lambda``; see the module docstring): it never lowers ``L_1`` at fixed
+        ``q``."""
         classes = self.p.colours()
         if not classes:
             return

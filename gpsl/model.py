@@ -20,7 +20,7 @@ from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
 from gpsl.inference import GPSLInference, VariationalState, initial_state
 from gpsl.kernels import LinearKernel, make_kernel
-from gpsl.likelihood import Problem
+from gpsl.likelihood import Problem, missing_weight
 from gpsl.persist import read_model, save_model
 from gpsl.predict import make_predictor, pl_decode, viterbi
 from gpsl.sparse import SparseGPSLInference, SparseState
@@ -187,6 +187,14 @@ class GPSL:
         test accuracy after two rounds of token queries, 91.8% against 87.1% with 10% of the
         tokens labeled at random) and worse on chunking (22 labels; 82.2% against 88.1% at
         10% random), so neither is the default for every data set.
+    missing_weight: ``lambda``, the weight of a missing label's own pseudo-likelihood
+        factor in the M-steps (EM-lambda, :mod:`gpsl.likelihood`): ``"auto"`` (the default)
+        = ``min(1, labeled / missing tokens)``, or a number in ``[0, 1]``; ``1`` is the
+        plain variational bound. The missing labels stay marginalised (their ``r`` is the
+        unweighted E-step and informs the neighbours); only their pull on the functions as
+        self-made training targets is discounted. ``"auto"`` is ``1`` while at most half the
+        labels are missing. The fitted value is ``missing_weight_``. Measured in
+        ``bench.missing_weight`` (README, "Partial annotation").
     callback: called after every sweep with ``{"iteration", "bound", "seconds"}``.
     cluster: ``None`` (fit in this process) or a Dask cluster for the scalable mode's sums
         over sentences: a ``dask.distributed.Client`` or a scheduler address such as
@@ -208,7 +216,8 @@ class GPSL:
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
-                 lse_bound="auto", marginals="auto", missing_start="uniform", n_jobs=None,
+                 lse_bound="auto", marginals="auto", missing_start="uniform",
+                 missing_weight="auto", n_jobs=None,
                  callback=None, verbose=False, cluster=None):
         self.offsets = offsets
         self.kernel = kernel
@@ -232,6 +241,7 @@ class GPSL:
         self.lse_bound = lse_bound
         self.marginals = marginals
         self.missing_start = missing_start
+        self.missing_weight = missing_weight
         self.n_jobs = n_jobs
         self.callback = callback
         self.verbose = verbose
@@ -340,6 +350,10 @@ class GPSL:
         y_idx = np.array([-1 if v is None else index[v] for v in flat], dtype=np.int64)
         problem = Problem.build(lengths, y_idx, offsets, len(classes),
                                 evidence=self._evidence(evidence, lengths, len(classes)))
+        if evidence is None:  # the crowd model's votes make every token observed evidence
+            n_miss = int(problem.missing.sum())
+            problem.set_missing_weight(
+                missing_weight(self.missing_weight, problem.n - n_miss, n_miss))
         mode = self._inference_mode(int(y_idx.size))
         if mode == "sparse" and self.learn_hyper and not kernel.scale_only:
             raise ValueError("learn_hyper with the rbf kernel needs inference='full'")
@@ -405,6 +419,7 @@ class GPSL:
         self.bound_trace_ = [float(v) for v in trace]
         self.n_iter_ = int(inf.n_iter)
         self.n_missing_ = int(np.sum(y_idx < 0))
+        self.missing_weight_ = float(problem.missing_weight)
         self.fit_seconds_ = time.perf_counter() - t0
         self._predictor = None
         self.calibrator_ = None  # a new fit invalidates the previous calibration
@@ -467,7 +482,7 @@ class GPSL:
             parts = distributed.make_parts(
                 Xf, lengths, problem.y, problem.evidence, problem.offsets, problem.J,
                 kernel.jitter(kernel.base_diag(Xf)), self._lse_bound(mode, missing),
-                max(1, n_shards))
+                max(1, n_shards), problem.missing_weight)
             shards = (distributed.LocalShards(parts) if local
                       else distributed.DaskShards(client, parts))
             inf = distributed.ShardedSparseInference(

@@ -265,6 +265,7 @@ _CONFIG_CHECKS = {
     "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
     "marginals": lambda v: v in ("auto", "mean", "probit"),
     "missing_start": lambda v: v in ("uniform", "supervised"),
+    "missing_weight": lambda v: v == "auto" or (_is_num(v) and 0 <= v <= 1),
 }
 
 

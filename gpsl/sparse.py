@@ -216,7 +216,8 @@ class SparseGPSLInference(PseudoLikelihoodBound):
     def _mean_fun(self, x, base_a):
         """-(the parts of L that depend on mu) and its gradient, ``x`` = ravelled ``W``."""
         W = x.reshape(self.s.W.shape)
-        rM, lse_sum, g = mean_data(self.features, self.s.theta, self.s.r, W, base_a)
+        rM, lse_sum, g = mean_data(self.features, self.s.theta, self.s.r, W, base_a,
+                                   self.p.weight)
         return mean_combine(W, rM, lse_sum, g)
 
     def _mean_objective(self):
@@ -320,7 +321,7 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         """``dL/dW`` (D, J) and, for the mean-field family, ``dL/ds`` (D, J)."""
         T = self.terms()
         pi = T["pi"]
-        out = {"W": self.features.rtimes(self.s.theta, (self.s.r - pi).T) - self.s.W}
+        out = {"W": self.features.rtimes(self.s.theta, self._own(self.s.r - pi).T) - self.s.W}
         if self.family == "meanfield":
             S = 1.0 / self.s.cov
             out["s"] = 0.5 * (1.0 / S - 1.0) - 0.5 * self.features.sq_rtimes(
@@ -328,10 +329,12 @@ class SparseGPSLInference(PseudoLikelihoodBound):
         return out
 
 
-def mean_data(features, theta, r, W, base_a):
+def mean_data(features, theta, r, W, base_a, weight=None):
     """The token sums of the mean objective at weights ``W`` (``a = m + base_a``):
-    ``sum_t r_t' m_t``, ``sum_t lse(a_t)`` and ``Phi' (r - pi)`` (``D x J``). Additive over
-    sentences: a shard of :mod:`gpsl.distributed` computes its own and the client adds them."""
+    ``sum_t w_t r_t' m_t``, ``sum_t w_t lse(a_t)`` and ``Phi' (w (r - pi))`` (``D x J``),
+    ``w`` the factor weights (:attr:`gpsl.likelihood.Problem.weight`; ``None`` = 1). Additive
+    over sentences: a shard of :mod:`gpsl.distributed` computes its own and the client adds
+    them."""
     M = features.times(theta, W)  # (J, n)
     a = M.T + base_a
     amax = a.max(axis=1, keepdims=True)
@@ -339,7 +342,11 @@ def mean_data(features, theta, r, W, base_a):
     z = ea.sum(axis=1, keepdims=True)
     lse = np.log(z) + amax
     pi = ea / z
-    return float(np.sum(r * M.T)), float(lse.sum()), features.rtimes(theta, (r - pi).T)
+    if weight is None:
+        return float(np.sum(r * M.T)), float(lse.sum()), features.rtimes(theta, (r - pi).T)
+    wc = weight[:, None]
+    return (float(np.sum(wc * r * M.T)), float((wc * lse).sum()),
+            features.rtimes(theta, (wc * (r - pi)).T))
 
 
 def mean_combine(W, rM, lse_sum, g_data):
