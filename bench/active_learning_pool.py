@@ -9,7 +9,8 @@ For every seed the train and test files of a CRF++ data set (``../shared/data/cr
 pooled and shuffled; a pool (700 sentences; JapaneseNE has 716 in all, so its pool is 600) and
 a disjoint fixed test slice (200 sentences; 116 for JapaneseNE) are drawn. A run starts from
 10 fully labeled pool sentences. Every round fits GPSL in the scalable mode on the pool
-sentences with at least one revealed label (unrevealed tokens are ``None`` and marginalised),
+sentences with at least one revealed label (unrevealed tokens are ``None`` and marginalised,
+their own factors weighted by the default ``missing_weight="auto"``, EM-lambda),
 records the test token accuracy, the labeled tokens and the annotator actions so far, and
 asks the strategy for the next batch: 2% of the pool's tokens (token strategies) or as many
 tokens' worth of whole sentences (sentence strategies). A run ends at 40% of the pool's tokens,
@@ -260,7 +261,7 @@ def run_gpsl(spec: str, data: dict, cfg: Config, seed: int, target: float, log) 
     n_tok = data["pool_tokens"]
     n_actions = sum(actions(pool_y[i], labeled[i]) for i in data["init"])
     curve = {k: [] for k in ("labeled_tokens", "actions", "accuracy", "fit_seconds",
-                             "query_seconds", "sentences")}
+                             "query_seconds", "sentences", "missing_weight")}
     above = 0
     model = make_model(data["template"], cfg.max_iter)
     while True:
@@ -271,7 +272,8 @@ def run_gpsl(spec: str, data: dict, cfg: Config, seed: int, target: float, log) 
         acc = float(token_accuracy(data["test_y"], model.predict(data["test_X"])))
         n_lab = int(sum(m.sum() for m in labeled))
         for k, v in (("labeled_tokens", n_lab), ("actions", n_actions), ("accuracy", acc),
-                     ("fit_seconds", fit_s), ("sentences", len(train))):
+                     ("fit_seconds", fit_s), ("sentences", len(train)),
+                     ("missing_weight", float(model.missing_weight_))):
             curve[k].append(v)
         log(f"  {spec:<26} seed {seed}: {n_lab:5d} tokens ({100 * n_lab / n_tok:4.1f}%) "
             f"{n_actions:5d} actions acc {acc:.4f} fit {fit_s:5.1f}s")
