@@ -96,6 +96,8 @@ def test_offsets_option_forms(argv, offsets):
         (["train", "--max-iter", "0", "x", "m"], "positive integer"),
         (["train", "-f", "x2", "x", "m"], "positive integer"),
         (["train", "--tol", "-1", "x", "m"], ">= 0"),
+        (["train", "--missing-weight", "2", "x", "m"], "'auto' or a number in [0, 1]"),
+        (["train", "--missing-weight", "some", "x", "m"], "'auto' or a number in [0, 1]"),
         (["train", "--encoding", "klingon", "x", "m"], "unknown encoding"),
         (["train", "x"], "required"),
         (["test", "x.data"], "-m/--model"),
@@ -211,12 +213,14 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
                           "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
                           "-f", "2", "--inference", "sparse", "--inducing", "30",
-                          "--missing-start", "supervised", train, tmp / "model"], capsys)
+                          "--missing-start", "supervised", "--missing-weight", "0.25", train,
+                          tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
                                variance=2.5, inference="sparse", inducing=30,
-                               lse_bound="auto", missing_start="supervised")
+                               lse_bound="auto", missing_start="supervised",
+                               missing_weight=0.25)
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]
