@@ -63,7 +63,10 @@ from bench.common import (
 )
 
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
-VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V", "default")
+VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V", "default",
+            "default/brier", "default/ece")
+#: the choice of ``GPSL.calibrate`` by each cross-validated criterion (the first is the default)
+CHOICES = {"default": "nll", "default/brier": "brier", "default/ece": "ece"}
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
 METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
@@ -229,15 +232,14 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     fold_gold = [np.array([pos.get(v, -1) if v is not None else -1 for i in f["held"]
                            for v in ytr[int(i)]], dtype=np.int64) for f in parts["folds"]]
     src = f"{len(fold_scores)}-fold"
-    cands = {"raw+T": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
-                                         kinds=["temperature"], source=src),
-             "probit+T": Calibrator.select(fold_scores, fold_gold, methods=["probit"],
-                                           kinds=["temperature"], source=src),
-             "structured": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
-                                             kinds=["structured"], source=src),
-             "structured+V": Calibrator.select(fold_scores, fold_gold, methods=["mean"],
-                                               kinds=["structured+vector"], source=src),
-             "default": Calibrator.select(fold_scores, fold_gold, source=src)}
+    # every candidate fitted on all the out-of-fold data, and its cross-validated figures
+    # (the fits are the same as fitting each kind alone)
+    fits, cv = Calibrator.select_all(fold_scores, fold_gold, source=src)
+    cands = {"raw+T": fits["mean/temperature"], "probit+T": fits["probit/temperature"],
+             "structured": fits["mean/structured"],
+             "structured+V": fits["mean/structured+vector"]}
+    for variant, criterion in CHOICES.items():
+        cands[variant] = Calibrator.choose(fits, cv, criterion)
     test_scores = _scores(parts["test"], offsets, rns_kw)
     test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
     for name, cal in cands.items():
@@ -321,10 +323,10 @@ def summarise(results: dict) -> dict:
                     vals = [r[variant][k] for r in recs if k in r[variant]]
                     if vals:
                         row[k] = mean_std(vals)
-                if variant == "default":
-                    chosen = [f"{r['default']['method']}/{r['default']['kind']}" for r in recs]
+                if variant in CHOICES:
+                    chosen = [f"{r[variant]['method']}/{r[variant]['kind']}" for r in recs]
                     row["chosen"] = {c: chosen.count(c) for c in sorted(set(chosen))}
-                if variant in ("structured", "structured+V", "default"):
+                if variant in ("structured", "structured+V", *CHOICES):
                     for k in ("t_unary", "t_pair"):
                         row[k] = mean_std([r[variant][k] for r in recs])
                 # selective accuracy over the pooled test tokens of every partition
@@ -395,7 +397,8 @@ def write_markdown(report: dict, path: Path) -> None:
         "brackets); `structured+V` the same followed by a per-label vector scaling; "
         f"`default` what `GPSL.calibrate(X, y, folds={report['args']['folds']})` keeps (the "
         "lowest cross-validated NLL on the out-of-fold data among raw+T, probit+T, structured "
-        "and structured+V; chosen counts in brackets). "
+        "and structured+V; chosen counts in brackets); `default/brier` and `default/ece` the "
+        "same choice by the cross-validated Brier score or ECE15 instead of NLL. "
         "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
         "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
         "",
@@ -423,7 +426,7 @@ def write_markdown(report: dict, path: Path) -> None:
         for method, variants in by.items():
             for variant, row in variants.items():
                 label = variant
-                if variant == "default":
+                if variant in CHOICES:
                     label += " (" + ", ".join(f"{k} {v}" for k, v in row["chosen"].items()) + ")"
                 if variant in ("structured", "structured+V"):
                     label += (f" (T_U {row['t_unary'][0]:.2f}, T_S {row['t_pair'][0]:.2f})")

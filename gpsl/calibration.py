@@ -91,6 +91,8 @@ STRUCTURED_KINDS = ("structured", "structured+vector")
 DEFAULT_KINDS = ("temperature", "structured", "structured+vector")
 #: groups a single held-out set is split into to cross-validate the choice of calibrator
 SELECT_GROUPS = 3
+#: what :meth:`Calibrator.select` can choose by (cross-validated): NLL, Brier score, ECE
+SELECT_CRITERIA = ("nll", "brier", "ece")
 _LOG_FLOOR = 1e-300
 _T_BOUNDS = (1e-2, 1e2)
 _LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
@@ -222,6 +224,7 @@ class Calibrator:
     nll_after: float | None = None
     source: str = ""
     candidates: dict = field(default_factory=dict)
+    criterion: str = "nll"  # what select() chose by
 
     # ------------------------------------------------------------------ fitting
 
@@ -386,51 +389,91 @@ class Calibrator:
         return groups
 
     @classmethod
+    def select_all(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
+                   methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
+                   source: str = "", seed: int = 0) -> tuple[dict, dict]:
+        """Every candidate of :meth:`select` fitted on all the tokens, and its cross-validated
+        figures: ``(fits, cv)`` with ``cv[name] = {"nll", "brier", "ece"}`` over the left-out
+        groups' labeled tokens (``None`` each when there is no cross-validation: a single
+        candidate, or fewer than two groups with labels). ``ece`` is over 15 equal-mass bins
+        of the pooled left-out tokens."""
+        from gpsl.metrics import ece_equal_mass
+
+        gold = [np.asarray(g, dtype=np.int64) for g in gold]
+        fits = cls._fit_candidates(scores, gold, methods, kinds, source)
+        none = {"nll": None, "brier": None, "ece": None}
+        cv = {name: dict(none) for name in fits}
+        groups = cls._groups(scores, gold, seed) if len(fits) > 1 else []
+        if not groups:
+            return fits, cv
+        st = [c for c in fits.values() if c.kind in STRUCTURED_KINDS]
+        start = (st[0].t_unary, st[0].t_pair) if st else None
+        held_P = {name: [] for name in fits}
+        held_y = []
+        for h, (held_sc, held_g) in enumerate(groups):
+            keep = held_g >= 0
+            rest = [grp for i, grp in enumerate(groups) if i != h and (grp[1] >= 0).any()]
+            if not keep.any() or not rest:
+                continue
+            part = cls._fit_candidates([r[0] for r in rest], [r[1] for r in rest],
+                                       methods, kinds, source, start=start)
+            for name, cal in part.items():
+                held_P[name].append(cal.apply(held_sc)[keep])
+            held_y.append(held_g[keep])
+        if not held_y:
+            return fits, cv
+        y = np.concatenate(held_y)
+        rows = np.arange(y.size)
+        for name in fits:
+            P = np.concatenate(held_P[name])
+            onehot = np.zeros_like(P)
+            onehot[rows, y] = 1.0
+            cv[name] = {
+                "nll": float(-np.mean(np.log(np.clip(P[rows, y], _LOG_FLOOR, None)))),
+                "brier": float(np.mean(np.sum((P - onehot) ** 2, axis=1))),
+                "ece": float(ece_equal_mass(P.max(axis=1), P.argmax(axis=1) == y, 15)),
+            }
+        return fits, cv
+
+    @staticmethod
+    def choose(fits: dict, cv: dict, criterion: str = "nll") -> Calibrator:
+        """The candidate of :meth:`select_all`'s ``(fits, cv)`` with the lowest
+        cross-validated ``criterion`` (``"nll"``, ``"brier"`` or ``"ece"``); without
+        cross-validated figures, the lowest NLL on the fitted tokens. Its ``candidates``
+        record every candidate's figures."""
+        if criterion not in SELECT_CRITERIA:
+            raise ValueError(f"criterion must be one of {SELECT_CRITERIA}, not {criterion!r}")
+        if all(v[criterion] is None for v in cv.values()):
+            name = min(fits, key=lambda k: fits[k].nll_after)
+        else:
+            name = min(fits, key=lambda k: cv[k][criterion])
+        best = fits[name]
+        best = Calibrator(**{**best.__dict__})  # a copy: fits may serve several criteria
+        best.candidates = {k: {"temperature": c.temperature, "t_unary": c.t_unary,
+                               "t_pair": c.t_pair, "nll_before": c.nll_before,
+                               "nll_after": c.nll_after, "cv_nll": cv[k]["nll"],
+                               "cv_brier": cv[k]["brier"], "cv_ece": cv[k]["ece"]}
+                           for k, c in fits.items()}
+        best.criterion = criterion
+        return best
+
+    @classmethod
     def select(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
-               source: str = "", seed: int = 0) -> Calibrator:
-        """The candidate with the lowest cross-validated NLL (module docstring), refitted on
-        all the tokens.
+               source: str = "", seed: int = 0, criterion: str = "nll") -> Calibrator:
+        """The candidate with the lowest cross-validated ``criterion`` (module docstring;
+        NLL by default), refitted on all the tokens.
 
         Candidates: a ``"temperature"``/``"vector"`` scaling of each method's marginals and the
         ``"structured"``/``"structured+vector"`` kinds of the mean method, as ``kinds`` and
         ``methods`` allow. Each is fitted on all groups of calibration data but one and scored
-        by the NLL of the left-out group's labeled tokens, summed over the groups and divided
-        by their count; with a single candidate, or fewer than two groups with labels, the
-        cross-validation is skipped (the NLL on the fitted tokens is then reported). Every
-        candidate's figures are kept in ``candidates``."""
-        gold = [np.asarray(g, dtype=np.int64) for g in gold]
-        fits = cls._fit_candidates(scores, gold, methods, kinds, source)
-        cv = {name: None for name in fits}
-        groups = cls._groups(scores, gold, seed) if len(fits) > 1 else []
-        if groups:
-            st = [c for c in fits.values() if c.kind in STRUCTURED_KINDS]
-            start = (st[0].t_unary, st[0].t_pair) if st else None
-            total = {name: 0.0 for name in fits}
-            n = 0
-            for h, (held_sc, held_g) in enumerate(groups):
-                keep = held_g >= 0
-                rest = [grp for i, grp in enumerate(groups) if i != h and (grp[1] >= 0).any()]
-                if not keep.any() or not rest:
-                    continue
-                part = cls._fit_candidates([r[0] for r in rest], [r[1] for r in rest],
-                                           methods, kinds, source, start=start)
-                for name, cal in part.items():
-                    P = cal.apply(held_sc)
-                    total[name] -= np.log(np.clip(P[keep, held_g[keep]], _LOG_FLOOR,
-                                                  None)).sum()
-                n += int(keep.sum())
-            if n:
-                cv = {name: total[name] / n for name in fits}
-        if all(v is None for v in cv.values()):
-            best = min(fits.values(), key=lambda c: c.nll_after)
-        else:
-            best = fits[min(fits, key=lambda name: cv[name])]
-        best.candidates = {name: {"temperature": c.temperature, "t_unary": c.t_unary,
-                                  "t_pair": c.t_pair, "nll_before": c.nll_before,
-                                  "nll_after": c.nll_after, "cv_nll": cv[name]}
-                           for name, c in fits.items()}
-        return best
+        on the left-out group's labeled tokens, pooled over the groups (:meth:`select_all`);
+        with a single candidate, or fewer than two groups with labels, the cross-validation is
+        skipped (the NLL on the fitted tokens then decides). Every candidate's figures are
+        kept in ``candidates``."""
+        fits, cv = cls.select_all(scores, gold, methods=methods, kinds=kinds, source=source,
+                                  seed=seed)
+        return cls.choose(fits, cv, criterion)
 
     # ------------------------------------------------------------------ use
 
@@ -478,7 +521,7 @@ class Calibrator:
                 "t_unary": self.t_unary, "t_pair": self.t_pair,
                 "n_tokens": self.n_tokens, "nll_before": self.nll_before,
                 "nll_after": self.nll_after, "source": self.source,
-                "candidates": self.candidates}
+                "candidates": self.candidates, "criterion": self.criterion}
 
     @classmethod
     def from_dict(cls, d: dict, n_labels: int) -> Calibrator:
@@ -492,13 +535,16 @@ class Calibrator:
         w = np.asarray(d.get("w"), dtype=float)
         c = np.asarray(d.get("c"), dtype=float)
         T = float(d.get("temperature", 1.0))
+        criterion = d.get("criterion", "nll")
+        if criterion not in SELECT_CRITERIA:
+            raise ValueError("calibration record's selection criterion is unknown")
         if w.shape != (n_labels,) or c.shape != (n_labels,) or not np.all(np.isfinite(w)) \
                 or not np.all(np.isfinite(c)) or not (np.isfinite(T) and T > 0):
             raise ValueError("calibration record's parameters do not match the labels")
         return cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c, t_unary=tu,
                    t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
                    nll_after=d.get("nll_after"), source=str(d.get("source", "")),
-                   candidates=dict(d.get("candidates") or {}))
+                   candidates=dict(d.get("candidates") or {}), criterion=criterion)
 
 
 # --------------------------------------------------------------------------- K-fold

@@ -718,7 +718,7 @@ class GPSL:
 
     def calibrate(self, X, y, *, folds=None, method="auto",
                   kinds=("temperature", "structured", "structured+vector"), seed=0,
-                  source="") -> GPSL:
+                  source="", criterion="nll") -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
@@ -729,7 +729,8 @@ class GPSL:
         method's marginals (``method="auto"``: mean-only and uncertainty-aware) and the
         structured temperature with and without a vector scaling after it; the lowest
         cross-validated NLL on the calibration data wins
-        (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice).
+        (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice,
+        ``criterion`` chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead).
         """
         from gpsl.calibration import Calibrator, fold_indices
 
@@ -756,7 +757,7 @@ class GPSL:
                 gold.append(np.concatenate(self.gold_index([labels[i] for i in held])))
             source = source or f"{int(folds)}-fold"
         self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
-                                             source=source)
+                                             source=source, criterion=criterion)
         return self
 
     def predict(self, X, decoder=None, y=None):

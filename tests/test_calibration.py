@@ -420,3 +420,42 @@ def test_selection_is_cross_validated_and_resists_over_fitting():
     P = other.transform(sc.take(halves[0]).marginals())
     left -= np.log(P[np.arange(P.shape[0]), g2[0]]).sum()
     assert two.candidates["mean/temperature"]["cv_nll"] == pytest.approx(left / n, rel=1e-6)
+
+
+def test_selection_by_cross_validated_brier_or_ece_is_computed_on_the_left_out_tokens():
+    from gpsl.metrics import brier_score, ece_equal_mass
+
+    rng = np.random.default_rng(11)
+    J, lengths = 4, np.full(60, 5)
+    n = int(lengths.sum())
+    z = rng.normal(0.0, 2.0, size=(n, J))
+    gold = np.array([rng.choice(J, p=p) for p in softmax(z, axis=1)])
+    sc = Scores(z * 3.0, np.zeros_like(z), np.zeros((1, J, J)), np.zeros((1, J, J)), lengths,
+                (-1,), {"tol": 1e-8, "max_iter": 5})
+    halves = [list(range(30)), list(range(30, 60))]
+    g2 = [gold[sc.rows(h)] for h in halves]
+    parts = [sc.take(h) for h in halves]
+    fits, cv = Calibrator.select_all(parts, g2, methods=["mean"], kinds=["temperature",
+                                                                         "vector"])
+    # by hand: each half's temperature applied to the other half, pooled
+    P = np.concatenate([Calibrator.fit(parts[1].marginals(), g2[1]).transform(
+        parts[0].marginals()), Calibrator.fit(parts[0].marginals(), g2[0]).transform(
+        parts[1].marginals())])
+    y = np.concatenate([g2[0], g2[1]])
+    t = cv["mean/temperature"]
+    assert t["brier"] == pytest.approx(brier_score(P, y), rel=1e-9)
+    assert t["ece"] == pytest.approx(ece_equal_mass(P.max(axis=1), P.argmax(axis=1) == y, 15),
+                                     rel=1e-9)
+    assert t["nll"] == pytest.approx(-np.mean(np.log(P[np.arange(y.size), y])), rel=1e-9)
+    for criterion in ("nll", "brier", "ece"):
+        best = Calibrator.choose(fits, cv, criterion)
+        name = f"{best.method}/{best.kind}"
+        assert cv[name][criterion] == min(v[criterion] for v in cv.values())
+        assert best.criterion == criterion
+        back = Calibrator.from_dict(best.to_dict(), J)
+        assert back.criterion == criterion and back.candidates[name][f"cv_{criterion}"] \
+            == cv[name][criterion]
+    with pytest.raises(ValueError, match="criterion"):
+        Calibrator.choose(fits, cv, "auc")
+    with pytest.raises(ValueError, match="criterion"):
+        Calibrator.from_dict({**best.to_dict(), "criterion": "auc"}, J)
