@@ -182,11 +182,13 @@ class GPSL:
     missing_start: where the scalable fit starts when labels are missing: ``"uniform"``
         (zero weights, so every missing label starts uniform; the default) or
         ``"supervised"`` (from the fit of the completely labeled sentences, see
-        :meth:`_supervised_start`). Measured on 700-sentence pools (README, "Active
-        learning"): ``"supervised"`` was better on basenp (3 labels; 92.5% against 82.6%
-        test accuracy after two rounds of token queries, 91.8% against 87.1% with 10% of the
-        tokens labeled at random) and worse on chunking (22 labels; 82.2% against 88.1% at
-        10% random), so neither is the default for every data set.
+        :meth:`_supervised_start`). Measured on 700-sentence pools with the plain bound
+        (``missing_weight=1``, before the missing weight existed): ``"supervised"`` was
+        better on basenp (3 labels; 92.5% against 82.6% test accuracy after two rounds of
+        token queries, 91.8% against 87.1% with 10% of the tokens labeled at random) and
+        worse on chunking (22 labels; 82.2% against 88.1% at 10% random). The missing
+        weight (below) addresses the same problem, the pull of the uniform self-targets, on
+        both, so the start stays uniform.
     missing_weight: ``lambda``, the weight of a missing label's own pseudo-likelihood
         factor in the M-steps (EM-lambda, :mod:`gpsl.likelihood`): ``"auto"`` (the default)
         = ``min(1, labeled / missing tokens)``, or a number in ``[0, 1]``; ``1`` is the
