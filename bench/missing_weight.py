@@ -48,10 +48,9 @@ from bench.common import (
     mean_std,
     now_iso,
 )
+from bench.active_learning_pool import DATASETS, SIZES  # the same pools and test slices
 from gpsl.metrics import token_accuracy
 
-DATASETS = ("chunking", "basenp", "JapaneseNE")
-SIZES = {"chunking": (700, 200), "basenp": (700, 200), "JapaneseNE": (600, 116)}
 FRACTIONS = (0.05, 0.15, 0.30)
 VARIANTS = ("tokens, plain bound (lambda = 1)", "tokens, missing_weight=auto",
             "sentences, GPSL", "sentences, CRFsuite")

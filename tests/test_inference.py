@@ -10,7 +10,8 @@ from gpsl.inference import GPSLInference, Problem, neighbour_index, train_matrix
 from gpsl.kernels import make_kernel
 
 
-def tiny(kernel="linear", offsets=(-1, 1), missing=0.0, seed=0, n_sent=4, J=3, P=12):
+def tiny(kernel="linear", offsets=(-1, 1), missing=0.0, seed=0, n_sent=4, J=3, P=12,
+         missing_weight=1.0):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(3, 7, size=n_sent)
     n = int(lengths.sum())
@@ -21,7 +22,7 @@ def tiny(kernel="linear", offsets=(-1, 1), missing=0.0, seed=0, n_sent=4, J=3, P
     if (y >= 0).sum() == 0:
         y[0] = 0
     k = make_kernel(kernel)
-    prob = Problem.build(lengths, y, offsets, J)
+    prob = Problem.build(lengths, y, offsets, J, missing_weight=missing_weight)
     inf = GPSLInference(prob, k, k.base(X), k.base_diag(X), lambda_floor=0.0)
     return inf
 
@@ -42,9 +43,10 @@ def test_neighbour_index_respects_sentence_boundaries():
     assert nb.tolist() == [[-1, 1, -1], [0, -1, -1], [-1, 3, 4], [2, 4, -1], [3, -1, -1]]
 
 
+@pytest.mark.parametrize("missing_weight", [1.0, 0.3])  # 0.3: EM-lambda's weighted bound
 @pytest.mark.parametrize("kernel", ["linear", "rbf"])
-def test_gradient_m_U_matches_finite_differences(kernel):
-    inf = warm(tiny(kernel, missing=0.3))
+def test_gradient_m_U_matches_finite_differences(kernel, missing_weight):
+    inf = warm(tiny(kernel, missing=0.3, missing_weight=missing_weight))
     g_m = inf.gradients()["m_U"]
     rng = np.random.default_rng(1)
     for _ in range(3):
@@ -61,9 +63,10 @@ def test_gradient_m_U_matches_finite_differences(kernel):
         assert fd == pytest.approx(analytic, rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("offsets", [(-1,), (-1, 1), (-2, -1, 1, 2)])
-def test_gradient_m_S_and_v_S_match_finite_differences(offsets):
-    inf = warm(tiny(offsets=offsets, missing=0.25, seed=3))
+@pytest.mark.parametrize("offsets,missing_weight", [((-1,), 1.0), ((-1, 1), 1.0),
+                                                    ((-2, -1, 1, 2), 1.0), ((-1, 1), 0.3)])
+def test_gradient_m_S_and_v_S_match_finite_differences(offsets, missing_weight):
+    inf = warm(tiny(offsets=offsets, missing=0.25, seed=3, missing_weight=missing_weight))
     g = inf.gradients()
     rng = np.random.default_rng(2)
     for name in ("m_S", "v_S"):

@@ -81,13 +81,14 @@ def test_khan_family_sweeps_from_the_mapped_state_stay_at_the_full_gp_bound():
 
 
 def sparse_engine(family="meanfield", kernel="linear", missing=0.3, seed=4, lse_bound="jensen",
-                  **kw):
+                  missing_weight=1.0, **kw):
     lengths, X, y, J = data(seed, missing=missing)
     k = make_kernel(kernel)
     theta0 = np.array([np.log(2.0)]) if kernel == "linear" else k.default_params(
         k.base_diag(X), k.base(X))
     feats = k.weight_space(X, np.tile(theta0, (J, 1)), inducing=10)
-    return SparseGPSLInference(Problem.build(lengths, y, (-1, 1), J), feats, family=family,
+    prob = Problem.build(lengths, y, (-1, 1), J, missing_weight=missing_weight)
+    return SparseGPSLInference(prob, feats, family=family,
                                theta0=theta0, lambda_floor=0.0, lse_bound=lse_bound, **kw)
 
 
@@ -104,10 +105,11 @@ def test_sparse_bound_never_decreases_over_sweeps(family, kernel, missing, lse_b
     assert trace[-1] > trace[0]
 
 
-@pytest.mark.parametrize("family", ["meanfield", "khan"])
+@pytest.mark.parametrize("family,missing_weight", [("meanfield", 1.0), ("khan", 1.0),
+                                                   ("meanfield", 0.3)])
 @pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
-def test_sparse_gradients_match_finite_differences(family, lse_bound):
-    inf = sparse_engine(family, lse_bound=lse_bound)
+def test_sparse_gradients_match_finite_differences(family, lse_bound, missing_weight):
+    inf = sparse_engine(family, lse_bound=lse_bound, missing_weight=missing_weight)
     for _ in range(2):
         inf.sweep()
     g = inf.gradients()
