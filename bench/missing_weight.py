@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.active_learning import DataMissing, _revealed, load_dataset, split
+from bench.active_learning_pool import DATASETS, SIZES  # the same pools and test slices
 from bench.common import (
     DATA_DIR,
     RESULTS_DIR,
@@ -48,7 +49,6 @@ from bench.common import (
     mean_std,
     now_iso,
 )
-from bench.active_learning_pool import DATASETS, SIZES  # the same pools and test slices
 from gpsl.metrics import token_accuracy
 
 FRACTIONS = (0.05, 0.15, 0.30)
