@@ -197,6 +197,7 @@ def versions_table(versions: Sequence[dict]) -> list[dict]:
             "inference": m.get("inference") or s.get("inference") or "full",
             "iterations": m.get("n_iter"),
             "labeled tokens": v.get("n_labeled_tokens"),
+            "missing-label weight": m.get("missing_weight"),
             "accuracy": m.get("heldout_accuracy"),
             "ECE": m.get("heldout_ece"),
             "calibration": calibration_short(m.get("calibration")),

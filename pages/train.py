@@ -179,6 +179,11 @@ with _ui.guard("Cannot show the model versions"):
         st.dataframe(table, hide_index=True, column_config={
             "accuracy": st.column_config.NumberColumn("held-out acc.", format="percent"),
             "ECE": st.column_config.NumberColumn("ECE", format="%.3f"),
+            "missing-label weight": st.column_config.NumberColumn(
+                "missing-label weight", format="%.2f",
+                help="How much a token without a label counts as its own training target "
+                     "(1 while at most half the tokens of the trained sentences are "
+                     "unlabeled, less when most are: partial annotation)"),
             "note": st.column_config.TextColumn("note", width="large"),
         })
         st.caption("★ = active model: its predictions drive suggestions, highlights and the "

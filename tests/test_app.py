@@ -395,5 +395,7 @@ def test_versions_table_says_how_each_version_was_calibrated():
                                "created_at": None, "settings": {"offsets": [-1, 1]},
                                "metrics": {"calibration": {"kind": "temperature",
                                                            "temperature": 2.0,
-                                                           "source": "held-out gold"}}}])[0]
+                                                           "source": "held-out gold"},
+                                           "missing_weight": 0.25}}])[0]
     assert row["version"] == 2 and row["calibration"] == "T 2.00 (held-out gold)"
+    assert row["missing-label weight"] == 0.25

@@ -177,6 +177,10 @@ def test_trains_on_every_labeled_sentence_and_counts_a_label_made_before_the_run
     with_labels = [s for s in store.get_sentences(pid, "train")
                    if any(lab is not None for lab in s["labels"])]
     assert version["metrics"]["train_sentences"] == len(with_labels) == 4
+    # the missing labels of those sentences and the weight of their factors (EM-lambda)
+    missing = sum(lab is None for s in with_labels for lab in s["labels"])
+    assert version["metrics"]["train_missing_labels"] == missing > 0
+    assert version["metrics"]["missing_weight"] == min(1.0, (before + 1) / missing)
     # the optional cap still works: the most labeled sentences first
     capped = jobs.train_now(store, pid, pipeline.TrainConfig(max_iter=2, max_sentences=2))
     assert capped["metrics"]["train_sentences"] == 2

@@ -440,7 +440,8 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
         metrics.update(cal_info)
         metrics.update({"train_sentences": len(X), "train_labeled_tokens": n_labeled,
                         "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
-                        "inference": mode})
+                        "inference": mode, "train_missing_labels": int(model.n_missing_),
+                        "missing_weight": float(model.missing_weight_)})
         progress.phase("saving")
         if staging.exists():
             shutil.rmtree(staging)
