@@ -147,21 +147,20 @@ def test_auto_is_the_plain_fit_while_half_the_labels_are_observed_and_lambda_bel
         .missing_weight_ == 1.0
 
 
-@pytest.mark.parametrize("inference", ["full", "sparse"])
-def test_partial_labels_teach_more_with_the_missing_weight(inference):
-    """The reason for the weight: basenp's 77 training sentences with 80% of the labels
-    hidden; the plain bound's self-targets pull the functions flat (88.8% on held-out
-    sentences with the full GP) and the weighted fit predicts better (91.4%)."""
+def test_partial_labels_teach_more_with_the_missing_weight():
+    """The reason for the weight: basenp's 77 training sentences with 85% of the labels
+    hidden; the plain bound's self-targets pull the functions flat (89.6% on held-out
+    sentences) and the weighted fit predicts better (92.3%)."""
     folder = DATA / "basenp"
     if not (folder / "train.data").is_file():
         pytest.skip(f"shared data set {folder} not present")
-    train = read_conll(folder / "train.data")[:50]
-    test = read_conll(folder / "test.data")[:200]
-    X, y = [s.tokens for s in train], hide_labels([s.labels for s in train], 0.8, seed=1)
-    kw = dict(template=(folder / "template").read_text(), inference=inference, max_iter=30)
+    train = read_conll(folder / "train.data")
+    test = read_conll(folder / "test.data")[:300]
+    X, y = [s.tokens for s in train], hide_labels([s.labels for s in train], 0.85, seed=1)
+    kw = dict(template=(folder / "template").read_text(), inference="sparse")
     acc = {lam: GPSL(missing_weight=lam, **kw).fit(X, y).score(
         [s.tokens for s in test], [s.labels for s in test]) for lam in (1.0, "auto")}
-    assert acc["auto"] > acc[1.0] + 0.01, acc
+    assert acc["auto"] > acc[1.0] + 0.015, acc
 
 
 def test_shards_fit_the_weighted_bound_as_one_process():
