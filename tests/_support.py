@@ -97,6 +97,25 @@ def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health",
             proc.wait()
 
 
+def random_task(seed=0, n_sent=5, J=3, P=15, missing=0.0, max_len=7):
+    """A small random sequence-labeling task for the engines' numerical tests: sentence lengths
+    in [3, max_len), a sparse binary feature matrix, labels with a ``missing`` share hidden
+    (-1) and at least one observed. Returns (lengths, X, y, J)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, max_len, size=n_sent)
+    n = int(lengths.sum())
+    X = sp.random(n, P, density=0.3, random_state=seed, format="csr")
+    X.data[:] = 1.0
+    y = rng.integers(0, J, size=n)
+    y[rng.random(n) < missing] = -1
+    if (y >= 0).sum() == 0:
+        y[0] = 0
+    return lengths, X, y, J
+
+
 def tiny_store(path: Path, extra=()) -> tuple[Store, int]:
     """A small person/location project: labeled, partial, unlabeled and held-out sentences."""
     store = Store(path)

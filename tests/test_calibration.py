@@ -392,17 +392,24 @@ def test_structured_vector_identity_is_the_structured_and_the_uncalibrated_margi
     assert c.kind == "structured+vector" and np.allclose(c.apply(sc), a.apply(sc))
 
 
+def _tempered_scores(seed, J, n_sent, length, temperature):
+    """Unary-only scores whose labels were drawn from softmax(z) while the model reports
+    ``temperature * z``: calibrated by exactly that temperature. Returns (scores, gold, J, n)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.full(n_sent, length)
+    n = int(lengths.sum())
+    z = rng.normal(0.0, 2.0, size=(n, J))
+    gold = np.array([rng.choice(J, p=p) for p in softmax(z, axis=1)])
+    sc = Scores(z * temperature, np.zeros_like(z), np.zeros((1, J, J)), np.zeros((1, J, J)),
+                lengths, (-1,), {"tol": 1e-8, "max_iter": 5})
+    return sc, gold, J, n
+
+
 def test_selection_is_cross_validated_and_resists_over_fitting():
     """Few tokens, many labels, calibrated-by-a-temperature data: the vector scaling fits the
     calibration tokens better (in-sample NLL) but the cross-validated NLL keeps the
     temperature."""
-    rng = np.random.default_rng(7)
-    J, lengths = 12, np.full(40, 3)
-    n = int(lengths.sum())
-    z = rng.normal(0.0, 2.0, size=(n, J))
-    gold = np.array([rng.choice(J, p=p) for p in softmax(z, axis=1)])
-    sc = Scores(z * 2.0, np.zeros_like(z), np.zeros((1, J, J)), np.zeros((1, J, J)), lengths,
-                (-1,), {"tol": 1e-8, "max_iter": 5})
+    sc, gold, J, n = _tempered_scores(seed=7, J=12, n_sent=40, length=3, temperature=2.0)
     best = Calibrator.select([sc], [gold], methods=["mean"], kinds=["temperature", "vector"])
     cand = best.candidates
     assert cand["mean/vector"]["nll_after"] < cand["mean/temperature"]["nll_after"]
@@ -425,13 +432,7 @@ def test_selection_is_cross_validated_and_resists_over_fitting():
 def test_selection_by_cross_validated_brier_or_ece_is_computed_on_the_left_out_tokens():
     from gpsl.metrics import brier_score, ece_equal_mass
 
-    rng = np.random.default_rng(11)
-    J, lengths = 4, np.full(60, 5)
-    n = int(lengths.sum())
-    z = rng.normal(0.0, 2.0, size=(n, J))
-    gold = np.array([rng.choice(J, p=p) for p in softmax(z, axis=1)])
-    sc = Scores(z * 3.0, np.zeros_like(z), np.zeros((1, J, J)), np.zeros((1, J, J)), lengths,
-                (-1,), {"tol": 1e-8, "max_iter": 5})
+    sc, gold, J, n = _tempered_scores(seed=11, J=4, n_sent=60, length=5, temperature=3.0)
     halves = [list(range(30)), list(range(30, 60))]
     g2 = [gold[sc.rows(h)] for h in halves]
     parts = [sc.take(h) for h in halves]

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from _support import random_task
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
@@ -12,15 +12,7 @@ from gpsl.kernels import make_kernel
 
 def tiny(kernel="linear", offsets=(-1, 1), missing=0.0, seed=0, n_sent=4, J=3, P=12,
          missing_weight=1.0):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, 7, size=n_sent)
-    n = int(lengths.sum())
-    X = sp.random(n, P, density=0.3, random_state=seed, format="csr")
-    X.data[:] = 1.0
-    y = rng.integers(0, J, size=n)
-    y[rng.random(n) < missing] = -1
-    if (y >= 0).sum() == 0:
-        y[0] = 0
+    lengths, X, y, J = random_task(seed, n_sent, J, P, missing)
     k = make_kernel(kernel)
     prob = Problem.build(lengths, y, offsets, J, missing_weight=missing_weight)
     inf = GPSLInference(prob, k, k.base(X), k.base_diag(X), lambda_floor=0.0)

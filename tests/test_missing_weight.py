@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from _support import random_task
 
 from gpsl.inference import GPSLInference, Problem
 from gpsl.io import read_conll
@@ -21,13 +21,7 @@ UNIGRAM = "U00:%x[0,0]\nU01:%x[-1,0]\nU02:%x[1,0]\n"
 
 
 def _data(seed=0, n_sent=6, J=3, P=15, missing=0.7):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, 8, size=n_sent)
-    n = int(lengths.sum())
-    X = sp.random(n, P, density=0.3, random_state=seed, format="csr")
-    X.data[:] = 1.0
-    y = rng.integers(0, J, size=n)
-    y[rng.random(n) < missing] = -1
+    lengths, X, y, J = random_task(seed, n_sent, J, P, missing, max_len=8)
     y[0] = 0
     return lengths, X, y, J
 

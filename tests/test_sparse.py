@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from _support import random_task
 
 from gpsl.inference import GPSLInference, Problem
 from gpsl.kernels import LinearFeatures, NystromFeatures, make_kernel
@@ -10,16 +10,7 @@ from gpsl.sparse import SparseGPSLInference, SparseState
 
 
 def data(seed=0, n_sent=5, J=3, P=15, missing=0.0):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, 7, size=n_sent)
-    n = int(lengths.sum())
-    X = sp.random(n, P, density=0.3, random_state=seed, format="csr")
-    X.data[:] = 1.0
-    y = rng.integers(0, J, size=n)
-    y[rng.random(n) < missing] = -1
-    if (y >= 0).sum() == 0:
-        y[0] = 0
-    return lengths, X, y, J
+    return random_task(seed, n_sent, J, P, missing)
 
 
 def full_engine(kernel, lengths, X, y, J, sweeps=3, lse_bound="jensen"):
