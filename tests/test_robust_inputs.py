@@ -412,6 +412,38 @@ def test_model_refuses_huge_declared_shapes(small_model, tmp_path):
         load_model(d)
 
 
+HOSTILE_VALUES = [None, 0, -1, "x", [], {}, [0], ["a", "a"], True, 1e308, float("nan")]
+
+
+def test_model_description_fields_with_hostile_values_are_one_line(small_model, tmp_path):
+    """Every field of model.json and of its config set to values of the wrong type or range,
+    the checksums recomputed (a tamperer who knows the format): the model either loads or is
+    refused with one ModelFormatError line naming the file, never another exception (a list
+    as the inference mode once raised TypeError)."""
+    from gpsl.persist import _meta_digest
+
+    d = _copy(small_model, tmp_path / "m")
+    original = json.loads((d / "model.json").read_text())
+    trials = [(key, None) for key in sorted(original) if key != "sha256"]
+    trials += [("config", key) for key in sorted(original["config"])]
+    refused = 0
+    for field, sub in trials:
+        for value in HOSTILE_VALUES:
+            meta = json.loads(json.dumps(original))
+            if sub is None:
+                meta[field] = value
+            else:
+                meta["config"][sub] = value
+            meta["sha256"]["model.json"] = _meta_digest(meta)
+            (d / "model.json").write_text(json.dumps(meta))
+            try:
+                load_model(d)
+            except ModelFormatError as e:
+                refused += 1
+                assert str(e).startswith(str(d)) and "\n" not in str(e), (field, sub, value)
+    assert refused > len(trials)  # most of them are refused, not silently accepted
+
+
 @pytest.mark.parametrize("content", [b"", b"[" * 100000, b"\xff\xfe", b"null", b'{"format": 1}'])
 def test_model_refuses_unreadable_json(small_model, tmp_path, content):
     d = _copy(small_model, tmp_path / "m")
