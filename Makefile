@@ -19,7 +19,7 @@ run: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-dev chromium postgresql
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -48,6 +48,22 @@ def pytest_sessionfinish(session, exitstatus):
     if server is not None:
         server.stop()
         _PG["server"] = None
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: tell the controller for its summary
+        workeroutput["gpsl_pg"] = {k: _PG.get(k) for k in ("error", "skipped", "used", "port")}
+
+
+def pytest_testnodedown(node, error):
+    """pytest-xdist (``make test`` runs 2 workers): gather the workers' PostgreSQL states."""
+    pg = getattr(node, "workeroutput", {}).get("gpsl_pg")
+    if not pg:
+        return
+    if pg["error"] is not None:
+        _PG["error"] = pg["error"]
+        _PG["skipped"] += pg["skipped"] or 0
+    if pg["used"]:
+        _PG["used"] = True
+        _PG.setdefault("ports", []).append(pg["port"])
 
 
 @pytest.fixture
@@ -81,5 +97,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "!", f"PostgreSQL half SKIPPED ({_PG['skipped']} tests): {_PG['error']}",
             red=True, bold=True)
     elif _PG.get("used"):
-        terminalreporter.write_line("PostgreSQL half ran on a temporary server "
-                                    f"(port {_PG['port']}).")
+        ports = ", ".join(str(p) for p in _PG.get("ports", [_PG.get("port")]))
+        terminalreporter.write_line(f"PostgreSQL half ran on a temporary server (port {ports}).")
