@@ -91,7 +91,9 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                          color="status", color_discrete_map={"complete": "#16a34a",
                                                              "partly labeled": "#f59e0b",
                                                              "unlabeled": "#cbd5e1"})
-            sup.styled(fig, height=320)
+            # the legend under the ring: the template's legend sits above a plot, on the title
+            sup.styled(fig, height=340, legend={"orientation": "h", "x": 0.5, "xanchor": "center",
+                                                "y": -0.05, "yanchor": "top"})
             st.plotly_chart(fig, config={"displayModeBar": False})
 
         details = st.columns([3, 2], gap="large")
