@@ -74,7 +74,7 @@ cross-validated NLL. The inputs of Algorithm 2 travel as :class:`Scores`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -397,7 +397,7 @@ class Calibrator:
         groups' labeled tokens (``None`` each when there is no cross-validation: a single
         candidate, or fewer than two groups with labels). ``ece`` is over 15 equal-mass bins
         of the pooled left-out tokens."""
-        from gpsl.metrics import ece_equal_mass
+        from gpsl.metrics import brier_score, ece_equal_mass
 
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
         fits = cls._fit_candidates(scores, gold, methods, kinds, source)
@@ -426,11 +426,9 @@ class Calibrator:
         rows = np.arange(y.size)
         for name in fits:
             P = np.concatenate(held_P[name])
-            onehot = np.zeros_like(P)
-            onehot[rows, y] = 1.0
             cv[name] = {
                 "nll": float(-np.mean(np.log(np.clip(P[rows, y], _LOG_FLOOR, None)))),
-                "brier": float(np.mean(np.sum((P - onehot) ** 2, axis=1))),
+                "brier": brier_score(P, y),
                 "ece": float(ece_equal_mass(P.max(axis=1), P.argmax(axis=1) == y, 15)),
             }
         return fits, cv
@@ -447,8 +445,7 @@ class Calibrator:
             name = min(fits, key=lambda k: fits[k].nll_after)
         else:
             name = min(fits, key=lambda k: cv[k][criterion])
-        best = fits[name]
-        best = Calibrator(**{**best.__dict__})  # a copy: fits may serve several criteria
+        best = replace(fits[name])  # a copy: the fits may serve several criteria
         best.candidates = {k: {"temperature": c.temperature, "t_unary": c.t_unary,
                                "t_pair": c.t_pair, "nll_before": c.nll_before,
                                "nll_after": c.nll_after, "cv_nll": cv[k]["nll"],
