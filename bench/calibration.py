@@ -63,10 +63,13 @@ from bench.common import (
 )
 
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
-VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V", "default",
-            "default/brier", "default/ece")
+VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V",
+            "stack ensemble", "uniform ensemble", "best single", "default", "default/brier",
+            "default/ece")
 #: the choice of ``GPSL.calibrate`` by each cross-validated criterion (the first is the default)
 CHOICES = {"default": "nll", "default/brier": "brier", "default/ece": "ece"}
+#: the variants that report which candidate was chosen
+CHOSEN = ("best single", *CHOICES)
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
 METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
@@ -218,7 +221,7 @@ def _oof_gold(ytr, all_labels, held_sets) -> np.ndarray:
 
 def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     """Every variant's scores on one partition from the cached fits."""
-    from gpsl.calibration import Calibrator
+    from gpsl.calibration import ENSEMBLE, ENSEMBLES, Calibrator
     from gpsl.metrics import frequency_bands
 
     classes = parts["classes"]
@@ -234,12 +237,19 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     src = f"{len(fold_scores)}-fold"
     # every candidate fitted on all the out-of-fold data, and its cross-validated figures
     # (the fits are the same as fitting each kind alone)
-    fits, cv = Calibrator.select_all(fold_scores, fold_gold, source=src)
+    fits, cv = Calibrator.select_all(fold_scores, fold_gold, source=src,
+                                     ensemble=ENSEMBLES)
+    ens = {mode: next(k for k in fits if k.endswith(f"/{mode} ensemble")) for mode in ENSEMBLES}
     cands = {"raw+T": fits["mean/temperature"], "probit+T": fits["probit/temperature"],
              "structured": fits["mean/structured"],
-             "structured+V": fits["mean/structured+vector"]}
+             "structured+V": fits["mean/structured+vector"],
+             "stack ensemble": fits[ens["stack"]], "uniform ensemble": fits[ens["uniform"]]}
+    singles = {k: v for k, v in fits.items() if v.kind != "ensemble"}
+    cands["best single"] = Calibrator.choose(singles, cv, "nll")
+    # what GPSL.calibrate keeps: the single candidates and its ensemble (ENSEMBLE)
+    offered = {**singles, ens[ENSEMBLE]: fits[ens[ENSEMBLE]]}
     for variant, criterion in CHOICES.items():
-        cands[variant] = Calibrator.choose(fits, cv, criterion)
+        cands[variant] = Calibrator.choose(offered, cv, criterion)
     test_scores = _scores(parts["test"], offsets, rns_kw)
     test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
     for name, cal in cands.items():
@@ -323,10 +333,10 @@ def summarise(results: dict) -> dict:
                     vals = [r[variant][k] for r in recs if k in r[variant]]
                     if vals:
                         row[k] = mean_std(vals)
-                if variant in CHOICES:
+                if variant in CHOSEN:
                     chosen = [f"{r[variant]['method']}/{r[variant]['kind']}" for r in recs]
                     row["chosen"] = {c: chosen.count(c) for c in sorted(set(chosen))}
-                if variant in ("structured", "structured+V", *CHOICES):
+                if variant in ("structured", "structured+V"):
                     for k in ("t_unary", "t_pair"):
                         row[k] = mean_std([r[variant][k] for r in recs])
                 # selective accuracy over the pooled test tokens of every partition
@@ -395,10 +405,15 @@ def write_markdown(report: dict, path: Path) -> None:
         "uncertainty-aware RNS; `+T` a temperature fitted by NLL on the out-of-fold marginals; "
         "`structured` the two temperatures of Algorithm 2's own and pair scores (means in "
         "brackets); `structured+V` the same followed by a per-label vector scaling; "
+        "`stack ensemble` the mixture of the four calibrated marginals with stacking weights "
+        "(the cross-validated log score on the out-of-fold data); `uniform ensemble` the same "
+        "mixture with equal weights; `best single` the one of the four with the lowest "
+        "cross-validated NLL (the default before the ensemble; chosen counts in brackets); "
         f"`default` what `GPSL.calibrate(X, y, folds={report['args']['folds']})` keeps (the "
-        "lowest cross-validated NLL on the out-of-fold data among raw+T, probit+T, structured "
-        "and structured+V; chosen counts in brackets); `default/brier` and `default/ece` the "
-        "same choice by the cross-validated Brier score or ECE15 instead of NLL. "
+        "lowest cross-validated NLL among the four and the default ensemble, "
+        f"`gpsl.calibration.ENSEMBLE` = {report.get('ensemble')!r}); `default/brier` and "
+        "`default/ece` the same choice by the cross-validated Brier score or ECE15 instead "
+        "of NLL. "
         "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
         "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
         "",
@@ -426,7 +441,7 @@ def write_markdown(report: dict, path: Path) -> None:
         for method, variants in by.items():
             for variant, row in variants.items():
                 label = variant
-                if variant in CHOICES:
+                if variant in CHOSEN:
                     label += " (" + ", ".join(f"{k} {v}" for k, v in row["chosen"].items()) + ")"
                 if variant in ("structured", "structured+V"):
                     label += (f" (T_U {row['t_unary'][0]:.2f}, T_S {row['t_pair'][0]:.2f})")
@@ -491,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     out = run(args, command)
     summary = summarise(out["results"])
+    from gpsl.calibration import ENSEMBLE
+
     report = {"date": now_iso(), "machine": machine, "git": git_commit(), "command": command,
               "args": vars(args), "seconds": out["seconds"], "summary": summary,
+              "ensemble": ENSEMBLE,
               "acceptance": acceptance(summary, {})}
     dest = Path(args.out)
     dest.mkdir(parents=True, exist_ok=True)

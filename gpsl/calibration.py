@@ -60,6 +60,31 @@ calibration data (the held-out folds of the K fold models; a held-out set is spl
 :data:`SELECT_GROUPS` groups of sentences), summed over the groups; the candidate with the
 lowest cross-validated NLL is then refitted on all the calibration tokens.
 
+**Stacked ensemble** (``kind="ensemble"``; not in the paper). The candidates err differently: a
+temperature of the mean-only marginals cannot move the argmax, one of the uncertainty-aware
+marginals follows the posterior variances (which shrink as the data grows), the structured
+kinds re-weigh the pair scores. Rather than keep one, the ensemble mixes their calibrated
+marginals,
+
+.. math::
+
+   \tilde p_t = \sum_k \pi_k\, \tilde p^{(k)}_t, \qquad \pi_k \ge 0,\ \sum_k \pi_k = 1,
+
+with the weights of **stacking** predictive distributions (Wolpert 1992; Yao, Vehtari, Simpson
+and Gelman 2018): ``pi`` maximises the cross-validated log score
+``(1/N) sum_t log sum_k pi_k q_tk`` where ``q_tk`` is the probability candidate ``k``, fitted
+without the token's group, gave the token's gold label (the same left-out predictions the
+selection below scores). The objective is concave in ``pi``; :func:`stacking_weights` solves it
+by the EM iteration for mixture weights, ``pi_k <- (1/N) sum_t pi_k q_tk / sum_j pi_j q_tj``,
+which never lowers it. A mixture of distributions is a distribution (rows still sum to one);
+a one-hot weight is that candidate exactly. The weights are fitted on the fold models'
+left-out predictions, so they cannot see that the model trained on all the folds is sharper
+than the fold models the candidates were fitted on: on the smallest data set
+(seg, 20 training sentences) equal weights gave a lower test ECE than stacked ones
+(``python -m bench.calibration``, ``uniform ensemble`` beside ``stack ensemble``), on the others
+not; the default stays with the weights the data chose. Members with a weight under
+:data:`STACK_MIN_WEIGHT` are dropped and the rest renormalised.
+
 Where the held-out data comes from is the caller's choice: a held-out gold set, or predictions of
 models fitted on K-1 folds of the training sentences (:meth:`gpsl.model.GPSL.calibrate`), as
 ``sklearn.calibration.CalibratedClassifierCV`` does with ``ensemble=False``.
@@ -68,7 +93,11 @@ The :class:`Calibrator` also records *which* marginals it was fitted on (``metho
 mean-only RNS of Algorithm 2 or the uncertainty-aware one of :func:`gpsl.predict.rns`);
 :meth:`Calibrator.select` fits every candidate (temperature on each method, the structured
 temperature with and without vector scaling) and keeps the one with the lowest
-cross-validated NLL. The inputs of Algorithm 2 travel as :class:`Scores`.
+cross-validated NLL; with ``ensemble="stack"`` (:data:`ENSEMBLE`, the default of
+:meth:`gpsl.model.GPSL.calibrate`) the stacked ensemble of the candidates joins them, and as its
+weights maximise the same cross-validated log score it is the one kept by NLL
+(``ensemble="uniform"``: equal weights, kept only when its cross-validated NLL is the lowest;
+``None``: no ensemble). The inputs of Algorithm 2 travel as :class:`Scores`.
 """
 
 from __future__ import annotations
@@ -84,7 +113,7 @@ from gpsl.predict import rns_marginals
 
 #: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
 METHODS = ("mean", "probit")
-KINDS = ("temperature", "vector", "structured", "structured+vector")
+KINDS = ("temperature", "vector", "structured", "structured+vector", "ensemble")
 #: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
 STRUCTURED_KINDS = ("structured", "structured+vector")
 #: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers
@@ -93,6 +122,11 @@ DEFAULT_KINDS = ("temperature", "structured", "structured+vector")
 SELECT_GROUPS = 3
 #: what :meth:`Calibrator.select` can choose by (cross-validated): NLL, Brier score, ECE
 SELECT_CRITERIA = ("nll", "brier", "ece")
+#: how the candidates' ensemble weighs them (module docstring); ``None`` = no ensemble
+ENSEMBLES = ("uniform", "stack")
+ENSEMBLE = "stack"
+#: a stacked member with a smaller weight is dropped (the rest renormalised)
+STACK_MIN_WEIGHT = 1e-3
 _LOG_FLOOR = 1e-300
 _T_BOUNDS = (1e-2, 1e2)
 _LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
@@ -193,6 +227,33 @@ def nll_and_grad(params: np.ndarray, L: np.ndarray, g: np.ndarray, ridge: float 
     return float(value), np.concatenate([gw, gc])
 
 
+def stacking_weights(Q: np.ndarray, *, max_iter: int = 5000, tol: float = 1e-12,
+                     history: list | None = None) -> np.ndarray:
+    """Stacking weights (module docstring): ``pi`` on the simplex maximising
+    ``(1/N) sum_t log sum_k pi_k Q_tk``, where ``Q`` is ``(N, K)``: the held-out probability
+    each of K candidates gave token t's gold label. EM for mixture weights from the uniform
+    start, ``pi_k <- (1/N) sum_t pi_k Q_tk / sum_j pi_j Q_tj``, until a step gains less than
+    ``tol``. ``history`` (a list) receives the objective after every step; it never decreases
+    (EM for the weights of a mixture with fixed components)."""
+    Q = np.clip(np.asarray(Q, dtype=float), _LOG_FLOOR, None)
+    if Q.ndim != 2 or Q.shape[0] == 0 or Q.shape[1] == 0:
+        raise ValueError(f"stacking needs an (N, K) array with N, K >= 1, not {Q.shape}")
+    K = Q.shape[1]
+    w = np.full(K, 1.0 / K)
+    prev = float(np.mean(np.log(Q @ w)))
+    for _ in range(int(max_iter)):
+        R = Q * w
+        w = (R / R.sum(axis=1, keepdims=True)).mean(axis=0)
+        w /= w.sum()
+        val = float(np.mean(np.log(Q @ w)))
+        if history is not None:
+            history.append(val)
+        if val - prev < tol:
+            break
+        prev = val
+    return w
+
+
 def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
     """Mean NLL of the tokens ``(L, g)`` after temperature ``T``."""
     J = L.shape[1]
@@ -225,6 +286,8 @@ class Calibrator:
     source: str = ""
     candidates: dict = field(default_factory=dict)
     criterion: str = "nll"  # what select() chose by
+    members: list = field(default_factory=list)  # the stacked calibrators (kind "ensemble")
+    weights: np.ndarray | None = None  # their weights (on the simplex)
 
     # ------------------------------------------------------------------ fitting
 
@@ -341,6 +404,46 @@ class Calibrator:
                           source=self.source)
 
     @classmethod
+    def stacked(cls, members: Sequence[Calibrator], weights, *, source: str = "") -> Calibrator:
+        """The ensemble ``sum_k pi_k p~^(k)`` of ``members`` (module docstring) with weights
+        ``pi`` (``>= 0``; normalised here); members under :data:`STACK_MIN_WEIGHT` are
+        dropped. ``method`` is ``"probit"`` when a kept member reads the uncertainty-aware
+        marginals (the model must then give variances), else ``"mean"``."""
+        w = np.asarray(weights, dtype=float)
+        if w.ndim != 1 or w.size != len(members) or w.size == 0 or not np.all(np.isfinite(w)) \
+                or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("stacking weights must be finite, non-negative, not all zero and "
+                             "one per member")
+        if any(m.kind == "ensemble" for m in members):
+            raise ValueError("an ensemble's members cannot be ensembles")
+        w = w / w.sum()
+        keep = [i for i in range(w.size) if w[i] >= STACK_MIN_WEIGHT]
+        members = [members[i] for i in keep]
+        w = w[keep] / w[keep].sum()
+        J = members[0].w.size
+        method = "probit" if any(m.method == "probit" for m in members) else "mean"
+        return cls(method=method, kind="ensemble", temperature=1.0, w=np.ones(J),
+                   c=np.zeros(J), n_tokens=max(m.n_tokens for m in members), source=source,
+                   members=list(members), weights=w)
+
+    def describe(self) -> str:
+        """A short text of the calibration: ``"T 1.20"``, ``"T_U 0.87 · T_S 0.27 + vector"``,
+        or for an ensemble its members and weights (``"0.62 T_U 1.3 · T_S 10 + 0.38 T
+        1.20 (probit)"``)."""
+        if self.kind == "ensemble":
+            return " + ".join(f"{w:.2f} × {m.describe()}" for w, m in
+                              zip(self.weights, self.members))
+        if self.kind in STRUCTURED_KINDS:
+            how = f"T_U {self.t_unary:.2f} · T_S {self.t_pair:.2f}"
+            if self.kind == "structured+vector":
+                how += " + vector"
+        elif self.kind == "vector":
+            how = "vector"
+        else:
+            how = f"T {self.temperature:.2f}"
+        return how + (" (probit)" if self.method == "probit" else "")
+
+    @classmethod
     def _fit_candidates(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray],
                         methods: Sequence[str], kinds: Sequence[str], source: str,
                         start: tuple[float, float] | None = None) -> dict[str, Calibrator]:
@@ -391,14 +494,25 @@ class Calibrator:
     @classmethod
     def select_all(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                    methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
-                   source: str = "", seed: int = 0) -> tuple[dict, dict]:
+                   source: str = "", seed: int = 0,
+                   ensemble: str | None = ENSEMBLE) -> tuple[dict, dict]:
         """Every candidate of :meth:`select` fitted on all the tokens, and its cross-validated
         figures: ``(fits, cv)`` with ``cv[name] = {"nll", "brier", "ece"}`` over the left-out
         groups' labeled tokens (``None`` each when there is no cross-validation: a single
         candidate, or fewer than two groups with labels). ``ece`` is over 15 equal-mass bins
-        of the pooled left-out tokens."""
+        of the pooled left-out tokens.
+
+        ``ensemble``: with two or more candidates and a cross-validation, the stacked ensemble
+        of them joins (``fits["<method>/ensemble"]``, module docstring): its weights maximise
+        the log score of the left-out predictions, and its figures are those predictions
+        mixed with the weights (so its NLL there is the lowest by construction; the weights
+        are its only parameters fitted on them)."""
         from gpsl.metrics import brier_score, ece_equal_mass
 
+        modes = (() if ensemble is None else (ensemble,) if isinstance(ensemble, str)
+                 else tuple(ensemble))
+        if any(m not in ENSEMBLES for m in modes):
+            raise ValueError(f"ensemble must be one of {ENSEMBLES} or None, not {ensemble!r}")
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
         fits = cls._fit_candidates(scores, gold, methods, kinds, source)
         none = {"nll": None, "brier": None, "ece": None}
@@ -424,14 +538,44 @@ class Calibrator:
             return fits, cv
         y = np.concatenate(held_y)
         rows = np.arange(y.size)
+        held = {name: np.concatenate(held_P[name]) for name in fits}
+        names = list(fits)
+        for mode in modes if len(names) >= 2 else ():
+            pi = (np.ones(len(names)) if mode == "uniform" else
+                  stacking_weights(np.stack([held[n][rows, y] for n in names], axis=1)))
+            ens = cls.stacked([fits[n] for n in names], pi, source=source)
+            key = f"{ens.method}/{mode} ensemble"
+            kept = {id(m): w for m, w in zip(ens.members, ens.weights)}
+            held[key] = sum(kept[id(fits[n])] * held[n] for n in names if id(fits[n]) in kept)
+            ens.nll_before, ens.nll_after = cls._nll_before_after(ens, scores, gold)
+            fits[key] = ens
         for name in fits:
-            P = np.concatenate(held_P[name])
+            P = held[name]
             cv[name] = {
                 "nll": float(-np.mean(np.log(np.clip(P[rows, y], _LOG_FLOOR, None)))),
                 "brier": brier_score(P, y),
                 "ece": float(ece_equal_mass(P.max(axis=1), P.argmax(axis=1) == y, 15)),
             }
         return fits, cv
+
+    @staticmethod
+    def _nll_before_after(cal: Calibrator, scores: Sequence[Scores],
+                          gold: Sequence[np.ndarray]) -> tuple[float, float]:
+        """Mean NLL of the labeled tokens of ``(scores, gold)`` under the mean-only RNS and
+        under ``cal``."""
+        before = after = 0.0
+        n = 0
+        for sc, g in zip(scores, gold):
+            keep = np.flatnonzero(g >= 0)
+            if keep.size:
+                for P, acc in ((sc.marginals("mean"), "b"), (cal.apply(sc), "a")):
+                    v = -np.log(np.clip(P[keep, g[keep]], _LOG_FLOOR, None)).sum()
+                    if acc == "b":
+                        before += v
+                    else:
+                        after += v
+                n += keep.size
+        return float(before / max(n, 1)), float(after / max(n, 1))
 
     @staticmethod
     def choose(fits: dict, cv: dict, criterion: str = "nll") -> Calibrator:
@@ -451,15 +595,21 @@ class Calibrator:
                                "nll_after": c.nll_after, "cv_nll": cv[k]["nll"],
                                "cv_brier": cv[k]["brier"], "cv_ece": cv[k]["ece"]}
                            for k, c in fits.items()}
+        for k, c in fits.items():
+            if c.kind == "ensemble":
+                best.candidates[k]["weights"] = {f"{m.method}/{m.kind}": float(w)
+                                                 for m, w in zip(c.members, c.weights)}
         best.criterion = criterion
         return best
 
     @classmethod
     def select(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
-               source: str = "", seed: int = 0, criterion: str = "nll") -> Calibrator:
+               source: str = "", seed: int = 0, criterion: str = "nll",
+               ensemble: str | None = ENSEMBLE) -> Calibrator:
         """The candidate with the lowest cross-validated ``criterion`` (module docstring;
-        NLL by default), refitted on all the tokens.
+        NLL by default), refitted on all the tokens; ``ensemble``: the stacked ensemble of the
+        candidates is one of them (:meth:`select_all`; by NLL it is the one kept).
 
         Candidates: a ``"temperature"``/``"vector"`` scaling of each method's marginals and the
         ``"structured"``/``"structured+vector"`` kinds of the mean method, as ``kinds`` and
@@ -469,21 +619,32 @@ class Calibrator:
         skipped (the NLL on the fitted tokens then decides). Every candidate's figures are
         kept in ``candidates``."""
         fits, cv = cls.select_all(scores, gold, methods=methods, kinds=kinds, source=source,
-                                  seed=seed)
+                                  seed=seed, ensemble=ensemble)
         return cls.choose(fits, cv, criterion)
 
     # ------------------------------------------------------------------ use
 
-    def apply(self, scores: Scores, clamp=None) -> np.ndarray:
+    def apply(self, scores: Scores, clamp=None, _runs: dict | None = None) -> np.ndarray:
         """Calibrated ``(n_tokens, J)`` marginals from Algorithm 2's inputs (``clamp``: known
-        labels, -1 elsewhere; a known token stays one-hot)."""
-        if self.kind in STRUCTURED_KINDS:
-            P = scores.marginals(self.method, self.t_unary, self.t_pair, clamp=clamp)
-            if self.kind == "structured":
-                return P
-            P = self._apply(P)
-        else:
-            P = self._apply(scores.marginals(self.method, clamp=clamp))
+        labels, -1 elsewhere; a known token stays one-hot). An ensemble runs Algorithm 2 once
+        per distinct input its members read (``_runs`` holds those runs)."""
+        runs = {} if _runs is None else _runs
+        if self.kind == "ensemble":
+            passes = 0
+            P = 0.0
+            for w, m in zip(self.weights, self.members):
+                P = P + w * m.apply(scores, clamp, runs)
+                passes = max(passes, scores.passes)
+            scores.passes = passes
+            return P
+        structured = self.kind in STRUCTURED_KINDS
+        key = (self.method, self.t_unary, self.t_pair) if structured else (self.method, 1.0, 1.0)
+        if key not in runs:
+            runs[key] = scores.marginals(key[0], key[1], key[2], clamp=clamp)
+        P = runs[key]
+        if self.kind == "structured":
+            return P.copy()
+        P = self._apply(P)
         if clamp is not None:
             clamp = np.asarray(clamp)
             rows = np.flatnonzero(clamp >= 0)
@@ -494,8 +655,8 @@ class Calibrator:
     def transform(self, marginals):
         """Calibrated marginals, in the shape given (a list of arrays or one array); the
         scalings only (a structured calibrator needs :meth:`apply`)."""
-        if self.kind in STRUCTURED_KINDS:
-            raise ValueError("a structured calibrator applies to Algorithm 2's inputs: use "
+        if self.kind in (*STRUCTURED_KINDS, "ensemble"):
+            raise ValueError(f"a {self.kind} calibrator applies to Algorithm 2's inputs: use "
                              "apply(scores)")
         if isinstance(marginals, np.ndarray):
             return self._apply(marginals)
@@ -513,12 +674,16 @@ class Calibrator:
     # ------------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "kind": self.kind, "temperature": self.temperature,
-                "w": [float(v) for v in self.w], "c": [float(v) for v in self.c],
-                "t_unary": self.t_unary, "t_pair": self.t_pair,
-                "n_tokens": self.n_tokens, "nll_before": self.nll_before,
-                "nll_after": self.nll_after, "source": self.source,
-                "candidates": self.candidates, "criterion": self.criterion}
+        d = {"method": self.method, "kind": self.kind, "temperature": self.temperature,
+             "w": [float(v) for v in self.w], "c": [float(v) for v in self.c],
+             "t_unary": self.t_unary, "t_pair": self.t_pair,
+             "n_tokens": self.n_tokens, "nll_before": self.nll_before,
+             "nll_after": self.nll_after, "source": self.source,
+             "candidates": self.candidates, "criterion": self.criterion}
+        if self.kind == "ensemble":
+            d["members"] = [m.to_dict() for m in self.members]
+            d["weights"] = [float(v) for v in self.weights]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, n_labels: int) -> Calibrator:
@@ -538,10 +703,24 @@ class Calibrator:
         if w.shape != (n_labels,) or c.shape != (n_labels,) or not np.all(np.isfinite(w)) \
                 or not np.all(np.isfinite(c)) or not (np.isfinite(T) and T > 0):
             raise ValueError("calibration record's parameters do not match the labels")
-        return cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c, t_unary=tu,
-                   t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
-                   nll_after=d.get("nll_after"), source=str(d.get("source", "")),
-                   candidates=dict(d.get("candidates") or {}), criterion=criterion)
+        out = cls(method=d["method"], kind=d["kind"], temperature=T, w=w, c=c, t_unary=tu,
+                  t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
+                  nll_after=d.get("nll_after"), source=str(d.get("source", "")),
+                  candidates=dict(d.get("candidates") or {}), criterion=criterion)
+        if out.kind == "ensemble":
+            members = d.get("members")
+            if not isinstance(members, list) or not members:
+                raise ValueError("calibration record's ensemble has no members")
+            members = [cls.from_dict(m, n_labels) for m in members]
+            try:
+                ens = cls.stacked(members, np.asarray(d.get("weights"), dtype=float))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"calibration record's ensemble is damaged: {exc}") from None
+            if len(ens.members) != len(members) or ens.method != out.method:
+                raise ValueError("calibration record's ensemble weights or method do not "
+                                 "match its members")
+            out.members, out.weights = ens.members, ens.weights
+        return out
 
 
 # --------------------------------------------------------------------------- K-fold

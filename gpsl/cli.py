@@ -437,10 +437,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                         folds=args.calibrate_folds)
     if getattr(model, "calibrator_", None) is not None:
         c = model.calibrator_
-        how = (f"T_U={c.t_unary:.3f} T_S={c.t_pair:.3f}" if c.kind.startswith("structured")
-               else f"T={c.temperature:.3f}")
-        _err(f"gpsl: calibrated on {c.n_tokens} tokens ({c.source}): {c.method} marginals, "
-             f"{c.kind} {how}, NLL {c.nll_before:.4f} -> {c.nll_after:.4f}")
+        _err(f"gpsl: calibrated on {c.n_tokens} tokens ({c.source}): {c.kind}, "
+             f"{c.describe()}; NLL {c.nll_before:.4f} -> {c.nll_after:.4f}")
     model.save(args.model_dir)
     seconds = time.perf_counter() - t0
     n_features = len(model.extractor_.vocabulary_)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpsl.calibration import ENSEMBLE
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
 from gpsl.inference import GPSLInference, VariationalState, initial_state
@@ -720,7 +721,7 @@ class GPSL:
 
     def calibrate(self, X, y, *, folds=None, method="auto",
                   kinds=("temperature", "structured", "structured+vector"), seed=0,
-                  source="", criterion="nll") -> GPSL:
+                  source="", criterion="nll", ensemble=ENSEMBLE) -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
@@ -733,6 +734,8 @@ class GPSL:
         cross-validated NLL on the calibration data wins
         (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice,
         ``criterion`` chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead).
+        ``ensemble``: how the candidates' ensemble, itself a candidate, weighs them
+        (``"uniform"`` or ``"stack"``, :mod:`gpsl.calibration`); ``None``: no ensemble.
         """
         from gpsl.calibration import Calibrator, fold_indices
 
@@ -759,7 +762,8 @@ class GPSL:
                 gold.append(np.concatenate(self.gold_index([labels[i] for i in held])))
             source = source or f"{int(folds)}-fold"
         self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
-                                             source=source, criterion=criterion)
+                                             source=source, criterion=criterion,
+                                             ensemble=ensemble)
         return self
 
     def predict(self, X, decoder=None, y=None):

@@ -212,6 +212,8 @@ def calibration_short(cal: dict | None) -> str:
     labels)", "T 1.20 (3-fold labels)" or "none"."""
     if not cal:
         return "none"
+    if cal.get("summary"):  # Calibrator.describe() (versions trained since the ensemble)
+        return f"{cal['summary']} ({cal.get('source')})"
     if str(cal.get("kind")).startswith("structured"):
         how = f"T_U {cal['t_unary']:.2f} · T_S {cal['t_pair']:.2f}"
         if cal.get("kind") == "structured+vector":

@@ -391,6 +391,10 @@ def test_versions_table_says_how_each_version_was_calibrated():
     assert sup.calibration_short({"kind": "structured+vector", "t_unary": 2.5, "t_pair": 9.0,
                                   "source": "3-fold labels"}) == \
         "T_U 2.50 · T_S 9.00 + vector (3-fold labels)"
+    ens = {"kind": "ensemble", "summary": "0.70 × T_U 1.30 · T_S 10.11 + 0.30 × T 0.81 (probit)",
+           "source": "3-fold labels"}
+    assert sup.calibration_short(ens) == \
+        "0.70 × T_U 1.30 · T_S 10.11 + 0.30 × T 0.81 (probit) (3-fold labels)"
     row = sup.versions_table([{"id": 4, "number": 2, "active": True, "status": "done",
                                "created_at": None, "settings": {"offsets": [-1, 1]},
                                "metrics": {"calibration": {"kind": "temperature",

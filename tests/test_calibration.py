@@ -8,11 +8,14 @@ import pytest
 from scipy.special import softmax
 
 from gpsl.calibration import (
+    ENSEMBLE,
+    STACK_MIN_WEIGHT,
     Calibrator,
     Scores,
     cross_calibrate,
     fold_indices,
     nll_and_grad,
+    stacking_weights,
     temperature_nll,
 )
 from gpsl.errors import InputError, ModelFormatError
@@ -193,7 +196,7 @@ def test_structured_fit_recovers_known_temperatures():
     # select keeps a structured kind (lowest cross-validated NLL); the data has no per-label
     # distortion, so a vector scaling on top stays near the identity
     part = list(range(60))
-    best = Calibrator.select([sc.take(part)], [gold[sc.rows(part)]])
+    best = Calibrator.select([sc.take(part)], [gold[sc.rows(part)]], ensemble=None)
     assert best.kind in ("structured", "structured+vector")
     cv = {k: c["cv_nll"] for k, c in best.candidates.items()}
     assert cv[f"mean/{best.kind}"] == min(cv.values())
@@ -201,6 +204,14 @@ def test_structured_fit_recovers_known_temperatures():
     clamp = np.full(sc.n_tokens, -1)
     clamp[::7] = 1
     P = best.apply(sc, clamp)
+    assert np.all(P[::7, 1] == 1.0) and np.allclose(P.sum(axis=1), 1.0)
+    # the stacked ensemble puts its weight on the structured kinds, and clamps as they do
+    ens = Calibrator.select([sc.take(part)], [gold[sc.rows(part)]], ensemble="stack")
+    assert ens.kind == "ensemble"
+    on_structured = sum(w for m, w in zip(ens.members, ens.weights)
+                        if m.kind in ("structured", "structured+vector"))
+    assert on_structured > 0.8
+    P = ens.apply(sc, clamp)
     assert np.all(P[::7, 1] == 1.0) and np.allclose(P.sum(axis=1), 1.0)
 
 
@@ -237,11 +248,19 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     model.calibrate(Xtr, ytr, folds=3)
     cal = model.calibrator_
     assert cal.source == "3-fold" and cal.method in ("mean", "probit")
-    assert set(cal.candidates) == {"mean/temperature", "probit/temperature", "mean/structured",
-                                   "mean/structured+vector"}
+    singles = {"mean/temperature", "probit/temperature", "mean/structured",
+               "mean/structured+vector"}
+    ens = f"{cal.method}/{ENSEMBLE} ensemble"
+    assert set(cal.candidates) == singles | {ens}
     cv = {k: c["cv_nll"] for k, c in cal.candidates.items()}  # one fold model left out at a time
-    assert cal.candidates[f"{cal.method}/{cal.kind}"]["cv_nll"] == min(cv.values())
     assert all(np.isfinite(v) for v in cv.values())
+    # the default keeps the lowest cross-validated NLL; stacking weights maximise exactly the
+    # left-out log score, so the stacked ensemble is never above a single candidate there
+    name = ens if cal.kind == "ensemble" else f"{cal.method}/{cal.kind}"
+    assert cal.candidates[name]["cv_nll"] == min(cv.values())
+    if ENSEMBLE == "stack":
+        assert cv[ens] <= min(cv[k] for k in singles) + 1e-12
+        assert sum(cal.candidates[ens]["weights"].values()) == pytest.approx(1.0)
     P = model.predict_marginals(Xte)
     assert all(np.allclose(p.sum(axis=1), 1.0) for p in P)
     # the mean-only RNS stays available by name, uncalibrated
@@ -410,7 +429,8 @@ def test_selection_is_cross_validated_and_resists_over_fitting():
     calibration tokens better (in-sample NLL) but the cross-validated NLL keeps the
     temperature."""
     sc, gold, J, n = _tempered_scores(seed=7, J=12, n_sent=40, length=3, temperature=2.0)
-    best = Calibrator.select([sc], [gold], methods=["mean"], kinds=["temperature", "vector"])
+    best = Calibrator.select([sc], [gold], methods=["mean"], kinds=["temperature", "vector"],
+                             ensemble=None)
     cand = best.candidates
     assert cand["mean/vector"]["nll_after"] < cand["mean/temperature"]["nll_after"]
     assert cand["mean/temperature"]["cv_nll"] < cand["mean/vector"]["cv_nll"]
@@ -437,7 +457,8 @@ def test_selection_by_cross_validated_brier_or_ece_is_computed_on_the_left_out_t
     g2 = [gold[sc.rows(h)] for h in halves]
     parts = [sc.take(h) for h in halves]
     fits, cv = Calibrator.select_all(parts, g2, methods=["mean"], kinds=["temperature",
-                                                                         "vector"])
+                                                                         "vector"],
+                                     ensemble=None)
     # by hand: each half's temperature applied to the other half, pooled
     P = np.concatenate([Calibrator.fit(parts[1].marginals(), g2[1]).transform(
         parts[0].marginals()), Calibrator.fit(parts[0].marginals(), g2[0]).transform(
@@ -460,3 +481,138 @@ def test_selection_by_cross_validated_brier_or_ece_is_computed_on_the_left_out_t
         Calibrator.choose(fits, cv, "auc")
     with pytest.raises(ValueError, match="criterion"):
         Calibrator.from_dict({**best.to_dict(), "criterion": "auc"}, J)
+
+
+# --------------------------------------------------------------------------- stacked ensemble
+
+
+def test_stacking_weights_never_lower_the_log_score_and_reach_its_maximum():
+    """EM for mixture weights: the objective never decreases, the weights stay on the simplex,
+    and the end point is the constrained maximum (checked against SLSQP)."""
+    from scipy.optimize import minimize
+
+    rng = np.random.default_rng(3)
+    Q = rng.uniform(0.01, 1.0, size=(400, 4)) * np.array([1.0, 0.6, 0.9, 0.3])
+    hist: list = []
+    w = stacking_weights(Q, history=hist)
+    assert np.all(np.diff(hist) >= -1e-15) and len(hist) > 2
+    assert np.all(w >= 0) and w.sum() == pytest.approx(1.0)
+    res = minimize(lambda v: -np.mean(np.log(Q @ v)), np.full(4, 0.25), method="SLSQP",
+                   bounds=[(0, 1)] * 4, constraints={"type": "eq", "fun": lambda v: v.sum() - 1},
+                   options={"ftol": 1e-14, "maxiter": 500})
+    assert np.mean(np.log(Q @ w)) >= -res.fun - 1e-7
+    assert np.allclose(w, res.x, atol=2e-3)
+    # a candidate that is never worse on any token and better on some takes all the weight
+    Q2 = np.column_stack([Q[:, 0], Q[:, 0] * 0.5])
+    assert stacking_weights(Q2)[0] == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError):
+        stacking_weights(np.zeros((0, 2)))
+
+
+def _three_calibrators(J=3):
+    t = Calibrator(method="mean", kind="temperature", temperature=2.0, w=np.full(J, 0.5),
+                   c=np.zeros(J))
+    s = Calibrator(method="mean", kind="structured", w=np.ones(J), c=np.zeros(J),
+                   t_unary=1.5, t_pair=4.0)
+    sv = Calibrator(method="mean", kind="structured+vector", w=np.linspace(0.8, 1.2, J),
+                    c=np.linspace(-0.2, 0.2, J), t_unary=1.5, t_pair=4.0)
+    p = Calibrator(method="probit", kind="temperature", temperature=0.8,
+                   w=np.full(J, 1 / 0.8), c=np.zeros(J))
+    return t, s, sv, p
+
+
+def test_an_ensemble_is_the_weighted_mixture_of_its_members():
+    sc = _scores_case(n_sent=20)
+    sc.var = np.full_like(sc.mean, 0.5)
+    t, s, sv, p = _three_calibrators()
+    # a one-hot weight is that member exactly (the others are dropped)
+    one = Calibrator.stacked([t, s, sv, p], [0.0, 1.0, 0.0, 0.0])
+    assert one.members == [s] and one.method == "mean"
+    assert np.array_equal(one.apply(sc), s.apply(sc))
+    ens = Calibrator.stacked([t, s, sv, p], [1.0, 2.0, 3.0, 4.0])
+    assert ens.method == "probit" and ens.weights == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    want = sum(w * m.apply(sc) for w, m in zip([0.1, 0.2, 0.3, 0.4], [t, s, sv, p]))
+    P = ens.apply(sc)
+    assert np.allclose(P, want, atol=1e-12) and np.allclose(P.sum(axis=1), 1.0)
+    clamp = np.full(sc.n_tokens, -1)
+    clamp[::5] = 2
+    Pc = ens.apply(sc, clamp)
+    assert np.all(Pc[::5, 2] == 1.0) and np.allclose(Pc.sum(axis=1), 1.0)
+    tiny = Calibrator.stacked([t, s], [1.0, STACK_MIN_WEIGHT / 10])
+    assert tiny.members == [t] and tiny.weights == pytest.approx([1.0])
+    with pytest.raises(ValueError, match="apply"):
+        ens.transform(P)
+    for bad in ([1.0, -1.0, 1.0, 1.0], [0.0] * 4, [1.0, 2.0], [np.nan, 1, 1, 1]):
+        with pytest.raises(ValueError, match="weights"):
+            Calibrator.stacked([t, s, sv, p], bad)
+    with pytest.raises(ValueError, match="ensembles"):
+        Calibrator.stacked([ens, t], [1.0, 1.0])
+    # persistence: the record holds the members and the weights
+    back = Calibrator.from_dict(json.loads(json.dumps(ens.to_dict())), 3)
+    assert back.kind == "ensemble" and [m.kind for m in back.members] == \
+        ["temperature", "structured", "structured+vector", "temperature"]
+    assert np.array_equal(back.apply(sc), P)
+    assert "0.40 × T 0.80 (probit)" in ens.describe()
+    for damage in ({"members": []}, {"weights": [1.0, 1.0]}, {"weights": [1, -1, 1, 1]},
+                   {"method": "mean"}):
+        with pytest.raises(ValueError, match="calibration record"):
+            Calibrator.from_dict({**ens.to_dict(), **damage}, 3)
+
+
+def test_select_all_scores_the_ensembles_on_the_left_out_predictions():
+    """The uniform ensemble's cross-validated figures are the equal mixture of the singles'
+    left-out predictions, computed by hand; the stacked one is never above the best single
+    there, so choosing by NLL keeps it."""
+    sc, gold, J, n = _tempered_scores(seed=5, J=4, n_sent=60, length=5, temperature=2.5)
+    halves = [list(range(30)), list(range(30, 60))]
+    g2 = [gold[sc.rows(h)] for h in halves]
+    parts = [sc.take(h) for h in halves]
+    fits, cv = Calibrator.select_all(parts, g2, methods=["mean"],
+                                     kinds=["temperature", "vector"],
+                                     ensemble=("uniform", "stack"))
+    assert set(fits) == {"mean/temperature", "mean/vector", "mean/uniform ensemble",
+                         "mean/stack ensemble"}
+    left = []
+    for k in ("temperature", "vector"):
+        a = Calibrator.fit(parts[1].marginals(), g2[1], kind=k).transform(parts[0].marginals())
+        b = Calibrator.fit(parts[0].marginals(), g2[0], kind=k).transform(parts[1].marginals())
+        left.append(np.concatenate([a, b]))
+    y = np.concatenate(g2)
+    mix = (left[0] + left[1]) / 2
+    assert cv["mean/uniform ensemble"]["nll"] == pytest.approx(
+        -np.mean(np.log(mix[np.arange(y.size), y])), rel=1e-9)
+    assert cv["mean/stack ensemble"]["nll"] <= min(cv["mean/temperature"]["nll"],
+                                                   cv["mean/vector"]["nll"]) + 1e-12
+    best = Calibrator.choose({k: v for k, v in fits.items() if "uniform" not in k}, cv, "nll")
+    assert best.kind == "ensemble"
+    assert set(best.candidates["mean/stack ensemble"]["weights"]) <= {"mean/temperature",
+                                                                      "mean/vector"}
+    # the ensemble's NLL on all its tokens is the mixture's
+    P = np.concatenate([best.apply(p) for p in parts])
+    assert best.nll_after == pytest.approx(-np.mean(np.log(P[np.arange(y.size), y])),
+                                           rel=1e-9)
+    with pytest.raises(ValueError, match="ensemble"):
+        Calibrator.select_all(parts, g2, ensemble="median")
+    # a single candidate has nothing to mix
+    fits, cv = Calibrator.select_all(parts, g2, methods=["mean"], kinds=["temperature"])
+    assert set(fits) == {"mean/temperature"}
+
+
+def test_a_model_with_an_ensemble_saves_and_loads(chain, tmp_path):
+    Xtr, ytr, Xte, yte = chain
+    model = GPSL(inference="full").fit(Xtr, ytr).calibrate(Xte, yte, ensemble="uniform")
+    cal = model.calibrator_
+    names = [k for k in cal.candidates if k.endswith("/uniform ensemble")]
+    assert len(names) == 1  # the equal mixture competes on the cross-validated NLL
+    chosen = names[0] if cal.kind == "ensemble" else f"{cal.method}/{cal.kind}"
+    assert cal.candidates[chosen]["cv_nll"] == min(c["cv_nll"] for c in cal.candidates.values())
+    model.calibrate(Xte, yte, ensemble="stack")
+    P = model.predict_marginals(Xte)
+    labels = model.predict(Xte)
+    model.save(tmp_path / "m")
+    back = GPSL.load(tmp_path / "m")
+    assert back.calibrator_.kind == model.calibrator_.kind
+    assert all(np.allclose(a, b) for a, b in zip(back.predict_marginals(Xte), P))
+    assert back.predict(Xte) == labels
+    if back.calibrator_.kind == "ensemble":  # the labels follow the mixture's argmax
+        assert labels == [[back.classes_[i] for i in p.argmax(axis=1)] for p in P]

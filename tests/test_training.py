@@ -314,6 +314,8 @@ def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
     assert abs(m["heldout_mean_confidence"] - m["heldout_accuracy"]) <= 0.02
     model = GPSL.load(version["path"])
     assert model.calibrator_.temperature == m["calibration"]["temperature"]
+    assert m["calibration"]["summary"] == model.calibrator_.describe()
+    assert m["calibration"]["kind"] == model.calibrator_.kind
     ids, X, gold = store.gold_data(pid)
     stored = store.get_predictions(version["id"], ids[:5])
     in_sample = model.predict_marginals(X[:5])

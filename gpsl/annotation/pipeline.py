@@ -354,7 +354,8 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
     return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
                             "temperature": cal.temperature, "t_unary": cal.t_unary,
                             "t_pair": cal.t_pair, "tokens": cal.n_tokens,
-                            "nll_before": cal.nll_before, "nll_after": cal.nll_after}}, held
+                            "nll_before": cal.nll_before, "nll_after": cal.nll_after,
+                            "summary": cal.describe()}}, held
 
 
 class Stopped(Exception):
