@@ -672,7 +672,10 @@ def calibration_note(version: dict) -> str:
                 "Algorithm 2 marginals are shown).")
     method = {"mean": "Algorithm 2 on the means", "probit": "uncertainty-aware RNS"}.get(
         cal.get("method"), cal.get("method"))
-    if str(cal.get("kind")).startswith("structured"):
+    if cal.get("kind") == "ensemble":
+        method = "a mixture of calibrators weighted by their cross-validated log score"
+        how = str(cal.get("summary", ""))
+    elif str(cal.get("kind")).startswith("structured"):
         how = (f"temperatures {cal['t_unary']:.2f} (own score) and {cal['t_pair']:.2f} "
                "(neighbour scores) inside Algorithm 2")
         if cal.get("kind") == "structured+vector":
