@@ -2,12 +2,13 @@
 
 ::
 
-    python -m bench.calibration                         # all four data sets (about an hour)
+    python -m bench.calibration                         # all four data sets (2-3 hours)
     python -m bench.calibration --datasets seg --partitions 2 --other-partitions 1
 
 For every data set and random partition (the paper's sizes, the same partitions as
 ``bench.paper``) each model is fitted once on the training sentences, and K more times on K-1
-folds of them (``--folds``, 3) to give out-of-fold marginals of every training token: the
+folds of them (``--folds``, 5: what :func:`gpsl.calibration.calibration_folds` gives the
+paper's training sets, 20-150 sentences) to give out-of-fold marginals of every training token: the
 calibration data, the same for every method. Then, from the same fits:
 
 * ``raw`` - GPSL's Algorithm 2 on the predictive means (the paper's RNS, today's default);
@@ -17,10 +18,14 @@ calibration data, the same for every method. Then, from the same fits:
   (:mod:`gpsl.calibration`), fitted on the same out-of-fold inputs;
 * ``structured+V`` - the structured temperatures followed by a per-label vector scaling of
   their marginals (:mod:`gpsl.calibration`), on the same inputs;
-* ``default`` - what ``GPSL.calibrate(X, y, folds=K)`` keeps: the candidate among raw+T,
-  probit+T, structured and structured+V with the lowest cross-validated NLL on the out-of-fold
-  data (leave one fold model's held-out fold out; the app does the same on its held-out gold
-  or labeled sentences);
+* ``stack ensemble`` / ``uniform ensemble`` - the mixture of those four calibrated marginals,
+  weighted by stacking (the cross-validated log score) or equally;
+* ``best single`` - the one of the four with the lowest cross-validated NLL (leave one fold
+  model's held-out fold out), the default before the ensemble;
+* ``default`` - what ``GPSL.calibrate(X, y, folds=K)`` keeps: the lowest cross-validated NLL
+  among the four and the ensemble of :data:`gpsl.calibration.ENSEMBLE` (the app does the same
+  on its held-out gold or labeled sentences); ``default/brier``, ``default/ece`` the same
+  choice by the cross-validated Brier score or ECE15;
 * ``CRFsuite`` and ``CRFsuite+T`` (temperature fitted on CRFsuite's own out-of-fold marginals).
 
 Metrics per token of the test sentences: ECE over 15 equal-mass bins and over 10 equal-width
@@ -484,7 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--partitions", type=int, default=10, help="GPSL2 partitions per data set")
     ap.add_argument("--other-partitions", type=int, default=3,
                     help="GPSL1/GPSL4 on the first N partitions")
-    ap.add_argument("--folds", type=int, default=3)
+    ap.add_argument("--folds", type=int, default=5,
+                    help="folds of the training sentences for the calibration data (5: the "
+                         "app's choice for up to 1,000 sentences)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=str(DATA_DIR))
     ap.add_argument("--cache", default=str(CACHE))

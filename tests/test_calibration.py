@@ -97,6 +97,14 @@ def test_calibrator_needs_labeled_tokens_and_round_trips():
         Calibrator.from_dict(cal.to_dict(), 4)  # wrong number of labels
 
 
+def test_calibration_folds_follow_the_number_of_sentences():
+    from gpsl.calibration import FOLDS_SMALL_MAX_SENTENCES, calibration_folds
+
+    assert [calibration_folds(n) for n in (0, 5, 6, 9, 10, 500)] == [None, None, 3, 3, 5, 5]
+    assert calibration_folds(FOLDS_SMALL_MAX_SENTENCES) == 5
+    assert calibration_folds(FOLDS_SMALL_MAX_SENTENCES + 1) == 3
+
+
 def test_fold_indices_partition_the_sentences():
     parts = fold_indices(10, 3, seed=2)
     assert sorted(np.concatenate(parts).tolist()) == list(range(10))

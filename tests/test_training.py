@@ -333,7 +333,7 @@ def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
     _, X2, y2 = store2.training_data(pid2, "train", only_labeled=True, with_ids=True)
     small = GPSL(max_iter=3).fit(X2, y2)
     info, held = calibrate(small, store2, pid2, X2, y2)
-    assert info["calibration"]["source"] == "3-fold labels" and held == {}
+    assert info["calibration"]["source"] == "5-fold labels" and held == {}  # 13 sentences
     store3, pid3 = tiny_store(tmp_path / "u.sqlite3")
     _, X3, y3 = store3.training_data(pid3, "train", only_labeled=True, with_ids=True)
     info, held = calibrate(GPSL(max_iter=3).fit(X3, y3), store3, pid3, X3, y3)

@@ -9,7 +9,8 @@ Runs in a worker process (:mod:`gpsl.annotation.jobs`) or in the caller (:func:`
    the progress file gets the iteration, bound and seconds (the Train page shows an ETA).
 3. It is calibrated (:func:`calibrate`: a temperature fitted on the project's held-out gold
    when it has at least :data:`MIN_CALIBRATION_TOKENS` gold tokens, otherwise on out-of-fold
-   predictions of :data:`CALIBRATION_FOLDS` folds of the labeled sentences), evaluated on the
+   predictions of folds of the labeled sentences, :func:`gpsl.calibration.calibration_folds`),
+   evaluated on the
    held-out gold labels (:func:`evaluate`, the one held-out evaluation: the Confidence page uses
    it too), saved to ``.staging-<version>`` and renamed to ``<root>/<project>/<version>``.
    When the held-out gold is the calibration data, the held-out sentences' marginals (figures
@@ -318,8 +319,6 @@ def evaluate_heldout(model, store, project_id: int, marginals: dict | None = Non
 
 #: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
 MIN_CALIBRATION_TOKENS = 50
-#: folds of the labeled training sentences when there is not enough held-out gold
-CALIBRATION_FOLDS = 3
 
 
 def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
@@ -328,11 +327,12 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
     On the held-out gold when it has :data:`MIN_CALIBRATION_TOKENS` tokens or more (and two
     sentences): the calibrator kept is fitted on all of it, and the held-out sentences'
     marginals returned (``{sentence id: marginals}``) are each calibrated on the other half
-    (:func:`gpsl.calibration.cross_calibrate`). Otherwise by :data:`CALIBRATION_FOLDS` folds
-    of the labeled training sentences ``(X, y)`` (no marginals returned). With neither, the
+    (:func:`gpsl.calibration.cross_calibrate`). Otherwise by folds of the labeled training
+    sentences ``(X, y)`` (:func:`gpsl.calibration.calibration_folds`: 5 up to 1,000 labeled
+    sentences, 3 above; no marginals returned). With neither, the
     model stays uncalibrated. Returns ``(figures for the version's metrics, marginals)``.
     """
-    from gpsl.calibration import Calibrator, cross_calibrate
+    from gpsl.calibration import Calibrator, calibration_folds, cross_calibrate
 
     ids, Xg, gold = store.gold_data(project_id)
     gold_idx = model.gold_index(gold) if ids else []
@@ -346,10 +346,11 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
     else:
         n_labeled = sum(v is not None for lab in y for v in lab)
         labeled = [i for i, lab in enumerate(y) if any(v is not None for v in lab)]
-        if len(labeled) < 2 * CALIBRATION_FOLDS or n_labeled < MIN_CALIBRATION_TOKENS:
+        folds = calibration_folds(len(labeled))
+        if folds is None or n_labeled < MIN_CALIBRATION_TOKENS:
             return {"calibration": None}, {}
         model.calibrate([X[i] for i in labeled], [y[i] for i in labeled],
-                        folds=CALIBRATION_FOLDS, source=f"{CALIBRATION_FOLDS}-fold labels")
+                        folds=folds, source=f"{folds}-fold labels")
     cal = model.calibrator_
     return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
                             "temperature": cal.temperature, "t_unary": cal.t_unary,
