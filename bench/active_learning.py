@@ -142,6 +142,27 @@ def _revealed(labels, mask) -> list:
     return [lab if m else None for lab, m in zip(labels, mask)]
 
 
+#: ``--calibrate auto``: the folds :func:`gpsl.calibration.calibration_folds` gives
+AUTO_FOLDS = -1
+
+
+def _folds(calibrate: int, n_sentences: int) -> int | None:
+    """Folds to calibrate ``n_sentences`` on (``calibrate``: K, :data:`AUTO_FOLDS` or 0 =
+    none); ``None`` when there are too few sentences."""
+    from gpsl.calibration import calibration_folds
+
+    if not calibrate:
+        return None
+    if calibrate == AUTO_FOLDS:
+        return calibration_folds(n_sentences)
+    return calibrate if n_sentences >= 2 * calibrate else None
+
+
+def _folds_text(calibrate) -> str:
+    return ("the app's folds (5, or 3 under 10 sentences)" if calibrate == AUTO_FOLDS
+            else f"{calibrate} folds")
+
+
 def run_strategy(
     spec: str,
     pool_X,
@@ -188,8 +209,9 @@ def run_strategy(
         y = [_revealed(pool_y[i], labeled[i]) for i in train]
         t0 = time.perf_counter()
         model.fit(X, y)
-        if calibrate and len(X) >= 2 * calibrate:
-            model.calibrate(X, y, folds=calibrate)
+        folds = _folds(calibrate, len(X))
+        if folds:
+            model.calibrate(X, y, folds=folds)
         fit_s = time.perf_counter() - t0
         acc = token_accuracy(test_y, model.predict(test_X))
         if cold_check:
@@ -320,8 +342,8 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
         model = _make_model(template, cfg.max_iter, warm_start=False, learn_hyper=cfg.learn_hyper)
         t0 = time.perf_counter()
         model.fit(pool_X, pool_y)
-        if cfg.calibrate:  # the reference is calibrated the same way as the rounds
-            model.calibrate(pool_X, pool_y, folds=cfg.calibrate)
+        if _folds(cfg.calibrate, len(pool_X)):  # the reference: calibrated as the rounds are
+            model.calibrate(pool_X, pool_y, folds=_folds(cfg.calibrate, len(pool_X)))
         full_secs.append(time.perf_counter() - t0)
         full_acc.append(float(token_accuracy(test_y, model.predict(test_X))))
         log(
@@ -430,8 +452,8 @@ def write_markdown(report: dict, path: Path) -> None:
         f"start: {report['config']['n_init']} fully labeled sentences, GPSL max_iter "
         f"{report['config']['max_iter']}, learn_hyper {report['config']['learn_hyper']}, "
         f"warm start; calibration: "
-        + (f"{report['config'].get('calibrate')} folds of the revealed sentences every round "
-           "(s/round includes it)" if report["config"].get("calibrate") else "none")
+        + (f"{_folds_text(report['config'].get('calibrate'))} of the revealed sentences every "
+           "round (s/round includes it)" if report["config"].get("calibrate") else "none")
         + f"; total time {report['total_seconds']:.0f} s",
         "",
         "Tokens to 95% / 99%: labeled tokens needed for the mean test accuracy to reach 95% / 99% "
@@ -568,11 +590,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--calibrate",
-        type=int,
+        type=lambda v: AUTO_FOLDS if v == "auto" else int(v),
         default=0,
         metavar="K",
-        help="calibrate every round's model by K folds of the revealed sentences (as the app "
-             "does without held-out gold); default 0 = raw marginals",
+        help="calibrate every round's model by K folds of the revealed sentences, or 'auto': "
+             "the app's choice without held-out gold (gpsl.calibration.calibration_folds); "
+             "default 0 = raw marginals",
     )
     p.add_argument(
         "--strategies",

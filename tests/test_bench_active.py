@@ -165,3 +165,18 @@ def test_batch_fraction_sets_the_round_size_and_bad_values_are_refused(tmp_path)
     d = json.loads((out / "active_learning.json").read_text())["datasets"]["basenp"]
     assert d["token_batch"] == max(1, round(0.05 * d["pool_tokens"]))
     assert AL.main(["--batch-fraction", "0", "--quiet", "--out", str(out)]) == 2
+
+
+def test_calibrate_auto_takes_the_apps_folds(tmp_path):
+    from gpsl.calibration import calibration_folds
+
+    assert AL._folds(0, 50) is None
+    assert AL._folds(3, 5) is None and AL._folds(3, 6) == 3
+    assert [AL._folds(AL.AUTO_FOLDS, n) for n in (4, 6, 12, 2000)] == \
+        [calibration_folds(n) for n in (4, 6, 12, 2000)] == [None, 3, 5, 3]
+    out = tmp_path / "results"
+    rc = AL.main(["--dataset", "basenp", "--pool", "8", "--test", "6", "--rounds", "1",
+                  "--seeds", "1", "--max-iter", "3", "--batch", "12", "--quiet", "--out",
+                  str(out), "--strategies", "entropy", "--calibrate", "auto"])
+    assert rc == 0
+    assert "the app's folds" in (out / "active_learning.md").read_text()
