@@ -565,6 +565,11 @@ def test_an_ensemble_is_the_weighted_mixture_of_its_members():
                    {"method": "mean"}):
         with pytest.raises(ValueError, match="calibration record"):
             Calibrator.from_dict({**ens.to_dict(), **damage}, 3)
+    for field in ("members", "weights"):  # hostile values: one ValueError, nothing else
+        for value in (None, 0, "x", [], {}, [0], ["a"], True, 1e308, float("nan"), [{}],
+                      [ens.to_dict()] * 4):
+            with pytest.raises(ValueError):
+                Calibrator.from_dict({**ens.to_dict(), field: value}, 3)
 
 
 def test_select_all_scores_the_ensembles_on_the_left_out_predictions():
