@@ -352,8 +352,23 @@ def summarise(results: dict) -> dict:
                 row["selective"] = selective_accuracy(conf, corr, [0.5, 0.7, 0.8, 0.9, 0.95,
                                                                    1.0])
                 row["thresholds"] = threshold_table(conf, corr)
+                if variant == "default":
+                    row["paired"] = {peer: _paired([r["default"]["ece_mass"] for r in recs],
+                                                   [r[peer]["ece_mass"] for r in recs])
+                                     for peer in PEER_VARIANTS}
                 summary.setdefault(name, {}).setdefault(method, {})[variant] = row
     return summary
+
+
+def _paired(a, b) -> dict:
+    """Per-partition differences ``a - b``: mean, standard error, the paired t-test's p and the
+    partitions where ``a`` is at or below ``b``."""
+    from gpsl.metrics import paired_t_test
+
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else None
+    return {"diff": float(d.mean()), "se": se, "p": paired_t_test(a, b)[1],
+            "at_or_below": int((d <= 0).sum()), "n": int(d.size)}
 
 
 def acceptance(summary: dict, paper_losses: dict) -> dict:
@@ -437,7 +452,22 @@ def write_markdown(report: dict, path: Path) -> None:
                      f"{r['loss_change']:+.2f} |")
     lines += ["", f"ECE on every data set: {yes[acc['ece_ok']]}; NLL on at least three: "
               f"{yes[acc['nll_ok']]} ({acc['nll_wins']}); loss within 0.1: "
-              f"{yes[acc['loss_ok']]}.", ""]
+              f"{yes[acc['loss_ok']]}.", "",
+              "Paired per-partition differences of GPSL2 default's ECE15 (mean ± standard "
+              "error; paired t-test p; partitions where GPSL2 is at or below the peer):", "",
+              "| data set | − CRFsuite | − CRFsuite+T |", "|---|---:|---:|"]
+    for name, by in s.items():
+        pr = by.get("GPSL2", {}).get("default", {}).get("paired")
+        if not pr:
+            continue
+        cells = []
+        for peer in PEER_VARIANTS:
+            q = pr[peer]
+            se = "–" if q["se"] is None else f"{q['se']:.4f}"
+            cells.append(f"{q['diff']:+.4f} ± {se} (p {q['p']:.2f}; {q['at_or_below']} of "
+                         f"{q['n']})")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines.append("")
     for name, by in s.items():
         lines += [f"## {name}", "",
                   "| method | variant | ECE15 | ECE10 | NLL | Brier | mean conf. | accuracy | "
