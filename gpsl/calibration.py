@@ -428,10 +428,10 @@ class Calibrator:
 
     def describe(self) -> str:
         """A short text of the calibration: ``"T 1.20"``, ``"T_U 0.87 · T_S 0.27 + vector"``,
-        or for an ensemble its members and weights (``"0.62 T_U 1.3 · T_S 10 + 0.38 T
-        1.20 (probit)"``)."""
+        or for an ensemble its members and weights (``"0.62 × [T_U 1.30 · T_S 10.00] + 0.38 ×
+        [T 1.20 (probit)]"``)."""
         if self.kind == "ensemble":
-            return " + ".join(f"{w:.2f} × {m.describe()}" for w, m in
+            return " + ".join(f"{w:.2f} × [{m.describe()}]" for w, m in
                               zip(self.weights, self.members))
         if self.kind in STRUCTURED_KINDS:
             how = f"T_U {self.t_unary:.2f} · T_S {self.t_pair:.2f}"

@@ -391,12 +391,13 @@ def test_versions_table_says_how_each_version_was_calibrated():
     assert sup.calibration_short({"kind": "structured+vector", "t_unary": 2.5, "t_pair": 9.0,
                                   "source": "3-fold labels"}) == \
         "T_U 2.50 · T_S 9.00 + vector (3-fold labels)"
-    ens = {"kind": "ensemble", "summary": "0.70 × T_U 1.30 · T_S 10.11 + 0.30 × T 0.81 (probit)",
+    ens = {"kind": "ensemble",
+           "summary": "0.70 × [T_U 1.30 · T_S 10.11] + 0.30 × [T 0.81 (probit)]",
            "source": "3-fold labels"}
     assert sup.calibration_short(ens) == \
-        "0.70 × T_U 1.30 · T_S 10.11 + 0.30 × T 0.81 (probit) (3-fold labels)"
+        "0.70 × [T_U 1.30 · T_S 10.11] + 0.30 × [T 0.81 (probit)] (3-fold labels)"
     note = sup.calibration_note({"metrics": {"calibration": {**ens, "tokens": 1606}}})
-    assert "mixture of calibrators" in note and "0.30 × T 0.81 (probit)" in note \
+    assert "mixture of calibrators" in note and "0.30 × [T 0.81 (probit)]" in note \
         and "1,606 tokens (3-fold labels)" in note and "temperature 1.00" not in note
     row = sup.versions_table([{"id": 4, "number": 2, "active": True, "status": "done",
                                "created_at": None, "settings": {"offsets": [-1, 1]},

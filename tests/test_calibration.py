@@ -560,7 +560,8 @@ def test_an_ensemble_is_the_weighted_mixture_of_its_members():
     assert back.kind == "ensemble" and [m.kind for m in back.members] == \
         ["temperature", "structured", "structured+vector", "temperature"]
     assert np.array_equal(back.apply(sc), P)
-    assert "0.40 × T 0.80 (probit)" in ens.describe()
+    assert ens.describe() == ("0.10 × [T 2.00] + 0.20 × [T_U 1.50 · T_S 4.00] + 0.30 × "
+                              "[T_U 1.50 · T_S 4.00 + vector] + 0.40 × [T 0.80 (probit)]")
     for damage in ({"members": []}, {"weights": [1.0, 1.0]}, {"weights": [1, -1, 1, 1]},
                    {"method": "mean"}):
         with pytest.raises(ValueError, match="calibration record"):
