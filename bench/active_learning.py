@@ -342,8 +342,9 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
         model = _make_model(template, cfg.max_iter, warm_start=False, learn_hyper=cfg.learn_hyper)
         t0 = time.perf_counter()
         model.fit(pool_X, pool_y)
-        if _folds(cfg.calibrate, len(pool_X)):  # the reference: calibrated as the rounds are
-            model.calibrate(pool_X, pool_y, folds=_folds(cfg.calibrate, len(pool_X)))
+        folds = _folds(cfg.calibrate, len(pool_X))
+        if folds:  # the reference is calibrated as the rounds are
+            model.calibrate(pool_X, pool_y, folds=folds)
         full_secs.append(time.perf_counter() - t0)
         full_acc.append(float(token_accuracy(test_y, model.predict(test_X))))
         log(

@@ -562,19 +562,20 @@ class Calibrator:
     def _nll_before_after(cal: Calibrator, scores: Sequence[Scores],
                           gold: Sequence[np.ndarray]) -> tuple[float, float]:
         """Mean NLL of the labeled tokens of ``(scores, gold)`` under the mean-only RNS and
-        under ``cal``."""
+        under ``cal`` (the mean-only run is the one ``cal``'s members share when they read it)."""
         before = after = 0.0
         n = 0
         for sc, g in zip(scores, gold):
             keep = np.flatnonzero(g >= 0)
-            if keep.size:
-                for P, acc in ((sc.marginals("mean"), "b"), (cal.apply(sc), "a")):
-                    v = -np.log(np.clip(P[keep, g[keep]], _LOG_FLOOR, None)).sum()
-                    if acc == "b":
-                        before += v
-                    else:
-                        after += v
-                n += keep.size
+            if not keep.size:
+                continue
+            runs: dict = {}
+            P_after = cal.apply(sc, None, runs)
+            P_before = runs[("mean", 1.0, 1.0)] if ("mean", 1.0, 1.0) in runs \
+                else sc.marginals("mean")
+            before -= np.log(np.clip(P_before[keep, g[keep]], _LOG_FLOOR, None)).sum()
+            after -= np.log(np.clip(P_after[keep, g[keep]], _LOG_FLOOR, None)).sum()
+            n += keep.size
         return float(before / max(n, 1)), float(after / max(n, 1))
 
     @staticmethod
