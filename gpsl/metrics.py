@@ -160,6 +160,18 @@ def expected_calibration_error(confidences, correct, n_bins: int = 10) -> float:
     return float(ece / conf.size)
 
 
+def _equal_mass_bins(conf: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, bins)``: the tokens sorted by confidence and the equal-mass bin of each sorted
+    position (ties share the lower bin; :func:`equal_mass_reliability`)."""
+    n = conf.size
+    order = np.argsort(conf, kind="stable")
+    cs = conf[order]
+    bins = (np.arange(n) * n_bins) // n
+    first = np.r_[0, np.flatnonzero(cs[1:] != cs[:-1]) + 1]  # first position of each value
+    group = np.cumsum(np.r_[0, (cs[1:] != cs[:-1]).astype(int)])
+    return order, bins[first][group]
+
+
 def equal_mass_reliability(confidences, correct, n_bins: int = 15) -> list[dict]:
     """Reliability over ``n_bins`` equal-mass bins: the tokens sorted by confidence and cut into
     bins of (almost) equal counts, except that tokens of equal confidence always share a bin
@@ -167,15 +179,9 @@ def equal_mass_reliability(confidences, correct, n_bins: int = 15) -> list[dict]
     ``bin_lo``/``bin_hi`` the smallest and largest confidence of the bin; empty bins are left
     out."""
     conf, corr = _calibration_inputs(confidences, correct, n_bins)
-    n = conf.size
-    if n == 0:
+    if conf.size == 0:
         return []
-    order = np.argsort(conf, kind="stable")
-    cs = conf[order]
-    bins = (np.arange(n) * n_bins) // n
-    first = np.r_[0, np.flatnonzero(cs[1:] != cs[:-1]) + 1]  # first position of each value
-    group = np.cumsum(np.r_[0, (cs[1:] != cs[:-1]).astype(int)])
-    bins = bins[first][group]
+    order, bins = _equal_mass_bins(conf, n_bins)
     rows = []
     for k in np.unique(bins):
         part = order[bins == k]
@@ -196,6 +202,68 @@ def ece_equal_mass(confidences, correct, n_bins: int = 15) -> float:
     rows = equal_mass_reliability(conf, corr, n_bins)
     return float(sum(r["count"] * abs(r["accuracy"] - r["mean_confidence"]) for r in rows)
                  / conf.size)
+
+
+#: bins up to this many tokens get the exact Poisson-binomial law in :func:`ece_noise_floor`
+FLOOR_EXACT_MAX = 2000
+
+
+def _mean_abs_deviation(p: np.ndarray, exact_max: int = FLOOR_EXACT_MAX) -> float:
+    """``E|S - sum(p)|`` for ``S`` the number of successes of independent Bernoulli(p_t)
+    trials (a Poisson-binomial variable). Exact up to ``exact_max`` trials: the law of ``S``
+    by convolving the trials' laws one at a time, ``P_{k+1}(s) = (1 - p) P_k(s) + p P_k(s-1)``;
+    above it the normal approximation ``sigma sqrt(2/pi)``, ``sigma^2 = sum p(1-p)`` (the
+    central limit theorem, good once ``sigma`` is a few units)."""
+    p = np.asarray(p, dtype=float)
+    mu = float(p.sum())
+    var = float(np.sum(p * (1.0 - p)))
+    if var == 0.0:
+        return 0.0
+    if p.size > exact_max:
+        return float(np.sqrt(var) * np.sqrt(2.0 / np.pi))
+    law = np.ones(1)
+    for q in p[(p > 0.0) & (p < 1.0)]:  # a sure trial only shifts S
+        nxt = np.empty(law.size + 1)
+        nxt[:-1] = law * (1.0 - q)
+        nxt[-1] = 0.0
+        nxt[1:] += law * q
+        law = nxt
+    s = np.arange(law.size) + float(np.sum(p >= 1.0))
+    return float(np.sum(law * np.abs(s - mu)))
+
+
+def ece_noise_floor(confidences, n_bins: int = 15, binning: str = "mass",
+                    exact_max: int = FLOOR_EXACT_MAX) -> float:
+    r"""The ECE a *perfectly calibrated* tagger is expected to show on these tokens.
+
+    A binned ECE is never zero on finite data: even when each token is right with exactly
+    its confidence ``c_t`` (``correct_t ~ Bernoulli(c_t)``, independently), a bin's accuracy
+    scatters around its mean confidence. The bins depend on the confidences only, so the
+    expected ECE of such a tagger is
+
+    .. math::
+
+       \mathrm{floor} = rac1n \sum_k \mathbb E\Big|S_k - \sum_{t \in k} c_t\Big|,
+       \qquad S_k = \sum_{t \in k} \mathrm{correct}_t,
+
+    with ``S_k`` Poisson-binomial (:func:`_mean_abs_deviation`: exact up to ``exact_max``
+    tokens per bin, the normal approximation above). ``binning``: ``"mass"`` the bins of
+    :func:`ece_equal_mass`, ``"width"`` those of :func:`expected_calibration_error`. An ECE
+    at or below the floor cannot be told from perfect calibration on this many tokens; it
+    shrinks like ``1/sqrt(n)`` and is lower for a sharper tagger (confidences near 0 or 1
+    scatter less). ``nan`` for no tokens."""
+    if binning not in ("mass", "width"):
+        raise ValueError(f"binning must be 'mass' or 'width', not {binning!r}")
+    conf, _ = _calibration_inputs(confidences, np.zeros(np.size(confidences)), n_bins)
+    if conf.size == 0:
+        return float("nan")
+    if binning == "mass":
+        order, bins = _equal_mass_bins(conf, n_bins)
+        conf = conf[order]
+    else:
+        bins = _bin_index(conf, n_bins)
+    total = sum(_mean_abs_deviation(conf[bins == k], exact_max) for k in np.unique(bins))
+    return float(total / conf.size)
 
 
 def selective_accuracy(confidences, correct, coverages=None) -> list[dict]:

@@ -283,3 +283,53 @@ def test_conlleval_report_per_type():
     assert lines[2].strip() == "LOC: precision: 100.00%; recall:  50.00%; FB1:  66.67  1"
     assert lines[3].strip() == "PER: precision:  50.00%; recall: 100.00%; FB1:  66.67  2"
     assert M.is_chunk_label_set(["B-PER", "I-PER", "O"]) and not M.is_chunk_label_set(["N", "V"])
+
+
+# --------------------------------------------------------------------------- ECE noise floor
+
+
+def test_noise_floor_is_zero_for_sure_tokens():
+    conf = np.r_[np.ones(50), np.zeros(10)]
+    assert M.ece_noise_floor(conf, 15) == 0.0
+    assert M.ece_noise_floor(conf, 10, binning="width") == 0.0
+    assert math.isnan(M.ece_noise_floor([], 15))
+
+
+def test_noise_floor_one_bin_equals_the_binomial_mean_absolute_deviation():
+    from scipy.stats import binom
+
+    n, p = 21, 0.5
+    s = np.arange(n + 1)
+    exact = float(np.sum(binom.pmf(s, n, p) * np.abs(s - n * p))) / n
+    assert M.ece_noise_floor(np.full(n, p), 1) == pytest.approx(exact, rel=1e-12)
+    assert M.ece_noise_floor(np.full(n, p), 1, binning="width") == pytest.approx(exact, rel=1e-12)
+    # a sure token in the bin shifts the count but not the deviation: n counts it, though
+    assert M.ece_noise_floor(np.r_[np.full(n, p), 1.0], 1) == pytest.approx(exact * n / (n + 1))
+
+
+def test_noise_floor_matches_monte_carlo_for_both_binnings():
+    rng = np.random.default_rng(3)
+    conf = np.clip(1.0 - rng.beta(0.5, 6.0, size=600), 0.34, 1.0)
+    draws = 2000
+    for binning, n_bins, ece in (("mass", 15, M.ece_equal_mass),
+                                 ("width", 10, M.expected_calibration_error)):
+        sims = np.array([ece(conf, rng.random(conf.size) < conf, n_bins) for _ in range(draws)])
+        floor = M.ece_noise_floor(conf, n_bins, binning=binning)
+        assert abs(floor - sims.mean()) < 4 * sims.std() / np.sqrt(draws)
+
+
+def test_noise_floor_normal_approximation_is_close_for_large_bins():
+    rng = np.random.default_rng(5)
+    conf = rng.uniform(0.6, 0.95, size=3000)
+    exact = M.ece_noise_floor(conf, 3, exact_max=10_000)
+    approx = M.ece_noise_floor(conf, 3, exact_max=100)
+    assert approx == pytest.approx(exact, rel=0.01)
+
+
+def test_noise_floor_shrinks_with_more_tokens_and_rejects_bad_binning():
+    rng = np.random.default_rng(7)
+    small = M.ece_noise_floor(rng.uniform(0.5, 1.0, 400))
+    large = M.ece_noise_floor(rng.uniform(0.5, 1.0, 1600))
+    assert large == pytest.approx(small / 2, rel=0.15)  # 1/sqrt(n)
+    with pytest.raises(ValueError):
+        M.ece_noise_floor([0.5], binning="quantile")
