@@ -78,6 +78,8 @@ CHOSEN = ("best single", *CHOICES)
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
 METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
+#: the cache files' layout (v2: the fold models' inputs on the test sentences too)
+CACHE_VERSION = "v2"
 RARE_SHARE = 0.05
 
 
@@ -116,8 +118,12 @@ def fit_gpsl_parts(name, template, Xtr, ytr, Xte, folds: int, seed: int) -> dict
         tr = [i for i in range(len(Xtr)) if i not in held_set]
         fm = GPSL(offsets=GPSL_OFFSETS[name], kernel="linear", template=template, max_iter=100)
         fm.fit([Xtr[i] for i in tr], [ytr[i] for i in tr], classes=model.classes_)
+        # the fold model's inputs of Algorithm 2 on its held-out fold (the calibration data)
+        # and on the test sentences (for the cross-fitted ensemble of the fold models)
+        on_test = _latent(fm, Xte)
         out["folds"].append({**_latent(fm, [Xtr[i] for i in held]), "m_S": fm.state_.m_S,
-                             "v_S": fm.state_.v_S, "held": held})
+                             "v_S": fm.state_.v_S, "held": held,
+                             "test_mean": on_test["mean"], "test_var": on_test["var"]})
     out["folds_s"] = time.perf_counter() - t0
     return out
 
@@ -141,6 +147,7 @@ def fit_crf_parts(template, Xtr, ytr, Xte, classes, folds: int, seed: int) -> di
     crf.fit(Ftr, [list(lab) for lab in ytr])
     test = _crf_marginals(crf, Fte, classes)
     oof = [None] * len(Xtr)
+    fold_test = []
     for held in fold_indices(len(Xtr), folds, seed):
         held_set = set(held.tolist())
         tr = [i for i in range(len(Xtr)) if i not in held_set]
@@ -148,7 +155,9 @@ def fit_crf_parts(template, Xtr, ytr, Xte, classes, folds: int, seed: int) -> di
         c.fit([Ftr[i] for i in tr], [list(ytr[i]) for i in tr])
         for i, p in zip(held, _crf_marginals(c, [Ftr[i] for i in held], classes)):
             oof[i] = p
-    return {"test": np.concatenate(test), "oof": np.concatenate(oof)}
+        fold_test.append(np.concatenate(_crf_marginals(c, Fte, classes)))
+    return {"test": np.concatenate(test), "oof": np.concatenate(oof),
+            "fold_test": np.stack(fold_test)}
 
 
 def _save(path: Path, parts: dict) -> None:
@@ -161,6 +170,7 @@ def _save(path: Path, parts: dict) -> None:
             arrays[f"fold{f}_{k}"] = v
     arrays["crf_test"] = parts["crf"]["test"]
     arrays["crf_oof"] = parts["crf"]["oof"]
+    arrays["crf_fold_test"] = parts["crf"]["fold_test"]
     meta["n_folds"] = len(parts["folds"])
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
@@ -174,7 +184,7 @@ def _load(path: Path) -> dict:
         test = {k[5:]: z[k] for k in z.files if k.startswith("test_")}
         folds = [{k[len(f"fold{f}_"):]: z[k] for k in z.files if k.startswith(f"fold{f}_")}
                  for f in range(meta["n_folds"])]
-        crf = {"test": z["crf_test"], "oof": z["crf_oof"]}
+        crf = {"test": z["crf_test"], "oof": z["crf_oof"], "fold_test": z["crf_fold_test"]}
     return {**meta, "test": test, "folds": folds, "crf": crf}
 
 
@@ -280,39 +290,79 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
 # --------------------------------------------------------------------------- run
 
 
-def run(args, command: str) -> dict:
-    t_start = time.perf_counter()
+def _cache_path(cache: Path, name: str, p: int, method: str, args) -> Path:
+    return cache / f"{name}_p{p}_{method}_k{args.folds}_s{args.seed}_{CACHE_VERSION}.npz"
+
+
+def _fit_one(task: tuple) -> tuple[str, float]:
+    """Fit one (data set, partition, method) and write its cache file (a worker's job)."""
+    data_dir, name, p, method, folds, seed, path = task
     from gpsl.features import Template
 
+    data = load_pooled(Path(data_dir), name)
+    ntr, nte = PAPER_SIZES[name]
+    template = Template.parse(data.template, source=f"{name}/template")
+    train, test = partitions(len(data), ntr, nte, p + 1, seed, name)[p]
+    Xtr, ytr = [data.X[i] for i in train], [data.y[i] for i in train]
+    Xte = [data.X[i] for i in test]
+    t0 = time.perf_counter()
+    parts = fit_gpsl_parts(method, template, Xtr, ytr, Xte, folds, seed + p)
+    parts["crf"] = fit_crf_parts(template, Xtr, ytr, Xte, data.labels, folds, seed + p)
+    _save(Path(path), parts)
+    return f"{name} p{p} {method}", time.perf_counter() - t0
+
+
+def fit_missing(args) -> None:
+    """Fit every (data set, partition, method) whose cache file is missing, ``--jobs`` at a
+    time (one process each; the fits are single-threaded)."""
     cache = Path(args.cache)
+    tasks = []
+    for name in args.datasets:
+        for p in range(args.partitions):
+            for method in GPSL_OFFSETS:
+                if method not in args.methods or (method != "GPSL2"
+                                                  and p >= args.other_partitions):
+                    continue
+                path = _cache_path(cache, name, p, method, args)
+                if not path.exists():
+                    tasks.append((args.data_dir, name, p, method, args.folds, args.seed,
+                                  str(path)))
+    if not tasks:
+        return
+    if args.jobs <= 1:
+        done = map(_fit_one, tasks)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=args.jobs)
+        done = pool.map(_fit_one, tasks)
+    for what, seconds in done:
+        print(f"{what}: fitted in {seconds:.0f} s", flush=True)
+
+
+def run(args, command: str) -> dict:
+    t_start = time.perf_counter()
+
+    cache = Path(args.cache)
+    if not args.report_only:
+        fit_missing(args)
     results: dict = {}
     for name in args.datasets:
         data = load_pooled(Path(args.data_dir), name)
         ntr, nte = PAPER_SIZES[name]
-        template = Template.parse(data.template, source=f"{name}/template")
         n_parts = args.partitions
         results[name] = {m: [] for m in GPSL_OFFSETS}
         for p, (train, test) in enumerate(partitions(len(data), ntr, nte, n_parts, args.seed,
                                                      name)):
-            Xtr, ytr = [data.X[i] for i in train], [data.y[i] for i in train]
-            Xte, yte = [data.X[i] for i in test], [data.y[i] for i in test]
+            ytr, yte = [data.y[i] for i in train], [data.y[i] for i in test]
             for method in GPSL_OFFSETS:
                 if method not in args.methods:
                     continue
                 if method != "GPSL2" and p >= args.other_partitions:
                     continue
-                path = cache / f"{name}_p{p}_{method}_k{args.folds}_s{args.seed}.npz"
+                path = _cache_path(cache, name, p, method, args)
                 if not path.exists():
-                    if args.report_only:
-                        continue
-                    t0 = time.perf_counter()
-                    parts = fit_gpsl_parts(method, template, Xtr, ytr, Xte, args.folds,
-                                           args.seed + p)
-                    parts["crf"] = fit_crf_parts(template, Xtr, ytr, Xte, data.labels,
-                                                 args.folds, args.seed + p)
-                    _save(path, parts)
-                    print(f"{name} p{p} {method}: fitted in {time.perf_counter() - t0:.0f} s",
-                          flush=True)
+                    continue
                 rec = evaluate(_load(path), yte, ytr, data.labels)
                 rec["partition"] = p
                 results[name][method].append(rec)
@@ -525,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=str(DATA_DIR))
     ap.add_argument("--cache", default=str(CACHE))
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="fit this many (data set, partition, method) at a time, one process "
+                         "each")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the report from the cached fits only")
     ap.add_argument("--out", default=str(RESULTS_DIR))

@@ -35,7 +35,7 @@ def test_end_to_end_on_one_seg_partition(tmp_path):
     args = ["--datasets", "seg", "--partitions", "1", "--other-partitions", "0", "--folds",
             "2", "--cache", str(cache), "--out", str(out)]
     assert CAL.main(args) == 0
-    assert len(list(cache.glob("seg_p0_GPSL2_k2_s0.npz"))) == 1
+    assert len(list(cache.glob("seg_p0_GPSL2_k2_s0_v2.npz"))) == 1
     rep = json.loads((out / "calibration.json").read_text())
     g = rep["summary"]["seg"]["GPSL2"]
     assert set(CAL.VARIANTS + CAL.PEER_VARIANTS) <= set(g)
