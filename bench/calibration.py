@@ -70,13 +70,16 @@ from bench.common import (
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
 VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V",
             "stack ensemble", "uniform ensemble", "best single", "default", "default/brier",
-            "default/ece")
+            "default/ece", "cross-fit")
 #: the choice of ``GPSL.calibrate`` by each cross-validated criterion (the first is the default)
 CHOICES = {"default": "nll", "default/brier": "brier", "default/ece": "ece"}
 #: the variants that report which candidate was chosen
 CHOSEN = ("best single", *CHOICES)
 PEER_VARIANTS = ("CRFsuite", "CRFsuite+T")
-METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss")
+#: reported beside the peers, not part of the acceptance
+EXTRA_PEERS = ("CRFsuite+T cross-fit",)
+METRICS = ("ece_mass", "ece_width", "nll", "brier", "mean_confidence", "accuracy", "loss",
+           "ece_mass_floor", "ece_width_floor")
 CACHE = Path.home() / ".cache" / "gpsl-bench" / "calibration"
 #: the cache files' layout (v2: the fold models' inputs on the test sentences too)
 CACHE_VERSION = "v2"
@@ -199,11 +202,19 @@ def _scores(part: dict, offsets, rns_kw: dict):
 
 
 def _figures(P_full: np.ndarray, gold_all: np.ndarray, bands: dict, all_labels) -> dict:
-    from gpsl.metrics import calibration_summary, ece_equal_mass, negative_log_likelihood
+    from gpsl.metrics import (
+        calibration_summary,
+        ece_equal_mass,
+        ece_noise_floor,
+        negative_log_likelihood,
+    )
 
     s = calibration_summary(P_full, gold_all)
     rec = {k: s[k] for k in ("ece_mass", "ece_width", "nll", "brier", "mean_confidence",
                              "accuracy")}
+    # what a perfectly calibrated tagger with these confidences would show (chance alone)
+    rec["ece_mass_floor"] = ece_noise_floor(s["conf"], 15, "mass")
+    rec["ece_width_floor"] = ece_noise_floor(s["conf"], 10, "width")
     rec["loss"] = 100.0 * (1.0 - s["accuracy"])
     keep = gold_all >= 0
     for band in ("frequent", "rare"):
@@ -269,6 +280,13 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     test = {"raw": test_scores.marginals("mean"), "probit": test_scores.marginals("probit")}
     for name, cal in cands.items():
         test[name] = cal.apply(test_scores)
+    # cross-fit (CalibratedClassifierCV(ensemble=True) with one calibrator): the default
+    # calibrator was fitted on the fold models' held-out marginals, so it is applied to the
+    # fold models themselves on the test sentences and their calibrated marginals averaged
+    test["cross-fit"] = np.mean([cands["default"].apply(_scores(
+        {"mean": f["test_mean"], "var": f["test_var"], "m_S": f["m_S"], "v_S": f["v_S"],
+         "lengths": parts["test"]["lengths"]}, offsets, rns_kw)) for f in parts["folds"]],
+        axis=0)
     out = {v: _figures(label_space(P, classes, all_labels), gold_all, bands, all_labels)
            for v, P in test.items()}
     for name, cal in cands.items():
@@ -284,6 +302,9 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     out["CRFsuite+T"] = _figures(crf_cal.transform(parts["crf"]["test"]), gold_all, bands,
                                  all_labels)
     out["CRFsuite+T"]["temperature"] = crf_cal.temperature
+    out["CRFsuite+T cross-fit"] = _figures(
+        np.mean([crf_cal.transform(P) for P in parts["crf"]["fold_test"]], axis=0), gold_all,
+        bands, all_labels)
     return out
 
 
@@ -381,7 +402,7 @@ def summarise(results: dict) -> dict:
         for method, recs in by_method.items():
             if not recs:
                 continue
-            for variant in (*VARIANTS, *PEER_VARIANTS):
+            for variant in (*VARIANTS, *PEER_VARIANTS, *EXTRA_PEERS):
                 row = {"partitions": len(recs)}
                 for k in METRICS + ("frequent_ece_mass", "rare_ece_mass", "frequent_nll",
                                     "rare_nll", "temperature"):
@@ -406,6 +427,14 @@ def summarise(results: dict) -> dict:
                     row["paired"] = {peer: _paired([r["default"]["ece_mass"] for r in recs],
                                                    [r[peer]["ece_mass"] for r in recs])
                                      for peer in PEER_VARIANTS}
+                    # the same on the ECE above each one's noise floor (calibration apart
+                    # from sharpness)
+                    row["paired_excess"] = {
+                        peer: _paired([r["default"]["ece_mass"] - r["default"]["ece_mass_floor"]
+                                       for r in recs],
+                                      [r[peer]["ece_mass"] - r[peer]["ece_mass_floor"]
+                                       for r in recs])
+                        for peer in PEER_VARIANTS}
                 summary.setdefault(name, {}).setdefault(method, {})[variant] = row
     return summary
 
@@ -483,7 +512,13 @@ def write_markdown(report: dict, path: Path) -> None:
         "lowest cross-validated NLL among the four and the default ensemble, "
         f"`gpsl.calibration.ENSEMBLE` = {report.get('ensemble')!r}); `default/brier` and "
         "`default/ece` the same choice by the cross-validated Brier score or ECE15 instead "
-        "of NLL. "
+        "of NLL; `cross-fit` the default calibrator applied to each fold model on the test "
+        "sentences and the K calibrated marginals averaged (scikit-learn's "
+        "`CalibratedClassifierCV(ensemble=True)` with one calibrator: no shift between the "
+        "models the calibrator was fitted on and the ones it is applied to, at K times the "
+        "prediction cost), and `CRFsuite+T cross-fit` the same for CRFsuite. "
+        "ECE15 floor = the ECE15 a perfectly calibrated tagger with the same confidences is "
+        "expected to show on the test tokens (`gpsl.metrics.ece_noise_floor`). "
         "ECE15 = 15 equal-mass bins, ECE10 = 10 equal-width bins; NLL and Brier over all "
         "labels of the data set; loss = Hamming loss (%) of the variant's argmax.",
         "",
@@ -517,12 +552,34 @@ def write_markdown(report: dict, path: Path) -> None:
             cells.append(f"{q['diff']:+.4f} ± {se} (p {q['p']:.2f}; {q['at_or_below']} of "
                          f"{q['n']})")
         lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    lines += ["", "Noise floor: the ECE15 a perfectly calibrated tagger with the same confidences "
+              "is expected to show on these test tokens (`gpsl.metrics.ece_noise_floor`; it is "
+              "lower for a sharper tagger), and the ECE15 above it (mean over partitions; paired "
+              "difference of the excess as above):", "",
+              "| data set | GPSL2 default ECE15 / floor / excess | CRFsuite | CRFsuite+T | "
+              "excess − CRFsuite | excess − CRFsuite+T |", "|---|---:|---:|---:|---:|---:|"]
+    for name, by in s.items():
+        g = by.get("GPSL2", {})
+        if "default" not in g:
+            continue
+
+        def fl(row):
+            m, f = row["ece_mass"][0], row["ece_mass_floor"][0]
+            return f"{m:.4f} / {f:.4f} / {m - f:+.4f}"
+
+        cells = []
+        for peer in PEER_VARIANTS:
+            q = g["default"]["paired_excess"][peer]
+            se = "–" if q["se"] is None else f"{q['se']:.4f}"
+            cells.append(f"{q['diff']:+.4f} ± {se} ({q['at_or_below']} of {q['n']})")
+        lines.append(f"| {name} | {fl(g['default'])} | {fl(g['CRFsuite'])} | "
+                     f"{fl(g['CRFsuite+T'])} | {cells[0]} | {cells[1]} |")
     lines.append("")
     for name, by in s.items():
         lines += [f"## {name}", "",
-                  "| method | variant | ECE15 | ECE10 | NLL | Brier | mean conf. | accuracy | "
-                  "loss % | T | ECE15 frequent / rare | NLL frequent / rare |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| method | variant | ECE15 | ECE15 floor | ECE10 | NLL | Brier | mean conf. | "
+                  "accuracy | loss % | T | ECE15 frequent / rare | NLL frequent / rare |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for method, variants in by.items():
             for variant, row in variants.items():
                 label = variant
@@ -535,9 +592,10 @@ def write_markdown(report: dict, path: Path) -> None:
                 fn = f"{_ms(row.get('frequent_nll'), 3)} / {_ms(row.get('rare_nll'), 3)}"
                 t = row.get("temperature")
                 lines.append(
-                    f"| {method if variant not in PEER_VARIANTS else f'– ({method} partitions)'} | "
+                    f"| {method if variant not in (*PEER_VARIANTS, *EXTRA_PEERS) else f'– ({method} partitions)'} | "  # noqa: E501
                     f"{label} | "
-                    f"{_ms(row['ece_mass'])} | {_ms(row['ece_width'])} | "
+                    f"{_ms(row['ece_mass'])} | {_ms(row.get('ece_mass_floor'))} | "
+                    f"{_ms(row['ece_width'])} | "
                     f"{_ms(row['nll'], 3)} | {_ms(row['brier'], 3)} | "
                     f"{row['mean_confidence'][0]:.3f} | {row['accuracy'][0]:.3f} | "
                     f"{_ms(row['loss'], 2)} | {'–' if t is None else f'{t[0]:.2f}'} | "

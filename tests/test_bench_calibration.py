@@ -38,9 +38,17 @@ def test_end_to_end_on_one_seg_partition(tmp_path):
     assert len(list(cache.glob("seg_p0_GPSL2_k2_s0_v2.npz"))) == 1
     rep = json.loads((out / "calibration.json").read_text())
     g = rep["summary"]["seg"]["GPSL2"]
-    assert set(CAL.VARIANTS + CAL.PEER_VARIANTS) <= set(g)
+    assert set(CAL.VARIANTS + CAL.PEER_VARIANTS + CAL.EXTRA_PEERS) <= set(g)
+    assert "cross-fit" in g and "CRFsuite+T cross-fit" in g
     for v in g.values():  # every variant's figures are figures
         assert 0.0 <= v["ece_mass"][0] <= 1.0 and v["nll"][0] > 0
+        assert 0.0 < v["ece_mass_floor"][0] < 0.5 and 0.0 < v["ece_width_floor"][0] < 0.5
+    # the excess over the noise floor, paired against both peers
+    for peer in CAL.PEER_VARIANTS:
+        q = g["default"]["paired_excess"][peer]
+        want = (g["default"]["ece_mass"][0] - g["default"]["ece_mass_floor"][0]
+                - g[peer]["ece_mass"][0] + g[peer]["ece_mass_floor"][0])
+        assert q["diff"] == pytest.approx(want) and q["n"] == 1
     # the default keeps the lowest cross-validated NLL among the singles and the stack, so on
     # the test tokens it is one of them
     d = g["default"]["ece_mass"][0]
@@ -49,7 +57,8 @@ def test_end_to_end_on_one_seg_partition(tmp_path):
     assert rep["ensemble"] == "stack"
     md = (out / "calibration.md").read_text()
     assert "## Acceptance (issue 14, GPSL2)" in md and "Paired per-partition" in md
-    assert "| seg | " in md and "uniform ensemble" in md
+    assert "| seg | " in md and "uniform ensemble" in md and "Noise floor" in md
+    assert "cross-fit" in md and "ECE15 floor" in md
     # the report rebuilt from the cache alone gives the same figures
     again = tmp_path / "again"
     assert CAL.main([*args[:-1], str(again), "--report-only"]) == 0
