@@ -631,8 +631,10 @@ def token_table(store: Store, project_id: int, version: dict, split: str | None 
 
 def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) -> dict | None:
     """Reliability of the version on the held-out gold labels: ``dict(table (pandas),
-    accuracy, ece, ece_mass, mean_confidence, tokens, selective (pandas), thresholds (pandas),
-    bands (pandas))``, or None without gold/predictions (numbers from
+    accuracy, ece, ece_mass, ece_floor and ece_mass_floor (what a perfectly calibrated model
+    would show on these tokens, :func:`gpsl.metrics.ece_noise_floor`), mean_confidence, tokens,
+    selective (pandas), thresholds (pandas), bands (pandas))``, or None without
+    gold/predictions (numbers from
     :func:`gpsl.annotation.pipeline.evaluate`, the one held-out evaluation)."""
     import pandas as pd
 
@@ -658,10 +660,25 @@ def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) 
              for r in metrics.calibration_by_band(conf, correct, res["gold_label"], band_of)]
     return {"table": table, "accuracy": res["heldout_accuracy"],
             "ece": float(metrics.expected_calibration_error(conf, correct, n_bins)),
+            "ece_floor": metrics.ece_noise_floor(conf, n_bins, binning="width"),
+            "ece_mass_floor": metrics.ece_noise_floor(conf, 15, binning="mass"),
             "ece_mass": res["heldout_ece_mass"], "mean_confidence": res[
                 "heldout_mean_confidence"], "nll": res["heldout_nll"],
             "tokens": res["heldout_tokens"], "selective": selective, "thresholds": thresholds,
             "bands": pd.DataFrame(bands)}
+
+
+def noise_floor_note(calib: dict) -> str:
+    """One line reading the ECE against its noise floor on the held-out tokens."""
+    ece, floor = calib["ece"], calib["ece_floor"]
+    mass, mass_floor = calib["ece_mass"], calib["ece_mass_floor"]
+    within = ece <= floor and mass <= mass_floor
+    verdict = ("both are within what chance alone gives: as calibrated as these tokens can "
+               "show" if within else "more than chance alone gives: the reliability chart "
+               "shows where")
+    return (f"On {fmt_int(calib['tokens'])} held-out tokens a perfectly calibrated model would "
+            f"still show an ECE of about {floor:.3f} (equal-width) and {mass_floor:.3f} "
+            f"(equal-mass) by chance; this version's {ece:.3f} and {mass:.3f} are {verdict}.")
 
 
 def calibration_note(version: dict) -> str:

@@ -80,6 +80,8 @@ cols[4].metric("ECE", f"{calib['ece']:.3f}" if calib else "–",
 cols[5].metric("ECE (equal-mass)", f"{calib['ece_mass']:.3f}" if calib else "–",
                help="ECE over 15 bins holding as many tokens each: the crowded top bin is "
                     "split, so errors there show.")
+if calib:
+    st.caption(sup.noise_floor_note(calib))
 
 left, right = st.columns(2, gap="large")
 with left:

@@ -257,6 +257,9 @@ def test_confidence_page_with_a_model_and_click_through(db):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Held-out accuracy"].endswith("%") and metrics["ECE"] != "–"
     assert metrics["Held-out confidence"] != "–" and metrics["ECE (equal-mass)"] != "–"
+    # the ECE read against what chance alone gives on these held-out tokens
+    floor = [c.value for c in at.caption if "perfectly calibrated model would" in c.value]
+    assert len(floor) == 1 and f"{metrics['ECE']} and {metrics['ECE (equal-mass)']}" in floor[0]
     # histogram, box, reliability, learning curve, selective accuracy
     assert len(at.get("plotly_chart")) >= 5
     assert any("accept" in c.value.lower() for c in at.caption)  # the threshold section
@@ -379,6 +382,16 @@ def test_db_flag_overrides_the_environment(db, tmp_path, monkeypatch):
     assert at.title[0].value == "Project"
     assert flagged.is_file() and not db.exists()  # `streamlit run app.py -- --db PATH`
     assert Store(flagged).list_projects()[0]["name"] == SAMPLE_PROJECT_NAME
+
+
+def test_noise_floor_note_reads_the_ece_against_chance():
+    calib = {"tokens": 1234, "ece": 0.011, "ece_floor": 0.014, "ece_mass": 0.012,
+             "ece_mass_floor": 0.016}
+    note = sup.noise_floor_note(calib)
+    assert "1,234 held-out tokens" in note and "0.014 (equal-width)" in note
+    assert "0.016 (equal-mass)" in note and "within what chance alone gives" in note
+    over = sup.noise_floor_note({**calib, "ece_mass": 0.03})
+    assert "more than chance alone gives" in over and "0.030" in over
 
 
 def test_versions_table_says_how_each_version_was_calibrated():
