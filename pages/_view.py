@@ -681,6 +681,27 @@ def noise_floor_note(calib: dict) -> str:
             f"(equal-mass) by chance; this version's {ece:.3f} and {mass:.3f} are {verdict}.")
 
 
+def calibration_plain(version: dict) -> str:
+    """One line for a project lead: what the version's confidences were calibrated on and
+    what a confidence then means (the technical account: :func:`calibration_note`)."""
+    cal = (version.get("metrics") or {}).get("calibration")
+    if not cal:
+        return ("Not calibrated yet: too few labeled tokens and no held-out gold, so the "
+                "confidences are the model's raw ones and usually too high.")
+    tokens = fmt_int(cal.get("tokens") or 0)
+    source = str(cal.get("source") or "")
+    if source == "held-out gold":
+        where = (f"on {tokens} held-out gold tokens (each held-out half on the other, so the "
+                 "figures below are not in-sample)")
+    elif source.endswith("-fold labels"):
+        where = (f"on {tokens} labeled tokens, each predicted by a model trained without its "
+                 f"sentence ({source.split('-')[0]} folds)")
+    else:
+        where = f"on {tokens} tokens ({source})" if source else f"on {tokens} tokens"
+    return (f"Confidences are calibrated {where}: a token shown at 0.90 should be right about "
+            "9 times in 10.")
+
+
 def calibration_note(version: dict) -> str:
     """One line on how the version's marginals were calibrated (from its metrics)."""
     cal = (version.get("metrics") or {}).get("calibration")

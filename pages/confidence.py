@@ -61,7 +61,7 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
 colors = sup.label_colors(project["labels"])
 free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
 
-st.caption(sup.calibration_note(version))
+st.caption(sup.calibration_plain(version), help=sup.calibration_note(version))
 cols = st.columns(6)
 cols[0].metric("Unlabeled tokens", sup.fmt_int(len(free)),
                help="Training tokens without a label: what the histogram and box plot "

@@ -409,6 +409,13 @@ def test_versions_table_says_how_each_version_was_calibrated():
            "source": "3-fold labels"}
     assert sup.calibration_short(ens) == \
         "0.70 × [T_U 1.30 · T_S 10.11] + 0.30 × [T 0.81 (probit)] (3-fold labels)"
+    plain = sup.calibration_plain({"metrics": {"calibration": {**ens, "tokens": 1606}}})
+    assert plain.startswith("Confidences are calibrated on 1,606 labeled tokens") \
+        and "(3 folds)" in plain and "9 times in 10" in plain and "T_U" not in plain
+    held = sup.calibration_plain({"metrics": {"calibration": {
+        "kind": "temperature", "temperature": 1.5, "source": "held-out gold", "tokens": 80}}})
+    assert "on 80 held-out gold tokens" in held and "not in-sample" in held
+    assert sup.calibration_plain({"metrics": {}}).startswith("Not calibrated yet")
     note = sup.calibration_note({"metrics": {"calibration": {**ens, "tokens": 1606}}})
     assert "mixture of calibrators" in note and "0.30 × [T 0.81 (probit)]" in note \
         and "1,606 tokens (3-fold labels)" in note and "temperature 1.00" not in note
