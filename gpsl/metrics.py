@@ -119,12 +119,15 @@ def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
     return np.minimum((conf * n_bins).astype(int), n_bins - 1)
 
 
-def reliability_table(confidences, correct, n_bins: int = 10) -> list[dict]:
+def reliability_table(confidences, correct, n_bins: int = 10, *,
+                      consistency: bool = False) -> list[dict]:
     """Per-bin reliability statistics over ``n_bins`` equal-width confidence bins.
 
     Returns one dict per bin, in order: ``bin_lo``, ``bin_hi``, ``count``, ``mean_confidence`` and
-    ``accuracy`` (the last two are ``None`` for an empty bin). Bins are ``[lo, hi)`` except the
-    last, which includes 1.0.
+    ``accuracy`` (the last two are ``None`` for an empty bin); with ``consistency=True`` also
+    ``band_lo``/``band_hi``, the 95% :func:`consistency_band` of the bin's tokens (the
+    accuracies a perfectly calibrated tagger would show there; ``None`` for an empty bin).
+    Bins are ``[lo, hi)`` except the last, which includes 1.0.
     """
     conf, corr = _calibration_inputs(confidences, correct, n_bins)
     idx = _bin_index(conf, n_bins)
@@ -132,15 +135,17 @@ def reliability_table(confidences, correct, n_bins: int = 10) -> list[dict]:
     for k in range(n_bins):
         mask = idx == k
         count = int(mask.sum())
-        rows.append(
-            {
-                "bin_lo": k / n_bins,
-                "bin_hi": (k + 1) / n_bins,
-                "count": count,
-                "mean_confidence": float(conf[mask].mean()) if count else None,
-                "accuracy": float(corr[mask].mean()) if count else None,
-            }
-        )
+        row = {
+            "bin_lo": k / n_bins,
+            "bin_hi": (k + 1) / n_bins,
+            "count": count,
+            "mean_confidence": float(conf[mask].mean()) if count else None,
+            "accuracy": float(corr[mask].mean()) if count else None,
+        }
+        if consistency:
+            row["band_lo"], row["band_hi"] = (consistency_band(conf[mask]) if count
+                                              else (None, None))
+        rows.append(row)
     return rows
 
 
@@ -208,12 +213,24 @@ def ece_equal_mass(confidences, correct, n_bins: int = 15) -> float:
 FLOOR_EXACT_MAX = 2000
 
 
+def _poisson_binomial(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The law of ``S``, the number of successes of independent Bernoulli(p_t) trials (a
+    Poisson-binomial variable): ``(values, probabilities)``, by convolving the trials' laws one
+    at a time, ``P_{k+1}(s) = (1 - p) P_k(s) + p P_k(s-1)`` (a sure trial only shifts ``S``)."""
+    law = np.ones(1)
+    for q in p[(p > 0.0) & (p < 1.0)]:
+        nxt = np.empty(law.size + 1)
+        nxt[:-1] = law * (1.0 - q)
+        nxt[-1] = 0.0
+        nxt[1:] += law * q
+        law = nxt
+    return np.arange(law.size) + float(np.sum(p >= 1.0)), law
+
+
 def _mean_abs_deviation(p: np.ndarray, exact_max: int = FLOOR_EXACT_MAX) -> float:
-    """``E|S - sum(p)|`` for ``S`` the number of successes of independent Bernoulli(p_t)
-    trials (a Poisson-binomial variable). Exact up to ``exact_max`` trials: the law of ``S``
-    by convolving the trials' laws one at a time, ``P_{k+1}(s) = (1 - p) P_k(s) + p P_k(s-1)``;
-    above it the normal approximation ``sigma sqrt(2/pi)``, ``sigma^2 = sum p(1-p)`` (the
-    central limit theorem, good once ``sigma`` is a few units)."""
+    """``E|S - sum(p)|`` for ``S`` Poisson-binomial (:func:`_poisson_binomial`). Exact up to
+    ``exact_max`` trials; above it the normal approximation ``sigma sqrt(2/pi)``,
+    ``sigma^2 = sum p(1-p)`` (the central limit theorem, good once ``sigma`` is a few units)."""
     p = np.asarray(p, dtype=float)
     mu = float(p.sum())
     var = float(np.sum(p * (1.0 - p)))
@@ -221,15 +238,36 @@ def _mean_abs_deviation(p: np.ndarray, exact_max: int = FLOOR_EXACT_MAX) -> floa
         return 0.0
     if p.size > exact_max:
         return float(np.sqrt(var) * np.sqrt(2.0 / np.pi))
-    law = np.ones(1)
-    for q in p[(p > 0.0) & (p < 1.0)]:  # a sure trial only shifts S
-        nxt = np.empty(law.size + 1)
-        nxt[:-1] = law * (1.0 - q)
-        nxt[-1] = 0.0
-        nxt[1:] += law * q
-        law = nxt
-    s = np.arange(law.size) + float(np.sum(p >= 1.0))
+    s, law = _poisson_binomial(p)
     return float(np.sum(law * np.abs(s - mu)))
+
+
+def consistency_band(confidences, level: float = 0.95,
+                     exact_max: int = FLOOR_EXACT_MAX) -> tuple[float, float]:
+    """The range of accuracies a perfectly calibrated tagger shows on these tokens with
+    probability ``level`` (a consistency bar of the reliability diagram, Bröcker and Smith
+    2007): the ``(1-level)/2`` and ``(1+level)/2`` quantiles of ``S/n`` for ``S`` the number of
+    tokens right when each is right with its confidence (Poisson-binomial; exact up to
+    ``exact_max`` tokens, the normal approximation above, clipped to ``[0, 1]``). A bin whose
+    accuracy lies outside it is miscalibrated beyond chance. ``(nan, nan)`` for no tokens."""
+    conf, _ = _calibration_inputs(confidences, np.zeros(np.size(confidences)), 1)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), not {level!r}")
+    n = conf.size
+    if n == 0:
+        return float("nan"), float("nan")
+    lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
+    if n > exact_max:
+        from scipy.stats import norm
+
+        mu, sd = float(conf.mean()), float(np.sqrt(np.sum(conf * (1.0 - conf)))) / n
+        return (float(np.clip(mu + norm.ppf(lo_q) * sd, 0.0, 1.0)),
+                float(np.clip(mu + norm.ppf(hi_q) * sd, 0.0, 1.0)))
+    s, law = _poisson_binomial(conf)
+    cdf = np.cumsum(law)
+    lo = s[min(int(np.searchsorted(cdf, lo_q - 1e-12)), s.size - 1)]
+    hi = s[min(int(np.searchsorted(cdf, hi_q - 1e-12)), s.size - 1)]
+    return float(lo / n), float(hi / n)
 
 
 def ece_noise_floor(confidences, n_bins: int = 15, binning: str = "mass",

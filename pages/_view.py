@@ -649,7 +649,7 @@ def calibration(store: Store, project_id: int, version: dict, n_bins: int = 10) 
     if not res:
         return None
     conf, correct = np.asarray(res["confidence"]), np.asarray(res["correct"], dtype=bool)
-    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins))
+    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
     selective = pd.DataFrame(metrics.selective_accuracy(conf, correct))
     thresholds = pd.DataFrame(metrics.threshold_table(conf, correct))
     _, train_y = store.training_data(project_id, "train", only_labeled=True)

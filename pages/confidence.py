@@ -115,13 +115,26 @@ with left:
                                            "<br>%{customdata} tokens<extra></extra>"))
         fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                                  line={"dash": "dash", "color": "#94a3b8"}))
+        # consistency bars: where a perfectly calibrated model's accuracy would fall (95%)
+        fig.add_trace(go.Scatter(
+            x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["mean_confidence"],
+            mode="markers", name="a calibrated model's range (95%)",
+            marker={"color": "#f59e0b", "size": 7, "symbol": "line-ew-open"},
+            error_y={"type": "data", "symmetric": False, "color": "#f59e0b", "thickness": 2,
+                     "array": table["band_hi"] - table["mean_confidence"],
+                     "arrayminus": table["mean_confidence"] - table["band_lo"]},
+            customdata=table[["band_lo", "band_hi"]],
+            hovertemplate="a calibrated model: accuracy %{customdata[0]:.3f}–"
+                          "%{customdata[1]:.3f}<extra></extra>"))
         sup.styled(fig, title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
-                                "tokens", height=330,
+                                "tokens", height=380,
                           xaxis_title="confidence", yaxis_title="accuracy",
-                          xaxis_range=[0, 1], yaxis_range=[0, 1.12],
-                          legend={"orientation": "h", "y": -0.35})
+                          xaxis_range=[-0.02, 1.02], yaxis_range=[0, 1.12],
+                          legend={"orientation": "h", "y": -0.3, "yanchor": "top"})
         st.plotly_chart(fig, config={"displayModeBar": False})
-        st.caption("Numbers on the bars: held-out tokens in each confidence bin.")
+        st.caption("Numbers on the bars: held-out tokens in each confidence bin. Orange "
+                   "whiskers: the accuracies a perfectly calibrated model would show in the "
+                   "bin 95% of the time; a bar ending outside them is off by more than chance.")
     else:
         st.info("No held-out gold labels in this project, so no reliability diagram. Create "
                 "projects with a held-out share, or import held-out sentences on the Data "

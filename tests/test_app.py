@@ -258,7 +258,7 @@ def test_confidence_page_with_a_model_and_click_through(db):
     assert metrics["Held-out accuracy"].endswith("%") and metrics["ECE"] != "–"
     assert metrics["Held-out confidence"] != "–" and metrics["ECE (equal-mass)"] != "–"
     # the ECE read against what chance alone gives on these held-out tokens
-    floor = [c.value for c in at.caption if "perfectly calibrated model would" in c.value]
+    floor = [c.value for c in at.caption if "by chance; this version" in c.value]
     assert len(floor) == 1 and f"{metrics['ECE']} and {metrics['ECE (equal-mass)']}" in floor[0]
     # histogram, box, reliability, learning curve, selective accuracy
     assert len(at.get("plotly_chart")) >= 5

@@ -333,3 +333,34 @@ def test_noise_floor_shrinks_with_more_tokens_and_rejects_bad_binning():
     assert large == pytest.approx(small / 2, rel=0.15)  # 1/sqrt(n)
     with pytest.raises(ValueError):
         M.ece_noise_floor([0.5], binning="quantile")
+
+
+def test_consistency_band_is_the_binomial_quantiles():
+    from scipy.stats import binom
+
+    n, p = 40, 0.8
+    lo, hi = M.consistency_band(np.full(n, p))
+    assert lo == binom.ppf(0.025, n, p) / n and hi == binom.ppf(0.975, n, p) / n
+    assert M.consistency_band(np.ones(7)) == (1.0, 1.0)  # sure tokens: no room at all
+    # covers about 95% of simulated perfectly calibrated accuracies (discreteness: at least)
+    rng = np.random.default_rng(11)
+    conf = rng.uniform(0.6, 1.0, size=200)
+    lo, hi = M.consistency_band(conf)
+    acc = (rng.random((4000, conf.size)) < conf).mean(axis=1)
+    inside = np.mean((acc >= lo - 1e-12) & (acc <= hi + 1e-12))
+    assert 0.94 <= inside <= 0.99
+    # the normal approximation for large bins is close to the exact quantiles
+    big = rng.uniform(0.7, 0.99, size=3000)
+    exact, approx = M.consistency_band(big, exact_max=5000), M.consistency_band(big, exact_max=10)
+    assert np.allclose(exact, approx, atol=2.0 / big.size)
+    with pytest.raises(ValueError):
+        M.consistency_band(conf, level=1.0)
+
+
+def test_reliability_table_with_consistency_bands():
+    conf = [0.95, 0.92, 0.55, 0.6, 0.05]
+    rows = M.reliability_table(conf, [1, 1, 0, 1, 0], 10, consistency=True)
+    top = rows[9]
+    assert (top["band_lo"], top["band_hi"]) == M.consistency_band([0.95, 0.92])
+    assert rows[3]["band_lo"] is None and rows[3]["count"] == 0
+    assert "band_lo" not in M.reliability_table(conf, [1, 1, 0, 1, 0], 10)[9]
