@@ -2,7 +2,8 @@
 
 ::
 
-    python -m bench.calibration                         # all four data sets (2-3 hours)
+    python -m bench.calibration --jobs 2                # all four data sets (about 80 min
+                                                        # on 2 cores, then the report)
     python -m bench.calibration --datasets seg --partitions 2 --other-partitions 1
 
 For every data set and random partition (the paper's sizes, the same partitions as
