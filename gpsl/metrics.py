@@ -102,16 +102,23 @@ def token_accuracy(y_true: Sequence[Sequence[Any]], y_pred: Sequence[Sequence[An
 # --------------------------------------------------------------------------- calibration
 
 
+def _confidences(confidences, n_bins: int = 1) -> np.ndarray:
+    """The confidences as a flat float array, checked to lie in ``[0, 1]`` (and ``n_bins`` to
+    be a positive integer)."""
+    conf = np.asarray(confidences, dtype=float).ravel()
+    if int(n_bins) != n_bins or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    if conf.size and (np.any(~np.isfinite(conf)) or conf.min() < 0.0 or conf.max() > 1.0):
+        raise ValueError("confidences must lie in [0, 1]")
+    return conf
+
+
 def _calibration_inputs(confidences, correct, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     conf = np.asarray(confidences, dtype=float).ravel()
     corr = np.asarray(correct, dtype=float).ravel()
     if conf.shape != corr.shape:
         raise ValueError(f"{conf.size} confidences but {corr.size} correctness values")
-    if int(n_bins) != n_bins or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-    if conf.size and (np.any(~np.isfinite(conf)) or conf.min() < 0.0 or conf.max() > 1.0):
-        raise ValueError("confidences must lie in [0, 1]")
-    return conf, corr
+    return _confidences(conf, n_bins), corr
 
 
 def _bin_index(conf: np.ndarray, n_bins: int) -> np.ndarray:
@@ -210,6 +217,7 @@ def ece_equal_mass(confidences, correct, n_bins: int = 15) -> float:
 
 
 #: bins up to this many tokens get the exact Poisson-binomial law in :func:`ece_noise_floor`
+#: and :func:`consistency_band` (the normal approximation above)
 FLOOR_EXACT_MAX = 2000
 
 
@@ -250,7 +258,7 @@ def consistency_band(confidences, level: float = 0.95,
     tokens right when each is right with its confidence (Poisson-binomial; exact up to
     ``exact_max`` tokens, the normal approximation above, clipped to ``[0, 1]``). A bin whose
     accuracy lies outside it is miscalibrated beyond chance. ``(nan, nan)`` for no tokens."""
-    conf, _ = _calibration_inputs(confidences, np.zeros(np.size(confidences)), 1)
+    conf = _confidences(confidences)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), not {level!r}")
     n = conf.size
@@ -281,7 +289,7 @@ def ece_noise_floor(confidences, n_bins: int = 15, binning: str = "mass",
 
     .. math::
 
-       \mathrm{floor} = rac1n \sum_k \mathbb E\Big|S_k - \sum_{t \in k} c_t\Big|,
+       \mathrm{floor} = \frac1n \sum_k \mathbb E\Big|S_k - \sum_{t \in k} c_t\Big|,
        \qquad S_k = \sum_{t \in k} \mathrm{correct}_t,
 
     with ``S_k`` Poisson-binomial (:func:`_mean_abs_deviation`: exact up to ``exact_max``
@@ -292,7 +300,7 @@ def ece_noise_floor(confidences, n_bins: int = 15, binning: str = "mass",
     scatter less). ``nan`` for no tokens."""
     if binning not in ("mass", "width"):
         raise ValueError(f"binning must be 'mass' or 'width', not {binning!r}")
-    conf, _ = _calibration_inputs(confidences, np.zeros(np.size(confidences)), n_bins)
+    conf = _confidences(confidences, n_bins)
     if conf.size == 0:
         return float("nan")
     if binning == "mass":
