@@ -352,14 +352,14 @@ def fit_missing(args) -> None:
     if not tasks:
         return
     if args.jobs <= 1:
-        done = map(_fit_one, tasks)
-    else:
-        from concurrent.futures import ProcessPoolExecutor
+        for what, seconds in map(_fit_one, tasks):
+            print(f"{what}: fitted in {seconds:.0f} s", flush=True)
+        return
+    from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(max_workers=args.jobs)
-        done = pool.map(_fit_one, tasks)
-    for what, seconds in done:
-        print(f"{what}: fitted in {seconds:.0f} s", flush=True)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for what, seconds in pool.map(_fit_one, tasks):
+            print(f"{what}: fitted in {seconds:.0f} s", flush=True)
 
 
 def run(args, command: str) -> dict:
