@@ -20,53 +20,15 @@ from gpsl.calibration import ENSEMBLE
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
 from gpsl.inference import GPSLInference, VariationalState, initial_state
-from gpsl.kernels import LinearKernel, make_kernel
+from gpsl.kernels import make_kernel
 from gpsl.likelihood import Problem, missing_weight
+from gpsl.params import GPSL1, GPSL2, GPSL4, PARAMS, PRESETS, check_params, parse_offsets
 from gpsl.persist import read_model, save_model
 from gpsl.predict import make_predictor, pl_decode, viterbi
 from gpsl.sparse import SparseGPSLInference, SparseState
 from gpsl.warm import warm_state
 
-GPSL1 = (-1,)
-GPSL2 = (-1, 1)
-GPSL4 = (-2, -1, 1, 2)
-PRESETS = {"GPSL1": GPSL1, "GPSL2": GPSL2, "GPSL4": GPSL4}
-
-
-def parse_offsets(offsets) -> tuple[int, ...]:
-    """Validate a dependency set: a preset name, ``"-1,1"`` or a sequence of ints.
-
-    Text must name at least one offset (``""`` and ``"-1,,1"`` are refused); a sequence
-    may be empty (no dependencies).
-    """
-    if isinstance(offsets, str):
-        key = offsets.strip().upper()
-        if key in PRESETS:
-            return PRESETS[key]
-        if not key:
-            raise InputError("give at least one dependency offset, e.g. -1,1", source="offsets")
-        parts = offsets.replace(" ", "").split(",")
-        try:
-            if "" in parts:
-                raise ValueError
-            offsets = [int(p) for p in parts]
-        except ValueError:
-            raise InputError(f"bad offsets {offsets!r}: expected integers like -1,1",
-                             source="offsets") from None
-    try:
-        out = tuple(int(o) for o in offsets)
-    except (TypeError, ValueError):
-        raise InputError(f"bad offsets {offsets!r}", source="offsets") from None
-    if any(o == 0 for o in out):
-        raise InputError("dependency offsets must be non-zero (0 is the token itself)",
-                         source="offsets")
-    if len(set(out)) != len(out):
-        raise InputError(f"duplicate dependency offsets in {list(out)}", source="offsets")
-    return out
-
-
-#: prior variance of each feature weight of the linear kernel when ``variance=None``
-DEFAULT_LINEAR_VARIANCE = LinearKernel.default_variance
+__all__ = ["GPSL", "AUTO_SPARSE_TOKENS", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
 
 #: ``inference="auto"`` uses the full GP up to this many training tokens and the scalable
 #: weight-space mode above it. Every partition of the paper's protocol (at most 3,600 tokens)
@@ -303,8 +265,9 @@ class GPSL:
         every sweep (see :meth:`gpsl.inference.GPSLInference.fit`).
         """
         t0 = time.perf_counter()
-        offsets = parse_offsets(self.offsets)
-        kernel = make_kernel(self.kernel)
+        p = check_params(self.get_params())
+        offsets = p["offsets"]
+        kernel = make_kernel(p["kernel"])
         if self.decoder not in ("rns", "viterbi", "exact"):
             raise ValueError(f"decoder must be 'rns', 'viterbi' or 'exact', "
                              f"not {self.decoder!r}")
@@ -794,15 +757,11 @@ class GPSL:
 
     # ------------------------------------------------------------------ persistence
 
-    #: constructor parameters that are not part of a saved model (run-time settings, or saved
-    #: elsewhere in the model directory: offsets, template)
-    _NOT_PERSISTED = ("offsets", "template", "warm_start", "n_jobs", "callback", "verbose",
-                      "cluster")
-
     def persisted_config(self) -> dict:
-        """The constructor parameters a model directory records (JSON values)."""
-        params = self.get_params()
-        return {k: params[k] for k in self.param_names() if k not in self._NOT_PERSISTED}
+        """The constructor parameters a model directory records (JSON values; the table's
+        ``persisted`` ones: offsets and template are saved elsewhere in the directory, the
+        run-time settings not at all)."""
+        return {k: v for k, v in self.get_params().items() if PARAMS[k].persisted}
 
     def save(self, path) -> None:
         """Write the fitted model as a directory of JSON and NPZ (no pickle)."""
@@ -845,8 +804,3 @@ class GPSL:
         model._predictor = None
         model.calibrator_ = parts.calibrator
         return model
-
-    @property
-    def state(self):
-        self._check_fitted()
-        return self.state_

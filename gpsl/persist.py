@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gpsl.errors import InputError, ModelFormatError
+from gpsl.params import PARAMS
 
 FORMAT_NAME = "gpsl-model"
 FORMAT_VERSION = 2
@@ -245,36 +246,8 @@ def _read_arrays(arr_path: Path, expected: str, mode: str) -> dict[str, np.ndarr
     return arrays
 
 
-_CONFIG_CHECKS = {
-    "kernel": lambda v: isinstance(v, str),
-    "min_freq": lambda v: _is_int(v) and v >= 1,
-    "max_iter": lambda v: _is_int(v) and v >= 1,
-    "tol": lambda v: _is_num(v) and v >= 0,
-    "learn_hyper": lambda v: isinstance(v, bool),
-    "decoder": lambda v: v in ("rns", "viterbi", "exact"),
-    "rns_tol": lambda v: _is_num(v) and v >= 0,
-    "rns_max_iter": lambda v: _is_int(v) and v >= 1,
-    "rns_schedule": lambda v: v in ("sequential", "jacobi"),
-    "rns_damping": lambda v: _is_num(v) and 0 < v <= 1,
-    "rns_variance": lambda v: isinstance(v, bool),
-    "lambda_floor": lambda v: _is_num(v) and v > 0,
-    "variance": lambda v: v is None or (_is_num(v) and v > 0),
-    "inference": lambda v: v in ("auto", "full", "sparse"),
-    "covariance": lambda v: v in ("auto",) + FAMILIES,
-    "inducing": lambda v: _is_int(v) and v >= 1,
-    "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
-    "marginals": lambda v: v in ("auto", "mean", "probit"),
-    "missing_start": lambda v: v in ("uniform", "supervised"),
-    "missing_weight": lambda v: v == "auto" or (_is_num(v) and 0 <= v <= 1),
-}
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def _check_meta_fields(meta: dict, meta_path: Path) -> None:
@@ -284,9 +257,8 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
             or len(set(classes)) != len(classes)):
         _fail(meta_path, "damaged model description: classes must be a list of distinct labels")
     offsets = meta.get("offsets")
-    if (not isinstance(offsets, list) or not offsets or not all(_is_int(o) and o != 0
-                                                                  for o in offsets)
-            or len(set(offsets)) != len(offsets)):
+    if (not isinstance(offsets, list) or not offsets or not all(_is_int(o) for o in offsets)
+            or not PARAMS["offsets"].accepts(offsets)):
         _fail(meta_path, "damaged model description: offsets must be distinct non-zero "
                          "integers")
     if not _is_int(meta.get("n_columns")) or meta["n_columns"] < 1:
@@ -294,10 +266,10 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         _fail(meta_path, "damaged model description: config is not an object")
-    for key, ok in _CONFIG_CHECKS.items():
-        if key in config and not ok(config[key]):
+    for key, value in config.items():  # the constraints of gpsl.params, as at fit time
+        if key in PARAMS and PARAMS[key].persisted and not PARAMS[key].accepts(value):
             _fail(meta_path, f"damaged model description: bad config value {key}="
-                             f"{config[key]!r}")
+                             f"{value!r}")
     trace = meta.get("bound_trace", [])
     if not isinstance(trace, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in trace):

@@ -1,0 +1,799 @@
+"""Every parameter of GPSL, written once: its constraint, default, presets and help.
+
+In the spirit of scikit-learn's ``_parameter_constraints``, :data:`PARAMS` maps each name to a
+:class:`Param`: the constraints its value must meet (:class:`Interval`, :class:`Options`,
+:class:`Boolean`, ``None`` ...; one of them), the library's default, a one-line help (command
+line, widgets) and the longer reason behind the default (``doc``, the measurements). The
+estimator (:class:`gpsl.model.GPSL` checks its parameters with :func:`check_params` in ``fit``),
+the command line (:func:`add_option` builds its options), saved models (:mod:`gpsl.persist`
+checks a model's recorded configuration against the same constraints) and the app
+(``TrainConfig`` and the Train page's widgets) all read this table.
+
+Every number has bounds, so absurd input is refused at once with one line instead of running
+(a dependency offset of ``-9999999999`` would make the coordinate ascent's colouring loop over
+twenty billion classes): offsets lie within :data:`MAX_OFFSET` tokens either side, at most
+:data:`MAX_OFFSETS` of them; every float is finite.
+
+Where a default legitimately differs by the place a fit is started from, the difference is
+written in :data:`CONTEXTS` with its reason (:func:`defaults`), never restated by the caller.
+
+The dependency set ``S`` of the paper (section 3: ``f^S_d(y_{l+o_d}, y_l)`` for each offset
+``o_d``) is the ``offsets`` parameter; :data:`PRESETS` names the paper's three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+from gpsl.errors import InputError
+
+__all__ = [
+    "GPSL1", "GPSL2", "GPSL4", "PRESETS", "PRESET_HELP", "MAX_OFFSET", "MAX_OFFSETS",
+    "Constraint", "Interval", "Options", "Boolean", "NoneValue", "Offsets", "InstanceOf",
+    "Anything", "Param", "Context", "PARAMS", "ESTIMATOR", "CONTEXTS", "param", "check",
+    "check_params", "defaults", "parse_offsets", "parse_text", "preset_of", "add_option",
+    "argparse_type", "describe",
+]
+
+# --------------------------------------------------------------------------- presets
+
+#: the paper's dependency sets: the previous label; previous and next; two either side
+GPSL1 = (-1,)
+GPSL2 = (-1, 1)
+GPSL4 = (-2, -1, 1, 2)
+PRESETS = {"GPSL1": GPSL1, "GPSL2": GPSL2, "GPSL4": GPSL4}
+PRESET_HELP = {
+    "GPSL1": "previous label (-1)",
+    "GPSL2": "previous and next label (-1, 1)",
+    "GPSL4": "two labels either side (-2, -1, 1, 2)",
+}
+#: a dependency offset reaches at most this many tokens either side (the default sentence
+#: limit, :data:`gpsl.limits.DEFAULT_MAX_TOKENS`: a farther neighbour never exists)
+MAX_OFFSET = 1000
+#: at most this many dependency offsets (each adds a ``J x J`` pair function per label)
+MAX_OFFSETS = 64
+
+
+def preset_of(offsets) -> str:
+    """``"GPSL1"``/``"GPSL2"``/``"GPSL4"`` for a preset's offsets, else ``"custom"``."""
+    offs = tuple(int(o) for o in offsets)
+    return next((name for name, value in PRESETS.items() if value == offs), "custom")
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+class Constraint:
+    """One acceptable form of a value. ``accepts`` says whether ``value`` has it,
+    ``canonical`` gives the form the code uses, ``from_text`` reads it from a command-line or
+    text-field string (``ValueError`` when the text does not have this form) and
+    ``describe`` names it for an error line."""
+
+    def accepts(self, value) -> bool:
+        raise NotImplementedError
+
+    def canonical(self, value):
+        return value
+
+    def from_text(self, text: str):
+        raise ValueError(text)
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def reason(self, value) -> str | None:
+        """A specific one-line reason why ``value`` is refused (``None``: the description
+        says it)."""
+        return None
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, Real) and not isinstance(v, bool)
+
+
+def _num(x) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) >= 1e5:
+        return f"{x:.0e}".replace("e+0", "e").replace("e+", "e")
+    return f"{x:,}" if isinstance(x, int) and abs(x) >= 10_000 else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Interval(Constraint):
+    """A finite number of ``kind`` (``int`` or ``float``) between ``left`` and ``right``;
+    ``closed`` says which ends belong to it (``"both"``, ``"left"``, ``"right"``,
+    ``"neither"``). A float interval takes ints too; never a bool, NaN or an infinity."""
+
+    kind: type
+    left: float
+    right: float
+    closed: str = "both"
+
+    def accepts(self, value) -> bool:
+        if self.kind is int:
+            if not _is_int(value):
+                return False
+        elif not _is_real(value) or not math.isfinite(float(value)):
+            return False
+        v = value
+        lo_ok = v >= self.left if self.closed in ("both", "left") else v > self.left
+        hi_ok = v <= self.right if self.closed in ("both", "right") else v < self.right
+        return bool(lo_ok and hi_ok)
+
+    def canonical(self, value):
+        return int(value) if self.kind is int else float(value)
+
+    def from_text(self, text: str):
+        t = text.strip()
+        return int(t) if self.kind is int else float(t)
+
+    def describe(self) -> str:
+        if self.kind is int and self.left == 1 and self.closed in ("both", "left"):
+            return f"a positive integer up to {_num(self.right)}"
+        what = "an integer" if self.kind is int else "a number"
+        lo = "[" if self.closed in ("both", "left") else "("
+        hi = "]" if self.closed in ("both", "right") else ")"
+        return f"{what} in {lo}{_num(self.left)}, {_num(self.right)}{hi}"
+
+
+@dataclass(frozen=True)
+class Options(Constraint):
+    """One of the strings ``options`` (scikit-learn's ``StrOptions``); ``aliases`` map other
+    accepted names to one of them, ``ignore_case`` accepts any case; ``labels`` are the
+    options' names for people (widgets)."""
+
+    options: tuple[str, ...]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    ignore_case: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def _key(self, value):
+        if not isinstance(value, str):
+            return None
+        v = value.strip().lower() if self.ignore_case else value
+        v = self.aliases.get(v, v)
+        return v if v in self.options else None
+
+    def accepts(self, value) -> bool:
+        return self._key(value) is not None
+
+    def canonical(self, value):
+        return self._key(value)
+
+    def from_text(self, text: str):
+        if self._key(text) is None:
+            raise ValueError(text)
+        return text
+
+    def describe(self) -> str:
+        quoted = [repr(o) for o in self.options]
+        return quoted[0] if len(quoted) == 1 else \
+            f"one of {', '.join(quoted[:-1])} or {quoted[-1]}"
+
+    def label(self, option: str) -> str:
+        return self.labels.get(option, option)
+
+
+@dataclass(frozen=True)
+class Boolean(Constraint):
+    """``True`` or ``False`` (numpy's bools too)."""
+
+    _TEXT = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}
+
+    def accepts(self, value) -> bool:
+        return isinstance(value, bool | np.bool_)
+
+    def canonical(self, value):
+        return bool(value)
+
+    def from_text(self, text: str):
+        return self._TEXT[text.strip().lower()]
+
+    def describe(self) -> str:
+        return "True or False"
+
+
+@dataclass(frozen=True)
+class NoneValue(Constraint):
+    """``None``; what it stands for is said in the parameter's help."""
+
+    def accepts(self, value) -> bool:
+        return value is None
+
+    def describe(self) -> str:
+        return "None"
+
+
+@dataclass(frozen=True)
+class InstanceOf(Constraint):
+    """An instance of a type named ``"module:Class"`` (imported when first needed, so the
+    table imports nothing heavy), or of ``str``."""
+
+    type_name: str
+    what: str
+
+    def accepts(self, value) -> bool:
+        if self.type_name == "str":
+            return isinstance(value, str)
+        if self.type_name == "callable":
+            return callable(value)
+        module, _, name = self.type_name.partition(":")
+        import importlib
+
+        return isinstance(value, getattr(importlib.import_module(module), name))
+
+    def from_text(self, text: str):
+        if self.type_name != "str":
+            raise ValueError(text)
+        return text
+
+    def describe(self) -> str:
+        return self.what
+
+
+@dataclass(frozen=True)
+class Anything(Constraint):
+    """Any value but a bool or a number; its reader checks it further (a Dask client or a
+    scheduler address: :func:`gpsl.distributed.connect`)."""
+
+    what: str
+
+    def accepts(self, value) -> bool:
+        return value is not None and not isinstance(value, bool | Real)
+
+    def from_text(self, text: str):
+        if not text.strip():
+            raise ValueError(text)
+        return text.strip()
+
+    def describe(self) -> str:
+        return self.what
+
+
+@dataclass(frozen=True)
+class Offsets(Constraint):
+    """A dependency set: a preset name (:data:`PRESETS`), text like ``"-1,1"`` or a sequence
+    of integers; non-zero (0 is the token itself), distinct, at most :data:`MAX_OFFSET` tokens
+    away, at most :data:`MAX_OFFSETS` of them. Text must name at least one offset (``""`` and
+    ``"-1,,1"`` are refused); a sequence may be empty (no dependencies)."""
+
+    def _parse(self, value) -> tuple[int, ...]:
+        """The offsets of ``value``, or ``ValueError(one-line reason)``."""
+        if isinstance(value, str):
+            key = value.strip().upper()
+            if key in PRESETS:
+                return PRESETS[key]
+            if not key:
+                raise ValueError("give at least one dependency offset, e.g. -1,1")
+            parts = value.replace(" ", "").split(",")
+            if len(parts) > MAX_OFFSETS:
+                raise ValueError(f"{len(parts)} dependency offsets; at most {MAX_OFFSETS}")
+            try:
+                if "" in parts:
+                    raise ValueError
+                value = [int(p) for p in parts]
+            except ValueError:
+                raise ValueError(f"bad offsets {_short(value)}: expected integers like "
+                                 "-1,1") from None
+        try:
+            items = list(value)
+        except TypeError:
+            raise ValueError(f"bad offsets {_short(value)}") from None
+        if len(items) > MAX_OFFSETS:
+            raise ValueError(f"{len(items)} dependency offsets; at most {MAX_OFFSETS}")
+        out: list[int] = []
+        for o in items:
+            if isinstance(o, str):
+                try:
+                    o = int(o)
+                except ValueError:
+                    raise ValueError(f"bad offsets {_short(value)}") from None
+            integral = _is_int(o) or (_is_real(o) and math.isfinite(o)
+                                      and float(o).is_integer())
+            if not integral:
+                raise ValueError(f"bad offsets {_short(value)}")
+            out.append(int(o))
+        if any(o == 0 for o in out):
+            raise ValueError("dependency offsets must be non-zero (0 is the token itself)")
+        far = [o for o in out if abs(o) > MAX_OFFSET]
+        if far:
+            raise ValueError(f"dependency offset {_short(far[0])} is too far: at most "
+                             f"{MAX_OFFSET} tokens either side")
+        if len(set(out)) != len(out):
+            raise ValueError(f"duplicate dependency offsets in {out}")
+        return tuple(out)
+
+    def accepts(self, value) -> bool:
+        try:
+            self._parse(value)
+        except ValueError:
+            return False
+        return True
+
+    def canonical(self, value):
+        return self._parse(value)
+
+    def from_text(self, text: str):
+        return self._parse(text)
+
+    def reason(self, value) -> str | None:
+        try:
+            self._parse(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def describe(self) -> str:
+        return ("GPSL1, GPSL2, GPSL4 or distinct non-zero integers like -1,1 (at most "
+                f"{MAX_OFFSET} either side)")
+
+
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: ``constraints`` (the value meets one of them), the library's
+    ``default``, ``help`` (one line), ``doc`` (the reason behind the default), ``flags``
+    (command-line option strings; ``()``: not an option), ``label`` (a widget's title),
+    ``group`` (``"estimator"``: a :class:`gpsl.model.GPSL` parameter; ``"crowd"``: the crowd
+    model's; ``"app"``: a training run's in the app; ``"command"``: a command-line option),
+    ``persisted`` (recorded in a saved model's configuration)."""
+
+    name: str
+    default: Any
+    constraints: tuple[Constraint, ...]
+    help: str
+    doc: str = ""
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    label: str = ""
+    group: str = "estimator"
+    persisted: bool = True
+
+    def accepts(self, value) -> bool:
+        return any(c.accepts(value) for c in self.constraints)
+
+    def describe(self) -> str:
+        return " or ".join(c.describe() for c in self.constraints)
+
+    def check(self, value, source: str | None = None):
+        """``value`` in its canonical form, or a one-line :class:`InputError`."""
+        for c in self.constraints:
+            if c.accepts(value):
+                return c.canonical(value)
+        reasons = [r for r in (c.reason(value) for c in self.constraints) if r]
+        if reasons:
+            raise InputError(reasons[0], source=source or self.name)
+        raise InputError(f"{self.name} must be {self.describe()}, not {_short(value)}",
+                         source=source)
+
+    def from_text(self, text: str):
+        """The value of a command-line or text-field string (canonical), or a one-line
+        :class:`InputError` ``expected ..., got '...'``."""
+        for c in self.constraints:
+            try:
+                value = c.from_text(text)
+            except (ValueError, KeyError, OverflowError) as exc:
+                if c.reason(text) is not None:
+                    raise InputError(str(exc), source=self.name) from None
+                continue
+            if c.accepts(value):
+                return c.canonical(value)
+        typed = " or ".join(c.describe() for c in self.constraints
+                            if not isinstance(c, NoneValue))
+        raise InputError(f"expected {typed}, got {_short(text)}")
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options of an :class:`Options` parameter (widgets' choices)."""
+        return next((c.options for c in self.constraints if isinstance(c, Options)), ())
+
+    def option_label(self, option: str) -> str:
+        c = next((c for c in self.constraints if isinstance(c, Options)), None)
+        return option if c is None else c.label(option)
+
+    @property
+    def interval(self) -> Interval | None:
+        """The :class:`Interval` of a numeric parameter (widgets' bounds)."""
+        return next((c for c in self.constraints if isinstance(c, Interval)), None)
+
+
+def _int(lo, hi) -> Interval:
+    return Interval(int, lo, hi)
+
+
+def _real(lo, hi, closed="both") -> Interval:
+    return Interval(float, lo, hi, closed)
+
+
+def _opts(*options, **kw) -> Options:
+    return Options(tuple(options), **kw)
+
+
+_NONE = NoneValue()
+_BOOL = Boolean()
+
+_P = [
+    # ------------------------------------------------------------------ the model
+    Param("offsets", GPSL2, (Offsets(),), flags=("-d", "--offsets"), metavar="OFFSETS",
+          label="Dependency set", persisted=False,
+          help="label dependency offsets: -1 (GPSL1), -1,1 (GPSL2, default), -2,-1,1,2 (GPSL4)",
+          doc="the dependency set S as label offsets; ``(-1,)`` = GPSL1, ``(-1, 1)`` = GPSL2, "
+              "``(-2, -1, 1, 2)`` = GPSL4, or any other; a preset name or a string like "
+              "``\"-1,1\"`` is accepted. (Saved with the model outside its configuration.)"),
+    Param("kernel", "linear",
+          (_opts("linear", "rbf", aliases={"se": "rbf"}, ignore_case=True,
+                 labels={"linear": "Linear", "rbf": "RBF (squared exp.)"}),),
+          flags=("--kernel",), label="Kernel",
+          help="covariance of the latent functions over the token features: linear or rbf "
+               "(squared exponential)",
+          doc="``\"linear\"`` or ``\"rbf\"`` (squared exponential, eq. 1; alias ``\"se\"``)."),
+    Param("template", None,
+          (_NONE, InstanceOf("str", "CRF++ template text"),
+           InstanceOf("gpsl.features:Template", "a Template")), persisted=False,
+          help="CRF++ template (default: a window over every column)",
+          doc="CRF++ template text, a :class:`~gpsl.features.Template`, or ``None`` for "
+              ":func:`~gpsl.features.default_template`. (Saved with the model's features.)"),
+    Param("min_freq", 1, (_int(1, 10**9),), flags=("-f", "--min-freq"), metavar="MIN_FREQ",
+          label="Minimum feature count",
+          help="keep features seen at least MIN_FREQ times (like crf_learn -f)",
+          doc="keep features seen at least this often (``crf_learn -f``)."),
+    Param("max_iter", 100, (_int(1, 10**6),), flags=("--max-iter",), metavar="N",
+          label="Max iterations",
+          help="maximum number of coordinate-ascent sweeps",
+          doc="coordinate-ascent sweeps of Algorithm 1 at most (``tol`` usually stops "
+              "earlier)."),
+    Param("tol", 1e-3, (_real(0.0, 1.0),), flags=("--tol",), metavar="X",
+          label="Tolerance",
+          help="stop when the bound improves by less than this, relative (1e-3 = 0.1% a "
+               "sweep)",
+          doc="the relative-improvement stop: 1e-3 (0.1% a sweep): on the paper's data sets "
+              "the sweeps after that change the bound by less than 0.1% a sweep and the test "
+              "loss by about 0.1 point, at twice the time."),
+    Param("learn_hyper", False, (_BOOL,), flags=("--learn-hyper",),
+          label="Learn hyper-parameters",
+          help="learn the per-label kernel hyper-parameters by variational EM (off by default: "
+               "maximising the bound shrinks the variances and lowers accuracy on the paper's "
+               "data sets)",
+          doc="learn the per-label kernel hyper-parameters theta_j by variational EM "
+              "(Algorithm 1's outer loop). Off by default: the Jensen bound of eq. (lb2) grows "
+              "as the kernel variance shrinks, and maximising it lowered held-out accuracy on "
+              "the paper's data sets (see docs, \"Hyper-parameters\")."),
+    Param("variance", None, (_NONE, _real(0.0, 1e6, "right")), flags=("--variance",),
+          metavar="S2", label="Kernel variance",
+          help="kernel variance (linear: prior variance of each feature weight; default 4.0 "
+               "linear, 1.0 rbf); the starting value when --learn-hyper is given",
+          doc="initial kernel variance (linear: prior variance of each feature weight; rbf: "
+              "sigma_f^2); ``None`` = 4.0 for the linear kernel, 1.0 for rbf. The linear "
+              "default was chosen on GPSL2, partitions 0-2 of the paper's data sets (variance "
+              "1 -> 4, Algorithm 2 sequential -> Jacobi: basenp Hamming loss 8.36 -> 5.66, "
+              "chunking 12.53 -> 12.17, seg 16.76 -> 16.34, JapaneseNE 8.34 -> 8.43): the "
+              "Jensen bound's ``v/2`` terms penalise prior variance, so a weak prior gives "
+              "local functions that lean too much on the neighbours' labels."),
+    Param("decoder", "rns", (_opts("rns", "viterbi", "exact"),), flags=("--decoder",),
+          label="Decoder",
+          help="rns (Algorithm 2), viterbi (one neighbour) or exact (dependencies within "
+               "-1..+1)",
+          doc="``\"rns\"`` (Algorithm 2), ``\"viterbi\"`` (single-neighbour models) or "
+              "``\"exact\"`` (the exact maximiser of the product of the pseudo-likelihood "
+              "factors, for dependencies within -1..+1; beyond the paper)."),
+    Param("rns_tol", 1e-4, (_real(0.0, 1.0),),
+          help="Algorithm 2 stops when no marginal moves by more than this",
+          doc="the stop rule of Algorithm 2: no RNS value changes by more than this."),
+    Param("rns_max_iter", 100, (_int(1, 10**6),),
+          help="Algorithm 2's passes at most",
+          doc="the passes of Algorithm 2 at most."),
+    Param("rns_schedule", "jacobi", (_opts("jacobi", "sequential"),),
+          help="jacobi (Algorithm 2 as written) or sequential (newest values, left to right)",
+          doc="``\"jacobi\"`` (Algorithm 2 as written, every RNS^t from RNS^{t-1}; the "
+              "default) or ``\"sequential\"`` (positions updated left to right with the newest "
+              "values). On basenp (GPSL2, partitions 0-2) Jacobi had 7.0% Hamming loss against "
+              "8.4% for sequential; on chunking they tie."),
+    Param("rns_damping", 0.5, (_real(0.0, 1.0, "right"),),
+          help="eta of the damped Algorithm 2 (1 = undamped)",
+          doc="``eta`` of :func:`gpsl.predict.rns` (same fixed points as Algorithm 2; ``1`` = "
+              "undamped). Undamped, the Jacobi iteration ends in two-cycles on 4-5% of "
+              "basenp's test tokens and its answer depends on the parity of ``rns_max_iter``; "
+              "``0.5`` converges in 20-50 passes and lowered GPSL2's loss on basenp partitions "
+              "0-2 from 5.66% to 5.18% (chunking unchanged)."),
+    Param("rns_variance", False, (_BOOL,),
+          help="use m + v/2 as Algorithm 2's local score (eq. rns) instead of the mean m",
+          doc="use ``m + v/2`` as the local score of the RNS, exactly as eq. (rns) (the log of "
+              "``E[exp f]``). Off by default: the predictive variance is smallest for the label "
+              "the training data supports, so ``v/2`` systematically favours the wrong labels; "
+              "on basenp (150/150, GPSL2) it raised the Hamming loss from 7.1% (means only) to "
+              "11.3%. ``False`` uses the predictive means ``m``."),
+    Param("warm_start", False, (_BOOL,), persisted=False,
+          help="start fit from the previous fit",
+          doc="start ``fit`` from the previous fit (active learning, added labels): its "
+              "hyper-parameters always, its variational state of the kept sentences only when "
+              "no training label is missing (:mod:`gpsl.warm` says why)."),
+    Param("lambda_floor", 1e-8, (_real(0.0, 1.0, "right"),),
+          help="Khan parameters below this are set to 0",
+          doc="Khan parameters below this are set to 0 (see :mod:`gpsl.inference`). A large "
+              "floor (1e-3) shrinks the Cholesky factors but moves the fixed point: on chunking "
+              "the damped steps towards it kept failing (0.6 s of every sweep wasted)."),
+    Param("inference", "auto",
+          (_opts("auto", "full", "sparse", ignore_case=True,
+                 labels={"auto": "Auto", "full": "Full GP", "sparse": "Scalable"}),),
+          flags=("--inference",), label="Inference",
+          help="full GP, the scalable weight-space mode, or auto (full up to 4,000 training "
+               "tokens)",
+          doc="``\"full\"`` (the full GP of Algorithm 1, ``O(n^3)`` in training tokens), "
+              "``\"sparse\"`` (the scalable weight-space mode of :mod:`gpsl.sparse`, about "
+              "linear in ``n``) or ``\"auto\"`` (full up to "
+              ":data:`gpsl.model.AUTO_SPARSE_TOKENS` training tokens)."),
+    Param("covariance", "auto", (_opts("auto", "meanfield", "khan", ignore_case=True),),
+          help="the scalable mode's covariance family: meanfield, khan or auto",
+          doc="the sparse mode's covariance family: ``\"meanfield\"``, ``\"khan\"`` or "
+              "``\"auto\"`` (mean-field for the linear kernel, Khan for the rbf kernel's "
+              "Nystrom features)."),
+    Param("inducing", 500, (_int(1, 10**6),), flags=("--inducing",), metavar="M",
+          help="inducing tokens of the rbf kernel in the sparse mode",
+          doc="inducing tokens of the rbf kernel in the sparse mode."),
+    Param("lse_bound", "auto", (_opts("auto", "jensen", "bohning", ignore_case=True),),
+          flags=("--lse-bound",),
+          help="bound on the expected log-partition (auto: jensen for full, bohning for sparse "
+               "with complete labels, jensen when labels are missing)",
+          doc="the upper bound on the expected log-partition (:mod:`gpsl.likelihood`): "
+              "``\"jensen\"`` (the paper's eq. lb2), ``\"bohning\"`` (variances enter "
+              "additively and do not move the means) or ``\"auto\"`` (Jensen in the full "
+              "mode; in the sparse mode Boehning with complete labels - with the mean-field "
+              "covariance, whose variances over-state the uncertainty, Jensen's bound pulls "
+              "the means and cost 0.4-0.8 points against Boehning's on chunking, basenp and "
+              "JapaneseNE at 600-800 sentences - and Jensen when a label is missing, where "
+              "Boehning's stopped far from its maximum, see "
+              ":func:`gpsl.engines.resolve_lse_bound`)."),
+    Param("marginals", "auto", (_opts("auto", "mean", "probit"),),
+          help="the marginals predict_marginals gives: mean (Algorithm 2), probit "
+               "(uncertainty-aware) or auto (the calibrator's choice, else mean)",
+          doc="the per-token marginals :meth:`~gpsl.model.GPSL.predict_marginals` gives when "
+              "no calibrator says otherwise: ``\"mean\"`` (Algorithm 2 on the predictive means, "
+              "as the paper), ``\"probit\"`` (the uncertainty-aware RNS of "
+              ":func:`gpsl.predict.rns`: the posterior variances of ``f^U`` and ``f^S`` flatten "
+              "each score by the probit factor) or ``\"auto\"`` (the calibrator's choice after "
+              ":meth:`~gpsl.model.GPSL.calibrate`, else ``\"mean\"``)."),
+    Param("missing_start", "uniform", (_opts("uniform", "supervised", ignore_case=True),),
+          flags=("--missing-start",),
+          help="scalable fit with missing labels: start from zero weights (uniform) or from "
+               "the fit of the complete sentences (supervised)",
+          doc="where the scalable fit starts when labels are missing: ``\"uniform\"`` (zero "
+              "weights, so every missing label starts uniform; the default) or "
+              "``\"supervised\"`` (from the fit of the completely labeled sentences, "
+              ":meth:`gpsl.engines.SparseEngine.supervised_start`). Measured on 700-sentence "
+              "pools with the plain bound (``missing_weight=1``): ``\"supervised\"`` was better "
+              "on basenp (3 labels; 92.5% against 82.6% test accuracy after two rounds of token "
+              "queries, 91.8% against 87.1% with 10% of the tokens labeled at random) and worse "
+              "on chunking (22 labels; 82.2% against 88.1% at 10% random). The missing weight "
+              "addresses the same problem, the pull of the uniform self-targets, on both, so "
+              "the start stays uniform."),
+    Param("missing_weight", "auto",
+          (_opts("auto", ignore_case=True), _real(0.0, 1.0)),
+          flags=("--missing-weight",), metavar="W",
+          help="weight of a missing label's own factor when fitting, 'auto' (min(1, labeled / "
+               "missing tokens), the default) or a number in [0, 1]; 1 = the plain variational "
+               "bound",
+          doc="``lambda``, the weight of a missing label's own pseudo-likelihood factor in the "
+              "M-steps (EM-lambda, :mod:`gpsl.likelihood`): ``\"auto\"`` = ``min(1, labeled / "
+              "missing tokens)``, or a number in ``[0, 1]``; ``1`` is the plain variational "
+              "bound. The missing labels stay marginalised (their ``r`` is the unweighted "
+              "E-step and informs the neighbours); only their pull on the functions as "
+              "self-made training targets is discounted. ``\"auto\"`` is ``1`` while at most "
+              "half the labels are missing. The fitted value is ``missing_weight_``. Measured "
+              "in ``bench.missing_weight``."),
+    Param("n_jobs", None, (_NONE, _int(1, 1024)), persisted=False,
+          help="threads for the per-label Cholesky factors (None: one more than the CPUs, at "
+               "most 4)",
+          doc="threads for the per-label Cholesky factors of the covariance update (``None``: "
+              "one more than the CPUs, at most 4). BLAS itself runs single-threaded during "
+              "``fit`` (threadpoolctl): two BLAS threads per factorisation made a chunking fit "
+              "2.4 times slower on 2 cores."),
+    Param("callback", None, (_NONE, InstanceOf("callable", "a callable")), persisted=False,
+          help="called after every sweep with {iteration, bound, seconds}",
+          doc="called after every sweep with ``{\"iteration\", \"bound\", \"seconds\"}``."),
+    Param("verbose", False, (_BOOL, _int(0, 100)), persisted=False,
+          help="accepted for scikit-learn compatibility; fit prints nothing",
+          doc="accepted for scikit-learn compatibility; ``fit`` prints nothing (progress goes "
+              "to ``callback``)."),
+    Param("cluster", None,
+          (_NONE, Anything("a dask.distributed Client or a scheduler address like "
+                           "tcp://host:8786 (or gpsl.distributed.InProcess(n))")),
+          flags=("--scheduler",), metavar="ADDRESS", persisted=False,
+          help="a Dask scheduler (tcp://HOST:PORT): the scalable fit's sums over sentences run "
+               "on its workers (linear kernel, mean-field)",
+          doc="``None`` (fit in this process) or a Dask cluster for the scalable mode's sums "
+              "over sentences: a ``dask.distributed.Client`` or a scheduler address such as "
+              "``\"tcp://host:8786\"`` (:mod:`gpsl.distributed`; the linear kernel with the "
+              "mean-field covariance). With a cluster, ``inference=\"auto\"`` is ``\"sparse\"`` "
+              "and ``inference=\"full\"`` is refused. ``gpsl.distributed.InProcess(n)`` runs "
+              "the same shards in this process. Not saved with the model."),
+    # ------------------------------------------------------------------ the crowd model
+    Param("min_votes", 30, (_int(1, 10**9),), flags=("--min-votes",), metavar="N",
+          group="crowd",
+          help="annotators with fewer votes get one skill parameter instead of a confusion "
+               "matrix"),
+    Param("prior_diag", 2.0, (_real(0.0, 1e6),), flags=("--prior-diag",), metavar="X",
+          group="crowd", help="Dirichlet pseudo-count on the confusion matrices' diagonal"),
+    Param("prior_off", 0.1, (_real(0.0, 1e6),), flags=("--prior-off",), metavar="X",
+          group="crowd", help="Dirichlet pseudo-count off the diagonal"),
+    Param("shrink", 10.0, (_real(0.0, 1e6),), flags=("--shrink",), metavar="K", group="crowd",
+          help="shrink each confusion matrix towards the annotator's one-skill matrix with K "
+               "pseudo-votes per row (0: fixed prior, MAP)"),
+    Param("tagger_prior", "learn", (_opts("learn", "model"),), flags=("--tagger-prior",),
+          group="crowd",
+          help="--crowd: 'learn' learns the tagger's prior variance in the joint bound and "
+               "refits the saved tagger with the given settings on the inferred labels; "
+               "'model' keeps the given settings in the joint fit"),
+    # ------------------------------------------------------------------ a run in the app
+    Param("max_sentences", None, (_NONE, _int(1, 10**9)), group="app",
+          label="Train on at most N labeled sentences (0 = all)",
+          help="by default every sentence with a labeled token is used; a cap keeps rounds "
+               "short (the most labeled sentences first)"),
+    # ------------------------------------------------------------------ command options
+    Param("calibrate_folds", None, (_NONE, _int(2, 100)), flags=("--calibrate-folds",),
+          metavar="K", group="command",
+          help="fit the calibration on K folds of the training sentences instead (K more "
+               "fits)"),
+    Param("max_tokens", None, (_NONE, _int(0, 10**9)), flags=("--max-tokens",), metavar="N",
+          group="command",
+          help="refuse sentences longer than N tokens (default 1000 or $GPSL_MAX_TOKENS; 0: no "
+               "limit)"),
+    Param("annotators", None, (_NONE, _int(1, 10_000)), flags=("--annotators",), metavar="N",
+          group="command",
+          help="CoNLL crowd input: the last N columns are one label column per annotator ('_' "
+               "= no label)"),
+    Param("batch", 50, (_int(1, 10**7),), flags=("--batch",), metavar="N", group="command",
+          help="tokens to ask"),
+    Param("max_per_sentence", None, (_NONE, _int(1, 10**7),), flags=("--max-per-sentence",),
+          metavar="K", group="command",
+          help="at most K tokens of one sentence (default: a quarter of the batch)"),
+    Param("seed", 0, (_int(0, 2**32 - 1),), flags=("--seed",), group="command",
+          help="random seed of the query"),
+]
+
+#: every parameter by name, in the order above
+PARAMS: dict[str, Param] = {p.name: p for p in _P}
+#: the parameters of :class:`gpsl.model.GPSL`, in its constructor's order
+ESTIMATOR: tuple[str, ...] = tuple(p.name for p in _P if p.group == "estimator")
+
+
+@dataclass(frozen=True)
+class Context:
+    """A place a fit starts from, with the defaults that differ there and why."""
+
+    name: str
+    why: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+CONTEXTS: dict[str, Context] = {
+    "library": Context("library", "GPSL(...) in Python: the table's defaults."),
+    "cli": Context("cli", "python -m gpsl train: the library's defaults (a crf_learn run "
+                          "is a batch job; nobody waits for it at a screen)."),
+    "app": Context("app", "a training run started from the app's Train page while "
+                          "annotators keep labeling: rounds are kept short (a round stops "
+                          "after 30 sweeps; the next round starts from more labels), so "
+                          "max_iter is 30.", {"max_iter": 30}),
+}
+
+
+def param(name: str) -> Param:
+    try:
+        return PARAMS[name]
+    except KeyError:
+        raise InputError(f"unknown parameter {name!r}") from None
+
+
+def defaults(context: str = "library", names: Iterable[str] | None = None) -> dict:
+    """The defaults of ``names`` (default: the estimator's) where a fit starts from
+    ``context`` (:data:`CONTEXTS`)."""
+    ctx = CONTEXTS[context]
+    keys = ESTIMATOR if names is None else tuple(names)
+    return {k: ctx.overrides.get(k, param(k).default) for k in keys}
+
+
+def check(name: str, value, source: str | None = None):
+    """``value`` of parameter ``name`` in its canonical form (offsets as a tuple, options in
+    lower case where any case is accepted, numbers as int or float), or a one-line
+    :class:`InputError` naming the parameter."""
+    return param(name).check(value, source)
+
+
+def check_params(params: Mapping[str, Any], source: str | None = None) -> dict:
+    """:func:`check` of every item; an unknown name is refused too."""
+    return {k: check(k, v, source) for k, v in params.items()}
+
+
+def parse_offsets(offsets) -> tuple[int, ...]:
+    """A dependency set (:class:`Offsets`): a preset name, ``"-1,1"`` or a sequence of ints."""
+    return check("offsets", offsets)
+
+
+def parse_text(name: str, text: str):
+    """Parameter ``name`` from a string a person typed (command line, text field)."""
+    return param(name).from_text(text)
+
+
+def describe(names: Iterable[str] = ESTIMATOR) -> str:
+    """The parameters' section of a docstring: each name, its constraint, default and
+    ``doc`` (or ``help``)."""
+    lines = []
+    for n in names:
+        p = param(n)
+        lines.append(f"{n}: {p.describe()}; default {p.default!r}.")
+        lines.append("    " + (p.doc or p.help))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- argparse
+
+
+def argparse_type(name: str):
+    """An argparse ``type`` reading parameter ``name`` (one-line ``ArgumentTypeError``)."""
+    p = param(name)
+
+    def read(text: str):
+        try:
+            return p.from_text(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    read.__name__ = name  # argparse names the type in "invalid <name> value"
+    return read
+
+
+def _choices_reader(c: Options):
+    """An :class:`Options` reader for argparse: the canonical option, or the text itself so
+    that argparse's ``choices`` refuse it with its usual line."""
+
+    def read(text: str):
+        return c.canonical(text) if c.accepts(text) else text
+
+    return read
+
+
+def add_option(parser, name: str, *, context: str = "cli", flags: tuple[str, ...] = (),
+               **overrides):
+    """Add parameter ``name`` to an argparse ``parser`` as its table entry says: the option
+    strings, a type that checks the constraint (the choices of an :class:`Options`
+    parameter; a flag for a boolean), the ``context``'s default and the help with that
+    default appended. ``overrides`` (e.g. ``default=None``, ``help=...``) replace what the
+    table gives."""
+    p = param(name)
+    kw: dict[str, Any] = {"dest": name,
+                          "default": CONTEXTS[context].overrides.get(name, p.default)}
+    options = next((c for c in p.constraints if isinstance(c, Options)), None)
+    if any(isinstance(c, Boolean) for c in p.constraints):
+        kw["action"] = "store_true"
+    elif options is not None and all(isinstance(c, Options | NoneValue)
+                                     for c in p.constraints):
+        kw.update(type=_choices_reader(options), choices=options.options)
+    else:
+        kw["type"] = argparse_type(name)
+        if p.metavar:
+            kw["metavar"] = p.metavar
+    text = overrides.pop("help", None) or p.help
+    shown = overrides.get("default", kw["default"])
+    if shown not in (None, False) and "default" not in text:
+        shown = ",".join(map(str, shown)) if isinstance(shown, tuple) else shown
+        text += f" (default {shown})"
+    kw["help"] = text.replace("%", "%%")
+    kw.update(overrides)
+    return parser.add_argument(*(flags or p.flags), **kw)
