@@ -790,7 +790,7 @@ def add_option(parser, name: str, *, context: str = "cli", flags: tuple[str, ...
         if p.metavar:
             kw["metavar"] = p.metavar
     text = overrides.pop("help", None) or p.help
-    shown = overrides.get("default", kw["default"])
+    shown = kw["default"]  # the value used when the option is not given
     if shown not in (None, False) and "default" not in text:
         shown = ",".join(map(str, shown)) if isinstance(shown, tuple) else shown
         text += f" (default {shown})"

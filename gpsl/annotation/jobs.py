@@ -5,7 +5,7 @@ Two runners, chosen by the environment: a local subprocess (the default, below) 
 (:mod:`gpsl.annotation.dask_jobs`); progress, stop, failure and the model folder work the same
 way with either.
 
-A worker is ``python -m gpsl worker --version ID --models-root DIR`` in its own session
+A worker is ``python -m gpsl.annotation.worker --version ID --models-root DIR`` in its own session
 (one BLAS thread, ``nice`` 5); the store it works on is passed in its environment
 (``GPSL_DB``), never on the command line (a PostgreSQL URL may hold a password).  A
 version records its worker's pid *and the process's start time*: a process is only taken
@@ -90,7 +90,7 @@ def _is_worker_of(proc: psutil.Process, version_id: int) -> bool:
         cmd = proc.cmdline()
     except psutil.Error:
         return False
-    return "worker" in cmd and "--version" in cmd and \
+    return "gpsl.annotation.worker" in cmd and "--version" in cmd and \
         cmd[cmd.index("--version") + 1:cmd.index("--version") + 2] == [str(int(version_id))]
 
 
@@ -239,7 +239,7 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
             return _start_dask(store, project_id, config, root, address)
         vid = store.start_model_version(project_id, config.to_settings())
         log = pipeline.log_file(root, project_id, vid)
-        cmd = [sys.executable, "-m", "gpsl", "worker", "--version", str(vid),
+        cmd = [sys.executable, "-m", "gpsl.annotation.worker", "--version", str(vid),
                "--models-root", str(root)]
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -309,23 +309,4 @@ def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
             raise TrainingBusyError(f"model version {busy['id']} is still training")
         vid = store.start_model_version(project_id, config.to_settings())
     return pipeline.run(store, vid, root, raise_errors=raise_errors)
-
-
-def worker_main(version_id: int, models_root: str | None, db: str | None = None) -> int:
-    """The worker process: run one version's pipeline (``python -m gpsl worker``)."""
-    from gpsl.annotation.facade import Store
-
-    target = db or os.environ.get("GPSL_DB", "")
-    if not target:
-        raise InputError("no store given (GPSL_DB is not set)", source="worker")
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(5)
-    store = Store(target, models_root=models_root)
-    try:
-        version = pipeline.run(store, version_id, store.models_root)
-    except pipeline.UnrecordedFailure as exc:
-        return exc.exit_code
-    print(f"version {version_id}: {version['status']}"
-          + (f" ({version['error']})" if version.get("error") else ""), flush=True)
-    return 0 if version["status"] == "done" else 1
 
