@@ -177,8 +177,9 @@ class Options(Constraint):
 
     def describe(self) -> str:
         quoted = [repr(o) for o in self.options]
-        return quoted[0] if len(quoted) == 1 else \
-            f"one of {', '.join(quoted[:-1])} or {quoted[-1]}"
+        if len(quoted) <= 2:
+            return " or ".join(quoted)
+        return f"one of {', '.join(quoted[:-1])} or {quoted[-1]}"
 
     def label(self, option: str) -> str:
         return self.labels.get(option, option)
@@ -734,11 +735,15 @@ def parse_text(name: str, text: str):
 def describe(names: Iterable[str] = ESTIMATOR) -> str:
     """The parameters' section of a docstring: each name, its constraint, default and
     ``doc`` (or ``help``)."""
+    import textwrap
+
     lines = []
     for n in names:
         p = param(n)
-        lines.append(f"{n}: {p.describe()}; default {p.default!r}.")
-        lines.append("    " + (p.doc or p.help))
+        lines += textwrap.wrap(f"{n}: {p.describe()}; default {p.default!r}.", 92,
+                               subsequent_indent="    ")
+        lines += textwrap.wrap(p.doc or p.help, 92, initial_indent="    ",
+                               subsequent_indent="    ")
     return "\n".join(lines)
 
 
