@@ -22,6 +22,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sqlalchemy import make_url
+
+from gpsl.annotation import pipeline
+from gpsl.annotation.facade import Store
 from gpsl.errors import GpslError, InputError
 
 
@@ -29,8 +33,6 @@ def _sqlite_file(target: str) -> Path | None:
     """The file of a SQLite store (a path, or a ``sqlite://`` URL), None for a server."""
     if "://" not in target:
         return Path(target).expanduser()
-    from sqlalchemy import make_url
-
     url = make_url(target)
     if url.get_backend_name() != "sqlite":
         return None
@@ -50,9 +52,6 @@ def check_store(target: str) -> None:
 
 def run(version_id: int, models_root: str | None, db: str | None = None) -> int:
     """Run one version's pipeline; the exit status (0 done, 1 failed)."""
-    from gpsl.annotation import pipeline
-    from gpsl.annotation.facade import Store
-
     target = db or os.environ.get("GPSL_DB", "")
     check_store(target)
     with contextlib.suppress(OSError, AttributeError):
