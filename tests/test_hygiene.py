@@ -1,5 +1,5 @@
-"""The suite's hygiene: no test writes into the checkout, and time limits follow the
-machine's load."""
+"""The suite's hygiene: no test writes into the checkout, time limits follow the machine's
+load, the benchmark peers run from the lean install, and `make run` reuses `make test`'s."""
 
 from __future__ import annotations
 
@@ -126,3 +126,61 @@ def test_timeout_markers_are_scaled(request):
     """conftest.py put the ini timeout (900 s), times the factor, on this test."""
     marker = request.node.get_closest_marker("timeout")
     assert marker is not None and marker.args[0] >= 900
+
+
+def test_crowd_kit_aggregators_run_without_transformers():
+    """crowd-kit is installed without its declared dependencies (requirements-bench.txt):
+    the aggregators bench.crowd compares with import and run on what is pinned, and nothing
+    imports transformers or torch."""
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import pandas as pd
+        from crowdkit.aggregation import GLAD, MACE, DawidSkene, MajorityVote
+        rng = np.random.default_rng(0)
+        truth = rng.integers(0, 3, 200)
+        rows = [(t, w, truth[t] if rng.random() < 0.8 else rng.integers(0, 3))
+                for t in range(200) for w in range(4)]
+        df = pd.DataFrame(rows, columns=["task", "worker", "label"])
+        for agg in (MajorityVote(), DawidSkene(n_iter=20), GLAD(n_iter=20, silent=True),
+                    MACE(n_iter=20, random_state=0)):
+            P = agg.fit(df).probas_
+            assert np.allclose(P.sum(axis=1), 1)
+            assert (P.idxmax(axis=1).sort_index().to_numpy() == truth).mean() > 0.9
+        import sklearn_crfsuite  # the CRFsuite peer
+        print(sorted(m for m in ("transformers", "torch") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=_limits.limit(120))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_make_run_after_make_test_installs_nothing(tmp_path):
+    """The dev install implies the runtime one (``make run`` after ``make test`` used to
+    install everything again); a changed requirements file still reinstalls."""
+    if shutil.which("make") is None:
+        pytest.skip("make is missing")
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt",
+                 "requirements-bench.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    fake = tmp_path / ".venv" / "bin" / "python"  # records what make would run
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'calls.log'}\n")
+    fake.chmod(0o755)
+
+    def make(*args):
+        return subprocess.run(["make", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=_limits.limit(60))
+
+    assert make("install-dev").returncode == 0
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls == ["-m pip install -r requirements-dev.txt",
+                     "-m pip install --no-deps -r requirements-bench.txt",
+                     "-m pip install --no-deps -e ."]
+    assert make("-q", "install").returncode == 0  # `make run`'s install is up to date
+    assert make("install").returncode == 0
+    assert (tmp_path / "calls.log").read_text().splitlines() == calls  # nothing ran
+    later = time.time() + 10
+    os.utime(tmp_path / "requirements.txt", (later, later))
+    assert make("-q", "install").returncode == 1  # a changed requirement: install again

@@ -17,7 +17,8 @@ from gpsl.io import read_conll
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt"])
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt",
+                                  "requirements-bench.txt"])
 def test_requirements_are_pinned(name):
     lines = [ln.strip() for ln in (ROOT / name).read_text().splitlines()]
     specs = [ln for ln in lines if ln and not ln.startswith(("#", "-r "))]
