@@ -273,6 +273,7 @@ class GPSL:
         self.fit_seconds_ = time.perf_counter() - t0
         self._predictor = None
         self.calibrator_ = None  # a new fit invalidates the previous calibration
+        self.calibration_run_ = None
         return self
 
     # ------------------------------------------------------------------ the fitted engine
@@ -426,7 +427,7 @@ class GPSL:
 
     def calibrate(self, X, y, *, folds=None, method="auto",
                   kinds=("temperature", "structured", "structured+vector"), seed=0,
-                  source="", criterion="nll", ensemble=ENSEMBLE) -> GPSL:
+                  source="", criterion="nll", ensemble=ENSEMBLE, jobs=1) -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
@@ -441,9 +442,15 @@ class GPSL:
         ``criterion`` chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead).
         ``ensemble``: how the candidates' ensemble, itself a candidate, weighs them
         (``"uniform"`` or ``"stack"``, :mod:`gpsl.calibration`); ``None``: no ensemble.
+        ``jobs``: processes of the fold fits (default 1: here; ``None``: ``min(folds,
+        CPUs)``, :func:`gpsl.calibration.out_of_fold_scores`). ``calibration_run_`` records the data
+        and the seconds (:class:`gpsl.calibration.CalibrationRun`). ``fit`` itself never
+        calibrates (scikit-learn's convention; ``gpsl train`` does, by
+        :func:`gpsl.calibration.calibrate_model`).
         """
-        from gpsl.calibration import Calibrator, fold_indices
+        from gpsl.calibration import CalibrationRun, Calibrator, out_of_fold_scores
 
+        t0 = time.perf_counter()
         self._check_fitted()
         methods = list(MARGINALS) if method == "auto" else [method]
         if any(m not in MARGINALS for m in methods):
@@ -455,20 +462,16 @@ class GPSL:
             gold = [np.concatenate(self.gold_index(labels))] if labels else []
             source = source or "held-out"
         else:
-            settings = self.get_params()
-            settings.update(warm_start=False, callback=None, verbose=False)
-            scores, gold = [], []
-            for held in fold_indices(len(X), int(folds), seed):
-                held_set = set(held.tolist())
-                tr = [i for i in range(len(X)) if i not in held_set]
-                fm = type(self)(**settings).fit([X[i] for i in tr], [labels[i] for i in tr],
-                                              classes=self.classes_)
-                scores.append(fm.calibration_scores([X[i] for i in held]))
-                gold.append(np.concatenate(self.gold_index([labels[i] for i in held])))
+            scores, gold = out_of_fold_scores(self, X, labels, int(folds), seed=seed,
+                                              jobs=jobs)
             source = source or f"{int(folds)}-fold"
         self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
                                              source=source, criterion=criterion,
                                              ensemble=ensemble)
+        self.calibration_run_ = CalibrationRun(
+            source="held-out" if folds is None else "folds",
+            folds=None if folds is None else int(folds), tokens=int(self.calibrator_.n_tokens),
+            sentences=len(X), seconds=time.perf_counter() - t0, reason=source)
         return self
 
     def predict(self, X, decoder=None, y=None):
@@ -533,6 +536,7 @@ class GPSL:
         model.fit_seconds_ = float(meta.get("fit_seconds", 0.0))
         model._predictor = None
         model.calibrator_ = parts.calibrator
+        model.calibration_run_ = parts.calibration_run
         return model
 
 

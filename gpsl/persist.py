@@ -3,7 +3,9 @@
 Layout of a model directory::
 
     model.json   format name and version, configuration, inference mode, classes, template
-                 text, feature vocabulary, kernel, bound trace, SHA-256 of arrays.npz
+                 text, feature vocabulary, kernel, bound trace, the calibrator and how the
+                 model was calibrated (``calibration_run``: held-out, folds or none, K,
+                 tokens, seconds; absent in models saved before it), SHA-256 of arrays.npz
     arrays.npz   the variational state, r and the training features (CSR parts): theta,
                  alpha, lambda (full mode) or theta, W, cov, inducing (sparse mode)
 
@@ -136,6 +138,8 @@ def save_model(model, path) -> Path:
             "fit_seconds": float(model.fit_seconds_),
             "calibration": (None if getattr(model, "calibrator_", None) is None
                             else model.calibrator_.to_dict()),
+            "calibration_run": (None if getattr(model, "calibration_run_", None) is None
+                                else model.calibration_run_.to_dict()),
             "sha256": {"arrays.npz": _sha256(tmp / "arrays.npz")},
         }
         meta["sha256"]["model.json"] = _meta_digest(meta)
@@ -287,6 +291,7 @@ class ModelParts:
     X: sp.csr_matrix
     arrays: dict
     calibrator: object = None  # gpsl.calibration.Calibrator or None
+    calibration_run: object = None  # gpsl.calibration.CalibrationRun or None
     engine: Engine | None = None  # the fitted engine of the recorded mode (gpsl.engines)
 
 
@@ -386,7 +391,18 @@ def read_model(path) -> ModelParts:
             calibrator = Calibrator.from_dict(meta["calibration"], J)
         except (ValueError, TypeError) as e:
             _fail(meta_path, f"damaged model description: calibration: {e}")
+    run = None
+    if meta.get("calibration_run") is not None:  # how it was calibrated (or why not)
+        from gpsl.calibration import CalibrationRun
+
+        try:
+            run = CalibrationRun.from_dict(meta["calibration_run"])
+        except (ValueError, TypeError) as e:
+            _fail(meta_path, f"damaged model description: calibration_run: {e}")
+        if (run.source == "none") != (calibrator is None):
+            _fail(meta_path, "damaged model description: calibration_run does not match the "
+                             "calibration")
     return ModelParts(meta=meta, config=config, inference=engine.name, family=family,
                       kernel=kernel, extractor=extractor, X=X, arrays=arrays,
-                      calibrator=calibrator,
+                      calibrator=calibrator, calibration_run=run,
                       engine=engine.from_arrays(arrays, kernel=kernel, X=X, family=family))

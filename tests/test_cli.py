@@ -182,6 +182,7 @@ class FakeModel:
     n_columns_ = 2
     classes_ = ["N", "O"]
     inference_ = "sparse"
+    fit_seconds_ = 1.5
     kwargs: dict = {}
     saved_to = None
 
@@ -239,8 +240,9 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     assert lines[0] == "iter=1    bound=-10.000000 time=0.50s"
     assert lines[1] == "iter=2    bound=-5.000000 time=1.00s"
     assert lines[2].startswith("gpsl: trained on 12 tokens (4 sentences, sparse inference), "
-                               "2 labels, "
-                               "1 missing labels, 3 features, ")
+                               "2 labels, 1 missing labels, 3 features, fit 1.50 s; not "
+                               "calibrated: 11 labeled training tokens are too few to "
+                               "calibrate on (at least 50); ")
     assert len(lines) == 3
 
 
@@ -449,32 +451,144 @@ def test_unexpected_errors_are_one_line_with_status_1(files, capsys, monkeypatch
         cli.main(["train", str(files[1]), str(files[0] / "m")])
 
 
+def _chain_file(path, n_sentences, seed):
+    """``n_sentences`` of the synthetic chain task as a one-column CoNLL file."""
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(n_sentences, seed=seed)
+    path.write_text("\n".join("".join(f"{w[0]} {lab}\n" for w, lab in zip(x, ys))
+                              for x, ys in zip(X, y)), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def chain_files(tmp_path_factory):
+    """Training (12 sentences, 100+ tokens), held-out (8) and test (6) files of the chain
+    task: enough for the default calibration (5 folds)."""
+    tmp = tmp_path_factory.mktemp("chain")
+    return (_chain_file(tmp / "train.data", 12, 1), _chain_file(tmp / "held.data", 8, 2),
+            _chain_file(tmp / "test.data", 6, 3))
+
+
+def _printed(out: str) -> list[tuple[str, float]]:
+    """(label, probability) of every token line of ``test --marginals``."""
+    return [(ln.split("\t")[-1].rsplit("/", 1)[0], float(ln.rsplit("/", 1)[1]))
+            for ln in out.splitlines() if ln.strip()]
+
+
 @real
-def test_real_calibrate_from_a_file_and_by_folds(files, capsys):
-    tmp, train, template = files
-    held = tmp / "held.data"
-    held.write_text("the DT B\ndog NN I\nsleeps VBZ O\n\na DT B\ncat NN I\nruns VBZ O\n",
-                    encoding="utf-8")
-    code, _, err = run(["train", "-t", template, "--max-iter", "3", "--calibrate", held, train,
-                        tmp / "mc"], capsys)
+def test_train_calibrates_by_default_on_folds_and_test_prints_the_calibrated_marginals(
+        chain_files, tmp_path, capsys):
+    from gpsl.model import GPSL
+
+    train, _, test = chain_files
+    code, _, err = run(["train", "-q", "--max-iter", "5", train, tmp_path / "m"], capsys)
     assert code == 0, err
-    assert "gpsl: calibrated on 6 tokens (held.data)" in err
-    meta = json.loads((tmp / "mc" / "model.json").read_text())
+    summary = err.splitlines()[-1]
+    assert "gpsl: calibrated on " in err and "(5-fold)" in err
+    assert "; calibrated on 5 folds of the training sentences (" in summary
+    assert " s)" in summary and "seconds in all" in summary
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    rec = meta["calibration_run"]
+    n_tokens = sum(1 for ln in train.read_text().splitlines() if ln.strip())
+    assert rec["source"] == "folds" and rec["folds"] == 5 and rec["sentences"] == 12
+    assert rec["tokens"] == n_tokens == meta["calibration"]["n_tokens"]
+    assert rec["seconds"] > 0 and rec["processes"] >= 1
+    model = GPSL.load(tmp_path / "m")
+    assert model.calibrator_ is not None and model.calibration_run_.folds == 5
+    # test --marginals prints the calibrated marginal of the predicted label
+    code, out, err = run(["test", "-m", tmp_path / "m", "--marginals", test], capsys)
+    assert code == 0, err
+    printed = _printed(out)
+    from gpsl.io import read_conll
+
+    X = [s.tokens for s in read_conll(test)]
+    X = [[tok[:1] for tok in x] for x in X]
+    P = np.concatenate(model.predict_marginals(X))
+    raw = np.concatenate(model.predict_marginals(X, calibrated=False))
+    labels = [lab for lab, _ in printed]
+    idx = [model.classes_.index(lab) for lab in labels]
+    rows = np.arange(len(idx))
+    assert np.allclose([p for _, p in printed], P[rows, idx], atol=1e-6)
+    assert not np.allclose(P, raw)  # the calibrator changed them
+    code, out, err = run(["eval", "-m", tmp_path / "m", test], capsys)
+    assert code == 0, err
+    assert "marginals (calibrated on 5 folds of the training sentences" in out
+
+
+@real
+def test_no_calibrate_and_too_little_data_are_recorded(chain_files, files, tmp_path, capsys):
+    from gpsl.model import GPSL
+
+    train, _, test = chain_files
+    code, _, err = run(["train", "-q", "--max-iter", "5", "--no-calibrate", train,
+                        tmp_path / "m"], capsys)
+    assert code == 0, err
+    assert "gpsl: calibrated" not in err
+    assert "; not calibrated: --no-calibrate; " in err.splitlines()[-1]
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["calibration"] is None
+    assert meta["calibration_run"] == {"source": "none", "folds": None, "tokens": 0,
+                                       "sentences": 0, "processes": 0, "seconds": 0.0,
+                                       "reason": "--no-calibrate"}
+    model = GPSL.load(tmp_path / "m")
+    assert model.calibrator_ is None and model.calibration_run_.source == "none"
+    code, out, _ = run(["eval", "-m", tmp_path / "m", test], capsys)
+    assert "marginals (uncalibrated: --no-calibrate," in out
+    # the default on 4 sentences: too few to calibrate, trained all the same, and said why
+    tmp, small, template = files
+    code, _, err = run(["train", "-q", "-t", template, "--max-iter", "3", small, tmp / "s"],
+                       capsys)
+    assert code == 0, err
+    assert "; not calibrated: 11 labeled training tokens are too few" in err
+    rec = json.loads((tmp / "s" / "model.json").read_text())["calibration_run"]
+    assert rec["source"] == "none" and "at least 50" in rec["reason"]
+
+
+@real
+def test_calibrate_from_a_held_out_file_and_explicit_folds(chain_files, files, tmp_path,
+                                                           capsys):
+    train, held, test = chain_files
+    code, _, err = run(["train", "-q", "--max-iter", "5", "--calibrate", held, train,
+                        tmp_path / "mc"], capsys)
+    assert code == 0, err
+    assert "(held.data)" in err and "calibrated on held-out labels (" in err
+    meta = json.loads((tmp_path / "mc" / "model.json").read_text())
     assert meta["calibration"]["source"] == "held.data"
-    code, out, err = run(["eval", "-m", tmp / "mc", held], capsys)
+    assert meta["calibration_run"]["source"] == "held-out"
+    assert meta["calibration_run"]["sentences"] == 8 and meta["calibration_run"]["folds"] is None
+    code, out, err = run(["eval", "-m", tmp_path / "mc", test], capsys)
     assert code == 0, err
-    assert "marginals (calibrated" in out and "ECE (15 equal-mass bins)" in out
-    code, _, err = run(["train", "-t", template, "--max-iter", "3", "--calibrate-folds", "2",
-                        train, tmp / "mf"], capsys)
+    assert "marginals (calibrated on held-out labels" in out and "ECE (15 equal-mass" in out
+    code, _, err = run(["train", "-q", "--max-iter", "5", "--calibrate-folds", "3",
+                        "--jobs", "1", train, tmp_path / "mf"], capsys)
     assert code == 0, err
-    assert "(2-fold)" in err
-    # bad calibration input: one line naming the file
-    bad = tmp / "bad.data"
-    bad.write_text("the B\ndog I\n", encoding="utf-8")
-    code, _, err = run(["train", "-t", template, "--calibrate", bad, train, tmp / "mb"], capsys)
-    assert_one_line_error(code, err, "bad.data", "feature columns")
-    code, _, err = run(["train", "--calibrate-folds", "3", train, tmp / "mb2"], capsys)
-    assert_one_line_error(code, err, "too few for 3 calibration folds")
+    assert "(3-fold)" in err and "calibrated on 3 folds" in err
+    assert json.loads((tmp_path / "mf" / "model.json").read_text())["calibration_run"][
+        "processes"] == 1
+
+
+@real
+@pytest.mark.parametrize("argv, needle", [
+    (["--calibrate", "{small}"], "labeled tokens in 2 sentences (at least 50 in two; or leave "
+                                 "--calibrate out"),
+    (["--calibrate-folds", "7"], "12 labeled training sentences are too few for 7 calibration "
+                                 "folds (at least 14)"),
+    (["--no-calibrate", "--jobs", "2"], "--jobs sets the processes of the calibration's fold "
+                                        "fits; with --no-calibrate there are none"),
+    (["--calibrate", "{held}", "--jobs", "2"], "--calibrate FILE calibrates on held-out"),
+    (["--no-calibrate", "--calibrate-folds", "3"], "not allowed with argument"),
+    (["--jobs", "0"], "argument --jobs"),
+])
+def test_calibration_options_the_data_cannot_honour_are_refused(chain_files, tmp_path, capsys,
+                                                                 argv, needle):
+    train, held, _ = chain_files
+    small = _chain_file(tmp_path / "small.data", 2, 4)  # fewer than 50 tokens
+    argv = [a.format(small=small, held=held) for a in argv]
+    code, out, err = run(["train", "-q", *argv, train, tmp_path / "m"], capsys)
+    assert out == ""
+    assert_one_line_error(code, err, needle)
+    assert not (tmp_path / "m").exists()  # refused before any training
 
 
 # --------------------------------------------------------------------------- train --crowd
@@ -498,8 +612,9 @@ CROWD = [
 def crowd_file(tmp_path):
     path = tmp_path / "crowd.jsonl"
     path.write_text("".join(json.dumps(s) + "\n" for s in CROWD), encoding="utf-8")
-    held = tmp_path / "held.data"
-    held.write_text("the B\ndog I\nsleeps O\n\na B\ncat I\nruns O\n", encoding="utf-8")
+    held = tmp_path / "held.data"  # 54 tokens: enough to calibrate on (at least 50)
+    held.write_text("the B\ndog I\nsleeps O\n\na B\ncat I\nruns O\n\n" * 9,
+                    encoding="utf-8")
     return path, held
 
 
@@ -524,7 +639,8 @@ def test_train_crowd_honours_the_tagger_options_and_calibrate(crowd_file, capsys
                         "--lse-bound", "bohning", "--missing-start", "supervised",
                         "--calibrate", held, src, tmp_path / "m"], capsys)
     assert code == 0, err
-    assert "gpsl: calibrated on 6 tokens (held.data)" in err
+    assert "gpsl: calibrated on 54 tokens (held.data)" in err
+    assert "; calibrated on held-out labels (54 tokens, " in err.splitlines()[-1]
     assert made and all((m.missing_weight, m.lse_bound, m.missing_start)
                         == (0.3, "bohning", "supervised") for m in made)
     saved = json.loads((tmp_path / "m" / "model.json").read_text())
@@ -535,13 +651,32 @@ def test_train_crowd_honours_the_tagger_options_and_calibrate(crowd_file, capsys
 @pytest.mark.parametrize("extra, needle", [
     (["--calibrate-folds", "2"], "--calibrate-folds needs labeled training sentences"),
     (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler does not run the crowd model"),
+    (["--jobs", "2"], "--jobs sets the processes of the calibration's fold fits; --crowd"),
+    (["--calibrate", "{small}"], "too little to calibrate on: 6 labeled tokens in 2 sentences"),
 ])
 def test_train_crowd_refuses_what_it_cannot_honour(crowd_file, capsys, tmp_path, extra, needle):
     src, _ = crowd_file
+    small = tmp_path / "small.data"
+    small.write_text("the B\ndog I\nsleeps O\n\na B\ncat I\nruns O\n", encoding="utf-8")
+    extra = [a.format(small=small) for a in extra]
     code, out, err = run(["train", "--crowd", *extra, src, tmp_path / "m"], capsys)
     assert out == ""
     assert_one_line_error(code, err, needle)
     assert not (tmp_path / "m").exists()
+
+
+@real
+def test_train_crowd_is_not_calibrated_without_gold_and_says_so(crowd_file, capsys, tmp_path):
+    src, _ = crowd_file
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", src, tmp_path / "m"],
+                       capsys)
+    assert code == 0, err
+    assert "; not calibrated: no gold labels with --crowd; give --calibrate FILE; " in err
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["calibration"] is None and meta["calibration_run"]["source"] == "none"
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", "--no-calibrate", src,
+                        tmp_path / "m2"], capsys)
+    assert code == 0 and "; not calibrated: --no-calibrate; " in err
 
 
 def test_huge_offsets_are_refused_fast_on_the_command_line(files):

@@ -1,9 +1,23 @@
 """Post-hoc calibration of the marginals (:meth:`gpsl.model.GPSL.calibrate`): temperature and
 vector scaling, the structured temperature inside Algorithm 2, their stacked ensemble, chosen by
 cross-validated NLL. :mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
-objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`."""
+objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`;
+:mod:`~gpsl.calibration.rule`: which data a model is calibrated on (the one rule of the app
+and ``gpsl train``: :func:`calibrate_model`), the fold fits in parallel processes, the record
+of it (:class:`CalibrationRun`)."""
 
 from gpsl.calibration.calibrator import Calibrator, cross_calibrate
+from gpsl.calibration.rule import (
+    MIN_TOKENS,
+    SOURCES,
+    CalibrationRun,
+    Plan,
+    calibrate_model,
+    fold_processes,
+    not_calibrated,
+    out_of_fold_scores,
+    plan,
+)
 from gpsl.calibration.scores import (
     DEFAULT_KINDS,
     ENSEMBLE,
@@ -31,4 +45,6 @@ __all__ = ["Calibrator", "Scores", "cross_calibrate", "calibration_folds", "fold
            "nll_and_grad", "stack", "stacking_weights", "temperature_nll", "METHODS", "KINDS",
            "STRUCTURED_KINDS", "DEFAULT_KINDS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
            "ENSEMBLE", "STACK_MIN_WEIGHT", "STRUCTURED_MAX_TOKENS", "FOLDS_SMALL",
-           "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES"]
+           "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES", "MIN_TOKENS", "SOURCES", "Plan", "plan",
+           "CalibrationRun", "calibrate_model", "not_calibrated", "out_of_fold_scores",
+           "fold_processes"]

@@ -94,7 +94,7 @@ def run_eval(args: argparse.Namespace) -> int:
     index = {c: i for i, c in enumerate(model.classes_)}
     gidx = [[index.get(g, -1) if g != args.missing else -1 for g in labs] for labs in gold]
     cal = metrics.calibration_summary(marg, gidx)
-    state = "calibrated" if getattr(model, "calibrator_", None) is not None else "uncalibrated"
+    state = calibration_state(model)
     print(f"marginals ({state}, labels known to the model): mean confidence "
           f"{cal['mean_confidence']:.4f}, accuracy {cal['accuracy']:.4f}, ECE (15 equal-mass "
           f"bins) {cal['ece_mass']:.4f}, ECE (10 bins) {cal['ece_width']:.4f}, NLL "
@@ -105,3 +105,16 @@ def run_eval(args: argparse.Namespace) -> int:
               "complete gold labels")
         print(metrics.conlleval_report([gold[i] for i in keep], [list(pred[i]) for i in keep]))
     return 0
+
+
+def calibration_state(model) -> str:
+    """``calibrated on 5 folds of the training sentences`` / ``calibrated on held-out labels``
+    / ``uncalibrated: <why>`` from the model's record (:class:`gpsl.calibration.
+    CalibrationRun`); ``calibrated``/``uncalibrated`` for a model saved without one."""
+    run = getattr(model, "calibration_run_", None)
+    if getattr(model, "calibrator_", None) is not None:
+        if run is None or run.source == "none":
+            return "calibrated"
+        return "calibrated on " + (f"{run.folds} folds of the training sentences"
+                                   if run.source == "folds" else "held-out labels")
+    return "uncalibrated" if run is None or not run.reason else f"uncalibrated: {run.reason}"

@@ -1,11 +1,20 @@
 """``gpsl train``: fit a model on a CRF++ column file (like ``crf_learn``), or on crowd votes
-(``--crowd``), optionally calibrate it, and save it.
+(``--crowd``), calibrate it, and save it.
 
 Every model option is a :class:`gpsl.model.GPSL` parameter read from :mod:`gpsl.params`
 (:data:`MODEL_OPTIONS`), passed to the model as given, with crowd votes too: there the
 saved tagger is refitted with them on the inferred labels (:class:`gpsl.crowd.CrowdGPSL`).
-An option a run cannot honour is refused in one line (``--scheduler`` and
-``--calibrate-folds`` with ``--crowd``; a crowd option without it).
+
+Calibration is on by default, with the app's rule (:func:`gpsl.calibration.calibrate_model`):
+``--calibrate FILE`` (held-out gold), else K folds of the training sentences
+(``--calibrate-folds K`` or :func:`gpsl.calibration.calibration_folds`), fitted in ``--jobs``
+processes; too little data leaves the model uncalibrated and the summary line says why.
+``--no-calibrate`` turns it off. ``--crowd`` has no gold labels, so it calibrates only on
+``--calibrate FILE`` (docs/cli.md says why not on folds of the inferred labels).
+
+An option a run cannot honour is refused in one line (``--scheduler``, ``--calibrate-folds``
+and ``--jobs`` with ``--crowd``; ``--jobs`` without fold fits; ``--calibrate FILE`` or
+``--calibrate-folds K`` the data is too small for; a crowd option without ``--crowd``).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import argparse
 import time
 from pathlib import Path
 
+from gpsl.calibration.rule import MIN_TOKENS
 from gpsl.cli import aggregate, common
 from gpsl.errors import InputError
 
@@ -36,9 +46,11 @@ def add_parser(sub) -> None:
     common.add_max_tokens(p)
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibrate", metavar="FILE", default=None,
-                     help="held-out labeled CoNLL file (the training file's columns) on which "
-                          "the marginals' calibration is fitted and saved with the model")
-    common.add_params(cal, ("calibrate_folds",))
+                     help="held-out labeled CoNLL file (the training file's columns, at least "
+                          f"{MIN_TOKENS} labeled tokens) on which the marginals' calibration "
+                          "is fitted and saved with the model")
+    common.add_params(cal, ("calibrate_folds", "no_calibrate"))
+    common.add_params(p, ("jobs",))
     p.add_argument("--crowd", action="store_true",
                    help="TRAIN_FILE holds crowd votes (JSONL annotations, or CoNLL with "
                         "--annotators N): learn annotator confusion matrices jointly")
@@ -74,42 +86,95 @@ def run(args: argparse.Namespace) -> int:
     if n_missing == n_tokens:
         raise InputError(f"no labeled token: every label is {args.missing!r}",
                          source=args.train_file)
-    cal = read_calibration(args, n_columns, len(sents))
+    cal = read_calibration(args, n_columns)
+    refuse_jobs(args, check_plan(args, sents, cal))
     model = _model(args, template_text)
-    model.fit([s.tokens for s in sents], [s.labels for s in sents],
-              callback=common.progress(args.quiet))
-    if args.calibrate_folds is not None:
-        model.calibrate([s.tokens for s in sents], [s.labels for s in sents],
-                        folds=args.calibrate_folds)
-    _calibrate(model, cal, args)
+    X, y = [s.tokens for s in sents], [s.labels for s in sents]
+    model.fit(X, y, callback=common.progress(args.quiet))
+    run_ = _calibrate(model, X, y, cal, args)
     model.save(args.model_dir)
     seconds = time.perf_counter() - t0
     n_features = len(model.extractor_.vocabulary_)
     common.err(f"gpsl: trained on {n_tokens} tokens ({len(sents)} sentences, "
                f"{model.inference_} inference), {len(model.classes_)} labels, {n_missing} "
-               f"missing labels, {n_features} features, {seconds:.2f} seconds; model saved "
-               f"to {args.model_dir}")
+               f"missing labels, {n_features} features, fit {model.fit_seconds_:.2f} s; "
+               f"{run_.summary()}; {seconds:.2f} seconds in all; model saved to "
+               f"{args.model_dir}")
     return 0
 
 
-def _calibrate(model, cal, args: argparse.Namespace) -> None:
-    """``--calibrate FILE`` (held-out sentences ``cal``); the calibration line."""
-    if cal is not None:
-        model.calibrate([s.tokens for s in cal], [s.labels for s in cal],
-                        source=Path(args.calibrate).name)
+def _labeled(sents) -> tuple[int, int]:
+    """Labeled sentences and labeled tokens of ``sents``."""
+    counts = [sum(lab is not None for lab in s.labels) for s in sents]
+    return sum(c > 0 for c in counts), sum(counts)
+
+
+def check_plan(args: argparse.Namespace, sents, cal):
+    """The calibration the rule will choose (:func:`gpsl.calibration.plan`), checked before
+    any training: ``--calibrate FILE`` or ``--calibrate-folds K`` the data cannot honour is
+    refused in one line."""
+    from gpsl.calibration import plan
+
+    if args.no_calibrate:
+        return None
+    n_sent, n_tok = _labeled(sents)
+    h_sent, h_tok = (0, 0) if cal is None else (len(cal), _labeled(cal)[1])
+    p = plan(labeled_sentences=n_sent, labeled_tokens=n_tok, held_out_sentences=h_sent,
+             held_out_tokens=h_tok, folds=args.calibrate_folds)
+    if cal is not None and p.source != "held-out":
+        raise InputError(f"too little to calibrate on: {h_tok} labeled tokens in {h_sent} "
+                         f"sentences (at least {MIN_TOKENS} in two; or leave --calibrate out "
+                         "to calibrate on folds of the training sentences)",
+                         source=args.calibrate)
+    if args.calibrate_folds is not None and p.source != "folds":
+        raise InputError(f"--calibrate-folds {args.calibrate_folds}: {p.reason}",
+                         source=args.train_file)
+    return p
+
+
+def refuse_jobs(args: argparse.Namespace, p) -> None:
+    """``--jobs`` sets the processes of the fold fits: refused where there are none."""
+    if args.jobs is None:
+        return
+    if args.no_calibrate:
+        common.refuse("--jobs", "sets the processes of the calibration's fold fits; with "
+                                "--no-calibrate there are none")
+    if args.calibrate is not None:
+        common.refuse("--jobs", "sets the processes of the calibration's fold fits; "
+                                "--calibrate FILE calibrates on held-out labels without them")
+    if args.cluster is not None and args.jobs > 1:
+        common.refuse("--jobs", "with --scheduler: the fold fits run on the Dask cluster, "
+                                "one after the other")
+
+
+def _calibrate(model, X, y, cal, args: argparse.Namespace):
+    """The model's calibration by the app's rule (:func:`gpsl.calibration.calibrate_model`)
+    and its line; ``--no-calibrate`` records that it is off."""
+    from gpsl.calibration import calibrate_model, not_calibrated
+
+    if args.no_calibrate:
+        return not_calibrated(model, "--no-calibrate")
+    required = ("held-out" if cal is not None
+                else "folds" if args.calibrate_folds is not None else None)
+    held = None if cal is None else ([s.tokens for s in cal], [s.labels for s in cal])
+    run_ = calibrate_model(model, X, y, held_out=held, folds=args.calibrate_folds,
+                           required=required, jobs=args.jobs,
+                           held_out_source=Path(args.calibrate).name if cal else "held-out")
+    _calibration_line(model)
+    return run_
+
+
+def _calibration_line(model) -> None:
     c = getattr(model, "calibrator_", None)
     if c is not None:
         common.err(f"gpsl: calibrated on {c.n_tokens} tokens ({c.source}): {c.kind}, "
                    f"{c.describe()}; NLL {c.nll_before:.4f} -> {c.nll_after:.4f}")
 
 
-def read_calibration(args: argparse.Namespace, n_columns: int, n_sentences: int):
+def read_calibration(args: argparse.Namespace, n_columns: int):
     """The ``--calibrate`` file's sentences (checked before any training), or None."""
     from gpsl.io import read_conll
 
-    if args.calibrate_folds is not None and n_sentences < 2 * args.calibrate_folds:
-        raise InputError(f"{n_sentences} sentences are too few for {args.calibrate_folds} "
-                         "calibration folds", source=args.train_file)
     if args.calibrate is None:
         return None
     cal = read_conll(args.calibrate, encoding=args.encoding, missing=args.missing,
@@ -135,17 +200,27 @@ def _run_crowd(args: argparse.Namespace) -> int:
     if args.calibrate_folds is not None:
         common.refuse("--calibrate-folds", "needs labeled training sentences; with --crowd "
                                            "give held-out gold labels with --calibrate FILE")
+    if args.jobs is not None:
+        common.refuse("--jobs", "sets the processes of the calibration's fold fits; --crowd "
+                                "has no labeled sentences to fold")
     t0 = time.perf_counter()
     check_destination(args.model_dir)
     sents, votes = aggregate.read_crowd_votes(args, args.train_file)
     n_columns = len(sents[0].tokens[0])
     template_text = common.read_template(args.template, args.encoding, n_columns)
-    cal = read_calibration(args, n_columns, len(sents))
+    cal = read_calibration(args, n_columns)
+    check_plan(args, [], cal)
     model = _model(args, template_text)
     joint = CrowdGPSL(model, tagger_prior=args.tagger_prior or "learn",
                       **aggregate.crowd_settings(args))
     joint.fit([s.tokens for s in sents], votes, callback=common.progress(args.quiet))
-    _calibrate(joint.model_, cal, args)
+    if cal is None and not args.no_calibrate:  # no gold: not on folds of its own labels
+        from gpsl.calibration import not_calibrated
+
+        run_ = not_calibrated(joint.model_, "no gold labels with --crowd; give --calibrate "
+                                            "FILE")
+    else:
+        run_ = _calibrate(joint.model_, [], [], cal, args)
     joint.model_.save(args.model_dir)
     rows = annotator_report(joint, votes)
     gold = aggregate.gold_accuracy(sents, joint.labels_array_)
@@ -156,6 +231,7 @@ def _run_crowd(args: argparse.Namespace) -> int:
     if not args.quiet:
         common.err(aggregate.annotator_table(rows))
     common.err(f"gpsl: trained on {votes.n} tokens ({len(sents)} sentences) with "
-               f"{votes.token.size} votes of {votes.A} annotators, {len(votes.classes)} labels, "
-               f"{time.perf_counter() - t0:.2f} seconds; model saved to {args.model_dir}")
+               f"{votes.token.size} votes of {votes.A} annotators, {len(votes.classes)} labels; "
+               f"{run_.summary()}; {time.perf_counter() - t0:.2f} seconds in all; model saved "
+               f"to {args.model_dir}")
     return 0

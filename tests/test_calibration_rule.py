@@ -1,0 +1,189 @@
+"""gpsl.calibration.rule: which data a model is calibrated on (the rule the app and
+``gpsl train`` share), the fold fits in processes, and the record saved with the model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpsl.calibration import (
+    MIN_TOKENS,
+    CalibrationRun,
+    Plan,
+    calibrate_model,
+    fold_processes,
+    not_calibrated,
+    out_of_fold_scores,
+    plan,
+)
+from gpsl.calibration import rule as R
+from gpsl.errors import InputError, ModelFormatError
+from gpsl.model import GPSL
+from gpsl.synthetic import make_chain_task
+
+
+@pytest.mark.parametrize("counts, expected", [
+    # held-out gold: 50 tokens in two sentences or more
+    (dict(labeled_sentences=40, labeled_tokens=400, held_out_sentences=2,
+          held_out_tokens=50), ("held-out", None)),
+    # too few held-out tokens, or one sentence: folds of the training sentences
+    (dict(labeled_sentences=40, labeled_tokens=400, held_out_sentences=2,
+          held_out_tokens=49), ("folds", 5)),
+    (dict(labeled_sentences=40, labeled_tokens=400, held_out_sentences=1,
+          held_out_tokens=80), ("folds", 5)),
+    # calibration_folds: 5 up to 1,000 sentences, 3 above, 3 from 6 to 9
+    (dict(labeled_sentences=1000, labeled_tokens=9000), ("folds", 5)),
+    (dict(labeled_sentences=1001, labeled_tokens=9000), ("folds", 3)),
+    (dict(labeled_sentences=6, labeled_tokens=60), ("folds", 3)),
+    (dict(labeled_sentences=5, labeled_tokens=60), ("none", None)),
+    (dict(labeled_sentences=40, labeled_tokens=49), ("none", None)),
+    # a K asked for, and what it needs: two sentences a fold
+    (dict(labeled_sentences=20, labeled_tokens=200, folds=10), ("folds", 10)),
+    (dict(labeled_sentences=19, labeled_tokens=200, folds=10), ("none", None)),
+])
+def test_the_rule(counts, expected):
+    p = plan(**counts)
+    assert isinstance(p, Plan) and (p.source, p.folds) == expected and p.reason
+
+
+def test_the_rules_reasons_say_why():
+    assert plan(labeled_sentences=40, labeled_tokens=30).reason == (
+        f"30 labeled training tokens are too few to calibrate on (at least {MIN_TOKENS})")
+    assert plan(labeled_sentences=4, labeled_tokens=60).reason == (
+        "4 labeled training sentences are too few for 3 calibration folds (at least 6)")
+    assert plan(labeled_sentences=40, labeled_tokens=400, held_out_sentences=3,
+                held_out_tokens=12).reason.startswith(
+        "12 held-out labeled tokens in 3 sentences (needs 50 in two); 40 labeled")
+
+
+def test_the_record_round_trips_and_refuses_damage():
+    run = CalibrationRun("folds", 5, 1200, 60, 2, 3.5, "60 labeled training sentences")
+    assert CalibrationRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    assert run.summary() == ("calibrated on 5 folds of the training sentences (1200 tokens, "
+                             "3.50 s in 2 processes)")
+    assert CalibrationRun("none", reason="--no-calibrate").summary() == \
+        "not calibrated: --no-calibrate"
+    for bad in ({"source": "magic"}, {"source": "folds"}, {"source": "folds", "folds": 1},
+                {"source": "none", "tokens": -1}, {"source": "none", "tokens": 2.5},
+                {"source": "none", "seconds": float("nan")}, {"source": "none", "reason": 3},
+                {"source": "none", "seconds": True}, []):
+        with pytest.raises(ValueError):
+            CalibrationRun.from_dict(bad)
+
+
+def test_fold_processes():
+    model = GPSL()
+    assert fold_processes(5, 3) == 3 and fold_processes(2, 8) == 2 and fold_processes(5, 1) == 1
+    assert fold_processes(5, None) == min(5, R.cpu_count())
+    model.fit_seconds_ = R.PROCESS_MIN_FIT_SECONDS / 2  # a quick fit: no processes by default
+    assert fold_processes(5, None, model) == 1 and fold_processes(5, 2, model) == 2
+    model.fit_seconds_ = R.PROCESS_MIN_FIT_SECONDS
+    assert fold_processes(5, None, model) == min(5, R.cpu_count())
+    model.cluster = "tcp://127.0.0.1:1"  # fits on a cluster: here, one after the other
+    assert fold_processes(5, 2, model) == 1
+
+
+@pytest.fixture(scope="module")
+def chain():
+    X, y = make_chain_task(50, seed=11)
+    return X[:30], y[:30], X[30:], y[30:]
+
+
+def test_fold_fits_in_processes_equal_the_fits_here(chain):
+    """Two processes give the out-of-fold inputs of the same K models as one."""
+    Xtr, ytr, _, _ = chain
+    model = GPSL(max_iter=5).fit(Xtr, ytr)
+    here, gold = out_of_fold_scores(model, Xtr, ytr, 3, jobs=1)
+    there, gold2 = out_of_fold_scores(model, Xtr, ytr, 3, jobs=2)
+    assert len(here) == len(there) == 3
+    for a, b in zip(here, there):
+        np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(a.var, b.var, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(a.m_S, b.m_S, rtol=1e-10, atol=1e-12)
+    assert all(np.array_equal(a, b) for a, b in zip(gold, gold2))
+    # and they are fits without the fold: fold 0's held-out sentences, by a model on the rest
+    held = R.fold_indices(len(Xtr), 3, 0)[0]
+    rest = [i for i in range(len(Xtr)) if i not in set(held.tolist())]
+    fm = GPSL(max_iter=5).fit([Xtr[i] for i in rest], [ytr[i] for i in rest],
+                              classes=model.classes_)
+    np.testing.assert_allclose(fm.calibration_scores([Xtr[i] for i in held]).mean,
+                               here[0].mean, rtol=1e-10, atol=1e-12)
+
+
+def test_calibrate_model_follows_the_rule_and_records_it(chain, tmp_path):
+    Xtr, ytr, Xte, yte = chain
+    model = GPSL(max_iter=5).fit(Xtr, ytr)
+    n_tokens = sum(len(s) for s in ytr)
+    run = calibrate_model(model, Xtr, ytr, jobs=1)
+    assert (run.source, run.folds, run.sentences, run.processes) == ("folds", 5, 30, 1)
+    assert run.tokens == n_tokens == model.calibrator_.n_tokens and run.seconds > 0
+    assert model.calibrator_.source == "5-fold" and model.calibration_run_ is run
+    # saved and loaded with the model
+    model.save(tmp_path / "m")
+    back = GPSL.load(tmp_path / "m")
+    assert back.calibration_run_ == model.calibration_run_
+    for a, b in zip(back.predict_marginals(Xte), model.predict_marginals(Xte)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    # held-out gold with enough tokens wins
+    run = calibrate_model(model, Xtr, ytr, held_out=(Xte, yte), held_out_source="gold")
+    assert run.source == "held-out" and model.calibrator_.source == "gold"
+    assert run.sentences == len(Xte) and run.tokens == sum(len(s) for s in yte)
+    # too few held-out tokens: asked for explicitly, refused (before any fit); else the app's
+    # fallback, folds of the training sentences
+    few = ([Xte[0], Xte[1]], [yte[0][:3] + [None] * (len(yte[0]) - 3), [None] * len(yte[1])])
+    with pytest.raises(InputError, match="cannot calibrate on --calibrate FILE: 3 held-out"):
+        calibrate_model(model, Xtr, ytr, held_out=few, required="held-out")
+    assert model.calibration_run_.source == "held-out"  # unchanged by the refusal
+    run = calibrate_model(model, Xtr, ytr, held_out=few, jobs=1)
+    assert run.source == "folds" and run.reason.startswith("3 held-out labeled tokens")
+    # a refit forgets it
+    model.fit(Xtr, ytr)
+    assert model.calibrator_ is None and model.calibration_run_ is None
+
+
+def test_too_little_data_and_no_calibrate_leave_the_model_uncalibrated(chain, tmp_path):
+    Xtr, ytr, _, _ = chain
+    model = GPSL(max_iter=3).fit(Xtr[:4], ytr[:4])
+    run = calibrate_model(model, Xtr[:4], ytr[:4])
+    assert run.source == "none" and model.calibrator_ is None and "too few" in run.reason
+    with pytest.raises(InputError, match="cannot calibrate on 3 calibration folds: 26 labeled"):
+        calibrate_model(model, Xtr[:4], ytr[:4], folds=3, required="folds")
+    model = GPSL(max_iter=3).fit(Xtr, ytr)
+    model.calibrate(Xtr, ytr, folds=2)
+    assert model.calibration_run_.source == "folds" and model.calibration_run_.folds == 2
+    not_calibrated(model, "--no-calibrate")
+    assert model.calibrator_ is None
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["calibration"] is None and meta["calibration_run"]["reason"] == "--no-calibrate"
+    assert GPSL.load(tmp_path / "m").calibration_run_.source == "none"
+
+
+@pytest.mark.parametrize("record, needle", [
+    ({"source": "folds", "folds": "five"}, "calibration_run: calibration run record's counts"),
+    ({"source": "held-out"}, "calibration_run does not match the calibration"),
+])
+def test_a_damaged_record_is_one_line(chain, tmp_path, record, needle):
+    from gpsl.persist import _meta_digest
+
+    Xtr, ytr, _, _ = chain
+    model = GPSL(max_iter=3).fit(Xtr, ytr)
+    not_calibrated(model, "--no-calibrate")
+    model.save(tmp_path / "m")
+    path = tmp_path / "m" / "model.json"
+    meta = json.loads(path.read_text())
+    meta["calibration_run"] = record
+    meta["sha256"]["model.json"] = _meta_digest(meta)
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ModelFormatError, match=needle) as exc:
+        GPSL.load(tmp_path / "m")
+    assert "\n" not in str(exc.value)
+
+
+def test_the_estimators_fit_stays_uncalibrated(chain):
+    """scikit-learn's convention: fit never calibrates (``gpsl train`` does)."""
+    Xtr, ytr, _, _ = chain
+    model = GPSL(max_iter=3).fit(Xtr, ytr)
+    assert model.calibrator_ is None and model.calibration_run_ is None
