@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -85,14 +86,35 @@ def test_fold_processes():
     assert fold_processes(5, 2, model) == 1
 
 
+def test_the_start_method_forks_only_a_single_threaded_process():
+    import threading
+
+    assert R._context().get_start_method() == (
+        "fork" if sys.platform.startswith("linux") and threading.active_count() == 1
+        else "spawn")
+    done = threading.Event()
+    t = threading.Thread(target=done.wait)
+    t.start()
+    try:
+        assert R._context().get_start_method() == "spawn"
+    finally:
+        done.set()
+        t.join()
+
+
 @pytest.fixture(scope="module")
 def chain():
     X, y = make_chain_task(50, seed=11)
     return X[:30], y[:30], X[30:], y[30:]
 
 
-def test_fold_fits_in_processes_equal_the_fits_here(chain):
-    """Two processes give the out-of-fold inputs of the same K models as one."""
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_fold_fits_in_processes_equal_the_fits_here(chain, start, monkeypatch):
+    """Two processes (forked or spawned) give the out-of-fold inputs of the same K models as
+    one."""
+    import multiprocessing
+
+    monkeypatch.setattr(R, "_context", lambda: multiprocessing.get_context(start))
     Xtr, ytr, _, _ = chain
     model = GPSL(max_iter=5).fit(Xtr, ytr)
     here, gold = out_of_fold_scores(model, Xtr, ytr, 3, jobs=1)

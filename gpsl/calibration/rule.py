@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -201,10 +202,10 @@ def cpu_count() -> int:
 
 
 #: ``jobs=None`` runs the fold fits in processes only when the model's own fit took at least
-#: this long: a process costs 1-3 s to start (it imports numpy, scipy and gpsl), more than
-#: five fold fits of the scalable mode take at the paper's sizes (0.4-0.6 s each on
-#: chunking 100 and basenp 150 sentences, where two processes made the fold fits 1.6-2.7 times
-#: slower than one, on this shared 2-core machine)
+#: this long: below it the fits are over before processes pay. Five fold fits of the scalable
+#: mode at the paper's sizes take 0.4-0.9 s each (chunking 100 and basenp 150 sentences); on
+#: this shared 2-core machine (load average 8) two processes made them slower, not faster:
+#: 6.1 s against 4.5 s forked, 9.1 s against 5.9 s spawned (chunking).
 PROCESS_MIN_FIT_SECONDS = 2.0
 
 
@@ -286,11 +287,20 @@ def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int
     return scores, gold
 
 
+def _context():
+    """``fork`` when this process runs one thread on Linux (the command line: a forked process
+    starts in milliseconds with the data already there), else ``spawn`` (a threaded caller,
+    such as the app, must not fork: another thread may hold a lock the child inherits)."""
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
 def _run(tasks: list, n_proc: int) -> list:
     if n_proc <= 1:
         return [_fold_task(t) for t in tasks]
-    pool = ProcessPoolExecutor(n_proc, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(n_proc, mp_context=_context(), initializer=_init_worker,
+                               initargs=(os.getpid(),))
     try:
         out = list(pool.map(_fold_task, tasks))
     except BrokenProcessPool:
