@@ -338,14 +338,21 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="ID", help="model version id")
     p.add_argument("--models-root", default=None, metavar="DIR",
                    help="directory of saved models")
+    p.add_argument("--pause-at", default=None, choices=("after-staging", "in-fit"),
+                   help=argparse.SUPPRESS)  # tests: the run waits there until it is killed
     p.set_defaults(func=_cmd_worker)
     return parser
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from gpsl.annotation.jobs import worker_main
+    from gpsl.annotation import Store
+    from gpsl.annotation.jobs import run_worker
 
-    return worker_main(args.model_version, args.models_root)
+    target = os.environ.get("GPSL_DB", "")
+    if not target:
+        raise InputError("no store given (GPSL_DB is not set)", source="worker")
+    with Store(target, models_root=args.models_root) as store:
+        return run_worker(store, args.model_version, pause_at=args.pause_at)
 
 
 def _join_offsets(argv: list[str]) -> list[str]:

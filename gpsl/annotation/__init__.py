@@ -5,11 +5,11 @@ No Streamlit and no HTML here; the pages use :class:`Store` (the facade) and the
 below.  See docs/ARCHITECTURE.md for the module table.
 """
 
-from gpsl.annotation.db import (
+from gpsl.annotation.db import default_db_url
+from gpsl.annotation.errors import (
     NotFoundError,
     StoreBusyError,
     StoreUnavailableError,
-    default_db_url,
 )
 from gpsl.annotation.facade import Store, default_models_root
 from gpsl.annotation.projects import SAMPLE_PROJECT_NAME

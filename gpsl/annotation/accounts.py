@@ -28,7 +28,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import text
 
-from gpsl.annotation.db import Database, NotFoundError, now
+from gpsl.annotation.db import Database, now
+from gpsl.annotation.errors import NotFoundError
 from gpsl.errors import InputError
 
 ROLES = ("lead", "annotator")

@@ -15,14 +15,18 @@ from gpsl.annotation import (
     predictions,
     projects,
     queue,
+    scoring,
     search,
     sentences,
     stats,
     team,
     versions,
+    votes,
 )
-from gpsl.annotation import labels as label_votes
+from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
+from gpsl.annotation.processes import worker_alive
+from gpsl.io import Sentence
 
 
 def default_models_root(db: Database) -> Path:
@@ -107,7 +111,7 @@ class Store:
 
     # sentences
     def add_sentences(self, project_id: int, items, **kw) -> int:
-        return sentences.add(self.db, project_id, items, **kw)
+        return projects.add_sentences(self.db, project_id, items, **kw)
 
     def set_gold(self, sentence_id: int, gold: Sequence[str | None]) -> None:
         sentences.set_gold(self.db, sentence_id, gold)
@@ -140,15 +144,13 @@ class Store:
         return sentences.view(self.db, sentence_id, annotator, blind)
 
     def export_sentences(self, project_id: int, split: str | None = None) -> list:
-        from gpsl.io import Sentence
-
         return [Sentence(tokens=s["tokens"], labels=s["labels"], line=s["line"] or 1)
                 for s in self.get_sentences(project_id, split=split)]
 
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        return label_votes.set_labels(self.db, sentence_id, labels, annotator, source)
+        return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -159,23 +161,23 @@ class Store:
         return self.set_label(sentence_id, token_index, None, annotator)
 
     def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        return label_votes.undo(self.db, project_id, annotator)
+        return labeling.undo(self.db, project_id, annotator)
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        label_votes.adjudicate(self.db, sentence_id, token_index, label, lead)
+        labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
-        return label_votes.adjudication_history(self.db, sentence_id, project_id, limit)
+        return votes.adjudication_history(self.db, sentence_id, project_id, limit)
 
     def votes(self, sentence_id: int) -> list[dict]:
-        return label_votes.votes_of(self.db, sentence_id)
+        return votes.votes_of(self.db, sentence_id)
 
     def history(self, sentence_id=None, project_id=None, annotator=None, limit=100):
-        return label_votes.history(self.db, sentence_id, project_id, annotator, limit)
+        return votes.history(self.db, sentence_id, project_id, annotator, limit)
 
     def skip(self, sentence_id: int, annotator: str) -> None:
-        label_votes.skip(self.db, sentence_id, annotator)
+        labeling.skip(self.db, sentence_id, annotator)
 
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:
@@ -215,10 +217,8 @@ class Store:
 
     def mark_stale_running_failed(self, project_id: int | None = None, *, alive=None,
                                   reason=None) -> list[int]:
-        from gpsl.annotation import jobs
-
         return versions.mark_stale_failed(
-            self.db, alive or jobs.worker_alive,
+            self.db, alive or worker_alive,
             reason or (lambda v: f"worker process {v['settings'].get('pid')} is gone"),
             project_id)
 
@@ -240,7 +240,7 @@ class Store:
     # predictions and queue
     def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray],
                          query_scores: Mapping[int, np.ndarray] | None = None) -> int:
-        return predictions.save(self.db, version_id, marginals, query_scores)
+        return scoring.save_predictions(self.db, version_id, marginals, query_scores)
 
     def get_predictions(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get(self.db, version_id, sentence_ids)

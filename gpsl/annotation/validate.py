@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpsl.errors import InputError
+from gpsl.features import Template
 
 SPLITS = ("train", "heldout")
 SOURCES = ("human", "accepted")
+IMPORT = "import"  # the annotator of labels that came with a file (also "import:<file>")
 
 
 def annotator(name) -> str:
@@ -17,6 +19,19 @@ def annotator(name) -> str:
     if not text:
         raise InputError("annotator name is empty", source="<annotator>")
     return text
+
+
+def is_import(annotator: str | None, source: str | None = None) -> bool:
+    """A vote that came with an imported file (source ``import``, or annotator ``import`` or
+    ``import:<file>``), not a person's: it takes part in no agreement figure and counts
+    for a token only while no one has voted on it."""
+    name = annotator or ""
+    return source == IMPORT or name == IMPORT or name.startswith(IMPORT + ":")
+
+
+def import_credit(file_name: str) -> str:
+    """Who labels that come with an imported file are credited to: ``import:<file name>``."""
+    return f"{IMPORT}:{' '.join(str(file_name).split()) or 'file'}"
 
 
 def project_name(name) -> str:
@@ -153,6 +168,4 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
 
 def template(text: str, n_columns: int) -> None:
     """Parse and validate CRF++ template text against the data's column count."""
-    from gpsl.features import Template
-
     Template.parse(text, source="<template>").validate(int(n_columns))
