@@ -1,6 +1,10 @@
 """The thin facade the pages (and scripts) use: one :class:`Store` object whose methods
 delegate to the modules of :mod:`gpsl.annotation`.  It holds no connection of its own
-beyond the engine's pool, so one instance may be shared by Streamlit's script threads."""
+beyond the engine's pool, so one instance may be shared by Streamlit's script threads.
+
+Its read methods return the store's rows (dicts); :attr:`Store.reports` returns what the
+pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls with
+itself (training jobs, imports, exports, reports) take any object with these methods."""
 
 from __future__ import annotations
 
@@ -12,9 +16,13 @@ import numpy as np
 
 from gpsl.annotation import (
     accounts,
+    exports,
+    imports,
+    jobs,
     predictions,
     projects,
     queue,
+    reports,
     scoring,
     search,
     sentences,
@@ -25,6 +33,7 @@ from gpsl.annotation import (
 )
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
+from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
 from gpsl.io import Sentence
 
@@ -80,6 +89,11 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.where!r})"
+
+    @property
+    def reports(self) -> reports.Reports:
+        """What the pages show, as typed records."""
+        return reports.Reports(self)
 
     # projects
     def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
@@ -273,6 +287,16 @@ class Store:
         """The next sentence for a team member, leased to them (:func:`queue.route`)."""
         return queue.route(self.db, project_id, annotator, order, current, exclude)
 
+    def next_to_annotate(self, project_id: int, annotator: str, order: str = "uncertainty",
+                         current: int | None = None, seen=(), *, team: bool = False
+                         ) -> int | None:
+        """The next sentence to annotate: for a team member the store's routing, which
+        leases it (:meth:`next_sentence`); alone, the first of the queue not seen in this
+        session (:func:`queue.next_unseen`)."""
+        if team:
+            return self.next_sentence(project_id, annotator, order, current, seen)
+        return queue.next_unseen(self.db, project_id, order, annotator, current, seen)
+
     def release_lease(self, annotator: str, sentence_id: int | None = None) -> int:
         return queue.release(self.db, annotator, sentence_id)
 
@@ -344,3 +368,40 @@ class Store:
 
     def conflicts(self, project_id: int, votes=None) -> list[dict]:
         return team.conflicts(self.db, project_id, votes)
+
+    # training (gpsl.annotation.jobs)
+    def start_training(self, project_id: int, config: TrainConfig) -> int:
+        """Start a background training run; returns its version id."""
+        return jobs.start_training(self, project_id, config)
+
+    def stop_training(self, version_id: int) -> bool:
+        return jobs.stop_training(self, version_id)
+
+    def recover(self) -> dict:
+        """After a crash: dead workers' versions failed, their leftovers removed."""
+        return jobs.recover(self)
+
+    # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
+    def import_sentences(self, project_id: int, sentences_, **kw) -> int:
+        return imports.import_sentences(self, project_id, sentences_, **kw)
+
+    def export_annotations(self, project_id: int, fmt: str = "conll",
+                           split: str | None = "train") -> str:
+        return exports.export_annotations(self, project_id, fmt, split)
+
+    def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
+                           split: str | None = "train") -> str:
+        return exports.export_predictions(self, project_id, self.get_model_version(version_id),
+                                          fmt, split)
+
+    def preview(self, project_id: int, split: str | None, fmt: str, n: int = 2) -> str:
+        """The export text of the first ``n`` sentences ("" without sentences)."""
+        first = self.get_sentences(project_id, split=split, limit=n)
+        return exports.preview_text(first, fmt) if first else ""
+
+    def check_model(self, version_id: int) -> None:
+        """Raise a one-line error unless the version's saved model loads cleanly."""
+        exports.check_model(self.get_model_version(version_id)["path"])
+
+    def model_zip(self, version_id: int) -> bytes:
+        return exports.model_zip(self.get_model_version(version_id)["path"])

@@ -117,6 +117,13 @@ class TrainConfig:
         return cls(**{k: v for k, v in settings.items() if k in names})
 
 
+PRESET_HELP = {
+    "GPSL1": "previous label (-1)",
+    "GPSL2": "previous and next label (-1, 1)",
+    "GPSL4": "two labels either side (-2, -1, 1, 2)",
+}
+
+
 def preset_of(offsets: Sequence[int]) -> str:
     """``"GPSL1"``/``"GPSL2"``/``"GPSL4"`` (the presets of :mod:`gpsl.model`) or ``"custom"``."""
     offs = tuple(int(o) for o in offsets)
@@ -390,8 +397,8 @@ def _failed(run: _Run, exc: BaseException, raise_errors: bool) -> None:
     if raise_errors or not isinstance(exc, Exception):
         raise exc
     if not recorded:
-        code = getattr(exc, "errno", None)
-        raise UnrecordedFailure(reason, code if isinstance(code, int) and 0 < code < 126
+        code = getattr(exc, "errno", None)  # an exit status is 1 ... 125
+        raise UnrecordedFailure(reason, code if isinstance(code, int) and code in range(1, 126)
                                 else 1) from exc
 
 

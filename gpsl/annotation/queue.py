@@ -94,6 +94,22 @@ def queue(db: Database, project_id: int, order: str = "uncertainty",
     return db.read(tx)
 
 
+def next_unseen(db: Database, project_id: int, order: str, annotator: str,
+                current: int | None, seen: Iterable[int]) -> int | None:
+    """The next sentence for someone annotating alone: the first one of the queue not seen
+    in this session (then the first that is not ``current``); None when the queue is
+    empty."""
+    seen = set(seen)
+    ids = queue(db, project_id, order=order, annotator=annotator, limit=len(seen) + 5)
+    for sid in ids:
+        if sid not in seen and sid != current:
+            return sid
+    for sid in ids:
+        if sid != current:
+            return sid
+    return ids[0] if ids else None
+
+
 def ranked(db: Database, project_id: int, n: int = 10) -> list[dict]:
     """The first ``n`` sentences of the uncertainty queue with their scores (for display):
     ``dict(sentence_id, position, score, unlabeled, strategy)``, ``strategy`` being the

@@ -10,6 +10,8 @@
   tokens' largest (:func:`queue_score`); the token the cursor opens on, the unlabeled token
   with the largest score (:func:`opening_token`). The SQL that sorts sentences by the stored
   queue score and applies the team's k rule is :mod:`gpsl.annotation.queue`'s.
+* **The cursor**: where it moves after a label (:func:`next_unlabeled`) and which
+  suggestions "accept" takes (:func:`accept_candidates`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from gpsl import active, crowd
-from gpsl.annotation.records import Derived, Vote
+from gpsl.annotation.records import Derived, TokenView, Vote
 
-__all__ = ["NO_LABEL", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote",
-           "crowd_posterior", "derive_labels", "majority_label", "opening_token",
-           "queue_score", "token_scores"]
+__all__ = ["NO_LABEL", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote", "accept_candidates",
+           "crowd_posterior", "derive_labels", "majority_label", "next_unlabeled",
+           "opening_token", "queue_score", "token_scores"]
 
 #: one-coin accuracy assumed for an annotator the crowd model has not seen
 UNKNOWN_SKILL = 0.8
@@ -169,3 +171,24 @@ def opening_token(labels: Sequence[str | None], scores: Sequence[float | None]) 
     if scored:
         return min(scored, key=lambda t: (-float(scores[t]), t))
     return free[0] if free else 0
+
+
+def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
+    """Where the cursor moves after a label: the next unlabeled token after ``after``
+    (wrapping); ``after + 1`` when every token is labeled (clamped to the last token)."""
+    n = len(labels)
+    for k in range(1, n + 1):
+        t = (after + k) % n
+        if labels[t] is None:
+            return t
+    return min(after + 1, n - 1)
+
+
+def accept_candidates(views: Sequence[TokenView], threshold: float,
+                      label_set: Sequence[str]) -> dict[int, str]:
+    """"Accept suggestions": the unlabeled tokens whose suggestion is in the label set with
+    probability >= ``threshold`` -> that suggestion."""
+    ok = set(label_set)
+    return {v.index: v.suggestion for v in views
+            if v.label is None and v.suggestion in ok and v.suggestion_p is not None
+            and v.suggestion_p >= threshold}

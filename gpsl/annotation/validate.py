@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpsl.errors import InputError
-from gpsl.features import Template
+from gpsl.features import Template, default_template
 
 SPLITS = ("train", "heldout")
 SOURCES = ("human", "accepted")
@@ -169,3 +169,8 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
 def template(text: str, n_columns: int) -> None:
     """Parse and validate CRF++ template text against the data's column count."""
     Template.parse(text, source="<template>").validate(int(n_columns))
+
+
+def default_template_text(n_columns: int) -> str:
+    """gpsl's default window template over ``n_columns`` token columns (CRF++ text)."""
+    return default_template(max(1, int(n_columns))).text
