@@ -24,6 +24,11 @@ from pathlib import Path
 
 import streamlit as st
 
+try:  # Streamlit's internal page manager (other Streamlit versions may not have it)
+    from streamlit.runtime.pages_manager import PagesManager
+except ImportError:  # pragma: no cover
+    PagesManager = None
+
 import gpsl.annotation as back
 from gpsl.annotation import STORE_ERRORS, Identity, InputError, Project, Store, one_line
 from pages._format import md_escape
@@ -57,12 +62,8 @@ def _prefer_navigation() -> None:
     """Streamlit treats an app with a ``pages/`` folder as a legacy multipage app until
     ``st.navigation`` runs once; a first request straight to a page URL would then keep
     the process in that mode.  The pages are listed by ``st.navigation`` in app.py."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-
+    if PagesManager is not None and hasattr(PagesManager, "uses_pages_directory"):
         PagesManager.uses_pages_directory = False
-    except (ImportError, AttributeError):  # pragma: no cover - other Streamlit versions
-        pass
 
 
 _prefer_navigation()

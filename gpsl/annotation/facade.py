@@ -310,9 +310,6 @@ class Store:
     def list_accounts(self) -> list[dict]:
         return accounts.list_all(self.db)
 
-    def get_account(self, account_id: int) -> dict | None:
-        return accounts.get(self.db, account_id)
-
     def create_account(self, name: str, role: str, password: str | None = None) -> int:
         return accounts.create(self.db, name, role, password)
 
@@ -330,9 +327,6 @@ class Store:
 
     def issue_sign_in_link(self, account_id: int, days: float = accounts.LINK_DAYS) -> str:
         return accounts.issue_link(self.db, account_id, days)
-
-    def revoke_sign_in_links(self, account_id: int) -> int:
-        return accounts.revoke_links(self.db, account_id)
 
     def redeem_sign_in_link(self, token: str):
         return accounts.redeem_link(self.db, token)

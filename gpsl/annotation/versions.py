@@ -15,8 +15,6 @@ from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.processes import process_started
 from gpsl.errors import InputError
 
-STATUSES = ("running", "done", "failed", "killed")
-
 
 def as_dict(r) -> dict:
     m = r._mapping
