@@ -34,6 +34,19 @@ def preset_name(offsets: Sequence[int]) -> str:
     return "Custom" if name == "custom" else name
 
 
+def widget_help(param, more: str = "") -> str:
+    """A widget's help from the parameter table's line (:data:`gpsl.annotation.TRAIN_PARAMS`):
+    a sentence, then ``more``."""
+    text = param.help[:1].upper() + param.help[1:]
+    return text + ("" if text.endswith(".") else ".") + (f" {more}" if more else "")
+
+
+def bounds(param) -> tuple[int, int]:
+    """The lowest and highest whole number a parameter's interval allows (a widget's range)."""
+    interval = next(c for c in param.constraints if hasattr(c, "left") and hasattr(c, "right"))
+    return int(interval.left), int(interval.right)
+
+
 def upload_limits_text() -> str:
     """"Limits: at most 20 MB per file, 1,000 tokens per sentence (set ...)."""
     try:

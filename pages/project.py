@@ -12,6 +12,7 @@ from gpsl.annotation import (
     FORMATS,
     PRESET_HELP,
     PRESETS,
+    TRAIN_PARAMS,
     UPLOAD_TYPES,
     GpslError,
     InputError,
@@ -26,7 +27,7 @@ from pages import _ui
 from pages._charts import styled
 from pages._chips import label_chips_html, label_colors
 from pages._format import fmt_int, fmt_pct, fmt_time, md_escape, offsets_text, parse_label_text
-from pages._text import model_summary, preset_name, upload_limits_text
+from pages._text import model_summary, preset_name, upload_limits_text, widget_help
 
 store, project = _ui.setup(role="lead")
 pid = project.id if project else None
@@ -35,14 +36,13 @@ _ui.header("Project", "Overview, settings and new annotation projects.", project
 _ui.show_flash()
 
 
-def dependency_picker(key: str, offsets, label: str = "Dependency set") -> tuple[int, ...] | None:
+def dependency_picker(key: str, offsets, label: str = TRAIN_PARAMS["offsets"].label
+                      ) -> tuple[int, ...] | None:
     """Segmented GPSL1/2/4/Custom + custom offsets; None (and an error shown) when invalid."""
     preset = preset_name(offsets)
     choice = st.segmented_control(
-        label, ["GPSL1", "GPSL2", "GPSL4", "Custom"], default=preset, key=f"{key}_preset",
-        required=True,
-        help="Which neighbouring labels each label depends on: GPSL1 the previous one, GPSL2 "
-             "previous and next, GPSL4 two either side, or your own offsets.")
+        label, [*PRESETS, "Custom"], default=preset, key=f"{key}_preset", required=True,
+        help=widget_help(TRAIN_PARAMS["offsets"]))
     if choice == "Custom":
         text = st.text_input("Offsets", value=offsets_text(offsets), key=f"{key}_custom",
                              help="Comma-separated non-zero integers, e.g. -3, -1, 1.")

@@ -6,9 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from gpsl.annotation import (
-    INFERENCE_MODES,
     PRESET_HELP,
     PRESETS,
+    TRAIN_PARAMS,
     InputError,
     TrainConfig,
     parse_offsets,
@@ -16,7 +16,7 @@ from gpsl.annotation import (
 from pages import _ui
 from pages._charts import bound_figure
 from pages._format import fmt_eta, md_escape, offsets_text
-from pages._text import preset_name, version_names, versions_table
+from pages._text import bounds, preset_name, version_names, versions_table, widget_help
 
 store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
@@ -26,13 +26,15 @@ _ui.header("Train", "Fit a GPSL model on the labeled tokens; it runs in the back
                     "you keep annotating.", project)
 _ui.show_flash()
 
+P = TRAIN_PARAMS  # labels, help, options and bounds of the widgets: gpsl.params
+DEFAULT = TrainConfig()  # the table's defaults for a run started in the app
 st.session_state.setdefault("train_preset", preset_name(project.offsets))
 st.session_state.setdefault("train_custom", offsets_text(project.offsets))
-st.session_state.setdefault("train_kernel", project.kernel or "linear")
-st.session_state.setdefault("train_hyper", False)
-st.session_state.setdefault("train_iter", 30)
+st.session_state.setdefault("train_kernel", project.kernel or DEFAULT.kernel)
+st.session_state.setdefault("train_hyper", DEFAULT.learn_hyper)
+st.session_state.setdefault("train_iter", DEFAULT.max_iter)
 st.session_state.setdefault("train_max_sent", 0)
-st.session_state.setdefault("train_inference", "auto")
+st.session_state.setdefault("train_inference", DEFAULT.inference)
 
 with _ui.guard("Cannot read the training runs", stop=True):
     running = store.reports.running(pid)
@@ -42,10 +44,8 @@ settings_col, live_col = st.columns([2, 3], gap="large")
 
 with settings_col:
     st.subheader("Settings", anchor=False)
-    preset = st.segmented_control(
-        "Dependency set", ["GPSL1", "GPSL2", "GPSL4", "Custom"], key="train_preset",
-        required=True, help="Label dependencies of the pseudo-likelihood: GPSL1 the previous "
-                            "label, GPSL2 previous and next, GPSL4 two either side.")
+    preset = st.segmented_control(P["offsets"].label, [*PRESETS, "Custom"], key="train_preset",
+                                  required=True, help=widget_help(P["offsets"]))
     offsets = None
     if preset == "Custom":
         text = st.text_input("Offsets", key="train_custom",
@@ -57,27 +57,21 @@ with settings_col:
     else:
         offsets = PRESETS[preset]
         st.caption(f"{preset}: {PRESET_HELP[preset]}")
-    st.segmented_control("Kernel", ["linear", "rbf"], key="train_kernel", required=True,
-                         format_func={"linear": "Linear", "rbf": "RBF (squared exp.)"}.get,
-                         help="Covariance of the latent functions over the token features.")
-    st.toggle("Learn hyper-parameters", key="train_hyper",
-              help="Fit the kernel variances by variational EM, as in the paper (slower). Off "
-                   "by default: maximising the bound shrinks the variances and lowered "
-                   "accuracy in our measurements.")
-    st.number_input("Max iterations", 1, 500, step=5, key="train_iter",
-                    help="Coordinate-ascent sweeps; training stops earlier once the bound "
-                         "improves by less than 0.01 %.")
-    st.segmented_control("Inference", list(INFERENCE_MODES), key="train_inference",
-                         required=True,
-                         format_func={"auto": "Auto", "full": "Full GP",
-                                      "sparse": "Scalable"}.get,
-                         help="Full GP: exact covariances, cost grows steeply with the "
-                              "labeled tokens. Scalable: the large-project mode. Auto picks "
-                              "by the number of labeled tokens.")
-    st.number_input("Train on at most N labeled sentences (0 = all)", 0, 100_000, step=50,
-                    key="train_max_sent",
-                    help="By default every sentence with a labeled token is used. A cap "
-                         "keeps rounds short; the most labeled sentences are used first.")
+    st.segmented_control(P["kernel"].label, list(P["kernel"].options), key="train_kernel",
+                         required=True, format_func=P["kernel"].option_label,
+                         help=widget_help(P["kernel"]))
+    st.toggle(P["learn_hyper"].label, key="train_hyper", help=widget_help(P["learn_hyper"]))
+    low, high = bounds(P["max_iter"])
+    st.number_input(P["max_iter"].label, low, high, step=5, key="train_iter",
+                    help=widget_help(P["max_iter"], "Training stops earlier once the bound "
+                                     f"improves by less than {100 * DEFAULT.tol:g}% in a "
+                                     "sweep."))
+    st.segmented_control(P["inference"].label, list(P["inference"].options),
+                         key="train_inference", required=True,
+                         format_func=P["inference"].option_label,
+                         help=widget_help(P["inference"]))
+    st.number_input(P["max_sentences"].label, 0, bounds(P["max_sentences"])[1], step=50,
+                    key="train_max_sent", help=widget_help(P["max_sentences"]))
     if st.button("Start training", type="primary", icon=":material/play_arrow:",
                  disabled=running is not None or offsets is None, key="start"):
         with _ui.guard("Training not started"):  # bad settings, a run already going, busy

@@ -25,8 +25,9 @@ LAYERS = {
                      "accounts", "search", "stats", "runs"},
     "rules": {"rules", "evaluation"},
     "services": {"labels", "scoring", "team", "imports", "exports", "pipeline", "jobs",
-                 "dask_jobs", "reports", "worker"},
+                 "dask_jobs", "reports"},
     "facade": {"facade", "__init__"},
+    "entry": {"worker"},  # a process's main (python -m gpsl.annotation.worker), like app.py
 }
 #: what the rules may import of the back end: values, nothing that reads or writes
 PURE_ALLOWED = {"gpsl.annotation.records"}
@@ -39,12 +40,16 @@ PAGE_ALLOWED = {"gpsl.annotation", "streamlit", "pandas", "plotly"}
 # Modules over MAX_LINES that this wave leaves to their owners, to be split and then removed
 # from this list (the lead empties it); an entry that is no longer over the limit fails too.
 TOO_LONG = {
-    "gpsl/model.py": "house-core (#28): the engine protocol takes the GPSL god object apart",
-    "gpsl/calibration.py": "house-core (#28): split into <= 600-line modules",
-    "gpsl/cli.py": "house-core (#28): becomes the gpsl/cli/ package",
     "gpsl/crowd.py": "crowd (#27): one aggregator a file",
     "gpsl/io.py": "crowd (#27): the readers may become a package",
     "gpsl/active.py": "not assigned in wave 1",
+}
+# Import loops this wave leaves to their owners (the lead empties this too; a loop that is
+# gone fails until its entry is removed).
+KNOWN_CYCLES = {
+    frozenset({"gpsl", "gpsl.model", "gpsl.persist"}):
+        "house-core (#28): gpsl.persist reads gpsl.__version__ from the package, whose lazy "
+        "GPSL attribute imports gpsl.model, which imports gpsl.persist",
 }
 
 
@@ -137,9 +142,14 @@ def _layer(module: str) -> int | None:
 
 
 def test_the_import_graph_has_no_cycle():
+    """No loop of imports, those made inside functions included (a lazy import hides a
+    loop from the interpreter, not from the reader)."""
     internal = {name: {m for m, _ in imps if m in MODULES and m != name}
                 for name, imps in GRAPH.items()}
-    assert _cycles(internal) == []
+    found = {frozenset(c) for c in _cycles(internal)}
+    assert not found - set(KNOWN_CYCLES), sorted(sorted(c) for c in found - set(KNOWN_CYCLES))
+    stale = [sorted(c) for c in set(KNOWN_CYCLES) - found]
+    assert not stale, f"no longer a loop: remove {stale} from KNOWN_CYCLES"
 
 
 def test_the_annotation_back_end_imports_run_down_its_layers():

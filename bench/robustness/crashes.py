@@ -4,7 +4,7 @@
 
 **Training worker** (``kind="training"``).  A project with an active model (trained once
 in-process) starts the real background worker (start_training`, a
-separate ``python -m gpsl worker`` process) and kills it with ``SIGKILL`` after a random
+separate ``python -m gpsl.annotation.worker`` process) and kills it with ``SIGKILL`` after a random
 delay drawn over the worker's whole run (start-up, fitting, saving, predicting, finishing);
 one trial in four instead stops the worker at a fixed point right after the model was
 written to its staging directory (``start_training(pause_at="after-staging")``) and kills it

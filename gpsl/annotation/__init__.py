@@ -32,15 +32,7 @@ from gpsl.annotation.imports import (
     unknown_labels,
     upload_limits,
 )
-from gpsl.annotation.pipeline import (
-    INFERENCE_MODES,
-    KERNELS,
-    PRESET_HELP,
-    PRESETS,
-    TrainConfig,
-    parse_offsets,
-    preset_of,
-)
+from gpsl.annotation.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
 from gpsl.annotation.projects import SAMPLE_PROJECT_NAME
 from gpsl.annotation.queue import ORDERS as QUEUE_ORDERS
 from gpsl.annotation.records import (
@@ -78,19 +70,21 @@ from gpsl.annotation.validate import (
     is_import,
 )
 from gpsl.annotation.validate import template as check_template
+from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 
 __all__ = [
     "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",
     "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "SAMPLE_PROJECT_NAME", "SCHEMA_VERSION",
-    "SEARCH_STATUSES", "STORE_ERRORS", "UPLOAD_TYPES", "Account", "AnnotatorRow", "Calibration",
-    "CalibrationReport", "Conflict", "CrowdSummary", "Decision", "GpslError", "HistoryEntry",
-    "Identity", "InputError", "Lease", "NotFoundError", "Progress", "Project", "RankedSentence",
-    "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView", "Store",
-    "StoreBusyError", "StoreUnavailableError", "TeamFigures", "TeamSettings", "TokenView",
+    "SEARCH_STATUSES", "STORE_ERRORS", "TRAIN_PARAMS", "UPLOAD_TYPES", "Account", "AnnotatorRow",
+    "Calibration", "CalibrationReport", "Conflict", "CrowdSummary", "Decision", "GpslError",
+    "HistoryEntry", "Identity", "InputError", "Lease", "NotFoundError", "Progress", "Project",
+    "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
+    "Store", "StoreBusyError", "StoreUnavailableError", "TeamFigures", "TeamSettings", "TokenView",
     "TrainConfig", "TrainingBusyError", "TrainingProgress", "UploadSummary", "Version",
     "accept_candidates", "check_template", "default_db_url", "default_models_root",
     "default_template_text", "entity_type", "guess_format", "import_credit", "is_import",
-    "next_unlabeled", "one_line", "parse_offsets", "parse_upload", "preset_of", "query_description",
-    "queue_strategy", "safe_filename", "summarize", "unknown_labels", "upload_limits",
+    "next_unlabeled", "one_line", "parse_offsets", "parse_upload", "preset_of",
+    "query_description", "queue_strategy", "safe_filename", "summarize", "unknown_labels",
+    "upload_limits",
 ]

@@ -5,9 +5,10 @@ Two runners, chosen by the environment: a local subprocess (the default, below) 
 (:mod:`gpsl.annotation.dask_jobs`); progress, stop, failure and the model folder work the same
 way with either.
 
-A worker is ``python -m gpsl worker --version ID --models-root DIR`` in its own session
-(one BLAS thread, ``nice`` 5, :func:`run_worker`); the store it works on is passed in its
-environment (``GPSL_DB``), never on the command line (a PostgreSQL URL may hold a password).
+A worker is ``python -m gpsl.annotation.worker --version ID --models-root DIR`` in its own
+session (one BLAS thread, ``nice`` 5, :mod:`gpsl.annotation.worker`); the store it works on is
+passed in its environment (``GPSL_DB``), never on the command line (a PostgreSQL URL may hold
+a password).
 A version records its worker's pid *and the process's start time*
 (:mod:`gpsl.annotation.processes`): a process is only taken for that worker when both match
 (a reused pid is another process), and Stop only ever signals a process that passes this
@@ -195,7 +196,7 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
             return _start_dask(store, project_id, config, root, address, pause_at)
         vid = store.start_model_version(project_id, config.to_settings())
         log = pipeline.log_file(root, project_id, vid)
-        cmd = [sys.executable, "-m", "gpsl", "worker", "--version", str(vid),
+        cmd = [sys.executable, "-m", "gpsl.annotation.worker", "--version", str(vid),
                "--models-root", str(root)]
         cmd += ["--pause-at", pause_at] if pause_at else []
         try:
@@ -262,17 +263,3 @@ def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
         vid = store.start_model_version(project_id, config.to_settings())
     return pipeline.run(store, vid, root, raise_errors=raise_errors)
 
-
-def run_worker(store, version_id: int, *, pause_at: str | None = None) -> int:
-    """The worker process's job (``python -m gpsl worker``): run one version's pipeline at
-    ``nice`` 5 and print how it ended; returns the process's exit status (0 done, 1 failed,
-    the errno of a failure it could not record, :class:`pipeline.UnrecordedFailure`)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(5)
-    try:
-        version = pipeline.run(store, version_id, store.models_root, pause_at=pause_at)
-    except pipeline.UnrecordedFailure as exc:
-        return exc.exit_code
-    print(f"version {version_id}: {version['status']}"
-          + (f" ({version['error']})" if version.get("error") else ""), flush=True)
-    return 0 if version["status"] == "done" else 1

@@ -35,13 +35,13 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gpsl import active
+from gpsl import active, params
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here for callers)
@@ -56,11 +56,9 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
 )
 from gpsl.calibration import Calibrator, calibration_folds, cross_calibrate
 from gpsl.errors import InputError
-from gpsl.model import GPSL, PRESETS, parse_offsets
+from gpsl.model import GPSL
 
 PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the kernel block)
-INFERENCE_MODES = ("auto", "full", "sparse")
-KERNELS = ("linear", "rbf")
 #: where a run can be made to wait (``pause_at``): after saving the model into its staging
 #: folder, before the rename; in the fit, after the first sweep
 PAUSES = ("after-staging", "in-fit")
@@ -68,42 +66,42 @@ PAUSE_SECONDS = 600.0  # a paused run waits at most this long
 #: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
 MIN_CALIBRATION_TOKENS = 50
 
+#: the settings of a run that are parameters of :mod:`gpsl.params` (constraints, defaults
+#: where the app starts a fit, labels and help of the Train page's widgets)
+TRAIN_PARAMS = {name: params.param(name) for name in (
+    "offsets", "kernel", "learn_hyper", "max_iter", "tol", "inference", "max_sentences")}
+_APP = params.defaults("app", TRAIN_PARAMS)
+INFERENCE_MODES = TRAIN_PARAMS["inference"].options
+KERNELS = TRAIN_PARAMS["kernel"].options
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings of one training run (stored in the version's ``settings``)."""
+    """Settings of one training run (stored in the version's ``settings``): the parameters
+    of :data:`TRAIN_PARAMS`, checked against :mod:`gpsl.params` (their defaults are the
+    table's for a fit started in the app), and the queue's ``query`` strategy."""
 
-    offsets: tuple[int, ...] = (-1, 1)
-    kernel: str = "linear"
-    learn_hyper: bool = False
-    max_iter: int = 50
-    tol: float = 1e-3  # the library default
-    inference: str = "auto"  # GPSL(inference=...): "auto", "full" or "sparse"
-    max_sentences: int | None = None  # optional cap (the most labeled sentences first)
+    offsets: tuple[int, ...] = _APP["offsets"]
+    kernel: str = _APP["kernel"]
+    learn_hyper: bool = _APP["learn_hyper"]
+    max_iter: int = _APP["max_iter"]
+    tol: float = _APP["tol"]
+    inference: str = _APP["inference"]  # GPSL(inference=...): "auto", "full" or "sparse"
+    max_sentences: int | None = _APP["max_sentences"]  # a cap (the most labeled first)
     #: the query score that orders the annotation queue (a key of
     #: :data:`gpsl.active.QUERY_SCORES`; its name is recorded on the version)
     query: str = active.DEFAULT_QUERY
 
     def __post_init__(self):
-        object.__setattr__(self, "offsets", tuple(parse_offsets(self.offsets)))
-        if self.kernel not in KERNELS:
-            raise InputError(f"kernel must be linear or rbf, got {self.kernel!r}",
-                             source="<train>")
-        if self.inference not in INFERENCE_MODES:
-            raise InputError(f"inference must be auto, full or sparse, got {self.inference!r}",
-                             source="<train>")
-        if int(self.max_iter) < 1:
-            raise InputError("max iterations must be at least 1", source="<train>")
-        object.__setattr__(self, "max_iter", int(self.max_iter))
-        if self.max_sentences is not None and int(self.max_sentences) < 1:
-            raise InputError("max sentences must be at least 1", source="<train>")
+        for name in TRAIN_PARAMS:
+            object.__setattr__(self, name, params.check(name, getattr(self, name), "<train>"))
         if self.query not in active.QUERY_SCORES:
             raise InputError(f"query must be one of {', '.join(active.QUERY_SCORES)}, got "
                              f"{self.query!r}", source="<train>")
 
     @property
     def preset(self) -> str:
-        return preset_of(self.offsets)
+        return params.preset_of(self.offsets)
 
     def to_settings(self) -> dict:
         d = asdict(self)
@@ -115,22 +113,6 @@ class TrainConfig:
     def from_settings(cls, settings: dict) -> TrainConfig:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in settings.items() if k in names})
-
-
-PRESET_HELP = {
-    "GPSL1": "previous label (-1)",
-    "GPSL2": "previous and next label (-1, 1)",
-    "GPSL4": "two labels either side (-2, -1, 1, 2)",
-}
-
-
-def preset_of(offsets: Sequence[int]) -> str:
-    """``"GPSL1"``/``"GPSL2"``/``"GPSL4"`` (the presets of :mod:`gpsl.model`) or ``"custom"``."""
-    offs = tuple(int(o) for o in offsets)
-    for name, value in PRESETS.items():
-        if tuple(value) == offs:
-            return name
-    return "custom"
 
 
 class Stopped(Exception):

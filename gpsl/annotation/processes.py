@@ -54,10 +54,11 @@ def worker_alive(settings: dict) -> bool | None:
 
 
 def is_worker_of(proc: psutil.Process, version_id: int) -> bool:
-    """Whether ``proc``'s command line is a gpsl training worker of ``version_id``."""
+    """Whether ``proc``'s command line is a gpsl training worker of ``version_id``
+    (``python -m gpsl.annotation.worker --version ID``)."""
     try:
         cmd = proc.cmdline()
     except psutil.Error:
         return False
-    return "worker" in " ".join(cmd) and "--version" in cmd and \
+    return "gpsl.annotation.worker" in cmd and "--version" in cmd and \
         cmd[cmd.index("--version") + 1:cmd.index("--version") + 2] == [str(int(version_id))]

@@ -46,6 +46,7 @@ def insert(conn, name, labels, template, offsets, kernel, settings) -> int:
     name = validate.project_name(name)
     labels = validate.label_set(labels)
     offsets = validate.offsets(offsets)
+    kernel = validate.kernel(kernel)
     if conn.execute(text("SELECT 1 FROM projects WHERE name = :n"), {"n": name}).first():
         raise InputError(f"a project named {name!r} already exists", source="<project>")
     return conn.execute(text(
@@ -235,7 +236,7 @@ def update(db: Database, project_id: int, **fields) -> dict:
         if "offsets" in fields:
             values["offsets"] = dumps(validate.offsets(fields["offsets"]))
         if "kernel" in fields:
-            values["kernel"] = str(fields["kernel"])
+            values["kernel"] = validate.kernel(fields["kernel"])
         if "settings" in fields:
             values["settings"] = dumps(dict(fields["settings"] or {}))
         if "guidelines" in fields:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gpsl import params
 from gpsl.errors import InputError
 from gpsl.features import Template, default_template
 
@@ -58,15 +59,15 @@ def label_set(labels) -> list[str]:
 
 
 def offsets(values) -> list[int]:
-    try:
-        out = [int(x) for x in values]
-        ok = all(float(x) == int(x) for x in values)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise InputError(f"offsets must be a list of integers, got {values!r}",
-                         source="<project>")
-    return out
+    """A project's default dependency set, checked by the parameter table
+    (:func:`gpsl.params.check`: non-zero, distinct, bounded integers), so that a project
+    never holds offsets its training would refuse."""
+    return list(params.check("offsets", values, source="<project>"))
+
+
+def kernel(value) -> str:
+    """A project's default kernel, checked by the parameter table (``"linear"``, ``"rbf"``)."""
+    return params.check("kernel", value, source="<project>")
 
 
 def split(value) -> str:
