@@ -17,6 +17,7 @@ from gpsl.annotation import (
     InputError,
     Progress,
     RankedSentence,
+    UploadSummary,
     Version,
     preset_of,
     query_description,
@@ -56,6 +57,16 @@ def upload_limits_text() -> str:
     parts = [f"at most {size:g} MB per file" if size else "no size limit",
              f"{tokens:,} tokens per sentence" if tokens else "no sentence length limit"]
     return "Limits: " + ", ".join(parts) + f" (set {LIMIT_SETTINGS[0]}, {LIMIT_SETTINGS[1]})."
+
+
+def upload_summary(summary: UploadSummary, columns: bool = False) -> str:
+    """"**120** sentences · **1,500** tokens · **800** labeled" (with ``columns``: "· 3
+    feature columns")."""
+    text = (f"**{fmt_int(summary.sentences)}** sentences · **{fmt_int(summary.tokens)}** "
+            f"tokens · **{fmt_int(summary.labeled)}** labeled")
+    if columns:
+        text += f" · {summary.n_columns} feature column{'s' if summary.n_columns != 1 else ''}"
+    return text
 
 
 # ----------------------------------------------------------------------------- versions

@@ -16,8 +16,8 @@ from gpsl.annotation import (
     unknown_labels,
 )
 from pages import _ui
-from pages._format import code_span, fmt_int
-from pages._text import upload_limits_text, version_names
+from pages._format import code_span
+from pages._text import upload_limits_text, upload_summary, version_names
 
 store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
@@ -176,9 +176,7 @@ if upload is not None:
     if sentences:
         summary = summarize(sentences)
         new_labels = unknown_labels(sentences, project.labels)
-        st.markdown(f"**{fmt_int(summary.sentences)}** sentences · "
-                    f"**{fmt_int(summary.tokens)}** tokens · "
-                    f"**{fmt_int(summary.labeled)}** labeled")
+        st.markdown(upload_summary(summary))
         add_labels = False
         if new_labels:
             add_labels = st.checkbox(

@@ -27,7 +27,13 @@ from pages import _ui
 from pages._charts import styled
 from pages._chips import label_chips_html, label_colors
 from pages._format import fmt_int, fmt_pct, fmt_time, md_escape, offsets_text, parse_label_text
-from pages._text import model_summary, preset_name, upload_limits_text, widget_help
+from pages._text import (
+    model_summary,
+    preset_name,
+    upload_limits_text,
+    upload_summary,
+    widget_help,
+)
 
 store, project = _ui.setup(role="lead")
 pid = project.id if project else None
@@ -188,11 +194,7 @@ with upload_tab:
         sentences = _ui.parse_upload(upload, fmt)
         if sentences:
             summary = summarize(sentences)
-            st.markdown(
-                f"**{fmt_int(summary.sentences)}** sentences · "
-                f"**{fmt_int(summary.tokens)}** tokens · "
-                f"**{fmt_int(summary.labeled)}** labeled · {summary.n_columns} feature "
-                f"column{'s' if summary.n_columns != 1 else ''}")
+            st.markdown(upload_summary(summary, columns=True))
             form_left, form_right = st.columns(2, gap="large")
             with form_left:
                 name = st.text_input("Project name", value=Path(upload.name).stem,
