@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -34,7 +35,7 @@ def db(tmp_path, monkeypatch) -> Path:
 
 
 def app(goto: int | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     if goto is not None:
         at.session_state["goto_sentence"] = goto
     at.switch_page("pages/annotate.py").run()

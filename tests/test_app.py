@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -38,7 +39,7 @@ def db(tmp_path, monkeypatch) -> Path:
 
 
 def app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     assert not at.exception, at.exception
     if page:
         at.switch_page(f"pages/{page}.py").run()
@@ -231,7 +232,7 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
     assert versions[0]["settings"]["inference"] == "full"
     assert versions[0]["settings"]["max_sentences"] is None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + limit(120)
     while jobs.running_version(store, pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     version = store.get_model_version(versions[0]["id"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _limits import limit
 
 from gpsl import cli
 from gpsl.cli import common
@@ -406,7 +407,7 @@ def test_real_ragged_test_file_and_viterbi_error(trained, capsys):
 def test_python_dash_m_entry_point(tmp_path):
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "gpsl", "test", "-m", str(tmp_path / "none"),
-                           "x.data"], cwd=root, capture_output=True, text=True, timeout=60)
+                           "x.data"], cwd=root, capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == f"gpsl: error: {tmp_path / 'none'}: model directory not found\n"

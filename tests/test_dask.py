@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from _limits import limit
 from _support import BL, OUT, free_port, tiny_store, wait_until
 
 from gpsl.errors import InputError
@@ -37,7 +38,7 @@ def cluster():
                                   host="127.0.0.1", dashboard_address=None, env=env,
                                   silence_logs=50)
     client = distributed.Client(lc, set_as_default=False)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=limit(60))
     yield client
     for c in list(dask_jobs._CLIENTS.values()):
         c.close()
@@ -133,7 +134,7 @@ def test_train_on_a_scheduler_from_the_command_line(cluster, tmp_path):
     model_dir = tmp_path / "model"
     out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler",
                           _address(cluster), "--max-iter", "3", str(data), str(model_dir)],
-                         capture_output=True, text=True, timeout=120,
+                         capture_output=True, text=True, timeout=limit(120),
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr
     assert "sparse inference" in out.stderr.splitlines()[-1]
@@ -154,7 +155,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
     data = _write_conll(tmp_path / "train.data", X, y)
     out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler", address,
                           str(data), str(tmp_path / "model")], capture_output=True, text=True,
-                         env={**os.environ, "GPSL_DASK_TIMEOUT": "1"}, timeout=120)
+                         env={**os.environ, "GPSL_DASK_TIMEOUT": "1"}, timeout=limit(120))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0], out.stderr
@@ -176,7 +177,7 @@ def test_dask_is_not_imported_without_a_scheduler(tmp_path):
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+                         timeout=limit(120), cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

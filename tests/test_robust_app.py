@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -71,7 +72,7 @@ def hostile(db):
 
 
 def app(page: str | None = None, goto: int | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     assert not at.exception, at.exception
     if page:
         if goto is not None:
@@ -235,12 +236,12 @@ def test_app_restarted_after_a_killed_writer_shows_every_saved_label(db, tmp_pat
     proc = multiprocessing.get_context("spawn").Process(
         target=_label_writer, args=(str(db), str(report), 0), daemon=True)
     proc.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + limit(60)
     while not (report.exists() and report.read_text().count("\n") > 30):
         assert time.monotonic() < deadline and proc.is_alive()
         time.sleep(0.05)
     proc.kill()
-    proc.join(30)
+    proc.join(limit(30))
     last: dict = {}  # (sentence, token) -> the last label reported for it
     history = {h["id"]: h for h in store.history(project_id=pid, limit=None)}
     for line in report.read_text().splitlines()[1:]:

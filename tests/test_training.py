@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _limits import limit
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 
 from gpsl.annotation import Store, jobs, pipeline
@@ -25,7 +26,7 @@ def kill_worker(vid: int) -> None:
     proc = (jobs._WORKERS.get(vid) or (None,))[0]
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=limit(30))
 
 
 @pytest.mark.timeout(180)
@@ -128,7 +129,7 @@ def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
         assert jobs.stop_training(store, vid)
         proc = (jobs._WORKERS.get(vid) or (None,))[0]
         if proc is not None:
-            assert proc.wait(timeout=30) == -signal.SIGTERM
+            assert proc.wait(timeout=limit(30)) == -signal.SIGTERM
     finally:
         kill_worker(vid)
     version = store.get_model_version(vid)
