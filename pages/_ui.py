@@ -168,8 +168,13 @@ def parse_upload(upload, fmt: str) -> list | None:
     return None
 
 
-def models_root() -> Path:
-    return store().models_root
+def upload_format(upload, key: str, where=st, **kw) -> str:
+    """The format to read an upload as: a selectbox of the readers' formats that starts on
+    the one the file's extension names (``where``: a container or column; ``kw`` go to the
+    selectbox)."""
+    names = list(back.FORMATS)
+    return where.selectbox("Format", names, index=names.index(back.guess_format(upload.name)),
+                           format_func=back.FORMATS.get, key=key, **kw)
 
 
 def keep_widget_state() -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from gpsl.annotation import (
-    FORMATS,
     UPLOAD_TYPES,
     GpslError,
     InputError,
-    guess_format,
     import_credit,
     safe_filename,
     summarize,
@@ -165,10 +163,8 @@ upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="imp_file",
                           help=upload_limits_text())
 if upload is not None:
     fid = upload.file_id
-    names = list(FORMATS)
     c1, c2 = st.columns(2)
-    fmt_in = c1.selectbox("Format", names, index=names.index(guess_format(upload.name)),
-                          format_func=FORMATS.get, key=f"imp_fmt_{fid}")
+    fmt_in = _ui.upload_format(upload, f"imp_fmt_{fid}", c1)
     target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
                           format_func={"train": "training sentences (labels = annotations)",
                                        "heldout": "held-out sentences (labels = gold)"}.get)

@@ -9,7 +9,6 @@ import plotly.express as px
 import streamlit as st
 
 from gpsl.annotation import (
-    FORMATS,
     PRESET_HELP,
     PRESETS,
     TRAIN_PARAMS,
@@ -18,7 +17,6 @@ from gpsl.annotation import (
     InputError,
     check_template,
     default_template_text,
-    guess_format,
     import_credit,
     parse_offsets,
     summarize,
@@ -186,11 +184,8 @@ with upload_tab:
                               help=upload_limits_text())
     if upload is not None:
         fid = upload.file_id
-        fmt_names = list(FORMATS)
-        guessed = fmt_names.index(guess_format(upload.name))
-        fmt = st.selectbox("Format", fmt_names, index=guessed, format_func=FORMATS.get,
-                           key=f"new_fmt_{fid}", width=300,
-                           help="Guessed from the file extension.")
+        fmt = _ui.upload_format(upload, f"new_fmt_{fid}", width=300,
+                                help="Guessed from the file extension.")
         sentences = _ui.parse_upload(upload, fmt)
         if sentences:
             summary = summarize(sentences)
