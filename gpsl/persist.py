@@ -107,7 +107,7 @@ def check_destination(path) -> Path:
 
 def save_model(model, path) -> Path:
     """Write ``model`` (a fitted :class:`~gpsl.model.GPSL`) to the directory ``path``."""
-    from gpsl import __version__
+    from gpsl._version import __version__
 
     path = check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from _limits import limit
 
 
 def _worker(args, env_db):
@@ -15,7 +16,7 @@ def _worker(args, env_db):
     if env_db is not None:
         env["GPSL_DB"] = env_db
     return subprocess.run([sys.executable, "-m", "gpsl.annotation.worker", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=limit(120))
 
 
 @pytest.mark.parametrize("form", ["path", "url", "dir"])
