@@ -185,28 +185,6 @@ def test_dask_is_not_imported_without_a_scheduler(tmp_path):
 # --------------------------------------------------------------------------- training jobs
 
 
-def _setenv(key, value):
-    """Run on a worker (a bound method of ``os.environ`` would set a pickled copy of it)."""
-    if value is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = value
-    return os.environ.get(key)
-
-
-def _set_hook(client, value):
-    """The test hook in the workers' environment (None removes it); retried while the
-    scheduler still holds a connection to a worker that was killed."""
-
-    def done():
-        try:
-            return set(client.run(_setenv, pipeline.TEST_HOOK_ENV, value).values()) == {value}
-        except OSError:  # CommClosedError: the killed worker's connection
-            return False
-
-    wait_until(done, timeout=30, step=0.5)
-
-
 def _labels(store, pid):
     return [(s.tokens, s.labels) for s in store.export_sentences(pid)]
 
@@ -216,9 +194,8 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
-    _set_hook(cluster, "pause-in-fit")
+    vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
     try:
-        vid = jobs.start_training(store, pid, TINY, models_root=root)
         # reported: the job claimed the version and writes the same progress file
         prog = wait_until(lambda: (p := pipeline.read_progress(root, pid, vid))
                           and p.get("iteration", 0) >= 1 and p)
@@ -236,7 +213,7 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
         if fut is not None:
             wait_until(lambda: fut.done())
     finally:
-        _set_hook(cluster, None)
+        jobs.stop_training(store, vid)
     version = store.get_model_version(vid)
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None and store.get_predictions(vid) == {}
@@ -250,10 +227,9 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
-    _set_hook(cluster, "pause-in-fit")
     worker_pid = None
     try:
-        vid = jobs.start_training(store, pid, TINY, models_root=root)
+        vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("iteration", 0)
                    >= 1)
         # an annotator labels while the job runs
@@ -273,7 +249,6 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
         wait_until(lambda: len(pids := [w.get("pid") for w in
                                         cluster.scheduler_info()["workers"].values()]) == 2
                    and worker_pid not in pids, timeout=60)
-        _set_hook(cluster, None)
     failed = store.get_model_version(vid)
     assert failed["status"] == "failed", failed
     assert "Dask worker" in failed["error"] and str(worker_pid) in failed["error"]

@@ -31,7 +31,7 @@ from gpsl.annotation import exports as exp  # noqa: E402
 from gpsl.annotation import jobs, pipeline  # noqa: E402
 from gpsl.errors import InputError  # noqa: E402
 from gpsl.io import read_jsonl  # noqa: E402
-from pages import _view as sup  # noqa: E402
+from pages import _format  # noqa: E402
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = [
@@ -146,11 +146,11 @@ def test_annotate_page_shows_hostile_tokens_as_text(hostile):
     # every token chip's label starts with the Markdown-escaped token text
     for i, tok in enumerate(HOSTILE):
         label = at.button(key=f"tok_{i}").label
-        assert label.startswith(sup.md_escape(tok)), (tok, label)
+        assert label.startswith(_format.md_escape(tok)), (tok, label)
         assert "<" not in label and ">" not in label
     assert at.button(key="tok_1").label.endswith(f"`{BP}`")  # labeled: label as code
-    assert sup.md_escape(ANNOTATOR) in at.button(key="tok_1").help  # who labeled it
-    assert any(sup.md_escape(PROJECT) in c.value for c in at.caption)  # page header
+    assert _format.md_escape(ANNOTATOR) in at.button(key="tok_1").help  # who labeled it
+    assert any(_format.md_escape(PROJECT) in c.value for c in at.caption)  # page header
     assert_markdown_literal(markdown_texts(at))
     assert_html_escaped(html_texts(at))
     # select each token: the detail line shows it escaped too
@@ -158,7 +158,7 @@ def test_annotate_page_shows_hostile_tokens_as_text(hostile):
         at.button(key=f"tok_{i}").click().run()
         assert not at.exception
         detail = next(m.value for m in at.markdown if f"token {i + 1} of" in m.value)
-        assert detail.startswith(f"**{sup.md_escape(HOSTILE[i])}**")
+        assert detail.startswith(f"**{_format.md_escape(HOSTILE[i])}**")
         assert_markdown_literal(markdown_texts(at))
     # labeling a hostile token from the page stores the plain label, the text unchanged
     at.button(key="tok_0").click().run()

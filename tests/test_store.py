@@ -330,7 +330,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(store):
 
 
 def test_derive_labels_policy():
-    from gpsl.annotation.labels import Vote, derive_labels
+    from gpsl.annotation.rules import Vote, derive_labels
 
     v = Vote
     got = derive_labels({0: [v("a", "B", "human", "1")],
@@ -361,9 +361,9 @@ def test_failed_write_leaves_nothing_behind(store, monkeypatch):
     def boom(*args):
         raise RuntimeError("disk on fire")
 
-    from gpsl.annotation import queue
+    from gpsl.annotation import scoring
 
-    monkeypatch.setattr(queue, "refresh_scores", boom)
+    monkeypatch.setattr(scoring, "refresh_scores", boom)
     with pytest.raises(RuntimeError):
         store.set_labels(s1, {0: "O", 1: None}, "alice")
     assert store.get_sentence(s1)["labels"] == ["B", "I", "O"]

@@ -50,15 +50,17 @@ def check_store(target: str) -> None:
         raise InputError(f"the store {what}", source=str(path))
 
 
-def run(version_id: int, models_root: str | None, db: str | None = None) -> int:
-    """Run one version's pipeline; the exit status (0 done, 1 failed)."""
+def run(version_id: int, models_root: str | None, db: str | None = None, *,
+        pause_at: str | None = None) -> int:
+    """Run one version's pipeline; the exit status (0 done, 1 failed).  ``pause_at``: where
+    the run waits until it is killed (tests; :data:`gpsl.annotation.pipeline.PAUSES`)."""
     target = db or os.environ.get("GPSL_DB", "")
     check_store(target)
     with contextlib.suppress(OSError, AttributeError):
         os.nice(5)
     store = Store(target, models_root=models_root)
     try:
-        version = pipeline.run(store, version_id, store.models_root)
+        version = pipeline.run(store, version_id, store.models_root, pause_at=pause_at)
     except pipeline.UnrecordedFailure as exc:
         return exc.exit_code
     print(f"version {version_id}: {version['status']}"
@@ -79,12 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="model version id")
     p.add_argument("--models-root", default=None, metavar="DIR",
                    help="directory of saved models")
+    p.add_argument("--pause-at", default=None, choices=pipeline.PAUSES,
+                   help=argparse.SUPPRESS)  # tests: the run waits there until it is killed
     try:
         args = p.parse_args(argv)
         if args.model_version < 1:
             raise InputError(f"--version must be a positive id, not {args.model_version}",
                              source="arguments")
-        return run(args.model_version, args.models_root)
+        return run(args.model_version, args.models_root, pause_at=args.pause_at)
     except (GpslError, OSError, ValueError) as exc:
         print(f"gpsl worker: error: {' '.join(str(exc).split())}", file=sys.stderr,
               flush=True)
