@@ -9,8 +9,8 @@ the caller (:func:`gpsl.annotation.jobs.train_now`); :func:`run` calls the steps
 2. :func:`_fit`: :class:`~gpsl.model.GPSL` with the run's settings; after every sweep the
    progress file gets the iteration, bound and seconds (the Train page shows an ETA).
 3. :func:`calibrate`: a calibrator fitted on the project's held-out gold when it has at
-   least :data:`MIN_CALIBRATION_TOKENS` gold tokens, otherwise on out-of-fold predictions of
-   folds of the labeled sentences (:func:`gpsl.calibration.calibration_folds`). When the
+   least 50 gold tokens, otherwise on out-of-fold predictions of folds of the labeled
+   sentences (:func:`gpsl.calibration.calibrate_model`, the rule of ``gpsl train``). When the
    held-out gold is the calibration data, the held-out sentences' marginals (figures and
    stored predictions) are calibrated by a calibrator fitted on the *other* half of the
    held-out sentences, so no held-out figure is in-sample.
@@ -54,7 +54,7 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
     staging_dir,
     worker_log,
 )
-from gpsl.calibration import Calibrator, calibration_folds, cross_calibrate
+from gpsl.calibration import calibrate_model, cross_calibrate
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 
@@ -63,8 +63,6 @@ PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the ker
 #: folder, before the rename; in the fit, after the first sweep
 PAUSES = ("after-staging", "in-fit")
 PAUSE_SECONDS = 600.0  # a paused run waits at most this long
-#: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
-MIN_CALIBRATION_TOKENS = 50
 
 #: the settings of a run that are parameters of :mod:`gpsl.params` (constraints, defaults
 #: where the app starts a fit, labels and help of the Train page's widgets)
@@ -181,33 +179,24 @@ def query_scores(model, X, y, marginals, strategy: str, seed: int = 0) -> list[n
 
 
 def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
-    """Fit ``model.calibrator_`` (:meth:`gpsl.model.GPSL.calibrate`) for the app.
-
-    On the held-out gold when it has :data:`MIN_CALIBRATION_TOKENS` tokens or more (and two
-    sentences): the calibrator kept is fitted on all of it, and the held-out sentences'
-    marginals returned (``{sentence id: marginals}``) are each calibrated on the other half
-    (:func:`gpsl.calibration.cross_calibrate`). Otherwise by folds of the labeled training
-    sentences ``(X, y)`` (:func:`gpsl.calibration.calibration_folds`: 5 up to 1,000 labeled
-    sentences, 3 above; no marginals returned). With neither, the
-    model stays uncalibrated. Returns ``(figures for the version's metrics, marginals)``.
+    """Fit ``model.calibrator_`` for the app by the rule ``gpsl train`` uses too
+    (:func:`gpsl.calibration.calibrate_model`): on the held-out gold when it has
+    :data:`gpsl.calibration.MIN_TOKENS` tokens or more in two sentences, else on folds of the
+    labeled training sentences ``(X, y)`` (:func:`gpsl.calibration.calibration_folds`: 5 up
+    to 1,000 labeled sentences, 3 above), else not at all. On the held-out gold the held-out
+    sentences' marginals returned (``{sentence id: marginals}``) are each calibrated on the
+    other half (:func:`gpsl.calibration.cross_calibrate`). Returns ``(figures for the
+    version's metrics, marginals)``.
     """
     ids, Xg, gold = store.gold_data(project_id)
-    gold_idx = model.gold_index(gold) if ids else []
-    n_gold = sum(int((g >= 0).sum()) for g in gold_idx)
+    run = calibrate_model(model, X, y, held_out=(Xg, gold) if ids else None,
+                          held_out_source="held-out gold", folds_source="{folds}-fold labels")
+    if run.source == "none":
+        return {"calibration": None}, {}
     held: dict = {}
-    if len(ids) >= 2 and n_gold >= MIN_CALIBRATION_TOKENS:
-        scores = model.calibration_scores(Xg)
-        model.calibrator_ = Calibrator.select([scores], [np.concatenate(gold_idx)],
-                                              source="held-out gold")
-        held = dict(zip(ids, cross_calibrate(scores, gold_idx, folds=2)))
-    else:
-        n_labeled = sum(v is not None for lab in y for v in lab)
-        labeled = [i for i, lab in enumerate(y) if any(v is not None for v in lab)]
-        folds = calibration_folds(len(labeled))
-        if folds is None or n_labeled < MIN_CALIBRATION_TOKENS:
-            return {"calibration": None}, {}
-        model.calibrate([X[i] for i in labeled], [y[i] for i in labeled],
-                        folds=folds, source=f"{folds}-fold labels")
+    if run.source == "held-out":
+        held = dict(zip(ids, cross_calibrate(model.calibration_scores(Xg),
+                                             model.gold_index(gold), folds=2)))
     cal = model.calibrator_
     return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
                             "temperature": cal.temperature, "t_unary": cal.t_unary,
