@@ -649,16 +649,17 @@ def test_train_crowd_honours_the_tagger_options_and_calibrate(crowd_file, capsys
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--calibrate-folds", "2"], "--calibrate-folds needs labeled training sentences"),
+    (["--calibrate-folds", "2"], "--calibrate-folds 2: 10 labeled training tokens are too few"),
     (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler does not run the crowd model"),
-    (["--jobs", "2"], "--jobs sets the processes of the calibration's fold fits; --crowd"),
+    (["--calibrate", "{held}", "--jobs", "2"], "--jobs sets the processes of the calibration's "
+                                               "fold fits; --calibrate FILE"),
     (["--calibrate", "{small}"], "too little to calibrate on: 6 labeled tokens in 2 sentences"),
 ])
 def test_train_crowd_refuses_what_it_cannot_honour(crowd_file, capsys, tmp_path, extra, needle):
-    src, _ = crowd_file
+    src, held = crowd_file
     small = tmp_path / "small.data"
     small.write_text("the B\ndog I\nsleeps O\n\na B\ncat I\nruns O\n", encoding="utf-8")
-    extra = [a.format(small=small) for a in extra]
+    extra = [a.format(small=small, held=held) for a in extra]
     code, out, err = run(["train", "--crowd", *extra, src, tmp_path / "m"], capsys)
     assert out == ""
     assert_one_line_error(code, err, needle)
@@ -666,17 +667,43 @@ def test_train_crowd_refuses_what_it_cannot_honour(crowd_file, capsys, tmp_path,
 
 
 @real
-def test_train_crowd_is_not_calibrated_without_gold_and_says_so(crowd_file, capsys, tmp_path):
+def test_train_crowd_calibrates_on_folds_of_the_inferred_labels(capsys, tmp_path):
+    """No gold with --crowd: the default calibrates on folds of the labels the crowd model
+    inferred (the voted tokens), and says so; too few votes, or --no-calibrate: none."""
+    from gpsl.synthetic import make_chain_task
+
+    X, y = make_chain_task(12, seed=4)
+    src = tmp_path / "crowd.jsonl"
+    lines = []
+    for x, lab in zip(X, y):
+        noisy = [("L1" if i % 7 == 3 else v) for i, v in enumerate(lab)]
+        lines.append(json.dumps({"tokens": [w[0] for w in x], "annotations": [
+            {"annotator": "a", "labels": lab}, {"annotator": "b", "labels": noisy}]}))
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n_tokens = sum(len(x) for x in X)
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", "--jobs", "1", src,
+                        tmp_path / "m"], capsys)
+    assert code == 0, err
+    assert f"gpsl: calibrated on {n_tokens} tokens (5-fold inferred labels)" in err
+    assert "; calibrated on 5 folds of the training sentences (" in err.splitlines()[-1]
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["calibration_run"]["source"] == "folds"
+    assert meta["calibration_run"]["tokens"] == n_tokens
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", "--no-calibrate", src,
+                        tmp_path / "m2"], capsys)
+    assert code == 0 and "; not calibrated: --no-calibrate; " in err
+
+
+@real
+def test_train_crowd_with_too_few_votes_is_not_calibrated_and_says_so(crowd_file, capsys,
+                                                                       tmp_path):
     src, _ = crowd_file
     code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", src, tmp_path / "m"],
                        capsys)
     assert code == 0, err
-    assert "; not calibrated: no gold labels with --crowd; give --calibrate FILE; " in err
+    assert "; not calibrated: 10 labeled training tokens are too few to calibrate on" in err
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["calibration"] is None and meta["calibration_run"]["source"] == "none"
-    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", "--no-calibrate", src,
-                        tmp_path / "m2"], capsys)
-    assert code == 0 and "; not calibrated: --no-calibrate; " in err
 
 
 def test_huge_offsets_are_refused_fast_on_the_command_line(files):

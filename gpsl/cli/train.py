@@ -9,12 +9,13 @@ Calibration is on by default, with the app's rule (:func:`gpsl.calibration.calib
 ``--calibrate FILE`` (held-out gold), else K folds of the training sentences
 (``--calibrate-folds K`` or :func:`gpsl.calibration.calibration_folds`), fitted in ``--jobs``
 processes; too little data leaves the model uncalibrated and the summary line says why.
-``--no-calibrate`` turns it off. ``--crowd`` has no gold labels, so it calibrates only on
-``--calibrate FILE`` (docs/cli.md says why not on folds of the inferred labels).
+``--no-calibrate`` turns it off. ``--crowd`` has no gold labels: without ``--calibrate FILE``
+it calibrates on folds of the labels the crowd model inferred (docs/cli.md: measured against
+gold, far better than none).
 
-An option a run cannot honour is refused in one line (``--scheduler``, ``--calibrate-folds``
-and ``--jobs`` with ``--crowd``; ``--jobs`` without fold fits; ``--calibrate FILE`` or
-``--calibrate-folds K`` the data is too small for; a crowd option without ``--crowd``).
+An option a run cannot honour is refused in one line (``--scheduler`` with ``--crowd``;
+``--jobs`` without fold fits; ``--calibrate FILE`` or ``--calibrate-folds K`` the data is too
+small for; a crowd option without ``--crowd``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import argparse
 import time
 from pathlib import Path
 
-from gpsl.calibration.rule import MIN_TOKENS
+import numpy as np
+
 from gpsl.cli import aggregate, common
 from gpsl.errors import InputError
 
@@ -46,9 +48,10 @@ def add_parser(sub) -> None:
     common.add_max_tokens(p)
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibrate", metavar="FILE", default=None,
-                     help="held-out labeled CoNLL file (the training file's columns, at least "
-                          f"{MIN_TOKENS} labeled tokens) on which the marginals' calibration "
-                          "is fitted and saved with the model")
+                     help="held-out labeled CoNLL file (the training file's columns, 50 "
+                          "labeled tokens or more) on which the marginals' calibration is "
+                          "fitted and saved with the model (default: folds of the training "
+                          "sentences)")
     common.add_params(cal, ("calibrate_folds", "no_calibrate"))
     common.add_params(p, ("jobs",))
     p.add_argument("--crowd", action="store_true",
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"no labeled token: every label is {args.missing!r}",
                          source=args.train_file)
     cal = read_calibration(args, n_columns)
-    refuse_jobs(args, check_plan(args, sents, cal))
+    refuse_jobs(args, check_plan(args, _labeled([s.labels for s in sents]), cal))
     model = _model(args, template_text)
     X, y = [s.tokens for s in sents], [s.labels for s in sents]
     model.fit(X, y, callback=common.progress(args.quiet))
@@ -103,22 +106,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labeled(sents) -> tuple[int, int]:
-    """Labeled sentences and labeled tokens of ``sents``."""
-    counts = [sum(lab is not None for lab in s.labels) for s in sents]
+def _labeled(labels) -> tuple[int, int]:
+    """Labeled sentences and labeled tokens of per-sentence ``labels`` (None = missing)."""
+    counts = [sum(lab is not None for lab in s) for s in labels]
     return sum(c > 0 for c in counts), sum(counts)
 
 
-def check_plan(args: argparse.Namespace, sents, cal):
-    """The calibration the rule will choose (:func:`gpsl.calibration.plan`), checked before
-    any training: ``--calibrate FILE`` or ``--calibrate-folds K`` the data cannot honour is
-    refused in one line."""
-    from gpsl.calibration import plan
+def check_plan(args: argparse.Namespace, labeled: tuple[int, int], cal):
+    """The calibration the rule will choose (:func:`gpsl.calibration.plan`) for ``labeled``
+    (training sentences and tokens with a label), checked before any training:
+    ``--calibrate FILE`` or ``--calibrate-folds K`` the data cannot honour is refused in one
+    line."""
+    from gpsl.calibration import MIN_TOKENS, plan
 
     if args.no_calibrate:
         return None
-    n_sent, n_tok = _labeled(sents)
-    h_sent, h_tok = (0, 0) if cal is None else (len(cal), _labeled(cal)[1])
+    n_sent, n_tok = labeled
+    h_sent, h_tok = (0, 0) if cal is None else (len(cal), _labeled([s.labels for s in cal])[1])
     p = plan(labeled_sentences=n_sent, labeled_tokens=n_tok, held_out_sentences=h_sent,
              held_out_tokens=h_tok, folds=args.calibrate_folds)
     if cal is not None and p.source != "held-out":
@@ -147,7 +151,7 @@ def refuse_jobs(args: argparse.Namespace, p) -> None:
                                 "one after the other")
 
 
-def _calibrate(model, X, y, cal, args: argparse.Namespace):
+def _calibrate(model, X, y, cal, args: argparse.Namespace, folds_source="{folds}-fold"):
     """The model's calibration by the app's rule (:func:`gpsl.calibration.calibrate_model`)
     and its line; ``--no-calibrate`` records that it is off."""
     from gpsl.calibration import calibrate_model, not_calibrated
@@ -159,7 +163,8 @@ def _calibrate(model, X, y, cal, args: argparse.Namespace):
     held = None if cal is None else ([s.tokens for s in cal], [s.labels for s in cal])
     run_ = calibrate_model(model, X, y, held_out=held, folds=args.calibrate_folds,
                            required=required, jobs=args.jobs,
-                           held_out_source=Path(args.calibrate).name if cal else "held-out")
+                           held_out_source=Path(args.calibrate).name if cal else "held-out",
+                           folds_source=folds_source)
     _calibration_line(model)
     return run_
 
@@ -197,30 +202,27 @@ def _run_crowd(args: argparse.Namespace) -> int:
 
     if args.cluster is not None:
         common.refuse("--scheduler", "does not run the crowd model (--crowd)")
-    if args.calibrate_folds is not None:
-        common.refuse("--calibrate-folds", "needs labeled training sentences; with --crowd "
-                                           "give held-out gold labels with --calibrate FILE")
-    if args.jobs is not None:
-        common.refuse("--jobs", "sets the processes of the calibration's fold fits; --crowd "
-                                "has no labeled sentences to fold")
     t0 = time.perf_counter()
     check_destination(args.model_dir)
     sents, votes = aggregate.read_crowd_votes(args, args.train_file)
     n_columns = len(sents[0].tokens[0])
     template_text = common.read_template(args.template, args.encoding, n_columns)
     cal = read_calibration(args, n_columns)
-    check_plan(args, [], cal)
+    keep = votes.split(votes.voted() | (votes.observed >= 0))  # the tokens given a label
+    refuse_jobs(args, check_plan(args, _labeled([[True if k else None for k in kv]
+                                                 for kv in keep]), cal))
     model = _model(args, template_text)
     joint = CrowdGPSL(model, tagger_prior=args.tagger_prior or "learn",
                       **aggregate.crowd_settings(args))
-    joint.fit([s.tokens for s in sents], votes, callback=common.progress(args.quiet))
-    if cal is None and not args.no_calibrate:  # no gold: not on folds of its own labels
-        from gpsl.calibration import not_calibrated
-
-        run_ = not_calibrated(joint.model_, "no gold labels with --crowd; give --calibrate "
-                                            "FILE")
-    else:
-        run_ = _calibrate(joint.model_, [], [], cal, args)
+    X = [s.tokens for s in sents]
+    joint.fit(X, votes, callback=common.progress(args.quiet))
+    # no gold: folds of the labels the crowd model inferred, the tokens it saw votes on
+    # (docs/cli.md: against gold they are far better than none)
+    inferred = [[lab if k else None for lab, k in zip(lv, kv)]
+                for lv, kv in zip(votes.split(np.asarray(joint.labels_array_, dtype=object)),
+                                  keep)]
+    run_ = _calibrate(joint.model_, X, inferred, cal, args,
+                      folds_source="{folds}-fold inferred labels")
     joint.model_.save(args.model_dir)
     rows = annotator_report(joint, votes)
     gold = aggregate.gold_accuracy(sents, joint.labels_array_)
