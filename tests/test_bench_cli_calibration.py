@@ -1,5 +1,6 @@
 """bench.cli_calibration: reading `gpsl test --marginals`, the figures, the acceptance, and a
-tiny end-to-end run on seg (subprocesses of the command line beside CRFsuite)."""
+tiny end-to-end run on seg (subprocesses of the command line beside CRFsuite);
+bench.crowd_calibration: a tiny run on the real crowd."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench import cli_calibration as B
+from bench import crowd_calibration as C
 from bench.common import DATA_DIR
 
 HAVE_DATA = (DATA_DIR / "seg" / "train.data").is_file()
@@ -78,3 +80,31 @@ def test_end_to_end_on_a_small_seg_partition(tmp_path, capsys):
     assert "| seg (6/4) |" in md and "## Acceptance (issue 31)" in md
     assert "Met: not measured" in md
     assert "| seg (6/4) |" in capsys.readouterr().out  # the table is printed too
+
+
+# --------------------------------------------------------------------------- train --crowd
+
+HAVE_CROWD = all((C.CROWD_DIR / f).is_file() for f in C.FILES)
+
+
+def test_crowd_bench_without_its_data_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(C, "CROWD_DIR", tmp_path / "absent")
+    assert C.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench.crowd_calibration: shared data absent") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not HAVE_CROWD, reason="../shared/data/crowd-ner is not beside the checkout")
+def test_crowd_bench_end_to_end_on_a_small_partition(tmp_path):
+    out = tmp_path / "out"
+    assert C.main(["--partitions", "1", "--train", "12", "--held-out", "6", "--test", "6",
+                   "--inference", "sparse", "--out", str(out), "--name", "tiny"]) == 0
+    rep = json.loads((out / "tiny.json").read_text())
+    (r,) = rep["results"]
+    assert r["folds of inferred labels"]["calibration"]["source"] == "folds"
+    assert r["held-out gold"]["calibration"]["source"] == "held-out"
+    n = r["none"]["tokens"]
+    for v in C.VARIANTS:  # the same tagger scored on the same gold tokens
+        assert r[v]["tokens"] == n and 0.0 <= r[v]["ece"] <= 1.0
+    md = (out / "tiny.md").read_text()
+    assert "| folds of inferred labels |" in md and "python -m bench.crowd_calibration" in md

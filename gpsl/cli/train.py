@@ -208,20 +208,13 @@ def _run_crowd(args: argparse.Namespace) -> int:
     n_columns = len(sents[0].tokens[0])
     template_text = common.read_template(args.template, args.encoding, n_columns)
     cal = read_calibration(args, n_columns)
-    keep = votes.split(votes.voted() | (votes.observed >= 0))  # the tokens given a label
-    refuse_jobs(args, check_plan(args, _labeled([[True if k else None for k in kv]
-                                                 for kv in keep]), cal))
+    refuse_jobs(args, check_plan(args, _labeled(inferred_labels(None, votes)), cal))
     model = _model(args, template_text)
     joint = CrowdGPSL(model, tagger_prior=args.tagger_prior or "learn",
                       **aggregate.crowd_settings(args))
     X = [s.tokens for s in sents]
     joint.fit(X, votes, callback=common.progress(args.quiet))
-    # no gold: folds of the labels the crowd model inferred, the tokens it saw votes on
-    # (docs/cli.md: against gold they are far better than none)
-    inferred = [[lab if k else None for lab, k in zip(lv, kv)]
-                for lv, kv in zip(votes.split(np.asarray(joint.labels_array_, dtype=object)),
-                                  keep)]
-    run_ = _calibrate(joint.model_, X, inferred, cal, args,
+    run_ = _calibrate(joint.model_, X, inferred_labels(joint, votes), cal, args,
                       folds_source="{folds}-fold inferred labels")
     joint.model_.save(args.model_dir)
     rows = annotator_report(joint, votes)
@@ -237,3 +230,16 @@ def _run_crowd(args: argparse.Namespace) -> int:
                f"{run_.summary()}; {time.perf_counter() - t0:.2f} seconds in all; model saved "
                f"to {args.model_dir}")
     return 0
+
+
+def inferred_labels(joint, votes) -> list[list]:
+    """``train --crowd``'s calibration data without gold: per sentence, the label the crowd
+    model inferred (``joint.labels_array_``) at every token with a vote or an observed label,
+    ``None`` elsewhere (the tokens its tagger was refitted on). ``joint=None``: ``True`` at
+    those tokens (to count them before the fit). Measured against gold in
+    ``bench.crowd_calibration``."""
+    keep = votes.split(votes.voted() | (votes.observed >= 0))
+    flat = (np.ones(votes.n, dtype=bool) if joint is None
+            else np.asarray(joint.labels_array_, dtype=object))
+    return [[(True if joint is None else lab) if k else None for lab, k in zip(lv, kv)]
+            for lv, kv in zip(votes.split(flat), keep)]
