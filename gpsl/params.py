@@ -325,7 +325,10 @@ _P = [
     Param("jobs", None, (_NONE, _int(1, 1024)), flags=("--jobs",), metavar="N",
           group="command",
           help="processes for the calibration's fold fits (default: the folds or the CPUs, "
-               "whichever is fewer)"),
+               "whichever is fewer, when the model's fit took 2 s or more; else 1)",
+          doc="processes of the calibration's fold fits "
+              "(:func:`gpsl.calibration.fold_processes`; the 2 s are "
+              ":data:`gpsl.calibration.rule.PROCESS_MIN_FIT_SECONDS`)."),
     Param("max_tokens", None, (_NONE, _int(0, 10**9)), flags=("--max-tokens",), metavar="N",
           group="command",
           help="refuse sentences longer than N tokens (default 1000 or $GPSL_MAX_TOKENS; 0: no "

@@ -209,3 +209,12 @@ def test_the_estimators_fit_stays_uncalibrated(chain):
     Xtr, ytr, _, _ = chain
     model = GPSL(max_iter=3).fit(Xtr, ytr)
     assert model.calibrator_ is None and model.calibration_run_ is None
+
+
+def test_the_command_lines_help_states_the_rules_numbers():
+    from gpsl.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    text = " ".join(train.format_help().split())
+    assert f"{MIN_TOKENS} labeled tokens or more" in text
+    assert f"when the model's fit took {R.PROCESS_MIN_FIT_SECONDS:g} s or more" in text
