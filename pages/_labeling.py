@@ -185,6 +185,8 @@ class Batch:
         self.state, self.store, self.annotator = ctx.state, ctx.store, ctx.annotator
         self.events = events
         self.steps: list[dict[int, str | None]] = []
+        self.times: list[float | None] = []  # when each step's key was pressed (browser ms)
+        self.t: float | None = None  # the time of the event being applied
         self.sid: int | None = None
         self.labels: list[str | None] | None = None
 
@@ -252,14 +254,25 @@ class Batch:
         the batch in one transaction."""
         labs = self.current_labels()
         self.steps.append(dict(changes))
+        self.times.append(self.t)
         for t, lab in changes.items():
             labs[t] = lab
+
+    def ages(self, times: list[float | None]) -> list[float]:
+        """Seconds each step's key was pressed before the last one of the write (from the
+        browser's clock, differences only): the steps' history times, which the speed
+        figures read, are the presses' and not the write's."""
+        known = [t for t in times if t is not None]
+        last = max(known) if known else None
+        return [0.0 if t is None or last is None else (last - t) / 1000.0 for t in times]
 
     def flush(self) -> None:
         if self.steps and self.sid is not None:
             steps, self.steps = self.steps, []
+            times, self.times = self.times, []
             try:
-                self.store.set_label_steps(self.sid, steps, self.annotator)
+                self.store.set_label_steps(self.sid, steps, self.annotator,
+                                           ages=self.ages(times))
             except GpslError as exc:  # a bad label, or the store busy past its timeout
                 _ui.flash("error", str(exc))
                 self.labels = None  # read again: nothing of these steps was written
@@ -274,6 +287,9 @@ class Batch:
             for e in self.events:
                 if self.state["current"] is None:
                     return
+                t = e.get("t")
+                self.t = float(t) if isinstance(t, (int, float)) and not isinstance(
+                    t, bool) else None
                 self.apply(*self.action(e))
         finally:
             self.flush()

@@ -276,5 +276,5 @@ def annotator_rows(stats: Sequence[AnnotatorRow]) -> list[dict]:
              "changes": r.changes, "active min": round(r.active_minutes, 1),
              "labels / hour": None if r.labels_per_hour is None else round(r.labels_per_hour),
              "median s / label": None if r.median_seconds is None
-             else round(r.median_seconds, 1),
+             else round(r.median_seconds, 2 if r.median_seconds < 10 else 1),
              "mean κ": r.kappa, "last label": fmt_time(r.last)} for r in stats]

@@ -168,10 +168,12 @@ class Store:
         return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
 
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
-                        annotator: str, source: str = "human") -> list[int]:
+                        annotator: str, source: str = "human",
+                        ages: Sequence[float] | None = None) -> list[int]:
         """Several undo steps (key presses) of one annotator on one sentence, one
-        transaction (:func:`labels.set_steps`)."""
-        return labeling.set_steps(self.db, sentence_id, steps, annotator, source)
+        transaction; ``ages``: seconds each step lies before the write
+        (:func:`labels.set_steps`)."""
+        return labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:

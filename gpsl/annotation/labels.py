@@ -22,8 +22,10 @@ history, the touched tokens' derived labels and the sentence's queue scores
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from gpsl.annotation import projects, rules, scoring, sentences, validate, votes
 from gpsl.annotation.db import Database, loads, now
@@ -64,27 +66,41 @@ def set_labels(db: Database, sentence_id: int, labels: Mapping[int, str | None],
     return set_steps(db, sentence_id, [labels], annotator, source)
 
 
+#: the most a step's time may lie before its write (seconds, :func:`set_steps`' ``ages``)
+MAX_STEP_AGE = 60.0
+
+
 def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
-              annotator: str, source: str = "human") -> list[int]:
+              annotator: str, source: str = "human",
+              ages: Sequence[float] | None = None) -> list[int]:
     """Write several undo steps of ``annotator``'s votes on one sentence in one transaction:
     each step (``{token: label}``, a key press, a span, an "accept") is its own history
     batch, so Undo reverts exactly one of them.  ``None`` withdraws the annotator's own
     vote (Clear): it is not a vote for "no label", and where the annotator has no vote it
-    changes nothing.  A bad label or index raises InputError and nothing is written.
-    Returns the new history ids (none when nothing changed)."""
+    changes nothing.  ``ages``: per step, how many seconds before this write it happened
+    (keys queued in the browser while the page was busy: their history times are then the
+    times they were pressed, which the speed figures read; clamped to
+    [0, :data:`MAX_STEP_AGE`]).  A bad label or index raises InputError and nothing is
+    written.  Returns the new history ids (none when nothing changed)."""
     annotator = validate.annotator(annotator)
     source = validate.source(source)
     steps = [dict(step) for step in steps]
+    ages = [0.0] * len(steps) if ages is None else [
+        min(max(float(a), 0.0), MAX_STEP_AGE) if math.isfinite(float(a)) else 0.0
+        for a in ages]
+    if len(ages) != len(steps):
+        raise ValueError(f"{len(ages)} ages for {len(steps)} steps")
 
     def tx(conn):
         info = sentences.info_row(conn, sentence_id, db.for_update())
         label_set = loads(info["labels"])
         n = info["n_tokens"]
         mine = votes.of_annotator(conn, sentence_id, annotator)
-        at, hist, touched = now(), [], set()
+        written, hist, touched = datetime.now(UTC), [], set()
         where = f"sentence {sentence_id}"
-        for step in steps:
+        for step, age in zip(steps, ages):
             batch = uuid.uuid4().hex
+            at = (written - timedelta(seconds=age)).isoformat(timespec="milliseconds")
             for t, lab in step.items():
                 try:
                     t = int(t)

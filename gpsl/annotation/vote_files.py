@@ -354,8 +354,12 @@ def _offsets(tokens) -> list[tuple[int, int]]:
 
 
 def _span_list(raw, where: _Where, kind: str) -> list[tuple[int, int, str]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise where.bad(f"the spans must be a list, found {type(raw).__name__}")
     out = []
-    for sp in raw or []:
+    for sp in raw:
         try:
             if kind == "doccano":
                 a, b, tag = sp
@@ -420,7 +424,10 @@ def read_labelstudio(text: str, source: str) -> list[VotedSentence]:
         item = _sentence_of(meta, task["data"].get("text"), where)
         names = _mapping(meta, "annotators")
         exact = _mapping(meta, "votes")
-        for ann in task.get("annotations") or task.get("completions") or []:
+        anns = task.get("annotations") or task.get("completions") or []
+        if not isinstance(anns, list):
+            raise where.bad("annotations must be a list")
+        for ann in anns:
             if not isinstance(ann, dict):
                 raise where.bad("an annotation must be an object")
             by = ann.get("completed_by")
@@ -434,7 +441,8 @@ def read_labelstudio(text: str, source: str) -> list[VotedSentence]:
         for who, ts in _mapping(meta, "accepted").items():
             if who in item.votes:
                 item.accepted[who] = _index_list(ts, len(item.tokens), where, "accepted")
-        for pred in task.get("predictions") or []:
+        preds = task.get("predictions") or []
+        for pred in preds if isinstance(preds, list) else []:
             if isinstance(pred, dict) and pred.get("model_version") == TRAINING_LABEL:
                 spans = _span_list(pred.get("result"), where, "labelstudio")
                 item.derived = _exact((meta or {}).get("labels"), item.tokens,
