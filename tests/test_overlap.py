@@ -8,6 +8,7 @@ the training-label rule and soft labels."""
 from __future__ import annotations
 
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,6 +69,24 @@ def test_with_overlap_the_second_annotator_cannot_see_the_first(store):
     view = store.reports.sentence(sid, "Cy")
     assert view.labels[1] == "I-PER" and view.own == [None] * len(WORDS)
     assert view.n_labeled == 0 and view.n_others == 2 and not view.blind
+
+
+def test_a_suggestion_hides_only_where_it_knew_another_vote(store):
+    """A stored suggestion is hidden from Bob where it was computed with Ann's label known
+    (her vote older than the model's predictions), and shown where it could not know it:
+    hiding it would tell Bob where Ann labeled."""
+    pid, ids = team_project(store, k=2, n=1)
+    sid = ids[0]
+    store.set_labels(sid, {0: "B-PER"}, "Ann")
+    time.sleep(0.01)  # the store's times have millisecond steps
+    _scores(store, pid, ids, [1.0])  # finished after Ann's first vote
+    time.sleep(0.01)
+    store.set_labels(sid, {1: "I-PER"}, "Ann")  # after the model finished
+    view = store.reports.sentence(sid, "Bob")
+    assert view.tokens[0].suggestion is None and view.tokens[0].score is None
+    assert view.tokens[1].suggestion is not None and view.tokens[1].score is not None
+    assert view.opening == 1  # the highest score Bob may see (token 0's is hidden)
+    assert view.tokens[1].label is None and view.hidden == 1
 
 
 def test_clear_withdraws_ones_own_vote_only(store):
@@ -348,3 +367,54 @@ def test_the_keys_are_shown_once(db):
     hints = key_hints(["NN", "O", "VB", "JJ"])
     assert hints == {"NN": "1", "VB": "2", "JJ": "3", "O": "0"}
     assert len(set(hints.values())) == len(hints)
+
+
+def lead_page(page: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_adjudication_never_prefills_a_decision(db):
+    """A selected conflict offers no decision until the lead picks one; after a decision
+    the selection is cleared, so the next conflict is never decided by a second click."""
+    store = Store(db)
+    pid, ids = team_project(store, k=2, n=1)
+    sid = ids[0]
+    store.set_labels(sid, {0: "B-PER", 1: "I-PER"}, "Ann")
+    store.set_labels(sid, {0: "B-LOC", 1: "O"}, "Bob")
+    at = lead_page("team")
+    at.session_state["conf_table_0"] = {"selection": {"rows": [0], "columns": []}}
+    at.run()
+    decision = at.selectbox(key=f"adj_{sid}_0")
+    assert decision.value is None and at.button(key="adj_go").disabled
+    decision.set_value("B-PER").run()
+    at.button(key="adj_go").click().run()
+    assert not at.exception, at.exception
+    assert store.get_sentence(sid)["labels"][0] == "B-PER"
+    assert not [s for s in at.selectbox if (s.key or "").startswith("adj_")]  # none selected
+    at.session_state["conf_table_1"] = {"selection": {"rows": [0], "columns": []}}
+    at.run()  # the next open conflict: token 2, again without a decision
+    assert at.selectbox(key=f"adj_{sid}_1").value is None
+    assert at.button(key="adj_go").disabled
+    assert store.get_sentence(sid)["labels"][1] is None  # still a tie
+
+
+def test_the_rule_is_set_on_the_team_page_and_named_on_the_train_page(db):
+    store = Store(db)
+    pid, ids = team_project(store, k=2, n=1)
+    store.set_labels(ids[0], {0: "B-PER"}, "Ann")
+    store.set_labels(ids[0], {0: "B-LOC"}, "Bob")
+    train = lead_page("train")
+    assert any(c.value.startswith("**Training labels:** a lead's decision; else one vote's "
+                                  "label; else the majority") for c in train.caption)
+    store.fit_crowd_model(pid)
+    team = lead_page("team")
+    team.radio(key="resolve").set_value("soft")
+    team.button(key="team_save").click().run()
+    assert not team.exception and not team.error
+    assert store.team_settings(pid)["soft"]
+    train = lead_page("train")
+    assert any("soft label" in c.value and c.value.startswith("**Training labels:**")
+               for c in train.caption)

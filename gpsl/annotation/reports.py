@@ -214,6 +214,12 @@ class Reports:
         name = tags.scheme_of(labels)
         version = self.active_version(row["project_id"])
         marginals = query = None
+        if row.get("hidden") and version is not None and version.finished_at:
+            # a vote the version's predictions could not know (written after it finished)
+            # hides nothing: its stored suggestion does not reflect that vote
+            since = row.get("hidden_since") or {}
+            row = {**row, "hidden": [t for t in row["hidden"]
+                                     if since.get(t, "") <= version.finished_at]}
         if version is not None:
             marginals = self.store.get_predictions(version.id, [sentence_id]).get(sentence_id)
             query = self.store.get_query_scores(version.id, [sentence_id]).get(sentence_id)

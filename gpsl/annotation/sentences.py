@@ -143,7 +143,7 @@ def get(db: Database, sentence_id: int) -> dict | None:
 
 def _get(conn, sentence_id: int) -> dict | None:
     """:func:`get` inside a read transaction; its ``_votes`` hold every vote row
-    ``(token_index, annotator, label, source)``, oldest first."""
+    ``(token_index, annotator, label, source, updated_at)``, oldest first."""
     r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
                      {"s": sentence_id}).first()
     if r is None:
@@ -151,14 +151,15 @@ def _get(conn, sentence_id: int) -> dict | None:
     p = {"s": sentence_id}
     labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
                                " derived_labels WHERE sentence_id = :s"), p).fetchall()
-    votes = conn.execute(text("SELECT token_index, annotator, label, source FROM votes"
-                              " WHERE sentence_id = :s ORDER BY updated_at"), p).fetchall()
+    votes = conn.execute(text("SELECT token_index, annotator, label, source, updated_at"
+                              " FROM votes WHERE sentence_id = :s ORDER BY updated_at"),
+                         p).fetchall()
     gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
                              " WHERE sentence_id = :s"), p).fetchall()
     m = r._mapping
     d = _as_dict(m, labels)
     d["votes"] = [{} for _ in range(m["n_tokens"])]
-    for t, ann, lab, _src in votes:
+    for t, ann, lab, _src, _at in votes:
         d["votes"][t][ann] = lab
     d["gold"] = None
     if gold:
@@ -287,7 +288,8 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     ``blind`` None: the project's rule (:func:`gpsl.annotation.records.others_hidden`: blind
     mode, or overlap k >= 2, hides other people's votes until a lead reviews them).  A view
     that hides them shows the annotator's own copy: ``labels`` = ``own``, ``votes[t]``
-    holds only the annotator's vote and the imported labels.  Otherwise ``labels`` are the
+    holds only the annotator's vote and the imported labels (``hidden_since``: per hidden
+    token, the time of the latest vote that hides it).  Otherwise ``labels`` are the
     derived training labels and ``votes`` every vote."""
     def tx(conn):
         d = _get(conn, sentence_id)
@@ -300,7 +302,11 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     d, settings = db.read(tx)
     if d is None:
         return None
-    rows = d.pop("_votes")
+    rows = [(t, ann, lab, src) for t, ann, lab, src, _at in d["_votes"]]
+    others_at: dict[int, str] = {}
+    for t, ann, _lab, src, at in d.pop("_votes"):
+        if ann != annotator and not validate.is_import(ann, src):
+            others_at[t] = max(others_at.get(t, ""), str(at))
     if blind is None:
         blind = others_hidden(settings)
     n = len(d["tokens"])
@@ -332,5 +338,5 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
         if ann == annotator or validate.is_import(ann, src):
             votes[t][ann] = lab
     d.update(votes=votes, labels=list(own), sources=own_src, annotators=own_who,
-             hidden=sorted(others))
+             hidden=sorted(others), hidden_since=others_at)
     return d
