@@ -220,7 +220,8 @@ with main:
         st.button("Clear my label", key="clear", icon=":material/backspace:",
                   on_click=page.apply_events, args=click("clear"),
                   help="Withdraw your own label (X); it is not a vote for “no label”.",
-                  disabled=current.mine is None and not span)
+                  disabled=not any(v.mine is not None for v in
+                                   (views[span[0]:span[1] + 1] if span else [current])))
 
     st.space("xsmall")
     with st.container(horizontal=True, gap="small", vertical_alignment="bottom",
