@@ -133,8 +133,10 @@ with main:
                 where += f" line {sentence.line}"
         model_note = (f"suggestions from model {version.name}" if version
                       else "no model yet: suggestions appear after training")
+        n_file = n_labeled - sentence.n_mine
+        whose = " by you" if not n_file else f" ({sentence.n_mine} by you, {n_file} by the file)"
         others = f" · {sentence.n_others} labeled by others" if sentence.n_others else ""
-        st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled by you"
+        st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled{whose}"
                     f"{others} · {model_note}")
     with top[1]:
         with st.container(horizontal=True, vertical_alignment="bottom", gap="small"):

@@ -314,6 +314,11 @@ class SentenceView:
         return sum(t.own is not None for t in self.tokens)
 
     @property
+    def n_mine(self) -> int:
+        """Tokens with the annotator's own vote."""
+        return sum(t.mine is not None for t in self.tokens)
+
+    @property
     def n_others(self) -> int:
         """Tokens shown with a label that is not in the annotator's own copy (someone else's,
         visible when the view does not hide them)."""
