@@ -32,9 +32,11 @@ def label_colors(labels: Sequence[str]) -> dict[str, str]:
 
 
 def key_hints(labels: Sequence[str]) -> dict[str, str]:
-    """Label -> its key: ``1`` … ``9`` for the first nine labels, ``0`` for ``O`` (which
-    thus always has a key).  Every label is also reachable by the type-ahead (``/``)."""
-    hints = {lab: str(i + 1) for i, lab in enumerate(labels[:9])}
+    """Label -> its key, one key per label and one label per key: ``1`` … ``9`` for the
+    first nine labels other than ``O``, ``0`` for ``O``.  Every label is also reachable by
+    the type-ahead (``/``).  (With a span scheme the digits are the entity types',
+    :func:`span_choices`, and the labels have none.)"""
+    hints = {lab: str(i + 1) for i, lab in enumerate([x for x in labels if x != "O"][:9])}
     if "O" in labels:
         hints["O"] = "0"
     return hints

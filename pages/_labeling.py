@@ -41,13 +41,15 @@ class Labeling:
         who = _ui.identity()
         self.team = who is not None and not who.local  # a team member: routed, leased
         self.lead = who is None or who.is_lead
-        self.blind = project.blind
+        self.blind = project.hides_others  # blind mode, or overlap: others' votes hidden
         self.labels = list(project.labels)
         self.span_scheme = store.reports.scheme(self.labels)
         self.scheme = self.span_scheme.name
         self.types = list(self.span_scheme.types)
         self.choices = span_choices(self.types) if self.scheme else []
-        self.hints = key_hints(self.labels)
+        # one meaning per key: with a span scheme the digits are the entity types (the
+        # labels themselves by click or type-ahead), otherwise the labels
+        self.hints = {} if self.scheme else key_hints(self.labels)
         self.state = st.session_state.setdefault(f"annotate_{self.pid}", {
             "current": None, "back": [], "fwd": [], "seen": set(), "sel": None,
             "sel_sid": None})
@@ -171,16 +173,20 @@ class Labeling:
 
 class Batch:
     """Applies a list of events (keys, clicks) in order.  Label changes of one sentence
-    are collected and written in one transaction (one undo step) when something else
-    needs the self.store; a span is a step of its own, and when the list contains an undo,
-    every label key is its own step (so the undo reverts exactly the last one)."""
+    are collected and written in one transaction when something else needs the store, each
+    key press (a label, a span, a clear) its own undo step, so Undo reverts exactly one.
+    The cursor moves over the annotator's own copy of the sentence (their votes, else the
+    file's labels; :meth:`Reports.own_labels`), read once per batch: what other people do
+    to the sentence meanwhile never moves it, so every key lands where this person's cursor
+    was."""
 
     def __init__(self, ctx: Labeling, events: list[dict]):
         self.ctx = ctx
         self.state, self.store, self.annotator = ctx.state, ctx.store, ctx.annotator
         self.events = events
-        self.per_key = any(self.action(e)[0] == "undo" for e in events)
-        self.buf: dict[int, str | None] = {}
+        self.steps: list[dict[int, str | None]] = []
+        self.times: list[float | None] = []  # when each step's key was pressed (browser ms)
+        self.t: float | None = None  # the time of the event being applied
         self.sid: int | None = None
         self.labels: list[str | None] | None = None
 
@@ -215,19 +221,19 @@ class Batch:
         if key in ACTION_KEYS:
             return ACTION_KEYS[key], None
         if key.isdigit():
-            if self.span() is not None and self.ctx.scheme:
+            if self.ctx.scheme:  # the entity types: one token or a span
                 kind_ = next((c for c, k in self.ctx.choices if k == key), None)
                 return ("type", kind_) if kind_ else ("none", None)
             lab = next((lab for lab, k in self.ctx.hints.items() if k == key), None)
             return ("label", lab) if lab else ("none", None)
         return "none", None
 
-    # the sentence being labeled
+    # the sentence being labeled: the annotator's own copy
     def current_labels(self) -> list[str | None]:
         if self.sid != self.state["current"] or self.labels is None:
             self.flush()
             self.sid = self.state["current"]
-            self.labels = self.store.reports.labels(self.sid, self.annotator)
+            self.labels = self.store.reports.own_labels(self.sid, self.annotator)
         return self.labels
 
     def ensure_selection(self) -> None:
@@ -243,24 +249,33 @@ class Batch:
             return None
         return min(a, self.state["sel"]), max(a, self.state["sel"])
 
-    def write(self, changes: dict[int, str | None], own_step: bool) -> None:
+    def write(self, changes: dict[int, str | None]) -> None:
+        """One key press's changes: an undo step of its own, written with the others of
+        the batch in one transaction."""
         labs = self.current_labels()
-        if own_step:
-            self.flush()
-        self.buf.update(changes)
+        self.steps.append(dict(changes))
+        self.times.append(self.t)
         for t, lab in changes.items():
             labs[t] = lab
-        if own_step or self.per_key:
-            self.flush()
+
+    def ages(self, times: list[float | None]) -> list[float]:
+        """Seconds each step's key was pressed before the last one of the write (from the
+        browser's clock, differences only): the steps' history times, which the speed
+        figures read, are the presses' and not the write's."""
+        known = [t for t in times if t is not None]
+        last = max(known) if known else None
+        return [0.0 if t is None or last is None else (last - t) / 1000.0 for t in times]
 
     def flush(self) -> None:
-        if self.buf and self.sid is not None:
-            buf, self.buf = self.buf, {}
+        if self.steps and self.sid is not None:
+            steps, self.steps = self.steps, []
+            times, self.times = self.times, []
             try:
-                self.store.set_labels(self.sid, buf, self.annotator)
-            except GpslError as exc:  # a bad label, or the self.store busy past its timeout
+                self.store.set_label_steps(self.sid, steps, self.annotator,
+                                           ages=self.ages(times))
+            except GpslError as exc:  # a bad label, or the store busy past its timeout
                 _ui.flash("error", str(exc))
-                self.labels = None  # read again: nothing of this step was written
+                self.labels = None  # read again: nothing of these steps was written
 
     def invalidate(self) -> None:
         self.flush()
@@ -272,6 +287,9 @@ class Batch:
             for e in self.events:
                 if self.state["current"] is None:
                     return
+                t = e.get("t")
+                self.t = float(t) if isinstance(t, (int, float)) and not isinstance(
+                    t, bool) else None
                 self.apply(*self.action(e))
         finally:
             self.flush()
@@ -324,8 +342,10 @@ class Batch:
                 raise InputError(f"{lab!r} is not in the project's label set",
                                  source="<label>")
             changes = {t: lab for t in range(lo, hi + 1)}
-        self.write(changes, own_step=span is not None)
+        self.write(changes)
         self.state["anchor"] = None
-        if what != "clear":  # move on to the next unlabeled token
+        if what == "clear":  # withdraws this person's votes: a file's label may show again
+            self.invalidate()
+        else:  # move on to the next token unlabeled in this person's copy
             self.state["sel"] = next_unlabeled(self.current_labels(), hi)
         self.state["sel_sid"] = self.state["current"]

@@ -69,6 +69,15 @@ def upload_summary(summary: UploadSummary, columns: bool = False) -> str:
     return text
 
 
+def hidden_caption(overlap: int) -> str:
+    """Why the Annotate page shows only one's own labels (blind mode, or overlap k)."""
+    why = (f"each sentence goes to {overlap} people, who label it independently"
+           if overlap > 1 else "blind annotation")
+    return (f"Your own copy of the sentence ({why}): other people's labels, and the model's "
+            "suggestions on tokens they labeled, stay hidden until a lead reviews the votes "
+            "on the Team page.")
+
+
 # ----------------------------------------------------------------------------- versions
 
 
@@ -112,6 +121,7 @@ def versions_table(versions: Sequence[Version]) -> list[dict]:
             "inference": v.inference,
             "iterations": m.get("n_iter"),
             "labeled tokens": v.n_labeled_tokens,
+            "labels": labels_short(m.get("training_labels")),
             "missing-label weight": m.get("missing_weight"),
             "accuracy": m.get("heldout_accuracy"),
             "ECE": m.get("heldout_ece"),
@@ -120,6 +130,16 @@ def versions_table(versions: Sequence[Version]) -> list[dict]:
             "note": v.error or "",
         })
     return rows
+
+
+def labels_short(rule: dict | None) -> str:
+    """The training-label rule a version used, short: "majority", "crowd", "crowd, soft
+    (120 tokens)"; "" for versions trained before it was recorded."""
+    if not rule or not rule.get("resolve"):
+        return ""
+    if rule.get("soft"):
+        return f"{rule['resolve']}, soft ({fmt_int(rule.get('soft_tokens') or 0)} tokens)"
+    return str(rule["resolve"])
 
 
 def calibration_short(cal: Calibration | None) -> str:
@@ -256,5 +276,5 @@ def annotator_rows(stats: Sequence[AnnotatorRow]) -> list[dict]:
              "changes": r.changes, "active min": round(r.active_minutes, 1),
              "labels / hour": None if r.labels_per_hour is None else round(r.labels_per_hour),
              "median s / label": None if r.median_seconds is None
-             else round(r.median_seconds, 1),
+             else round(r.median_seconds, 2 if r.median_seconds < 10 else 1),
              "mean κ": r.kappa, "last label": fmt_time(r.last)} for r in stats]

@@ -25,23 +25,35 @@ from pages._chips import (
 )
 from pages._format import code_span, md_escape, safe_markdown
 from pages._labeling import CLICK_ACTIONS, Labeling
-from pages._text import queue_caption
+from pages._text import hidden_caption, queue_caption
 
 ORDERS = {"uncertainty": "Most uncertain first", "sequential": "In file order"}
-SHORTCUTS = [
-    ("1 … 9", "set the selected token's label (the key is shown on each label button)"),
-    ("0", "set `O` (outside)"),
-    ("/", "type-ahead: type part of any label (or entity type), ↑/↓ to choose, Enter to set"),
-    ("← / →", "select the previous / next token"),
-    ("Shift + ← / →, Shift + click", "select a span of tokens; then 1 … 9 (or a type "
-                                      "button) picks its entity type: B-/I- in one step"),
-    ("Esc", "back to a single token"),
-    ("X", "clear the selected token's (or span's) label"),
-    ("A", "accept the suggestions above the confidence threshold"),
-    ("N / P", "next / previous sentence"),
-    ("S", "skip this sentence (it goes to the end of your queue)"),
-    ("U", "undo your last change (a span, or keys typed together, is one change)"),
-]
+
+
+def shortcuts(scheme: str | None) -> list[tuple[str, str]]:
+    """The keys of the page: with a span scheme the digits are the entity types (each key
+    shown once, on its type's button), otherwise the labels (shown on the label buttons)."""
+    digits = [("1 … 9", "the entity type shown on its button: the selected token becomes a "
+                        "one-token entity (B-…), a selected span one entity (B-/I- in one "
+                        "step)"),
+              ("0", "`O` (outside) for the selected token or span")] if scheme else [
+        ("1 … 9", "set the selected token's label (the key is shown on each label button)"),
+        ("0", "set `O` (outside)")]
+    return digits + [
+        ("/", "type-ahead: type part of any label (or entity type), ↑/↓ to choose, Enter to "
+              "set; every label is reached this way (e.g. `I-PER` on one token)"),
+        ("← / →", "select the previous / next token"),
+        ("Shift + ← / →, Shift + click", "select a span of tokens"),
+        ("Esc", "back to a single token"),
+        ("X", "clear: withdraw your own label of the selected token (or span); other "
+              "people's labels are theirs"),
+        ("A", "accept the suggestions above the confidence threshold"),
+        ("N / P", "next / previous sentence"),
+        ("S", "skip this sentence (it goes to the end of your queue)"),
+        ("U", "undo your last key press (a span or an accept is one)"),
+    ]
+
+
 
 store, project = _ui.setup()
 project = _ui.require_project(project)
@@ -69,8 +81,8 @@ if queued and state["current"] is not None:
 # first on the page (it keeps its place), after the events it acknowledges are applied
 typeahead = [{"value": lab, "kind": "label",
               "text": lab + (f"  ({hints[lab]})" if lab in hints else "")} for lab in labels]
-typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
-              for kind in types]
+typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"
+               + (f"  ({key})" if key else "")} for kind, key in choices if kind != "O"]
 _keys.render(typeahead, exact=["tok_prev", "tok_next", *CLICK_ACTIONS],
              prefixes=["tok_", "lab_", "span_"])
 sentence = page.view(state["current"]) if state["current"] is not None else None
@@ -105,7 +117,7 @@ sel = state["sel"]
 anchor = state["anchor"] if state["anchor"] is not None and state["anchor"] < len(views) else None
 span = (min(anchor, sel), max(anchor, sel)) if anchor is not None and anchor != sel else None
 colors = label_colors(labels)
-n_labeled = sentence.n_labeled
+n_labeled = sentence.n_labeled  # in this person's own copy
 flags = sentence.flagged
 
 # ----------------------------------------------------------------------------- layout
@@ -121,8 +133,11 @@ with main:
                 where += f" line {sentence.line}"
         model_note = (f"suggestions from model {version.name}" if version
                       else "no model yet: suggestions appear after training")
-        st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled · "
-                    f"{model_note}")
+        n_file = n_labeled - sentence.n_mine
+        whose = " by you" if not n_file else f" ({sentence.n_mine} by you, {n_file} by the file)"
+        others = f" · {sentence.n_others} labeled by others" if sentence.n_others else ""
+        st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled{whose}"
+                    f"{others} · {model_note}")
     with top[1]:
         with st.container(horizontal=True, vertical_alignment="bottom", gap="small"):
             with st.popover("Guidelines", icon=":material/menu_book:"):
@@ -139,6 +154,8 @@ with main:
                                  label_visibility="collapsed", width="stretch")
     if version and page.order() == "uncertainty":
         st.caption(queue_caption(queue_strategy(version)))
+    if sentence.blind:
+        st.caption(":material/visibility_off: " + hidden_caption(sentence.overlap))
 
     st.html(chip_css(views, colors, sel, span=span, flagged=flags)
             + label_button_css(labels, colors))
@@ -160,9 +177,13 @@ with main:
                                         if scheme else "pick a label for every token"))
     else:
         detail = f"**{md_escape(current.text)}** · token {sel + 1} of {len(views)}"
-        if current.label is not None:
-            who = "accepted suggestion" if current.source == "accepted" else "labeled"
-            detail += f" · {who} {code_span(current.label)}"
+        if current.own is not None:
+            who = ("your accepted suggestion" if current.source == "accepted" else
+                   "your label" if current.mine is not None else "the file's label")
+            detail += f" · {who} {code_span(current.own)}"
+        elif current.label is not None:
+            detail += f" · {md_escape(current.annotator or 'someone')}'s label " \
+                      f"{code_span(current.label)}"
         elif not current.top:
             detail += " · unlabeled"
         if current.top:
@@ -197,10 +218,12 @@ with main:
                       key=f"lab_{i}", on_click=page.apply_events, args=click(f"lab_{i}"),
                       help=None if key else "Type / and part of the label to set it "
                                             "from the keyboard.",
-                      type="primary" if lab == current.label and not span else "secondary")
-        st.button("Clear label", key="clear", icon=":material/backspace:",
+                      type="primary" if lab == current.own and not span else "secondary")
+        st.button("Clear my label", key="clear", icon=":material/backspace:",
                   on_click=page.apply_events, args=click("clear"),
-                  disabled=current.label is None and not span)
+                  help="Withdraw your own label (X); it is not a vote for “no label”.",
+                  disabled=not any(v.mine is not None for v in
+                                   (views[span[0]:span[1] + 1] if span else [current])))
 
     st.space("xsmall")
     with st.container(horizontal=True, gap="small", vertical_alignment="bottom",
@@ -214,7 +237,7 @@ with main:
                   help="Move this sentence to the end of your queue.")
         st.button("Undo", icon=":material/undo:", on_click=page.apply_events,
                   args=click("undo"), key="undo",
-                  help="Revert your last change (a whole accept or span is one change).")
+                  help="Revert your last key press (a whole accept or span is one).")
         st.space("stretch")
         st.slider("Accept threshold", 0.5, 1.0, step=0.01, key="accept_thr", width=220,
                   help="Suggestions at or above this confidence are accepted by the button.",
@@ -228,7 +251,7 @@ with main:
                        + ("; the suggestions are BIO-valid." if scheme else "."))
 
     # lazy expanders: their content runs only while they are open
-    _panels.shortcuts(SHORTCUTS)
+    _panels.shortcuts(shortcuts(scheme))
     _panels.go_to(page, sentence.position + 1)
     _panels.find(page)
 

@@ -6,6 +6,7 @@ import streamlit as st
 
 from gpsl.annotation import (
     UPLOAD_TYPES,
+    VOTE_FORMATS,
     GpslError,
     InputError,
     import_credit,
@@ -28,6 +29,7 @@ TOOL_FORMATS = {"labelstudio": "Label Studio JSON", "doccano": "doccano JSONL",
                 "prodigy": "Prodigy JSONL", "conll2003": "CoNLL-2003 columns"}
 TOOL_SUFFIX = {"labelstudio": ".json", "doccano": ".jsonl", "prodigy": ".jsonl",
                "conll2003": ".txt"}
+VOTE_SUFFIX = {**TOOL_SUFFIX, "crowd": ".jsonl"}
 
 _ui.header("Data", "Export what you have, download models, and add more sentences.", project)
 _ui.show_flash()
@@ -89,6 +91,23 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                         "Annotations not exported"),
                     file_name=f"{base}-{tool}{TOOL_SUFFIX[tool]}", mime="text/plain",
                     key="dl_tool", on_click="ignore")
+
+        with st.expander("Every vote", icon=":material/groups:"):
+            st.caption("Each annotator's labels (never only the training label), the training "
+                       "label the project derives from them and the leads' decisions: crowd "
+                       "JSONL (`annotations` per annotator; the input of `python -m gpsl "
+                       "aggregate`), Label Studio (one annotation per user), doccano and "
+                       "Prodigy (a record per annotator). The exact token labels ride along, "
+                       "so importing the file below restores every vote.")
+            with st.container(horizontal=True, vertical_alignment="bottom"):
+                vfmt = st.selectbox("Format", list(VOTE_FORMATS), format_func=VOTE_FORMATS.get,
+                                    key="exp_vote_fmt", width=320)
+                st.download_button(
+                    "Download every vote", icon=":material/download:",
+                    data=_ui.on_click_data(lambda: store.export_votes(pid, vfmt, split),
+                                           "Votes not exported"),
+                    file_name=f"{base}-votes-{vfmt}{VOTE_SUFFIX[vfmt]}", mime="text/plain",
+                    key="dl_votes", on_click="ignore")
 
     with right:
         st.subheader("Export predictions", anchor=False)
@@ -188,4 +207,26 @@ if upload is not None:
                 st.error(str(exc), icon=":material/error:")
             else:
                 _ui.flash("info", f"Imported {n} sentences from {upload.name}.")
+                st.rerun()
+
+with st.expander("Import every vote of a vote file", icon=":material/groups:"):
+    st.caption("A file written by “Every vote” above (here or in another gpsl store): its "
+               "sentences are appended with every annotator's labels credited to them and "
+               "the leads' decisions kept; the training labels follow this project's rule.")
+    vote_file = st.file_uploader("Vote file", type=["jsonl", "json"], key="imp_votes_file",
+                                 help=upload_limits_text())
+    if vote_file is not None:
+        vin = st.selectbox("Format", list(VOTE_FORMATS), format_func=VOTE_FORMATS.get,
+                           key=f"imp_votes_fmt_{vote_file.file_id}", width=320,
+                           index=list(VOTE_FORMATS).index(
+                               "labelstudio" if vote_file.name.endswith(".json") else "crowd"))
+        if st.button("Import the votes", type="primary", icon=":material/upload:",
+                     key=f"imp_votes_go_{vote_file.file_id}"):
+            try:
+                n = store.import_votes(pid, vote_file.getvalue(), vin, doc=vote_file.name)
+            except GpslError as exc:
+                st.error(str(exc), icon=":material/error:")
+            else:
+                _ui.flash("info", f"Imported {n} sentences with their votes from "
+                                  f"{vote_file.name}.")
                 st.rerun()

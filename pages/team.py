@@ -7,7 +7,13 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from gpsl.annotation import MAX_OVERLAP, GpslError
+from gpsl.annotation import (
+    MAX_OVERLAP,
+    TRAINING_RULES,
+    GpslError,
+    rule_key,
+    rule_settings,
+)
 from pages import _ui
 from pages._charts import heatmap, styled
 from pages._format import fmt_int, fmt_num, fmt_time, md_escape
@@ -129,8 +135,11 @@ def show_conflicts(pid: int) -> None:
     shown = filter_conflicts(conflicts, status, labels, people, text)
     st.caption(f"{len(shown)} of {len(conflicts)} conflicting tokens. Select a row to "
                "resolve it.")
+    # a decision clears the selection (a new table key): the next token is picked by the
+    # lead, never selected for them
+    table = f"conf_table_{st.session_state.get('conf_round', 0)}"
     event = st.dataframe(pd.DataFrame(conflict_rows(shown)), hide_index=True,
-                         on_select="rerun", selection_mode="single-row", key="conf_table")
+                         on_select="rerun", selection_mode="single-row", key=table)
     picked = event.selection.rows if event is not None else []
     if not picked or picked[0] >= len(shown):
         return
@@ -139,30 +148,29 @@ def show_conflicts(pid: int) -> None:
     st.markdown(f"**Sentence {c.position + 1}**, token {c.token_index + 1}: " + " ".join(
         (f"**{md_escape(tok)}**" if t == c.token_index else md_escape(tok))
         for t, tok in enumerate(tokens)))
+    if c.adjudicated:
+        st.caption(f"Decided now: {md_escape(c.adjudicated)} (a lead's decision).")
     with st.container(horizontal=True, vertical_alignment="bottom"):
         choices = list(project.labels)
-        default = c.adjudicated or c.derived or next(
-            (lab for lab in c.labels if lab), choices[0])
-        label = st.selectbox("Decision", choices, index=choices.index(default)
-                             if default in choices else 0, key=f"adj_{c.sentence_id}_"
-                             f"{c.token_index}")
-        if st.button("Adjudicate", type="primary", icon=":material/gavel:", key="adj_go"):
+        # never pre-filled: the lead picks every decision themselves
+        label = st.selectbox("Decision", choices, index=None, placeholder="Choose a label",
+                             key=f"adj_{c.sentence_id}_{c.token_index}")
+        if st.button("Adjudicate", type="primary", icon=":material/gavel:", key="adj_go",
+                     disabled=label is None):
             with _ui.guard("Not adjudicated"):
                 store.adjudicate(c.sentence_id, c.token_index, label, who.name)
                 _ui.flash("info", f"Token “{c.token}” is now {label} (your decision).")
+                st.session_state["conf_round"] = st.session_state.get("conf_round", 0) + 1
                 st.rerun()
         if c.adjudicated and st.button("Withdraw the decision", key="adj_withdraw",
                                        icon=":material/undo:"):
             with _ui.guard("Decision not withdrawn"):
                 store.adjudicate(c.sentence_id, c.token_index, None, who.name)
                 _ui.flash("info", "Decision withdrawn: the votes decide again.")
+                st.session_state["conf_round"] = st.session_state.get("conf_round", 0) + 1
                 st.rerun()
-    rule = store.reports.team_settings(pid).resolve
-    st.caption("Without a decision the token is resolved by "
-               + ("the crowd model (each vote weighed by its annotator's estimated "
-                  "reliability)" if rule == "crowd" else "the majority (a tie stays "
-                                                         "unlabeled)")
-               + ": change this under Project settings.")
+    rule = store.reports.team_settings(pid).rule
+    st.caption(f"Training labels: {rule}. Change the rule under Project settings.")
     history = store.reports.decisions(c.sentence_id, c.token_index)
     if history:
         st.dataframe(pd.DataFrame([{"when": fmt_time(h.at), "lead": h.lead,
@@ -194,14 +202,17 @@ with settings_tab:
                 blind = st.toggle(
                     "Blind annotation", value=current.blind, key="blind",
                     help="Annotators see the model's suggestions and their own labels, never "
-                         "another person's.")
-                rules = {"majority": "the majority (a tie stays unlabeled)",
-                         "crowd": "the crowd model (Dawid–Skene reliability)"}
-                resolve = st.radio(
-                    "A disputed token without a lead's decision is decided by", list(rules),
-                    key="resolve",
-                    index=list(rules).index(current.resolve), format_func=rules.get,
-                    help="The crowd model has to be fitted first (People and agreement tab).")
+                         "another person's. With k ≥ 2 this holds anyway: each of the k "
+                         "votes is independent until a lead reviews them here.")
+                rule = st.radio(
+                    "Training labels: a lead's decision, else", list(TRAINING_RULES),
+                    key="resolve", index=list(TRAINING_RULES).index(
+                        rule_key(current.resolve, current.soft)),
+                    format_func=TRAINING_RULES.get,
+                    help="Soft labels keep the crowd posterior's probabilities: the votes "
+                         "enter the fit as evidence on the token's missing label. The crowd "
+                         "model has to be fitted first (People and agreement tab).")
+                st.caption(f"Now: {current.rule}.")
                 guidelines = st.text_area(
                     "Annotation guidelines (Markdown)", value=project.guidelines,
                     height=220, help="Shown to every annotator on the Annotate page.",
@@ -210,7 +221,7 @@ with settings_tab:
             if saved:
                 with _ui.guard("Settings not saved"):
                     store.set_team_settings(pid, overlap=int(overlap), blind=bool(blind),
-                                            resolve=resolve)
+                                            **rule_settings(rule))
                     store.update_project(pid, guidelines=guidelines)
                     _ui.flash("info", "Team settings saved.")
                     st.rerun()

@@ -88,6 +88,9 @@ with settings_col:
             st.rerun()
     if running is not None:
         st.caption("One run per project at a time: wait for this one or stop it.")
+    with _ui.guard("Cannot read the team settings"):
+        st.caption(f"**Training labels:** {store.reports.team_settings(pid).rule} "
+                   "(the project's rule: Team → Project settings).")
 
 with live_col:
     st.subheader("Progress", anchor=False)

@@ -76,26 +76,38 @@ def test_keys_are_applied_in_order_once_and_in_one_transaction(db):
     sid = page_state(at, pid)["current"]
     assert store.get_sentence(sid)["labels"] == [BP, None, None, BL, None]
     assert page_state(at, pid)["sel"] == 1  # no model: the first unlabeled token
-    send(at, key("2"), key("0"), key("0"))  # I-PER, O, then O on the next unlabeled
-    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, BL, OUT]
-    assert batches(store, sid) == [3]  # one transaction, one undo step
+    # BIO labels: the digits are the entity types (PER 1, LOC 2, O 0), on one token a
+    # one-token entity
+    send(at, key("1"), key("0"), key("0"))  # B-PER, O, then O on the next unlabeled
+    assert store.get_sentence(sid)["labels"] == [BP, BP, OUT, BL, OUT]
+    assert batches(store, sid) == [3]  # one transaction ...
     at.run()  # the same list again (the browser resends until acknowledged): no change
-    send(at, key("2"), key("0"), key("0"), first=1)
+    send(at, key("1"), key("0"), key("0"), first=1)
     assert batches(store, sid) == [3]
     assert at.session_state[_keys.KEY]["events"][-1]["n"] == at.session_state[_keys.ACK]["seq"]
-    # a new page load numbers from 1 again; with an undo in the list every key is a step,
-    # so the undo reverts exactly the key before it
-    send(at, key("ArrowLeft"), key("1"), key("u"), epoch="e2", first=1)
-    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, BL, OUT]
-    assert page_state(at, pid)["sel"] == 3
-    send(at, key("x"), epoch="e2")  # clears B-LOC on token 4 (the import)
-    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, None, OUT]
+    # ... of three undo steps: one Undo is one key press (a new page load numbers from 1)
+    send(at, key("u"), epoch="e2", first=1)
+    assert store.get_sentence(sid)["labels"] == [BP, BP, OUT, BL, None]
     send(at, key("u"), epoch="e2")
-    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, BL, OUT]
+    assert store.get_sentence(sid)["labels"] == [BP, BP, None, BL, None]
+    assert page_state(at, pid)["sel"] == 2
+    # Clear withdraws one's own vote ...
+    send(at, key("ArrowLeft"), key("x"), epoch="e2")
+    assert store.get_sentence(sid)["labels"] == [BP, None, None, BL, None]
+    send(at, key("u"), epoch="e2")
+    assert store.get_sentence(sid)["labels"] == [BP, BP, None, BL, None]
+    # ... and is not a vote for "no label": the file's B-LOC is nobody's vote to clear
+    send(at, key("ArrowRight"), key("ArrowRight"), key("x"), epoch="e2")
+    assert page_state(at, pid)["sel"] == 3
+    assert store.get_sentence(sid)["labels"] == [BP, BP, None, BL, None]
+    assert at.button(key="clear").disabled
     # the last list stays in the session: another project must not apply it again
     other = store.create_project("other", [BP, OUT], sentences=[{"tokens": ["x", "y"]}])
-    send(at, key("0"), epoch="e2")
-    assert store.get_sentence(sid)["labels"] == [BP, IP, OUT, OUT, OUT]
+    send(at, key("0"), epoch="e2")  # an O vote on token 4 outweighs the file's label
+    assert store.get_sentence(sid)["labels"] == [BP, BP, None, OUT, None]
+    assert at.button(key="clear").disabled  # the cursor moved on to token 5
+    send(at, key("ArrowLeft"), epoch="e2")
+    assert not at.button(key="clear").disabled  # token 4: a vote of one's own
     at.sidebar.selectbox(key="project_id").set_value(other).run()
     assert store.get_sentence(store.sentence_ids(other)[0])["labels"] == [None, None]
     at.sidebar.selectbox(key="project_id").set_value(pid).run()
@@ -170,7 +182,10 @@ def test_bilou_spans(db):
     assert page_state(at, pid)["sel"] == 3
     at.button(key="span_0").click().run()  # the PER button on one token: a unit entity
     assert store.get_sentence(sid)["labels"] == ["B-PER", "I-PER", "L-PER", "U-PER"]
-    send(at, key("1"))  # on one token a digit is the label with that key
+    at.button(key="undo").click().run()
+    send(at, key("1"))  # on one token too a digit is the entity type: a unit entity
+    assert store.get_sentence(sid)["labels"][3] == "U-PER"
+    send(at, {"k": "pick", "label": "B-PER"})  # any label by the type-ahead
     assert store.get_sentence(sid)["labels"][3] == "B-PER"
     assert any("token 4: B\\-PER ends the sentence inside an entity" in c.value
                for c in at.caption)
@@ -207,7 +222,7 @@ def test_cursor_flags_and_valid_suggestions(db):
     at.slider(key="accept_thr").set_value(0.5).run()
     assert at.button(key="accept").label == "Accept 3 suggestions"  # 0.60, 0.94, 0.97
     # an invalid label sequence is flagged: I-PER after O
-    send(at, {"k": "click", "key": "tok_0"}, key("0"), key("2"))
+    send(at, {"k": "click", "key": "tok_0"}, key("0"), {"k": "pick", "label": IP})
     assert store.get_sentence(sid)["labels"][:2] == [OUT, IP]
     assert any("token 2: I\\-PER follows O" in c.value for c in at.caption)
     css = next(h.value for h in at.html if "st-key-tok_" in h.value)
@@ -265,7 +280,7 @@ def test_guidelines_and_token_history(db, monkeypatch):
     at = app()
     sid = page_state(at, pid)["current"]
     assert any(c.value == "No guidelines yet." for c in at.caption)
-    send(at, key("2"), key("ArrowLeft"))  # I-PER on token 2, then back to it
+    send(at, {"k": "pick", "label": IP}, key("ArrowLeft"))  # I-PER on token 2, back to it
     panel = "\n".join(m.value for m in at.markdown if "tester" in m.value)
     assert "**tester** · set `I-PER` (was none)" in panel
     send(at, key("u"))

@@ -167,13 +167,15 @@ def test_keyboard_shortcuts_and_help_are_shown(db):
     at = app("annotate")
     at.session_state["help_keys"] = True  # open the (lazy) expander
     at.run()
-    help_text = next(m.value for m in at.markdown if "undo your last change" in m.value)
+    help_text = next(m.value for m in at.markdown if "undo your last key press" in m.value)
     for key in ("1 … 9", "0", "/", "X", "← / →", "Shift + ← / →, Shift + click", "Esc", "A",
                 "N / P", "S", "U"):
         assert f"**{key}**" in help_text
     assert not any(b.proto.shortcut for b in at.button)  # no second path for a key
-    assert at.button(key="lab_0").label == "B\\-PER :gray[1]"
-    assert at.button(key="lab_3").label == "O :gray[0]"  # O always has a key
+    # BIO labels: the keys are the entity types', each shown once (the labels have none)
+    assert at.button(key="span_0").label == "PER :gray[1]"
+    assert at.button(key="span_2").label == "O (outside) :gray[0]"  # O always has a key
+    assert at.button(key="lab_0").label == "B\\-PER" and at.button(key="lab_3").label == "O"
 
 
 def test_training_changes_highlights_queue_and_accept(db):
@@ -328,8 +330,8 @@ def test_prediction_export_and_model_zip(db):
     names = zipfile.ZipFile(io.BytesIO(blob)).namelist()
     assert f"{version['id']}/model.json" in names
     at = app("data")
-    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_tool", "dl_pred",
-                                                                "dl_model"}
+    assert {b.key for b in at.get("download_button")} == {"dl_ann", "dl_tool", "dl_votes",
+                                                                "dl_pred", "dl_model"}
 
 
 def test_hostile_token_text_is_escaped(db):

@@ -25,7 +25,7 @@ from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = ["PER", "LOC", "ORG", "MISC", "DATE"]
-LABELS = [f"{p}-{t}" for t in TYPES for p in "BI"] + ["O"]  # 11 labels: O has no digit 1-9
+LABELS = [f"{p}-{t}" for t in TYPES for p in "BI"] + ["O"]  # 11 labels, 5 entity types
 KEYS_TOKENS = "one two three four five six seven eight nine ten eleven twelve".split()
 SPAN_TOKENS = "Anna visited New York City with Bob today .".split()
 
@@ -93,23 +93,26 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     sid = store.sentence_ids(pids["Keys"])[0]
     page.locator(".st-key-tok_0[data-stale='false'] button").first.click()  # focus the page
     page.get_by_text(f"token 1 of {len(KEYS_TOKENS)}").wait_for(timeout=ms(30))
-    keys = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0"]
+    # BIO labels: the digits are the entity types (PER 1 ... DATE 5, O 0), each key shown
+    # once (on its type's button); on one token a type is a one-token entity
+    keys = ["1", "2", "3", "4", "5", "0", "1", "2", "3", "4"]
     for key in keys:  # each key labels the selected token and moves to the next one
         page.keyboard.press(key)
         page.wait_for_timeout(100)
-    expected = LABELS[:9] + ["O"]
+    expected = ["B-PER", "B-LOC", "B-ORG", "B-MISC", "B-DATE", "O", "B-PER", "B-LOC",
+                "B-ORG", "B-MISC"]
     wait_for(lambda: store.get_sentence(sid)["labels"][:10], expected)
     saved = store.get_sentence(sid)
     assert saved["labels"] == expected + [None, None]
     assert set(saved["annotators"][:10]) == {"keyboard-test"}
-    page.locator(".st-key-tok_9[data-stale='false'] button").filter(has_text="O").first.wait_for(
-        timeout=ms(30))
+    page.locator(".st-key-tok_9[data-stale='false'] button").filter(
+        has_text="B-MISC").first.wait_for(timeout=ms(30))
     # the type-ahead reaches every label: `/`, part of a name, Enter (token 11 is next)
     page.keyboard.press("/")
     page.keyboard.type("date")
     page.get_by_test_id("gpslTypeAhead").wait_for(timeout=ms(10))
     assert page.get_by_test_id("gpslTypeAhead").inner_text().split("\n")[1:4] == [
-        "DATE: entity (span)", "B-DATE (9)", "I-DATE"]  # exact match, then the others
+        "DATE: entity (span) (5)", "B-DATE", "I-DATE"]  # exact match, then the others
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Enter")

@@ -273,6 +273,7 @@ def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
         raise StoreBusyError("the annotation store stayed busy for 30 s; try again")
 
     monkeypatch.setattr(Store, "set_labels", busy)
+    monkeypatch.setattr(Store, "set_label_steps", busy)  # the page's writes of key presses
     at.button(key="tok_1").click().run()
     at.button(key="lab_1").click().run()
     assert not at.exception

@@ -56,7 +56,7 @@ def test_label_annotator_and_conflict_filters(store):
     store.set_labels(ids[2], {0: "B-PER", 2: "B-PER"}, "alice")
     store.set_labels(ids[2], {0: "B-PER", 2: "B-LOC"}, "bob")   # token 2 disputed
     store.set_labels(ids[3], {0: "B-PER"}, "bob")
-    store.set_labels(ids[3], {1: None}, "alice")                  # clears the imported O
+    store.set_labels(ids[3], {1: "B-LOC"}, "alice")               # against the imported O
     assert store.annotators(pid) == ["alice", "bob", "import"]
     hit = store.find_sentences(pid, label="B-PER")
     assert numbers(hit) == [1, 3, 4]
@@ -65,7 +65,7 @@ def test_label_annotator_and_conflict_filters(store):
     assert store.find_sentences(pid, annotator="alice")["hits"][1]["marks"] == [1]
     conflict = store.find_sentences(pid, conflicts=True)
     assert numbers(conflict) == [3] and conflict["hits"][0]["marks"] == [2]
-    # a cleared vote against a label is a conflict; an import never is
+    # a person's vote against another's is a conflict; against an import never
     store.set_labels(ids[3], {1: "O"}, "bob")
     assert numbers(store.find_sentences(pid, conflicts=True)) == [3, 4]
     both = store.find_sentences(pid, conflicts=True, annotator="alice", text_query="bob")

@@ -254,17 +254,23 @@ def test_set_clear_undo_round_trip(store):
     h1 = store.set_label(s3, 0, "B", "alice")
     h2 = store.set_label(s3, 0, "I", "alice")
     assert store.set_label(s3, 0, "I", "alice") is None  # no change, no history
-    h3 = store.clear_label(s1, 2, "alice")
-    assert store.get_sentence(s1)["labels"] == ["B", "I", None]
+    # Clear withdraws alice's own vote: she has none on the imported O, so nothing changes
+    assert store.clear_label(s1, 2, "alice") is None
+    assert store.get_sentence(s1)["labels"] == ["B", "I", "O"]
+    h3 = store.set_label(s1, 2, "I", "alice")
+    h4 = store.clear_label(s1, 2, "alice")  # her vote goes: the imported O counts again
+    s = store.get_sentence(s1)
+    assert s["labels"] == ["B", "I", "O"] and s["votes"][2] == {"import": "O"}
     hist = store.history(project_id=pid, annotator="alice")
-    assert [h["id"] for h in hist] == [h3, h2, h1]
-    # history rows are alice's own vote changes: she had no vote on the imported O
+    assert [h["id"] for h in hist] == [h4, h3, h2, h1]
     assert [(h["action"], h["old_label"], h["new_label"]) for h in hist] == [
-        ("clear", None, None), ("set", "B", "I"), ("set", None, "B")]
+        ("clear", "I", None), ("set", None, "I"), ("set", "B", "I"), ("set", None, "B")]
 
-    u = store.undo(pid, "alice")  # undo the clear: O is back, set by the importer
+    u = store.undo(pid, "alice")  # undo the clear: her I is back
     assert u["sentence_id"] == s1 and u["changes"] == [
-        {"token_index": 2, "label": "O", "previous": None}] and u["undone"] == [h3]
+        {"token_index": 2, "label": "I", "previous": "O"}] and u["undone"] == [h4]
+    u = store.undo(pid, "alice")  # undo the set: the importer's O again
+    assert u["changes"] == [{"token_index": 2, "label": "O", "previous": "I"}]
     s = store.get_sentence(s1)
     assert s["labels"] == ["B", "I", "O"] and s["annotators"][2] == "import"
     assert store.undo(pid, "alice")["changes"][0]["label"] == "B"

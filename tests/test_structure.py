@@ -24,8 +24,8 @@ LAYERS = {
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "search", "stats", "runs"},
     "rules": {"rules", "evaluation"},
-    "services": {"labels", "scoring", "team", "imports", "exports", "pipeline", "jobs",
-                 "dask_jobs", "reports"},
+    "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
+                 "jobs", "dask_jobs", "reports"},
     "facade": {"facade", "__init__"},
     "entry": {"worker"},  # a process's main (python -m gpsl.annotation.worker), like app.py
 }

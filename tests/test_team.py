@@ -199,9 +199,12 @@ def test_adjudication_history_and_conflicts(store):
     store.set_label(s, 1, "O", "alice")
     store.set_label(s, 1, "O", "bob")
     store.set_label(s, 2, "O", "alice")
-    store.clear_label(s, 2, "bob")  # "no label" against O: a conflict too
+    store.set_label(s, 2, "B-PER", "bob")
+    store.clear_label(s, 2, "bob")  # withdraws bob's vote: not a vote for "no label"
+    assert store.get_sentence(s)["votes"][2] == {"alice": "O"}
+    assert store.get_sentence(s)["labels"][2] == "O"
     conflicts = store.conflicts(pid)
-    assert [(c["token_index"], c["status"]) for c in conflicts] == [(0, "open"), (2, "open")]
+    assert [(c["token_index"], c["status"]) for c in conflicts] == [(0, "open")]
     assert conflicts[0]["votes"] == {"alice": "B-PER", "bob": "B-LOC"}
     store.adjudicate(s, 0, "B-LOC", "lea")
     store.adjudicate(s, 0, "B-LOC", "lea")  # no change: no history row

@@ -60,7 +60,15 @@ from gpsl.annotation.records import (
     Version,
 )
 from gpsl.annotation.reports import query_description, queue_strategy
-from gpsl.annotation.rules import accept_candidates, next_unlabeled
+from gpsl.annotation.rules import (
+    RESOLVE_RULES,
+    TRAINING_RULES,
+    accept_candidates,
+    next_unlabeled,
+    rule_key,
+    rule_settings,
+    training_rule,
+)
 from gpsl.annotation.schema import SCHEMA_VERSION
 from gpsl.annotation.search import STATUSES as SEARCH_STATUSES
 from gpsl.annotation.team import MAX_OVERLAP, RESOLVE
@@ -70,12 +78,14 @@ from gpsl.annotation.validate import (
     is_import,
 )
 from gpsl.annotation.validate import template as check_template
+from gpsl.annotation.vote_files import VOTE_FORMATS
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 
 __all__ = [
     "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",
-    "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "SAMPLE_PROJECT_NAME", "SCHEMA_VERSION",
+    "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "RESOLVE_RULES", "SAMPLE_PROJECT_NAME",
+    "SCHEMA_VERSION", "TRAINING_RULES", "VOTE_FORMATS",
     "SEARCH_STATUSES", "STORE_ERRORS", "TRAIN_PARAMS", "UPLOAD_TYPES", "Account", "AnnotatorRow",
     "Calibration", "CalibrationReport", "Conflict", "CrowdSummary", "Decision", "GpslError",
     "HistoryEntry", "Identity", "InputError", "Lease", "NotFoundError", "Progress", "Project",
@@ -85,6 +95,7 @@ __all__ = [
     "accept_candidates", "check_template", "default_db_url", "default_models_root",
     "default_template_text", "entity_type", "guess_format", "import_credit", "is_import",
     "next_unlabeled", "one_line", "parse_offsets", "parse_upload", "preset_of",
-    "query_description", "queue_strategy", "safe_filename", "summarize", "unknown_labels",
-    "upload_limits",
+    "query_description", "queue_strategy", "rule_key", "rule_settings", "safe_filename",
+    "summarize", "training_rule",
+    "unknown_labels", "upload_limits",
 ]

@@ -29,6 +29,7 @@ from gpsl.annotation import (
     stats,
     team,
     versions,
+    vote_files,
     votes,
 )
 from gpsl.annotation import labels as labeling
@@ -165,6 +166,14 @@ class Store:
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
         return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+
+    def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
+                        annotator: str, source: str = "human",
+                        ages: Sequence[float] | None = None) -> list[int]:
+        """Several undo steps (key presses) of one annotator on one sentence, one
+        transaction; ``ages``: seconds each step lies before the write
+        (:func:`labels.set_steps`)."""
+        return labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -351,6 +360,10 @@ class Store:
     def fit_crowd_model(self, project_id: int, **kw) -> dict:
         return team.fit_crowd(self.db, project_id, **kw)
 
+    def training_set(self, project_id: int) -> dict:
+        """What a training run fits by the project's rule (:func:`team.training_set`)."""
+        return team.training_set(self.db, project_id)
+
     def team_votes(self, project_id: int) -> list[dict]:
         return team.project_votes(self.db, project_id)
 
@@ -382,6 +395,19 @@ class Store:
     def export_annotations(self, project_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
         return exports.export_annotations(self, project_id, fmt, split)
+
+    def export_votes(self, project_id: int, fmt: str = "crowd",
+                     split: str | None = "train") -> str:
+        """Every vote, the training labels and the leads' decisions (:mod:`vote_files`)."""
+        return vote_files.export_votes(self.db, project_id, fmt, split)
+
+    def import_votes(self, project_id: int, data: bytes | str, fmt: str, *,
+                     doc: str | None = None, add_labels: Sequence[str] = ()) -> int:
+        """Append the sentences of a vote file (:func:`vote_files.read_votes`) with every
+        vote credited to its annotator; returns how many sentences."""
+        items = vote_files.read_votes(data, fmt, doc or "<upload>")
+        return vote_files.import_votes(self.db, project_id, items, doc=doc,
+                                       add_labels=add_labels)
 
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:

@@ -9,7 +9,8 @@ history, the touched tokens' derived labels and the sentence's queue scores
 
 * labels imported with a file (votes with source ``'import'``) count only while no one
   has voted on the token;
-* a cleared token is a vote for "no label" (a NULL label);
+* Clear withdraws the annotator's own vote (it is not a vote for "no label"; a NULL vote,
+  which stores written before that rule may hold, still counts as one);
 * one vote: that label;
 * several: the label a lead set with :func:`adjudicate` if there is one, else the project's
   crowd model when it resolves disputes (:func:`gpsl.annotation.rules.crowd_posterior`),
@@ -21,8 +22,10 @@ history, the touched tokens' derived labels and the sentence's queue scores
 
 from __future__ import annotations
 
+import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from gpsl.annotation import projects, rules, scoring, sentences, validate, votes
 from gpsl.annotation.db import Database, loads, now
@@ -59,43 +62,72 @@ def rederive(conn, project_id: int) -> int:
 def set_labels(db: Database, sentence_id: int, labels: Mapping[int, str | None],
                annotator: str, source: str = "human") -> list[int]:
     """Set (``None``: withdraw) ``annotator``'s votes on tokens of one sentence in one
-    transaction; one undo step.  A bad label or index raises InputError and nothing is
+    transaction; one undo step (:func:`set_steps` with one step)."""
+    return set_steps(db, sentence_id, [labels], annotator, source)
+
+
+#: the most a step's time may lie before its write (seconds, :func:`set_steps`' ``ages``)
+MAX_STEP_AGE = 60.0
+
+
+def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
+              annotator: str, source: str = "human",
+              ages: Sequence[float] | None = None) -> list[int]:
+    """Write several undo steps of ``annotator``'s votes on one sentence in one transaction:
+    each step (``{token: label}``, a key press, a span, an "accept") is its own history
+    batch, so Undo reverts exactly one of them.  ``None`` withdraws the annotator's own
+    vote (Clear): it is not a vote for "no label", and where the annotator has no vote it
+    changes nothing.  ``ages``: per step, how many seconds before this write it happened
+    (keys queued in the browser while the page was busy: their history times are then the
+    times they were pressed, which the speed figures read; clamped to
+    [0, :data:`MAX_STEP_AGE`]).  A bad label or index raises InputError and nothing is
     written.  Returns the new history ids (none when nothing changed)."""
     annotator = validate.annotator(annotator)
     source = validate.source(source)
-    changes = dict(labels)
+    steps = [dict(step) for step in steps]
+    ages = [0.0] * len(steps) if ages is None else [
+        min(max(float(a), 0.0), MAX_STEP_AGE) if math.isfinite(float(a)) else 0.0
+        for a in ages]
+    if len(ages) != len(steps):
+        raise ValueError(f"{len(ages)} ages for {len(steps)} steps")
 
     def tx(conn):
         info = sentences.info_row(conn, sentence_id, db.for_update())
         label_set = loads(info["labels"])
         n = info["n_tokens"]
         mine = votes.of_annotator(conn, sentence_id, annotator)
-        at, batch, hist, touched = now(), uuid.uuid4().hex, [], []
-        derived = votes.derived_of(conn, sentence_id, range(n)) if any(
-            v is None for v in changes.values()) else {}
+        written, hist, touched = datetime.now(UTC), [], set()
         where = f"sentence {sentence_id}"
-        for t, lab in changes.items():
-            try:
-                t = int(t)
-            except (TypeError, ValueError):
-                raise InputError(f"bad token index {t!r}", source=where) from None
-            if not 0 <= t < n:
-                raise InputError(f"token index {t} out of range (the sentence has {n} tokens)",
-                                 source=where)
-            lab = None if lab is None else str(lab)
-            if lab is not None and lab not in label_set:
-                raise InputError(f"token {t}: label {lab!r} is not in the project's label set"
-                                 f" ({' '.join(label_set)})", source=where)
-            old, old_source = mine.get(t, (None, None))
-            if lab == old and (lab is None or old_source == source):
-                if lab is not None or t in mine or derived.get(t) is None:
-                    continue  # no change (a clear of an unlabeled token included)
-            votes.put(conn, sentence_id, t, annotator, lab, source, at, clear=True)
-            hist.append({"p": info["project_id"], "s": sentence_id, "t": t, "old": old,
-                         "new": lab, "src": None if lab is None else source, "a": annotator,
-                         "at": at, "action": "clear" if lab is None else "set", "b": batch})
-            mine[t] = (lab, source)
-            touched.append(t)
+        for step, age in zip(steps, ages):
+            batch = uuid.uuid4().hex
+            at = (written - timedelta(seconds=age)).isoformat(timespec="milliseconds")
+            for t, lab in step.items():
+                try:
+                    t = int(t)
+                except (TypeError, ValueError):
+                    raise InputError(f"bad token index {t!r}", source=where) from None
+                if not 0 <= t < n:
+                    raise InputError(f"token index {t} out of range (the sentence has {n} "
+                                     "tokens)", source=where)
+                lab = None if lab is None else str(lab)
+                if lab is not None and lab not in label_set:
+                    raise InputError(f"token {t}: label {lab!r} is not in the project's label"
+                                     f" set ({' '.join(label_set)})", source=where)
+                if t not in mine and lab is None:
+                    continue  # nothing of this annotator's to clear
+                old, old_source = mine.get(t, (None, None))
+                if t in mine and lab is not None and lab == old and old_source == source:
+                    continue  # no change
+                votes.put(conn, sentence_id, t, annotator, lab, source, at)
+                hist.append({"p": info["project_id"], "s": sentence_id, "t": t, "old": old,
+                             "new": lab, "src": None if lab is None else source,
+                             "a": annotator, "at": at,
+                             "action": "clear" if lab is None else "set", "b": batch})
+                if lab is None:
+                    del mine[t]
+                else:
+                    mine[t] = (lab, source)
+                touched.add(t)
         ids = [votes.add_history(conn, h) for h in hist]
         refresh_derived(conn, sentence_id, touched)
         return ids

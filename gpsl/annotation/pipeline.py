@@ -130,15 +130,15 @@ class UnrecordedFailure(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def pick_sentences(ids, X, y, max_sentences):
+def pick_sentences(ids, X, y, max_sentences, *more):
     """All sentences, or at most ``max_sentences``: the most labeled first, kept in
-    position order."""
+    position order; ``more`` (lists beside ``X``, e.g. the evidence) are picked alike."""
     if max_sentences is None or len(X) <= max_sentences:
-        return ids, X, y
+        return (ids, X, y, *more)
     counts = [sum(lab is not None for lab in labs) for labs in y]
     order = sorted(range(len(X)), key=lambda i: (-counts[i], i))[:int(max_sentences)]
     order.sort()
-    return [ids[i] for i in order], [X[i] for i in order], [y[i] for i in order]
+    return tuple([seq[i] for i in order] for seq in (ids, X, y, *more))
 
 
 def chunks(n_tokens: list[int], budget: int) -> Iterator[tuple[int, int]]:
@@ -221,6 +221,7 @@ class _Run:
     should_stop: Callable[[], bool] | None
     pause_at: str | None
     progress: Progress | None = None
+    labels: dict | None = None  # the training-label rule and soft labels (:func:`_load`)
 
     @property
     def staging(self) -> Path:
@@ -247,17 +248,27 @@ class _Run:
 
 
 def _load(run: _Run):
-    """Step 1: the labeled training sentences (at most ``max_sentences``)."""
-    ids, X, y = run.store.training_data(run.project_id, "train", only_labeled=True,
-                                        with_ids=True)
-    if not X:
+    """Step 1: the labeled training sentences (at most ``max_sentences``) by the project's
+    training-label rule (:meth:`Store.training_set`: hard labels, or soft labels as evidence
+    on missing ones), the rule recorded in ``run.labels``."""
+    data = run.store.training_set(run.project_id)
+    if not data["X"]:
         raise InputError("no labeled tokens yet: label some tokens before training",
                          source="<train>")
-    return pick_sentences(ids, X, y, run.config.max_sentences)
+    evidence = data["evidence"] or [None] * len(data["X"])
+    ids, X, y, evidence = pick_sentences(data["ids"], data["X"], data["y"],
+                                         run.config.max_sentences, evidence)
+    run.labels = {"rule": data["rule"], "resolve": data["resolve"], "soft": data["soft"],
+                  "classes": data["classes"],
+                  "evidence": evidence if data["evidence"] is not None else None,
+                  "soft_tokens": sum(int(np.any(e != 0, axis=1).sum()) for e in evidence
+                                     if e is not None)}
+    return ids, X, y
 
 
 def _fit(run: _Run, X, y) -> GPSL:
-    """Step 2: the model, with the progress file written after every sweep."""
+    """Step 2: the model, with the progress file written after every sweep (soft labels:
+    their evidence and classes, ``run.labels``)."""
     config = run.config
     project = run.store.get_project(run.project_id)
     model = GPSL(offsets=config.offsets, kernel=config.kernel,
@@ -271,7 +282,9 @@ def _fit(run: _Run, X, y) -> GPSL:
         run.check_stop()
         run.pause("in-fit")
 
-    return model.fit(X, y, callback=on_sweep)
+    soft = run.labels or {}
+    return model.fit(X, y, callback=on_sweep, evidence=soft.get("evidence"),
+                     classes=soft.get("classes"))
 
 
 def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
@@ -292,7 +305,9 @@ def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
                     "train_labeled_tokens": sum(lab is not None for labs in y for lab in labs),
                     "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
                     "inference": mode, "train_missing_labels": int(model.n_missing_),
-                    "missing_weight": float(model.missing_weight_)})
+                    "missing_weight": float(model.missing_weight_),
+                    "training_labels": {k: (run.labels or {}).get(k) for k in
+                                        ("rule", "resolve", "soft", "soft_tokens")}})
     return figures, held
 
 

@@ -35,15 +35,17 @@ FALLBACK_QUERY = "least_confidence"
 
 def _order_by(score: str | None, holders: str | None = None) -> str:
     """The one annotation order, as SQL over ``s`` (sentences) and ``k`` (the annotator's
-    skips): sentences the annotator skipped last, least recently skipped first; with a
-    team's ``holders`` (k > 1) the sentences more people already hold first (an overlap is
-    completed before a new one starts); then the queue ``score`` under the active model,
-    highest first, sentences without one after; then file order."""
+    skips): sentences the annotator skipped last, least recently skipped first; then the
+    queue ``score`` under the active model, highest first, sentences without one after
+    (no prediction yet, or no token left without a training label); with a team's
+    ``holders`` (k > 1), among equal scores the sentences more people already hold first
+    (an overlap is completed before a new one starts, but never ahead of a more
+    informative sentence); then file order."""
     terms = ["k.at IS NOT NULL", "k.at"]
-    if holders:
-        terms.append(f"{holders} DESC")
     if score:
         terms += [f"{score} IS NULL", f"{score} DESC"]
+    if holders:
+        terms.append(f"{holders} DESC")
     return " ORDER BY " + ", ".join(terms + ["s.position"])
 
 
@@ -159,9 +161,11 @@ def route(db: Database, project_id: int, annotator: str, order: str = "uncertain
       work: ``k = 1``: an unlabeled token (as :func:`queue`); ``k > 1``: the annotator has
       not voted on it, and it has an unlabeled token or someone else has voted on it (it
       waits for its k-th annotator);
-    * order: sentences the annotator skipped last; with ``k > 1`` those that more people
-      already hold first (an overlap is completed before a new one starts); then the
-      queue score under the active model (``order='uncertainty'``), then file order.
+    * order (:func:`_order_by`, the one order): sentences the annotator skipped last; then
+      the queue score under the active model (``order='uncertainty'``), highest first, so
+      the most informative sentence that still needs this annotator's vote comes first,
+      whether others hold it or not; with ``k > 1`` among equal scores those that more
+      people already hold; then file order.
     """
     if order not in ORDERS:
         raise ValueError(f"order must be 'uncertainty' or 'sequential', got {order!r}")

@@ -19,7 +19,27 @@ from gpsl import tags
 __all__ = ["Account", "AnnotatorRow", "Calibration", "CalibrationReport", "Conflict",
            "CrowdSummary", "Decision", "Derived", "HistoryEntry", "Lease", "Progress", "Project",
            "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
-           "TeamFigures", "TeamSettings", "TokenView", "TrainingProgress", "Version", "Vote"]
+           "TeamFigures", "TeamSettings", "TokenView", "TrainingProgress", "Version", "Vote",
+           "others_hidden", "overlap_of"]
+
+
+def overlap_of(settings: Mapping | None) -> int:
+    """k, the annotators each sentence goes to (a project's ``overlap`` setting, at least 1)."""
+    try:
+        return max(1, int((settings or {}).get("overlap", 1) or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def others_hidden(settings: Mapping | None) -> bool:
+    """The one rule of what an annotator sees of other people's votes while annotating: in
+    blind mode, or with overlap (k >= 2: each sentence gets k independent votes), nothing
+    of them until a lead reviews the votes on the Team page; otherwise (k = 1, not blind)
+    the training labels, whoever gave them.  Labels imported with a file are always
+    shown."""
+    settings = settings or {}
+    return bool(settings.get("blind", False)) or overlap_of(settings) > 1
+
 
 def _frozen(d: Mapping | None) -> dict:
     return dict(d or {})
@@ -76,6 +96,17 @@ class Project:
     @property
     def blind(self) -> bool:
         return bool(self.settings.get("blind", False))
+
+    @property
+    def overlap(self) -> int:
+        """k, the annotators each sentence goes to."""
+        return overlap_of(self.settings)
+
+    @property
+    def hides_others(self) -> bool:
+        """Whether an annotator sees other people's votes on the Annotate page: never in
+        blind mode or with overlap (:func:`others_hidden`)."""
+        return others_hidden(self.settings)
 
 
 @dataclass(frozen=True)
@@ -215,10 +246,13 @@ class TrainingProgress:
 
 @dataclass(frozen=True)
 class TokenView:
-    """One token as the Annotate page shows it: its label now, the active model's
-    suggestion, confidence (the largest marginal), best three labels and the queue's score
-    of the token (``score``: the stored query score, else least confidence; None where the
-    view shows no model output)."""
+    """One token as the Annotate page shows it: its label now (``label``: the training label,
+    or in a view that hides other people's votes the annotator's own copy), the active
+    model's suggestion, confidence (the largest marginal), best three labels and the queue's
+    score of the token (``score``: the stored query score, else least confidence; None where
+    the view shows no model output); ``mine``: the annotator's own vote (None: none);
+    ``own``: the token in the annotator's own copy of the sentence (their vote, else the
+    label imported with the file), which the cursor, the counts and Clear read."""
 
     index: int
     text: str
@@ -233,6 +267,8 @@ class TokenView:
     suggestion_p: float | None = None  # the model's marginal of ``suggestion``
     query: float | None = None  # the stored query score (None: none stored)
     score: float | None = None  # the token's queue score (:func:`rules.token_scores`)
+    mine: str | None = None  # the annotator's own vote (None: no vote)
+    own: str | None = None  # the annotator's copy: their vote, else the imported label
 
     @property
     def uncertainty(self) -> float:
@@ -241,9 +277,12 @@ class TokenView:
 
 @dataclass(frozen=True)
 class SentenceView:
-    """One sentence as an annotator may see it (blind mode applied), with the active
-    model's output per token; ``opening``: the token the cursor opens on; ``flagged``:
-    tokens whose label breaks the span ``scheme`` (-> why)."""
+    """One sentence as an annotator may see it (other people's votes hidden in blind mode
+    or with overlap, :func:`others_hidden`), with the active model's output per token;
+    ``opening``: the token the cursor opens on (in the annotator's own copy);
+    ``flagged``: tokens whose label breaks the span ``scheme`` (-> why); ``blind``: other
+    people's votes are hidden here; ``overlap``: the project's k; ``hidden``: how many
+    tokens carry a vote of someone else that this view hides."""
 
     id: int
     project_id: int
@@ -257,14 +296,33 @@ class SentenceView:
     blind: bool = False
     opening: int = 0
     flagged: Mapping = _empty()
+    overlap: int = 1
+    hidden: int = 0
 
     @property
     def labels(self) -> list[str | None]:
         return [t.label for t in self.tokens]
 
     @property
+    def own(self) -> list[str | None]:
+        """The annotator's own copy of the sentence (their votes, else the file's labels)."""
+        return [t.own for t in self.tokens]
+
+    @property
     def n_labeled(self) -> int:
-        return sum(t.label is not None for t in self.tokens)
+        """Tokens labeled in the annotator's own copy."""
+        return sum(t.own is not None for t in self.tokens)
+
+    @property
+    def n_mine(self) -> int:
+        """Tokens with the annotator's own vote."""
+        return sum(t.mine is not None for t in self.tokens)
+
+    @property
+    def n_others(self) -> int:
+        """Tokens shown with a label that is not in the annotator's own copy (someone else's,
+        visible when the view does not hide them)."""
+        return sum(t.label is not None and t.own is None for t in self.tokens)
 
 
 @dataclass(frozen=True)
@@ -358,11 +416,19 @@ class RankedSentence:
 
 @dataclass(frozen=True)
 class TeamSettings:
-    """``overlap`` (k annotators per sentence), ``blind``, ``resolve`` (majority or crowd)."""
+    """``overlap`` (k annotators per sentence), ``blind``, ``resolve`` (majority or crowd)
+    and ``soft`` (training takes the crowd model's posterior as soft labels); ``rule``: the
+    training-label rule these make, in words (:func:`gpsl.annotation.rules.training_rule`)."""
 
     overlap: int = 1
     blind: bool = False
     resolve: str = "majority"
+    soft: bool = False
+    rule: str = ""
+
+    @property
+    def hides_others(self) -> bool:
+        return others_hidden({"overlap": self.overlap, "blind": self.blind})
 
 
 @dataclass(frozen=True)

@@ -81,11 +81,15 @@ def token_views(sentence: dict, marginals: np.ndarray | None, classes: Sequence[
     BILOU) the suggestions are the most probable scheme-valid sequence given the labels
     already set (:func:`gpsl.tags.valid_decode`; hidden tokens count as uninformative
     there), not each token's argmax; ``confidence`` stays the token's largest marginal;
-    ``score`` is the token's queue score (:func:`gpsl.annotation.rules.token_scores`)."""
+    ``score`` is the token's queue score (:func:`gpsl.annotation.rules.token_scores`);
+    ``mine`` and ``own`` the annotator's vote and own copy (a view's ``mine``/``own``; a
+    plain sentence's labels stand for ``own``)."""
     n = len(sentence["tokens"])
     use = marginals is not None and classes is not None and \
         marginals.shape == (n, len(classes))
     hidden = set(sentence.get("hidden") or ())
+    mine = sentence.get("mine") or {}
+    own = sentence.get("own")
     scored = query_scores is not None and np.shape(query_scores) == (n,)
     valid = None
     if use and scheme_name is not None:
@@ -114,7 +118,8 @@ def token_views(sentence: dict, marginals: np.ndarray | None, classes: Sequence[
         views.append(TokenView(
             t, tok[0], tuple(tok), sentence["labels"][t], sentence["sources"][t],
             sentence["annotators"][t], sug, conf, top, dict(votes), sug_p, query,
-            None if score is None or t in hidden else float(score[t])))
+            None if score is None or t in hidden else float(score[t]),
+            mine.get(t), own[t] if own is not None else sentence["labels"][t]))
     return views
 
 
@@ -209,21 +214,29 @@ class Reports:
         name = tags.scheme_of(labels)
         version = self.active_version(row["project_id"])
         marginals = query = None
+        if row.get("hidden") and version is not None and version.finished_at:
+            # a vote the version's predictions could not know (written after it finished)
+            # hides nothing: its stored suggestion does not reflect that vote
+            since = row.get("hidden_since") or {}
+            row = {**row, "hidden": [t for t in row["hidden"]
+                                     if since.get(t, "") <= version.finished_at]}
         if version is not None:
             marginals = self.store.get_predictions(version.id, [sentence_id]).get(sentence_id)
             query = self.store.get_query_scores(version.id, [sentence_id]).get(sentence_id)
         views = token_views(row, marginals, version.classes if version else None, name, query)
-        current = [v.label for v in views]
+        shown = [v.label for v in views]
         return SentenceView(
             id=row["id"], project_id=row["project_id"], position=row["position"],
             doc=row.get("doc"), line=row.get("line"), split=row["split"], tokens=tuple(views),
             version=version, scheme=name, blind=bool(row.get("blind")),
-            opening=rules.opening_token(current, [v.score for v in views]),
-            flagged=tags.violations(current, name) if name else {})
+            opening=rules.opening_token([v.own for v in views], [v.score for v in views]),
+            flagged=tags.violations(shown, name) if name else {},
+            overlap=int(row.get("overlap") or 1), hidden=len(row.get("hidden") or ()))
 
-    def labels(self, sentence_id: int, annotator: str) -> list[str | None]:
-        """The labels of a sentence as ``annotator`` sees them (blind mode applied)."""
-        return list(self.store.sentence_view(sentence_id, annotator)["labels"])
+    def own_labels(self, sentence_id: int, annotator: str) -> list[str | None]:
+        """``annotator``'s own copy of a sentence (their votes, else the file's labels): what
+        the Annotate page's cursor moves over, never other people's votes."""
+        return list(self.store.sentence_view(sentence_id, annotator)["own"])
 
     def token_history(self, sentence_id: int, token_index: int, limit: int | None = 20, *,
                       only: str | None = None) -> list[HistoryEntry]:
@@ -341,7 +354,7 @@ class Reports:
     # teams
     def team_settings(self, project_id: int) -> TeamSettings:
         s = self.store.team_settings(project_id)
-        return TeamSettings(s["overlap"], s["blind"], s["resolve"])
+        return TeamSettings(s["overlap"], s["blind"], s["resolve"], s["soft"], s["rule"])
 
     def crowd(self, project_id: int) -> CrowdSummary | None:
         model = self.store.team_settings(project_id)["crowd"]

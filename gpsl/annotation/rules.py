@@ -4,7 +4,9 @@
   count only while nobody has voted on the token; one vote gives that label; with several, a
   lead's adjudicated label wins, else the ``posterior`` hook (the project's crowd model,
   :func:`crowd_posterior`), else the majority (:func:`majority_label`). Both decide by
-  :func:`gpsl.crowd.decide`, the library's one rule: a tie leaves the token missing.
+  :func:`gpsl.crowd.decide`, the library's one rule: a tie leaves the token missing.  With
+  soft labels (:func:`training_rule`) the people's votes of a token without a lead's
+  decision enter training as evidence on a missing label instead (:func:`crowd_evidence`).
 * **The queue**: a token's query score (:func:`token_scores`: the score the training run
   stored, else least confidence ``1 - max_j p_tj``); a sentence's queue score, its unlabeled
   tokens' largest (:func:`queue_score`); the token the cursor opens on, the unlabeled token
@@ -23,14 +25,22 @@ import numpy as np
 from gpsl import active, crowd
 from gpsl.annotation.records import Derived, TokenView, Vote
 
-__all__ = ["NO_LABEL", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote", "accept_candidates",
-           "crowd_posterior", "derive_labels", "majority_label", "next_unlabeled",
-           "opening_token", "queue_score", "token_scores"]
+__all__ = ["NO_LABEL", "RESOLVE_RULES", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote",
+           "accept_candidates", "crowd_evidence", "crowd_posterior", "derive_labels",
+           "majority_label", "next_unlabeled", "opening_token", "queue_score", "rule_key",
+           "rule_settings", "token_scores", "training_rule", "TRAINING_RULES"]
 
 #: one-coin accuracy assumed for an annotator the crowd model has not seen
 UNKNOWN_SKILL = 0.8
-#: the class a cleared vote ("no label") counts as in a majority (no label can be empty)
+#: the class a vote without a label counts as in a majority (no label can be empty): Clear
+#: withdraws a vote, but stores written before that rule may hold such "no label" votes
 NO_LABEL = ""
+#: how a disputed token without a lead's decision is decided (a project's ``resolve``)
+RESOLVE_RULES = {
+    "majority": "the majority of the votes (a tie stays unlabeled)",
+    "crowd": "the crowd model's posterior (Dawid–Skene: each vote weighed by its "
+             "annotator's estimated reliability; a tie stays unlabeled)",
+}
 
 
 Posterior = Callable[[int, Sequence[Vote]], str | None]
@@ -51,8 +61,44 @@ def _one_token_votes(labels: Sequence[str], classes: Sequence[str],
                        classes=list(classes))
 
 
+#: the training-label rules a project can choose (Team page), one setting: key -> what it
+#: does after a lead's decision; :func:`rule_settings` gives its ``resolve`` and ``soft``
+TRAINING_RULES = {
+    "majority": "the majority of the votes (hard labels; a tie stays unlabeled)",
+    "crowd": "the crowd model's posterior (hard labels; a tie stays unlabeled)",
+    "soft": "the crowd model's posterior as soft labels (its probabilities, as evidence)",
+}
+
+
+def rule_settings(key: str) -> dict:
+    """The team settings (``resolve``, ``soft``) of a key of :data:`TRAINING_RULES`."""
+    if key not in TRAINING_RULES:
+        raise ValueError(f"unknown training-label rule {key!r}")
+    return {"resolve": "crowd" if key == "soft" else key, "soft": key == "soft"}
+
+
+def rule_key(resolve: str, soft: bool) -> str:
+    """The key of :data:`TRAINING_RULES` that ``resolve`` and ``soft`` make."""
+    return "soft" if soft and resolve == "crowd" else (resolve if resolve in RESOLVE_RULES
+                                                        else "majority")
+
+
+def training_rule(resolve: str, soft: bool = False) -> str:
+    """The rule that makes the training labels of a project, in words (the Team and Train
+    pages show it): ``resolve`` (a key of :data:`RESOLVE_RULES`) and ``soft``."""
+    if soft:
+        return ("a lead's decision; else every person's vote on the token enters training as "
+                "a soft label: evidence on the token's missing label under the crowd model "
+                "(each vote weighed by its annotator's estimated reliability), so the model "
+                "learns from the crowd posterior's probabilities, not one hard label; a file's "
+                "labels count while nobody has voted")
+    return ("a lead's decision; else one vote's label; else "
+            + RESOLVE_RULES.get(resolve, RESOLVE_RULES["majority"])
+            + "; hard labels (one per token); a file's labels count while nobody has voted")
+
+
 def majority_label(labels: Sequence[str | None]) -> str | None:
-    """The majority of one token's votes (None: a cleared vote, "no label"), by the library's
+    """The majority of one token's votes (None: a vote without a label), by the library's
     rule: the vote fractions (:func:`gpsl.crowd.majority_posteriors`) decided by
     :func:`gpsl.crowd.decide`, so a tie leaves the token missing (None), as does a majority
     for "no label"."""
@@ -97,6 +143,25 @@ def derive_labels(votes: Mapping[int, Sequence[Vote]], adjudicated: Mapping[int,
     return out
 
 
+def _crowd_params(model: Mapping, names: Sequence[str]) -> tuple[crowd.CrowdModel, dict]:
+    """The stored crowd model's parameters with every annotator of ``names`` it has not
+    seen added as the one-coin of accuracy :data:`UNKNOWN_SKILL`; ``{annotator: row}``."""
+    classes = list(model["classes"])
+    known_names = list(model["annotators"])
+    J = len(classes)
+    off = np.log((1.0 - UNKNOWN_SKILL) / max(1, J - 1)) if J > 1 else 0.0
+    unknown = np.full((J, J), off)
+    np.fill_diagonal(unknown, np.log(UNKNOWN_SKILL) if J > 1 else 0.0)
+    log_pi = np.asarray(model["log_pi"], dtype=float).reshape(-1, J, J)
+    who = {a: i for i, a in enumerate(known_names)}
+    strangers = list(dict.fromkeys(a for a in names if a not in who))
+    index = {**who, **{a: len(known_names) + k for k, a in enumerate(strangers)}}
+    params = crowd.CrowdModel(
+        log_pi=np.concatenate([log_pi, np.repeat(unknown[None], len(strangers), 0)]),
+        one_coin=np.zeros(len(index), dtype=bool), prior_diag=0.0, prior_off=0.0)
+    return params, index
+
+
 def crowd_posterior(model: Mapping) -> Posterior:
     """The ``posterior(token, votes)`` hook of :func:`derive_labels` from a stored crowd
     model (``classes``, ``annotators``, ``log_pi``, ``log_prior``): the library's E-step
@@ -105,30 +170,52 @@ def crowd_posterior(model: Mapping) -> Posterior:
     matrix of accuracy :data:`UNKNOWN_SKILL`, a label it does not know is left out; an exact
     tie, or no usable vote, leaves the token missing (None)."""
     classes = list(model["classes"])
-    names = list(model["annotators"])
-    J = len(classes)
-    off = np.log((1.0 - UNKNOWN_SKILL) / max(1, J - 1)) if J > 1 else 0.0
-    unknown = np.full((J, J), off)
-    np.fill_diagonal(unknown, np.log(UNKNOWN_SKILL) if J > 1 else 0.0)
-    log_pi = np.asarray(model["log_pi"], dtype=float).reshape(-1, J, J)
     log_prior = np.asarray(model["log_prior"], dtype=float)
-    who = {a: i for i, a in enumerate(names)}
     known = set(classes)
 
     def posterior(_t, votes: Sequence[Vote]) -> str | None:
         used = [v for v in votes if v.label is not None and v.label in known]
         if not used:
             return None
-        strangers = [v.annotator for v in used if v.annotator not in who]
-        index = {**who, **{a: len(names) + k for k, a in enumerate(strangers)}}
-        params = crowd.CrowdModel(  # each annotator the model has not seen: the one-coin
-            log_pi=np.concatenate([log_pi, np.repeat(unknown[None], len(strangers), 0)]),
-            one_coin=np.zeros(len(index), dtype=bool), prior_diag=0.0, prior_off=0.0)
+        params, index = _crowd_params(model, [v.annotator for v in used])
         token = _one_token_votes([v.label for v in used], classes,
-                                 [index[v.annotator] for v in used], names + strangers)
+                                 [index[v.annotator] for v in used],
+                                 sorted(index, key=index.get))
         return crowd.decide(crowd.e_step(params, token, log_prior), classes)[0]
 
     return posterior
+
+
+def crowd_evidence(model: Mapping, votes: Sequence[Vote], classes: Sequence[str]
+                   ) -> np.ndarray:
+    """A soft label: the evidence ``e_t(y) = sum_v log pi_{a_v}[y, l_v]`` of one token's
+    votes under the stored crowd model (the votes' log-likelihood given the true label ``y``,
+    the term :attr:`gpsl.likelihood.Problem.evidence` adds to a missing token, as
+    :class:`gpsl.crowd.CrowdGPSL` does), one entry per class of ``classes`` (the fit's
+    sorted classes).  With the GP's own prior over ``y`` in place of the crowd model's class
+    prior, the missing label's ``r_t`` is the crowd posterior (eq. E) with the tagger as its
+    prior.  An annotator the model has not seen counts as the one-coin of accuracy
+    :data:`UNKNOWN_SKILL`; a class or a voted label the model does not know, with that
+    one-coin over ``classes``; a vote without a label is no evidence (zeros)."""
+    classes = list(classes)
+    J = len(classes)
+    out = np.zeros(J)
+    used = [v for v in votes if v.label is not None]
+    if not used or J == 0:
+        return out
+    mc = list(model["classes"])
+    mi = {c: i for i, c in enumerate(mc)}
+    params, index = _crowd_params(model, [v.annotator for v in used])
+    hit = np.log(UNKNOWN_SKILL) if J > 1 else 0.0
+    miss = np.log((1.0 - UNKNOWN_SKILL) / (J - 1)) if J > 1 else 0.0
+    for v in used:
+        row = np.where(np.array(classes) == v.label, hit, miss)
+        if v.label in mi:
+            col = params.log_pi[index[v.annotator], :, mi[v.label]]
+            known = np.array([c in mi for c in classes])
+            row[known] = col[[mi[c] for c in classes if c in mi]]
+        out += row
+    return out
 
 
 # ----------------------------------------------------------------------------- the queue
@@ -186,9 +273,9 @@ def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
 
 def accept_candidates(views: Sequence[TokenView], threshold: float,
                       label_set: Sequence[str]) -> dict[int, str]:
-    """"Accept suggestions": the unlabeled tokens whose suggestion is in the label set with
-    probability >= ``threshold`` -> that suggestion."""
+    """"Accept suggestions": the tokens unlabeled in the annotator's own copy (``own``) whose
+    suggestion is in the label set with probability >= ``threshold`` -> that suggestion."""
     ok = set(label_set)
     return {v.index: v.suggestion for v in views
-            if v.label is None and v.suggestion in ok and v.suggestion_p is not None
+            if v.own is None and v.suggestion in ok and v.suggestion_p is not None
             and v.suggestion_p >= threshold}

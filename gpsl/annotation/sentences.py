@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, text
 from gpsl.annotation import validate
 from gpsl.annotation.db import Database, dumps, loads, now
 from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.records import others_hidden, overlap_of
 from gpsl.errors import InputError
 
 
@@ -62,6 +63,13 @@ def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, 
         conn.execute(text("INSERT INTO gold_labels (sentence_id, token_index, label)"
                           " VALUES (:s, :t, :l)"), gold_rows)
     return len(rows)
+
+
+def last_ids(conn, project_id: int, n: int) -> list[int]:
+    """Ids of a project's ``n`` last sentences (by position), first to last."""
+    rows = conn.execute(text("SELECT id FROM sentences WHERE project_id = :p ORDER BY"
+                             " position DESC LIMIT :n"), {"p": project_id, "n": int(n)})
+    return [r[0] for r in rows][::-1]
 
 
 def set_gold(db: Database, sentence_id: int, labels: Sequence[str | None]) -> None:
@@ -135,7 +143,7 @@ def get(db: Database, sentence_id: int) -> dict | None:
 
 def _get(conn, sentence_id: int) -> dict | None:
     """:func:`get` inside a read transaction; its ``_votes`` hold every vote row
-    ``(token_index, annotator, label, source)``, oldest first."""
+    ``(token_index, annotator, label, source, updated_at)``, oldest first."""
     r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
                      {"s": sentence_id}).first()
     if r is None:
@@ -143,14 +151,15 @@ def _get(conn, sentence_id: int) -> dict | None:
     p = {"s": sentence_id}
     labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
                                " derived_labels WHERE sentence_id = :s"), p).fetchall()
-    votes = conn.execute(text("SELECT token_index, annotator, label, source FROM votes"
-                              " WHERE sentence_id = :s ORDER BY updated_at"), p).fetchall()
+    votes = conn.execute(text("SELECT token_index, annotator, label, source, updated_at"
+                              " FROM votes WHERE sentence_id = :s ORDER BY updated_at"),
+                         p).fetchall()
     gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
                              " WHERE sentence_id = :s"), p).fetchall()
     m = r._mapping
     d = _as_dict(m, labels)
     d["votes"] = [{} for _ in range(m["n_tokens"])]
-    for t, ann, lab, _src in votes:
+    for t, ann, lab, _src, _at in votes:
         d["votes"][t][ann] = lab
     d["gold"] = None
     if gold:
@@ -269,18 +278,22 @@ def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
 
 def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = None) -> dict | None:
     """One sentence as ``annotator`` may see it: the shape of :func:`get` plus ``mine``
-    (``{token: label}`` of the annotator's own votes, None = cleared), ``blind`` and
-    ``hidden`` (tokens on which someone else voted while the view is blind: the stored
-    model marginals there were computed with those labels clamped, so a page must not show
-    them as suggestions).
+    (``{token: label}`` of the annotator's own votes), ``own`` (the annotator's own copy of
+    the sentence, one entry per token: their vote, else the label imported with the file,
+    else None; the Annotate page's cursor, counts and Clear read it, never other people's
+    votes), ``overlap`` (the project's k), ``blind`` and ``hidden`` (tokens on which someone
+    else voted while the view hides them: the stored model marginals there were computed
+    with those labels clamped, so a page must not show them as suggestions).
 
-    ``blind`` None: the project's ``blind`` setting.  A blind view shows the annotator's own
-    votes and the labels imported with a file, never another person's vote: ``labels[t]``
-    is the annotator's vote, else the imported label, else None; ``votes[t]`` holds only
-    those.  Not blind: ``labels`` are the derived training labels and ``votes`` every vote."""
+    ``blind`` None: the project's rule (:func:`gpsl.annotation.records.others_hidden`: blind
+    mode, or overlap k >= 2, hides other people's votes until a lead reviews them).  A view
+    that hides them shows the annotator's own copy: ``labels`` = ``own``, ``votes[t]``
+    holds only the annotator's vote and the imported labels (``hidden_since``: per hidden
+    token, the time of the latest vote that hides it).  Otherwise ``labels`` are the
+    derived training labels and ``votes`` every vote."""
     def tx(conn):
         d = _get(conn, sentence_id)
-        if d is None or blind is not None:
+        if d is None:
             return d, {}
         settings = conn.execute(text("SELECT settings FROM projects WHERE id = :p"),
                                 {"p": d["project_id"]}).scalar_one()
@@ -289,33 +302,41 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     d, settings = db.read(tx)
     if d is None:
         return None
-    rows = d.pop("_votes")
+    rows = [(t, ann, lab, src) for t, ann, lab, src, _at in d["_votes"]]
+    others_at: dict[int, str] = {}
+    for t, ann, _lab, src, at in d.pop("_votes"):
+        if ann != annotator and not validate.is_import(ann, src):
+            others_at[t] = max(others_at.get(t, ""), str(at))
     if blind is None:
-        blind = bool(settings.get("blind", False))
+        blind = others_hidden(settings)
+    n = len(d["tokens"])
     d["mine"] = {t: lab for t, ann, lab, _src in rows if ann == annotator}
+    d["overlap"] = overlap_of(settings)
     d["blind"] = bool(blind)
     d["hidden"] = []
-    if not blind:
-        return d
-    n = len(d["tokens"])
-    votes: list[dict] = [{} for _ in range(n)]
-    labels: list[str | None] = [None] * n
-    sources: list[str | None] = [None] * n
-    annotators: list[str | None] = [None] * n
+    own: list[str | None] = [None] * n
+    own_src: list[str | None] = [None] * n
+    own_who: list[str | None] = [None] * n
     others: set[int] = set()
     for t, ann, lab, src in rows:
         if ann == annotator:
-            votes[t][ann] = lab
-        elif validate.is_import(ann, src):
-            votes[t][ann] = lab
-            if t not in d["mine"] and lab is not None:
-                labels[t], sources[t], annotators[t] = lab, "human", ann
+            continue
+        if validate.is_import(ann, src):
+            if t not in d["mine"] and lab is not None and own[t] is None:
+                own[t], own_src[t], own_who[t] = lab, "human", ann
         else:
             others.add(t)
     for t, lab in d["mine"].items():
         src = next((s for tt, a, _l, s in rows if tt == t and a == annotator), "human")
-        labels[t], sources[t], annotators[t] = lab, (None if lab is None else src), \
+        own[t], own_src[t], own_who[t] = lab, (None if lab is None else src), \
             (None if lab is None else annotator)
-    d.update(votes=votes, labels=labels, sources=sources, annotators=annotators,
-             hidden=sorted(others))
+    d["own"] = own
+    if not blind:
+        return d
+    votes: list[dict] = [{} for _ in range(n)]
+    for t, ann, lab, src in rows:
+        if ann == annotator or validate.is_import(ann, src):
+            votes[t][ann] = lab
+    d.update(votes=votes, labels=list(own), sources=own_src, annotators=own_who,
+             hidden=sorted(others), hidden_since=others_at)
     return d

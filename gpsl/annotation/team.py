@@ -2,11 +2,14 @@
 crowd model of its votes, agreement figures, per-annotator speed and the conflicting tokens.
 
 Settings live in ``projects.settings`` (JSON): ``overlap`` (k annotators per sentence,
-:func:`gpsl.annotation.queue.route`), ``blind`` (annotators see only their own votes,
+:func:`gpsl.annotation.queue.route`; with k >= 2 annotators see only their own votes, as in
+blind mode), ``blind`` (annotators see only their own votes,
 :func:`gpsl.annotation.sentences.view`), ``resolve`` (``'majority'`` or ``'crowd'``: which
-decides a disputed token without a lead's decision, :func:`gpsl.annotation.labels.derive_labels`)
-and ``crowd`` (the fitted crowd model).  Votes that came with an imported file are not a
-person's and take no part in any figure here.
+decides a disputed token without a lead's decision, :func:`gpsl.annotation.rules.derive_labels`),
+``soft`` (training takes every person's votes as soft labels under the crowd model,
+:func:`training_set`) and ``crowd`` (the fitted crowd model).  The rule these make is
+:func:`gpsl.annotation.rules.training_rule`.  Votes that came with an imported file are not
+a person's and take no part in any figure here.
 """
 
 from __future__ import annotations
@@ -19,31 +22,36 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpsl import agreement
-from gpsl.annotation import labels, projects, sentences, validate, votes
+from gpsl.annotation import labels, projects, rules, sentences, validate, votes
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.records import Vote, overlap_of
 from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
-DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority"}
-RESOLVE = ("majority", "crowd")
+DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority", "soft": False}
+RESOLVE = tuple(rules.RESOLVE_RULES)
 MAX_OVERLAP = 20
 ACTIVE_GAP = 300.0  # seconds: a longer pause between two labels is not labeling time
 
 
 def settings_of(project: dict) -> dict:
-    """The team settings of a project dict (defaults filled in)."""
+    """The team settings of a project dict (defaults filled in), with ``rule``: the
+    training-label rule they make, in words (:func:`gpsl.annotation.rules.training_rule`)."""
     s = project.get("settings") or {}
-    return {"overlap": int(s.get("overlap", DEFAULTS["overlap"]) or 1),
-            "blind": bool(s.get("blind", DEFAULTS["blind"])),
-            "resolve": s.get("resolve", DEFAULTS["resolve"]) or "majority",
-            "crowd": s.get("crowd")}
+    resolve = s.get("resolve", DEFAULTS["resolve"]) or "majority"
+    soft = bool(s.get("soft", DEFAULTS["soft"])) and resolve == "crowd"
+    return {"overlap": overlap_of(s), "blind": bool(s.get("blind", DEFAULTS["blind"])),
+            "resolve": resolve, "soft": soft, "crowd": s.get("crowd"),
+            "rule": rules.training_rule(resolve, soft)}
 
 
 def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
-                 blind: bool | None = None, resolve: str | None = None) -> dict:
+                 blind: bool | None = None, resolve: str | None = None,
+                 soft: bool | None = None) -> dict:
     """Change the team settings (one transaction); a change of ``resolve`` derives the
-    disputed tokens' labels again.  Returns the new settings."""
+    disputed tokens' labels again.  ``soft`` (soft labels in training) needs ``resolve``
+    ``'crowd'``; resolving by the majority turns it off.  Returns the new settings."""
     if overlap is not None:
         try:
             overlap = int(overlap)
@@ -67,6 +75,13 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
             if resolve == "crowd" and not settings.get("crowd"):
                 raise InputError("fit the crowd model first (Team page)", source="<project>")
             settings["resolve"] = resolve
+            if resolve != "crowd":
+                settings["soft"] = False
+        if soft is not None:
+            if soft and settings.get("resolve", "majority") != "crowd":
+                raise InputError("soft labels need the crowd model: resolve disputes by the "
+                                 "crowd model first", source="<project>")
+            settings["soft"] = bool(soft)
         projects.write_settings(conn, project_id, settings)
         if settings.get("resolve", "majority") != old_resolve:
             labels.rederive(conn, project_id)
@@ -133,6 +148,61 @@ def fit_crowd(db: Database, project_id: int, **dawid_skene) -> dict:
     return model
 
 
+# ----------------------------------------------------------------------------- training
+
+
+def training_set(db: Database, project_id: int) -> dict:
+    """What a training run fits, by the project's rule (:func:`settings_of`, ``rule``):
+    ``ids, X, y`` (the ``'train'`` sentences with a training label or, with soft labels, a
+    person's vote; their tokens; their labels, None missing), ``evidence`` (None, or with
+    soft labels one ``(len, J)`` array per sentence for :meth:`gpsl.model.GPSL.fit`),
+    ``classes`` (None, or the fit's sorted classes), ``resolve``, ``soft``, ``rule`` and
+    ``soft_tokens`` (tokens whose label is soft).
+
+    Hard labels: the derived training labels (:func:`gpsl.annotation.rules.derive_labels`).
+    Soft labels: a token with a lead's decision keeps it as a hard label, a token without a
+    person's vote keeps its derived label (a file's label, or none); every other token is a
+    missing label with the evidence of its votes under the crowd model
+    (:func:`gpsl.annotation.rules.crowd_evidence`): the missing-label machinery of the fit
+    then gives it the crowd posterior with the tagger as prior."""
+    project = projects.get(db, project_id)
+    if project is None:
+        raise NotFoundError(f"no project with id {project_id}")
+    settings = settings_of(project)
+    out = {"evidence": None, "classes": None, "resolve": settings["resolve"],
+           "soft": settings["soft"], "rule": settings["rule"], "soft_tokens": 0}
+    if not settings["soft"] or not settings["crowd"]:
+        out["soft"] = False
+        out["rule"] = rules.training_rule(settings["resolve"], False)
+        out["ids"], out["X"], out["y"] = sentences.training_data(
+            db, project_id, "train", only_labeled=True, with_ids=True)
+        return out
+    cast: dict[tuple[int, int], list[Vote]] = defaultdict(list)
+    for v in project_votes(db, project_id):
+        if v["label"] is not None:
+            cast[(v["sentence_id"], v["token_index"])].append(
+                Vote(v["annotator"], v["label"], v["source"], v["updated_at"]))
+    adjudicated = votes.adjudications_of_project(db, project_id)
+    voted = {sid for sid, _ in cast}
+    rows = [s for s in sentences.page(db, project_id, "train")
+            if s["id"] in voted or any(lab is not None for lab in s["labels"])]
+    y = [[None if ((s["id"], t) in cast and (s["id"], t) not in adjudicated) else lab
+          for t, lab in enumerate(s["labels"])] for s in rows]
+    classes = sorted({lab for labs in y for lab in labs if lab is not None}
+                     | {v.label for vs in cast.values() for v in vs})
+    evidence = []
+    for s, labs in zip(rows, y):
+        e = np.zeros((len(labs), len(classes)))
+        for t, lab in enumerate(labs):
+            if lab is None and (s["id"], t) in cast:
+                e[t] = rules.crowd_evidence(settings["crowd"], cast[(s["id"], t)], classes)
+                out["soft_tokens"] += 1
+        evidence.append(e)
+    out.update(ids=[s["id"] for s in rows], X=[s["tokens"] for s in rows], y=y,
+               evidence=evidence, classes=classes)
+    return out
+
+
 # ----------------------------------------------------------------------------- figures
 
 
@@ -161,13 +231,31 @@ def agreement_figures(db: Database, project_id: int, cast: Sequence[dict] | None
             "n_tokens": len(multi)}
 
 
+def label_seconds(times: Sequence[float]) -> tuple[float, int, list[float]]:
+    """Labeling time from one person's label actions (``times``: seconds, sorted): the
+    actions written in one transaction (keys that reached the server together) share one
+    time, so the time since the previous write is shared by the labels of the write,
+    ``gap / n`` each.  Returns ``(active seconds, labels timed, seconds per label)``;
+    gaps longer than :data:`ACTIVE_GAP` (a pause) count neither as time nor as labels."""
+    groups = sorted(Counter(times).items())
+    active, timed, per_label = 0.0, 0, []
+    for (before, _), (at, n) in zip(groups, groups[1:]):
+        gap = at - before
+        if gap > ACTIVE_GAP:
+            continue
+        active += gap
+        timed += n
+        per_label.extend([gap / n] * n)
+    return active, timed, per_label
+
+
 def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None = None,
                     figures: dict | None = None) -> list[dict]:
     """One row per person: ``annotator, votes`` (current, with a label), ``sentences``,
     ``changes`` (label actions in the history, undone ones included), ``active_minutes``
     (the gaps of at most :data:`ACTIVE_GAP` s between consecutive actions),
-    ``labels_per_hour`` (changes per active hour), ``median_seconds`` (median gap between
-    consecutive actions, long pauses left out), ``kappa`` (mean pairwise kappa with the
+    ``labels_per_hour`` (changes per active hour), ``median_seconds`` (median seconds per
+    label, :func:`label_seconds`, long pauses left out), ``kappa`` (mean pairwise kappa with the
     others, weighted by shared tokens) and ``last`` (time of the latest action)."""
     cast = project_votes(db, project_id) if cast is None else cast
     figures = agreement_figures(db, project_id, cast) if figures is None else figures
@@ -183,8 +271,7 @@ def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None =
     rows = []
     for a in names:
         ts = sorted(times.get(a, []))
-        gaps = [b - c for c, b in zip(ts, ts[1:]) if 0 <= b - c <= ACTIVE_GAP]
-        active = sum(gaps)
+        active, timed, per_label = label_seconds(ts)
         kappa = None
         if a in index:
             i = index[a]
@@ -197,8 +284,8 @@ def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None =
         rows.append({"annotator": a, "votes": int(n_votes.get(a, 0)),
                      "sentences": int(n_sent.get(a, 0)), "changes": len(ts),
                      "active_minutes": active / 60.0,
-                     "labels_per_hour": (len(gaps) / active * 3600.0) if active > 0 else None,
-                     "median_seconds": statistics.median(gaps) if gaps else None,
+                     "labels_per_hour": (timed / active * 3600.0) if active > 0 else None,
+                     "median_seconds": statistics.median(per_label) if per_label else None,
                      "kappa": kappa,
                      "last": datetime.fromtimestamp(ts[-1], UTC).isoformat(timespec="seconds")
                      if ts else None})

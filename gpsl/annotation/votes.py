@@ -51,9 +51,9 @@ def current(conn, sentence_id: int, token_index: int, annotator: str) -> str | N
 
 
 def put(conn, sid: int, t: int, annotator: str, label: str | None, source: str | None,
-        at: str, clear: bool = False) -> None:
-    """Write one vote; ``label`` None deletes it, or with ``clear`` records "no label"."""
-    if label is None and not clear:
+        at: str) -> None:
+    """Write one vote; ``label`` None deletes it."""
+    if label is None:
         conn.execute(text("DELETE FROM votes WHERE sentence_id = :s AND token_index = :t AND"
                           " annotator = :a"), {"s": sid, "t": t, "a": annotator})
     else:
@@ -81,6 +81,32 @@ def of_project(db: Database, project_id: int) -> list[dict]:
         " WHERE s.project_id = :p AND v.source <> 'import'"
         " ORDER BY s.position, v.token_index, v.annotator"), {"p": project_id}).fetchall())
     return [dict(r._mapping) for r in rows if not validate.is_import(r[3], r[5])]
+
+
+def every_vote(db: Database, project_id: int, split: str | None = None) -> list[dict]:
+    """Every vote of a project (imported labels included): ``dict(sentence_id,
+    token_index, annotator, label, source)`` by sentence, token and annotator."""
+    where, args = "s.project_id = :p", {"p": project_id}
+    if split is not None:
+        where += " AND s.split = :split"
+        args["split"] = split
+    return db.read(lambda conn: [dict(r._mapping) for r in conn.execute(text(
+        "SELECT v.sentence_id, v.token_index, v.annotator, v.label, v.source FROM votes v"
+        f" JOIN sentences s ON s.id = v.sentence_id WHERE {where}"
+        " ORDER BY s.position, v.token_index, v.annotator"), args)])
+
+
+def add_imported(conn, rows: list[dict]) -> None:
+    """Votes that arrive with a file, each with its history row (action ``'import'``):
+    ``rows`` of ``p, s, t, a, l, src, at`` (``src``: 'human', 'accepted' or 'import')."""
+    if not rows:
+        return
+    conn.execute(text("INSERT INTO votes (sentence_id, token_index, annotator, label, source,"
+                      " updated_at) VALUES (:s, :t, :a, :l, :src, :at)"), rows)
+    conn.execute(text(
+        "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
+        " new_label, source, annotator, at, action) VALUES (:p, :s, :t, NULL, :l, :src,"
+        " :a, :at, 'import')"), rows)
 
 
 def disputed(conn, project_id: int) -> dict[int, list[int]]:
@@ -212,6 +238,15 @@ def set_adjudication(conn, sentence_id: int, token_index: int, label: str | None
             " SET label = excluded.label, annotator = excluded.annotator, at = excluded.at"),
             {**args, "l": label, "a": lead, "at": at})
     return True
+
+
+def adjudications_with_leads(db: Database, project_id: int
+                             ) -> dict[tuple[int, int], tuple[str, str]]:
+    """``{(sentence_id, token_index): (label, lead)}`` of a project's decisions."""
+    return {(r[0], r[1]): (r[2], r[3]) for r in db.read(lambda conn: conn.execute(text(
+        "SELECT a.sentence_id, a.token_index, a.label, a.annotator FROM adjudications a"
+        " JOIN sentences s ON s.id = a.sentence_id WHERE s.project_id = :p"),
+        {"p": project_id}).fetchall())}
 
 
 def adjudications_of_project(db: Database, project_id: int) -> dict[tuple[int, int], str]:
