@@ -290,3 +290,18 @@ def settings_of_sentence(conn, sentence_id: int) -> dict:
     r = conn.execute(text("SELECT p.settings FROM sentences s JOIN projects p ON"
                           " p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
     return loads(r[0], {}) if r else {}
+
+
+def project_of(db: Database, *, sentence_id: int | None = None,
+               version_id: int | None = None) -> int | None:
+    """The project a sentence or a model version belongs to (None: no such row)."""
+    if sentence_id is not None:
+        sql, arg = "SELECT project_id FROM sentences WHERE id = :i", sentence_id
+    else:
+        sql, arg = "SELECT project_id FROM model_versions WHERE id = :i", version_id
+    try:
+        arg = int(arg)
+    except (TypeError, ValueError):
+        return None
+    r = db.read(lambda conn: conn.execute(text(sql), {"i": arg}).first())
+    return None if r is None else int(r[0])
