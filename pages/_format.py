@@ -33,6 +33,28 @@ def md_escape(text) -> str:
     return text.replace("\n", " ")
 
 
+# not < and >: Streamlit shows HTML tags as text, and an autolink <http:...> or <a@b.c> is
+# broken by escaping its ":" or "@"
+_MD_MARKUP = re.compile(r"([\\`*_{}\[\]#|~$!&])")
+_MD_AUTOLINK = re.compile(r"(?i)(\b(?:https?|ftp|mailto|file|javascript|data|www)\b)([:.])|(@)")
+_MD_LINE_START = re.compile(r"^(\s*)([-+=>]|\d+(?=[.)]))([.)]?)")
+
+
+def md_text(text) -> str:
+    """Plain text (a message that quotes tokens, labels, file and project names) for a
+    Streamlit Markdown context, escaped as little as possible so that it reads as written:
+    every character that can start markup is backslash-escaped (links and images, emphasis,
+    code, entities, headings, tables, LaTeX, Streamlit's ``:color[...]``), autolinks are
+    broken (``http:``, ``www.``, ``@``) and a leading list or quote marker is escaped; HTML
+    tags show as text anyway."""
+    text = " ".join(str(text).split("\n"))
+    text = _MD_MARKUP.sub(r"\\\1", text)
+    text = _MD_AUTOLINK.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1)
+                            else "\\@", text)
+    return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3)
+                              if m.group(3) else m.group(1) + "\\" + m.group(2), text, count=1)
+
+
 def code_span(text) -> str:
     """A Markdown code span showing ``text`` literally (code spans parse no markup)."""
     text = str(text).replace("\n", " ")

@@ -62,6 +62,8 @@ def person(name, what: str = "annotator name") -> str:
     if len(clean) > MAX_NAME:
         raise InputError(f"the {what} is longer than {MAX_NAME} characters",
                          source="<annotator>")
+    if any(ch in clean for ch in "<>`"):  # names show in tables, charts and messages
+        raise InputError(f"the {what} cannot hold < > or `", source="<annotator>")
     if is_reserved(clean):
         raise InputError(f"{clean!r} is reserved for labels that no person set (imports, "
                          "decisions, the model): choose another name", source="<annotator>")
