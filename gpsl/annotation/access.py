@@ -174,6 +174,8 @@ class ActingStore:
             raise AccessDenied(f"{name}: {exc}") from None
         bound.apply_defaults()
         a = bound.arguments
+        extra = {k: v for name_, prm in bound.signature.parameters.items()
+                 if prm.kind is prm.VAR_KEYWORD for k, v in a.get(name_, {}).items()}
         for arg in (SELF.get(name), None if who.is_lead else SELF_IF_NOT_LEAD.get(name)):
             if arg is None or arg not in a:
                 continue
@@ -182,8 +184,8 @@ class ActingStore:
             elif " ".join(str(a[arg]).split()) != who.name:
                 raise AccessDenied(f"{name.replace('_', ' ')}: only in your own name "
                                    f"({who.name!r}), not {str(a[arg])[:60]!r}")
-        if name in IMPORT_CREDIT and "annotator" in a and not validate.is_import(
-                str(a["annotator"])):
+        credit = a.get("annotator", extra.get("annotator"))
+        if name in IMPORT_CREDIT and credit is not None and not validate.is_import(str(credit)):
             raise AccessDenied("imported labels are credited to the import "
                                "(import:<file name>), never to a person")
         if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
@@ -195,8 +197,7 @@ class ActingStore:
             raise AccessDenied(f"you are not a member of project {pid}: ask a lead to add you")
         if self._blind(pid):
             if name == "annotators" or (name in ("search", "find_sentences") and any(
-                    a.get("filters", {}).get(k) for k in ("label", "annotator", "status",
-                                                          "conflicts"))):
+                    extra.get(k) for k in ("label", "annotator", "status", "conflicts"))):
                 raise AccessDenied("blind annotation: search by text only")
             if name == "token_history" and a.get("only") != who.name:
                 a["only"] = who.name  # the report's own filter: this person's changes
