@@ -52,6 +52,9 @@ _MAX_ARRAYS = 1 << 34  # arrays.npz larger than 16 GiB is refused unread
 #: below 15, probabilities 1, precisions about the number of tokens), and products of such
 #: values stay far from overflow (1e308 in a tampered array made every prediction one label)
 MAX_ABS = 1e12
+#: the largest magnitude of a log kernel parameter (``theta``): exp(30) is 1e13, far beyond
+#: any variance or length scale a fit reaches (the variance is at most 1e6 = exp(13.8))
+MAX_LOG_PARAM = 30.0
 #: the model's files: nothing else of a model directory is read or handed out
 MODEL_FILES = ("model.json", "arrays.npz")
 #: the estimator's arrays beside its engine's state (the training features, labels, lengths)
@@ -431,6 +434,10 @@ def read_model(path) -> ModelParts:
         engine.check_values(arrays, family)
     except ValueError as e:
         _fail(arr_path, str(e))
+    theta = arrays["theta"]
+    if theta.size and float(np.abs(theta).max()) > MAX_LOG_PARAM:
+        _fail(arr_path, f"array theta holds log kernel parameters beyond ±{MAX_LOG_PARAM:g}, "
+                        "which no fit produces")
     r = arrays["r"]
     if r.size and (float(r.min()) < -1e-6 or float(r.max()) > 1.0 + 1e-6):
         _fail(arr_path, "array r holds probabilities outside [0, 1]")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpsl import limits
 from gpsl.annotation import validate
-from gpsl.errors import InputError
+from gpsl.errors import InputError, clean_source
 from gpsl.io import Sentence, read_any
 from gpsl.tags import sort_labels
 
@@ -382,8 +382,7 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     """Read uploaded bytes as ``fmt`` (None: by extension).  Refused with one InputError
     line naming the file (and line): too large (:func:`gpsl.limits.max_upload_bytes`), a
     sentence too long (``max_tokens``), and every problem of the readers."""
-    source = " ".join(validate.import_credit(filename or "")[len("import:"):].split()) \
-        if filename else "<upload>"
+    source = clean_source(filename) if filename else "<upload>"
     if data is None:
         raise InputError("no file data", source=source)
     limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
