@@ -407,8 +407,15 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
             if cap and len(s.tokens) > cap:
                 raise InputError(f"sentence of {len(s.tokens)} tokens (the limit is {cap})",
                                  source=source, line=s.line)
-        return sentences
-    return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
+    else:
+        sentences = read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
+    per_token = fmt in ("conll", "conll2003")
+    for s in sentences:  # what a project's label set may hold, checked where the file is named
+        for t, lab in enumerate(s.labels):
+            if lab is not None:
+                validate.text(lab, f"label {lab!r}", source,
+                              line=(s.line + t) if per_token else s.line, one_line=True)
+    return sentences
 
 
 def upload_limits() -> tuple[float | None, int | None]:
