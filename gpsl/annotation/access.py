@@ -116,7 +116,8 @@ class ActingStore:
     def __init__(self, store, who: Identity):
         self._store = store
         self.who = resolve(store, who)
-        self._members: dict[int, bool] = {}
+        self._members: dict[int, bool] = {}  # per object: pages make one per run
+        self._blinds: dict[int, bool] = {}
 
     # -- what may be read freely --------------------------------------------------------
     @property
@@ -144,7 +145,10 @@ class ActingStore:
     def _blind(self, project_id: int | None) -> bool:
         if project_id is None or self.who.is_lead:
             return False
-        return bool(team.settings_of(self._store.get_project(project_id) or {})["blind"])
+        if project_id not in self._blinds:
+            self._blinds[project_id] = bool(team.settings_of(
+                self._store.get_project(project_id) or {})["blind"])
+        return self._blinds[project_id]
 
     def _project(self, args: dict) -> int | None:
         if args.get("project_id") is not None:
