@@ -351,6 +351,8 @@ def resolve_identity(s: Store) -> Identity | None:
             else:
                 st.session_state["_session"] = got[1]
         token = st.session_state.get("_session") or _cookie.read(s.where)
+        if token and token == st.session_state.get("_signed_out"):
+            token = None  # the cookie this connection brought, of a session signed out
         who = s.session_identity(token) if token else None
         if who is None:
             if token:
@@ -386,6 +388,7 @@ def identity() -> Identity | None:
 
 def sign_out() -> None:
     token = st.session_state.pop("_session", None)
+    st.session_state["_signed_out"] = token
     try:
         store().end_session(token)
     except STORE_ERRORS as exc:

@@ -155,6 +155,7 @@ def test_setup_sessions_links_and_escaping(served):
             lead.get_by_test_id("stSidebar").get_by_role("button", name="Sign out").click()
             lead.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
             assert store.session_identity(session) is None
+            assert lead.get_by_text("session has ended").count() == 0  # signed out: no alarm
             wait_until(lambda: not [c for c in lead_ctx.cookies()
                                     if c["name"].startswith("gpsl_session_") and c["value"]],
                        30)
