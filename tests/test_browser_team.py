@@ -82,6 +82,10 @@ def _open_as(browser, url, token):
     page.set_default_timeout(ms(30))  # Playwright's default, scaled
     page.goto(f"{url}?token={token}")
     page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+    # the session cookie is written once the page has drawn: wait for it, so that a later
+    # page.goto (a new connection) finds the session
+    _wait(lambda: any(c["name"].startswith("gpsl_session_") and c["value"]
+                      for c in page.context.cookies()), "the session cookie")
     return page
 
 

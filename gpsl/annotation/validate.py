@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from gpsl import params
-from gpsl.errors import InputError
+from gpsl.errors import InputError, clean_source
 from gpsl.features import Template, default_template
 
 SPLITS = ("train", "heldout")
@@ -93,6 +93,14 @@ def import_credit(file_name: str) -> str:
     """Who labels that come with an imported file are credited to: ``import:<file name>``."""
     name = _CONTROL.sub(" ", _UNSTORABLE.sub("", str(file_name)))
     return f"{IMPORT}:{' '.join(name.split())[:200] or 'file'}"
+
+
+def doc_name(doc) -> str | None:
+    """The file name sentences came from, as the store keeps it: one line of text (control
+    characters become spaces, unpaired surrogates U+FFFD), at most 300 characters."""
+    if doc is None:
+        return None
+    return clean_source(doc)[:300] or None
 
 
 def project_name(name) -> str:
@@ -215,6 +223,7 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
 
     for k, obj in enumerate(items):
         tokens, labs, line, doc = _parts(obj)
+        doc = doc_name(doc)
         src = doc or source or "<import>"
         line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 \
             else None
