@@ -1,5 +1,6 @@
 # gpsl: two commands on a fresh machine (python3, pip, apt):
 #   make run    build .venv, install the requirements, serve the app on the sample project
+#   make setup  the first lead account of the app's store (before serving it to a team)
 #   make test   build .venv, install the dev requirements and the benchmarks' peers
 #               (+ Debian Chromium and PostgreSQL), ruff + pytest (the store tests run on
 #               SQLite and on a temporary PostgreSQL)
@@ -13,11 +14,16 @@ BIN := $(VENV)/bin
 PORT ?= 8501
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test lint chromium postgresql install install-dev clean
+.PHONY: run setup test lint chromium postgresql install install-dev clean
 
+# single-user local mode on the loopback (no sign-in) until the store has an account
 run: $(VENV)/.installed-run
 	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) \
 		--server.headless true --browser.gatherUsageStats false
+
+# asks for the lead's name and password on the terminal (store: $$GPSL_DB or data/gpsl.sqlite3)
+setup: $(VENV)/.installed-run
+	$(BIN)/python -m gpsl.annotation.setup
 
 test: $(VENV)/.installed-dev chromium postgresql
 	$(BIN)/ruff check .

@@ -3,8 +3,9 @@
 Run with ``make run`` or ``streamlit run app.py [-- --db PATH]``.  The store is
 ``--db PATH``, else ``$GPSL_DB``, else ``data/gpsl.sqlite3``; the first start creates the
 sample project.  Pages (``pages/``): Project, Annotate, Team, Train, Confidence, Data for a
-lead (and in single-user local mode, when the store has no accounts); Annotate for an
-annotator; only the sign-in form for a tab that is not signed in.
+lead (and in single-user local mode: a store without accounts served on a loopback address);
+Annotate for an annotator; only the sign-in form for a tab that is not signed in, and only
+the setup form (the first lead account) for a store without accounts served to others.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide
 # started server, which Streamlit runs in its legacy `pages/` folder mode, never shows the
 # raw folder list; the app's own navigation below is on from the first run.
 st.set_option("client.showSidebarNavigation", True)
+# no built-in CSV export of tables (cells written as they are, formulas included): the pages
+# offer their own CSV downloads with formula cells neutralised (also in .streamlit/config.toml)
+st.set_option("client.disableDataExport", True)
 
 from pages import _ui  # noqa: E402
 
@@ -43,12 +47,16 @@ with _ui.guard("Cannot read the annotation store"):  # the page shows the rest
     who = _ui.resolve_identity(store)
     failed = False
     if who is not None:
-        _ui.sidebar(store)  # in the entrypoint, so the sidebar widgets keep their state
+        _ui.sidebar(_ui.acting())  # in the entrypoint, so the sidebar widgets keep their state
+    _ui.keep_session_cookie(store)  # the session token in a cookie, never in a URL
 st.session_state[_ui.ENTRY_FLAG] = True  # tells the page that this run has a sidebar
 st.session_state[_ui.FAILED_FLAG] = failed
 if failed:  # every page: each one shows the store's error line and stops
     pages = [st.Page(_ui.PAGES[name], default=(i == 0), **PAGES[name])
              for i, name in enumerate(PAGES)]
+elif who is None and st.session_state.get("_setup"):
+    pages = [st.Page(_ui.setup_page, title="Set up", icon=":material/key:",
+                     url_path="setup", default=True)]
 elif who is None:
     pages = [st.Page(_ui.sign_in_page, title="Sign in", icon=":material/login:",
                      url_path="signin", default=True)]

@@ -11,6 +11,20 @@ The command line prints that line and exits with status 2; the app shows it.
 
 from __future__ import annotations
 
+import re
+
+_NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def clean_source(source) -> str | None:
+    """A source name (a file name, which may hold anything) as it appears in a message:
+    control characters and line breaks become spaces, unpaired surrogates U+FFFD, so the
+    message stays one printable line."""
+    if source is None:
+        return None
+    return _SURROGATES.sub("\ufffd", _NOT_ONE_LINE.sub(" ", str(source)))
+
 
 class GpslError(Exception):
     """Base class of all errors raised deliberately by gpsl."""
@@ -31,7 +45,7 @@ class InputError(GpslError, ValueError):
 
     def __init__(self, message: str, source: str | None = None, line: int | None = None):
         self.message = " ".join(str(message).split())  # always one line
-        self.source = source
+        self.source = clean_source(source)
         self.line = line
         super().__init__(str(self))
 

@@ -15,18 +15,24 @@ model. This module does not import :mod:`gpsl.model`: :func:`read_model` returns
 
 A model is written to a temporary sibling directory and renamed into place, so a
 crash never leaves a half-written model where a complete one is expected. Loading
-refuses a newer format version, a missing or malformed file, a checksum mismatch
-(tampering or damage) and arrays whose shapes do not agree, each with a one-line
-:class:`~gpsl.errors.ModelFormatError`. ``numpy.load`` runs with
-``allow_pickle=False``.
+refuses a newer format version, a missing or malformed file, a missing digest (the
+description's own SHA-256, which covers the SHA-256 of ``arrays.npz``: together every file
+of the model), a checksum mismatch (tampering or damage), ``NaN``/``Infinity`` anywhere in the
+description, a file that is a symbolic link (never followed: each file is opened with
+``O_NOFOLLOW`` and read once, and the bytes checked are the bytes loaded), arrays whose
+shapes do not agree and values no fit produces (non-finite, beyond :data:`MAX_ABS`,
+probabilities outside [0, 1]), each with a one-line :class:`~gpsl.errors.ModelFormatError`.
+``numpy.load`` runs with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -43,6 +49,16 @@ from gpsl.params import PARAMS
 FORMAT_NAME = "gpsl-model"
 FORMAT_VERSION = 2
 _MAX_META = 1 << 30  # a model description larger than this is refused unread
+_MAX_ARRAYS = 1 << 34  # arrays.npz larger than 16 GiB is refused unread
+#: the largest magnitude of a saved value: no fit comes near it (log kernel parameters are
+#: below 15, probabilities 1, precisions about the number of tokens), and products of such
+#: values stay far from overflow (1e308 in a tampered array made every prediction one label)
+MAX_ABS = 1e12
+#: the largest magnitude of a log kernel parameter (``theta``): exp(30) is 1e13, far beyond
+#: any variance or length scale a fit reaches (the variance is at most 1e6 = exp(13.8))
+MAX_LOG_PARAM = 30.0
+#: the model's files: nothing else of a model directory is read or handed out
+MODEL_FILES = ("model.json", "arrays.npz")
 #: the estimator's arrays beside its engine's state (the training features, labels, lengths)
 _MODEL_FLOAT = ("X_data",)
 _MODEL_INT = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
@@ -59,6 +75,36 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_file(path: Path, limit: int) -> bytes:
+    """The bytes of a model file, never through a symbolic link (``O_NOFOLLOW``) and only
+    from a regular file of at most ``limit`` bytes; one :class:`ModelFormatError` line
+    otherwise."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        if path.is_symlink():
+            _fail(path, "is a symbolic link; refused (a model's files are never followed "
+                        "elsewhere)")
+        fd = os.open(path, flags)
+    except ModelFormatError:
+        raise
+    except OSError as e:
+        why = "is a symbolic link; refused" if e.errno == 40 else \
+            f"cannot be read: {e.strerror or e}"
+        _fail(path, why)
+    except ValueError as e:
+        _fail(repr(str(path)), f"bad model path: {e}")
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            _fail(path, "is not a regular file")
+        if info.st_size > limit:
+            _fail(path, "is implausibly large")
+        try:
+            return f.read(limit + 1)
+        except OSError as e:
+            _fail(path, f"cannot be read: {e.strerror or e}")
 
 
 def _meta_digest(meta: dict) -> str:
@@ -165,13 +211,23 @@ def _fail(path, message) -> NoReturn:
     raise ModelFormatError(message, source=str(path))
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a model holds")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not np.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def _read_meta(meta_path: Path) -> dict:
+    raw = read_file(meta_path, _MAX_META)
     try:
-        if meta_path.stat().st_size > _MAX_META:
-            _fail(meta_path, "model description is implausibly large")
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, UnicodeError, json.JSONDecodeError) as e:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant,
+                          parse_float=_finite)
+    except (UnicodeError, json.JSONDecodeError) as e:
         _fail(meta_path, f"damaged model description: {e}")
     except (ValueError, RecursionError) as e:
         _fail(meta_path, f"damaged model description: {type(e).__name__}: {e}")
@@ -186,8 +242,11 @@ def _read_meta(meta_path: Path) -> dict:
     sums = meta.get("sha256")
     if not isinstance(sums, dict) or not isinstance(sums.get("arrays.npz"), str):
         _fail(meta_path, "damaged model description: the checksum of arrays.npz is missing")
-    own = sums.get("model.json")  # absent in models saved before it was added
-    if own is not None and own != _meta_digest(meta):
+    own = sums.get("model.json")
+    if not isinstance(own, str):
+        _fail(meta_path, "the model description's own checksum is missing (it covers every "
+                         "file of the model): refused as modified")
+    if own != _meta_digest(meta):
         _fail(meta_path, "checksum mismatch: the model description is damaged or was modified")
     return meta
 
@@ -196,12 +255,13 @@ def _read_arrays(arr_path: Path, expected: str, engine: type[Engine]) -> dict[st
     """The arrays of ``arrays.npz``, after the checksum and every member's header are checked:
     object (pickled) arrays, sizes larger than the member and missing members are refused
     before any data is read; ``np.load`` runs with ``allow_pickle=False``."""
-    if _sha256(arr_path) != expected:
+    raw = read_file(arr_path, _MAX_ARRAYS)
+    if hashlib.sha256(raw).hexdigest() != expected:
         _fail(arr_path, "checksum mismatch: the model arrays are damaged or were modified")
     float_names, int_names = _array_names(engine)
     names = float_names + int_names
     try:
-        with zipfile.ZipFile(arr_path) as zf:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
             infos = {i.filename: i for i in zf.infolist()}
             for name in names:
                 info = infos.get(name + ".npy")
@@ -222,7 +282,7 @@ def _read_arrays(arr_path: Path, expected: str, engine: type[Engine]) -> dict[st
                     if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > info.file_size:
                         _fail(arr_path, f"damaged model arrays: {name} declares shape {shape},"
                                         " larger than its data")
-        with np.load(arr_path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             arrays = {k: np.array(z[k]) for k in names}
     except ModelFormatError:
         raise
@@ -235,6 +295,9 @@ def _read_arrays(arr_path: Path, expected: str, engine: type[Engine]) -> dict[st
             _fail(arr_path, f"array {name} has dtype {a.dtype}, expected floating point")
         if not np.all(np.isfinite(a)):
             _fail(arr_path, f"array {name} contains NaN or infinite values")
+        if a.size and float(np.abs(a).max()) > MAX_ABS:
+            _fail(arr_path, f"array {name} holds values beyond ±{MAX_ABS:g}, which no fit "
+                            "produces")
     for name in int_names:
         a = arrays[name]
         if a.dtype.kind not in "iu":
@@ -376,6 +439,13 @@ def read_model(path) -> ModelParts:
         engine.check_values(arrays, family)
     except ValueError as e:
         _fail(arr_path, str(e))
+    theta = arrays["theta"]
+    if theta.size and float(np.abs(theta).max()) > MAX_LOG_PARAM:
+        _fail(arr_path, f"array theta holds log kernel parameters beyond ±{MAX_LOG_PARAM:g}, "
+                        "which no fit produces")
+    r = arrays["r"]
+    if r.size and (float(r.min()) < -1e-6 or float(r.max()) > 1.0 + 1e-6):
+        _fail(arr_path, "array r holds probabilities outside [0, 1]")
     lengths = arrays["lengths"]
     if lengths.ndim != 1 or np.any(lengths < 0) or int(lengths.sum()) != n \
             or X.shape[1] != len(extractor.vocabulary_):
@@ -389,7 +459,7 @@ def read_model(path) -> ModelParts:
 
         try:
             calibrator = Calibrator.from_dict(meta["calibration"], J)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
             _fail(meta_path, f"damaged model description: calibration: {e}")
     run = None
     if meta.get("calibration_run") is not None:  # how it was calibrated (or why not)

@@ -41,6 +41,12 @@ def styled(fig, **layout):
     return fig
 
 
+def plain(text) -> str:
+    """Text shown literally by plotly, which reads ``<a href>``, ``<b>`` ... in titles and
+    tick labels (labels and names are user text)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def heatmap(matrix, x: Sequence[str], y: Sequence[str], title: str, *, zmin: float = 0.0,
             zmax: float = 1.0, digits: int = 2, height: int | None = None,
             x_title: str | None = None, y_title: str | None = None):
@@ -48,9 +54,10 @@ def heatmap(matrix, x: Sequence[str], y: Sequence[str], title: str, *, zmin: flo
     empty cell where the value is NaN)."""
     z = [[float(v) if math.isfinite(float(v)) else None for v in row] for row in matrix]
     cells = [["" if v is None else f"{v:.{digits}f}" for v in row] for row in z]
-    fig = figure(title=title, height=height or max(260, 60 + 38 * len(y)),
+    fig = figure(title=plain(title), height=height or max(260, 60 + 38 * len(y)),
                  xaxis_title=x_title, yaxis_title=y_title)
-    fig.add_heatmap(z=z, x=list(x), y=list(y), zmin=zmin, zmax=zmax, text=cells,
+    fig.add_heatmap(z=z, x=[plain(v) for v in x], y=[plain(v) for v in y], zmin=zmin,
+                    zmax=zmax, text=cells,
                     texttemplate="%{text}", colorscale="Blues", hoverongaps=False,
                     colorbar={"thickness": 12})
     fig.update_yaxes(autorange="reversed", type="category")

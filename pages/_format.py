@@ -24,13 +24,44 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+#: GFM's autolink literals (``www.x``, ``http://x``, ``a@b.c``) are found in the parsed
+#: text, after every backslash escape is gone: a word joiner (U+2060, invisible) after the
+#: scheme or before the ``@`` keeps them text
+_AUTOLINK = re.compile(r"(?i)\b(https?|ftp|mailto|file|javascript|data|www)(?=[:.])|(?=@)")
+WORD_JOINER = "\u2060"
+
+
+def break_autolinks(text: str) -> str:
+    """``text`` that Markdown will not turn into a link by itself (see :data:`_AUTOLINK`)."""
+    return _AUTOLINK.sub(lambda m: (m.group(1) or "") + WORD_JOINER, text)
+
+
 def md_escape(text) -> str:
     """Escape text for a Streamlit Markdown context (widget labels, st.markdown): Markdown
-    punctuation is backslash-escaped and ``< > &`` become entities, so the text shows
-    literally and can never become markup."""
-    text = _MD_SPECIAL.sub(r"\\\1", str(text))
+    punctuation is backslash-escaped, ``< > &`` become entities and autolinks are broken
+    (:func:`break_autolinks`), so the text shows literally and can never become markup."""
+    text = _MD_SPECIAL.sub(r"\\\1", break_autolinks(str(text)))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("\n", " ")
+
+
+# not < and >: Streamlit shows HTML tags as text, and an autolink <http:...> or <a@b.c> is
+# broken by escaping its ":" or "@"
+_MD_MARKUP = re.compile(r"([\\`*_{}\[\]#|~$!&])")
+_MD_LINE_START = re.compile(r"^(\s*)([-+=>]|\d+(?=[.)]))([.)]?)")
+
+
+def md_text(text) -> str:
+    """Plain text (a message that quotes tokens, labels, file and project names) for a
+    Streamlit Markdown context, escaped as little as possible so that it reads as written:
+    every character that can start markup is backslash-escaped (links and images, emphasis,
+    code, entities, headings, tables, LaTeX, Streamlit's ``:color[...]``), autolinks are
+    broken (:func:`break_autolinks`) and a leading list or quote marker is escaped; HTML
+    tags show as text anyway."""
+    text = " ".join(str(text).split("\n"))
+    text = _MD_MARKUP.sub(r"\\\1", break_autolinks(text))
+    return _MD_LINE_START.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3)
+                              if m.group(3) else m.group(1) + "\\" + m.group(2), text, count=1)
 
 
 def code_span(text) -> str:

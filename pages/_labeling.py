@@ -12,6 +12,7 @@ import streamlit as st
 
 from gpsl.annotation import (
     STORE_ERRORS,
+    AccessDenied,
     GpslError,
     InputError,
     Project,
@@ -102,8 +103,12 @@ class Labeling:
 
 
     def view(self, sid: int) -> SentenceView | None:
-        """The sentence as this annotator sees it under the active model."""
-        return self.store.reports.sentence(sid, self.annotator, self.labels)
+        """The sentence as this annotator sees it under the active model (None: gone, or in
+        a project this person may not open: the back end refuses it)."""
+        try:
+            return self.store.reports.sentence(sid, self.annotator, self.labels)
+        except AccessDenied:
+            return None
 
 
     def accept_suggestions(self) -> None:

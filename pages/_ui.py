@@ -3,19 +3,26 @@ sidebar, headers.
 
 Not a page itself (``app.py`` lists the pages with ``st.navigation``).
 
-Identity: with no account in the store the app is in single-user local mode (the user is the
-lead; the name comes from the sidebar field, kept in the URL as ``?annotator=`` so that a
-reload keeps it, else ``$GPSL_ANNOTATOR`` or "annotator").  Once an
-account exists every run checks the tab's session token (``?session=...`` in the URL, kept
-there by :func:`resolve_identity` on every run, so it survives reloads and server restarts)
-against the store; a sign-in link (``?token=...``) starts such a session.  Without a valid
-session the only page is the sign-in form: no label is ever credited to a fallback name.
+Identity: with no account in the store the app is in single-user local mode, on a loopback
+address only (:func:`served_locally`; the page says so): the user is the lead and the name
+comes from the sidebar field, kept in the URL as ``?annotator=`` so that a reload keeps it,
+else ``$GPSL_ANNOTATOR`` or "annotator" (a reserved name is refused).  Served beyond the
+loopback, a store without accounts shows only the setup form (a setup token from the server's
+console, or ``python -m gpsl.annotation.setup``): never first come, first lead.  Once an
+account exists every run checks the tab's session token against the store: the token lives
+in the tab's server-side state and in a cookie (:mod:`pages._cookie`), never in a URL, so it
+survives reloads and server restarts until it expires or is revoked; a sign-in link
+(``?token=...``, one use) starts such a session and leaves the address bar at once.  Without a
+valid session the only page is the sign-in form: no label is ever credited to a fallback name.
+Every page works on :func:`acting`, the store as this identity may use it
+(:meth:`gpsl.annotation.Store.acting`: roles, membership and names checked in the back end).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import os
 import sys
 from collections.abc import Iterator
@@ -30,8 +37,18 @@ except ImportError:  # pragma: no cover
     PagesManager = None
 
 import gpsl.annotation as back
-from gpsl.annotation import STORE_ERRORS, Identity, InputError, Project, Store, one_line
-from pages._format import md_escape
+from gpsl.annotation import (
+    STORE_ERRORS,
+    AccessDenied,
+    Identity,
+    InputError,
+    Project,
+    Store,
+    TooManyAttempts,
+    one_line,
+)
+from pages import _cookie
+from pages._format import md_escape, md_text
 from pages._text import status_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,14 +112,42 @@ def _open_store(path: str) -> Store:
     store = Store(path)
     store.ensure_sample_project(SAMPLE_DIR)  # the first start opens on something real
     store.recover()  # after a crash: dead workers' versions failed, their leftovers removed
+    _announce_setup(store)
     return store
 
 
+def _announce_setup(store: Store) -> None:
+    """While the store has no account: print a one-time setup token on the server's console
+    (the setup form asks for it when the app is served beyond the loopback)."""
+    try:
+        token = store.issue_setup_token() if store.account_count() == 0 else None
+    except STORE_ERRORS:  # a read-only or busy store: the pages say so
+        return
+    if token is not None:
+        print(f"gpsl: no accounts yet in {store.where}. On this machine (127.0.0.1) the app "
+              "runs in single-user local mode. Served to others it asks for the lead's setup "
+              f"token (one use, 24 hours): {token}  (or run: python -m gpsl.annotation.setup)",
+              file=sys.stderr, flush=True)
+
+
 def store() -> Store:
+    """The store itself: for the door only (sign-in, sessions); pages use :func:`acting`."""
     return _open_store(db_target())
 
 
+def acting():
+    """The store as this tab's identity may use it (:meth:`Store.acting`), made by
+    :func:`resolve_identity` on every run; None when nobody is signed in."""
+    return st.session_state.get("_acting")
+
+
 error_text = one_line  # one line: "<action>: <message>" (the message alone without an action)
+
+
+def error(text: str) -> None:
+    """One error line of plain text, escaped for Markdown: messages quote tokens, labels,
+    file and project names (``![x](http://host/x.png)`` must show as text, never load)."""
+    st.error(md_text(text), icon=":material/error:")
 
 
 @contextmanager
@@ -115,7 +160,7 @@ def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
     try:
         yield
     except STORE_ERRORS as exc:
-        st.error(error_text(exc, action), icon=":material/error:")
+        error(error_text(exc, action))
         if stop:
             st.stop()
 
@@ -150,7 +195,7 @@ def on_click_data(build, action: str):
         try:
             return build()
         except Exception as exc:  # noqa: BLE001 - shown to the user in the downloaded file
-            return f"gpsl: {error_text(exc, action)}\n".encode()
+            return f"gpsl: {one_line(exc, action)}\n".encode()
 
     return data
 
@@ -161,10 +206,10 @@ def parse_upload(upload, fmt: str) -> list | None:
     try:
         return back.parse_upload(upload.getvalue(), upload.name, fmt)
     except InputError as exc:
-        st.error(str(exc), icon=":material/error:")
+        error(str(exc))
     except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback
-        st.error(f"{upload.name}: cannot read the file ({type(exc).__name__}: "
-                 f"{' '.join(str(exc).split())})", icon=":material/error:")
+        error(f"{back.import_credit(upload.name)[7:]}: cannot read the file as "
+              f"{back.FORMATS.get(fmt, fmt)} ({type(exc).__name__})")
     return None
 
 
@@ -195,57 +240,145 @@ def project_id() -> int | None:
 def annotator() -> str:
     """The name this tab's labels are credited to."""
     who = st.session_state.get("_who")
-    if who is not None and not who.local:
+    if who is not None:
         return who.name
-    name = str(st.session_state.get("annotator") or "").strip()
-    return name or default_annotator()
+    return default_annotator()
+
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-Ip", "X-Forwarded-Host")
+
+
+def _loopback(host: str | None) -> bool:
+    host = (host or "").strip().strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    header = header.strip()
+    if header.startswith("["):  # [::1]:8501
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def served_locally() -> bool:
+    """Whether single-user local mode may run: the server listens on a loopback address
+    only, and this tab reached it as a loopback host from the loopback, with no proxy in
+    between (a reverse proxy on the same machine forwards other people's requests: it adds
+    ``X-Forwarded-For`` and passes their ``Host``)."""
+    if not _loopback(st.get_option("server.address")):
+        return False
+    try:
+        headers = st.context.headers
+        ip = st.context.ip_address
+    except Exception:  # noqa: BLE001 - no connection context (bare mode)
+        return True
+    if any(headers.get(h) for h in PROXY_HEADERS):
+        return False
+    host = headers.get("Host")
+    if host and not _loopback(_host_name(host)):
+        return False
+    return not isinstance(ip, str) or _loopback(ip)  # None: Streamlit's loopback
+
+
+def client_address() -> str:
+    """Where this tab connects from (the sign-in rate limit counts per place too)."""
+    try:
+        ip = st.context.ip_address
+    except Exception:  # noqa: BLE001
+        ip = None
+    return ip if isinstance(ip, str) and ip else "loopback"
+
+
+def _local_name() -> str:
+    """Local mode's name: the sidebar's (kept in the URL as ``?annotator=``), a person's
+    name (a reserved one is refused with one line, and the default is used)."""
+    st.session_state.setdefault("annotator", str(st.query_params.get(NAME_PARAM) or "")
+                                .strip()[:60] or default_annotator())
+    typed = str(st.session_state.get("annotator") or "").strip()
+    try:
+        name = back.check_person(typed) if typed else default_annotator()
+    except InputError as exc:
+        st.session_state["_name_error"] = str(exc)
+        name = default_annotator()
+    else:
+        st.session_state.pop("_name_error", None)
+    if name != default_annotator():
+        if st.query_params.get(NAME_PARAM) != name:
+            st.query_params[NAME_PARAM] = name
+    elif NAME_PARAM in st.query_params:
+        del st.query_params[NAME_PARAM]
+    return name
 
 
 def resolve_identity(s: Store) -> Identity | None:
-    """Who uses this tab, checked against the store on every run (None: must sign in).
+    """Who uses this tab, checked against the store on every run (None: must sign in, or
+    set the store up).
 
-    No accounts: single-user local mode (the lead).  Otherwise a sign-in link in the URL
-    (``?token=``) starts a session; the session token is kept in the URL (``?session=``)
-    and in the session state, and checked on every run, so a revoked or expired session
-    (or an account deleted meanwhile) asks to sign in again at once."""
+    No accounts: single-user local mode (the lead) on a loopback address; elsewhere the
+    setup form.  Otherwise a sign-in link in the URL (``?token=``, one use) starts a session;
+    the session token is kept in the session state and a cookie, never in the URL, and
+    checked on every run, so a revoked or expired session (or an account deleted meanwhile)
+    asks to sign in again at once."""
+    st.session_state["_acting"] = None
+    st.session_state["_setup"] = False
+    st.session_state["_who"] = None
+    if SESSION_PARAM in st.query_params:  # an old link's session: never taken from a URL
+        del st.query_params[SESSION_PARAM]
     if s.account_count() == 0:
-        # the name typed in the sidebar survives a reload: it is kept in the URL (?annotator=)
-        st.session_state.setdefault("annotator", str(st.query_params.get(NAME_PARAM) or "")
-                                    .strip()[:60] or default_annotator())
-        name = str(st.session_state.get("annotator") or "").strip() or default_annotator()
-        if name != default_annotator():
-            if st.query_params.get(NAME_PARAM) != name:
-                st.query_params[NAME_PARAM] = name
-        elif NAME_PARAM in st.query_params:
+        if LINK_PARAM in st.query_params:
+            del st.query_params[LINK_PARAM]
+        if not served_locally():
+            st.session_state["_setup"] = True
+            return None
+        who = Identity(_local_name(), "lead", None, True)
+    else:
+        if NAME_PARAM in st.query_params:  # names come from accounts now
             del st.query_params[NAME_PARAM]
-        who = Identity(name, "lead", None, True)
-        st.session_state["_who"] = who
-        return who
-    params = st.query_params
-    link = params.get(LINK_PARAM)
-    if link:
-        del st.query_params[LINK_PARAM]
-        got = s.redeem_sign_in_link(link)
-        if got is None:
-            flash("error", "This sign-in link is not valid (expired or replaced by a newer "
-                           "one): ask your project lead for a new link, or sign in below.")
-        else:
-            st.session_state["_session"] = got[1]
-    token = st.session_state.get("_session") or params.get(SESSION_PARAM)
-    who = s.session_identity(token) if token else None
-    if who is None:
-        if token:
-            flash("warning", "Your session has ended: sign in again.")
+        link = st.query_params.get(LINK_PARAM)
+        if link:
+            del st.query_params[LINK_PARAM]
+            got = s.redeem_sign_in_link(link)
+            if got is None:
+                flash("error", "This sign-in link is not valid: it was used already, has "
+                               "expired or was replaced. Ask your project lead for a new link, "
+                               "or sign in below.")
+            else:
+                st.session_state["_session"] = got[1]
+        token = st.session_state.get("_session") or _cookie.read(s.where)
+        if token and token == st.session_state.get("_signed_out"):
+            token = None  # the cookie this connection brought, of a session signed out
+        who = s.session_identity(token) if token else None
+        if who is None:
+            if token:
+                flash("warning", "Your session has ended: sign in again.")
+                st.session_state["_drop_cookie"] = True
+            st.session_state.pop("_session", None)
+            return None
+        st.session_state["_session"] = token
+    try:
+        acting_store = s.acting(who)
+    except AccessDenied:  # the account went away between the two reads
         st.session_state.pop("_session", None)
-        if SESSION_PARAM in st.query_params:
-            del st.query_params[SESSION_PARAM]
-        st.session_state["_who"] = None
         return None
-    st.session_state["_session"] = token
-    if st.query_params.get(SESSION_PARAM) != token:  # page switches drop query params
-        st.query_params[SESSION_PARAM] = token
-    st.session_state["_who"] = who
-    return who
+    st.session_state["_who"] = acting_store.who
+    st.session_state["_acting"] = acting_store
+    return acting_store.who
+
+
+def keep_session_cookie(s: Store) -> None:
+    """Write (or remove) this tab's session cookie: drawn on every run of app.py."""
+    token = st.session_state.get("_session")
+    who = st.session_state.get("_who")
+    if token and who is not None and not who.local:
+        _cookie.write(s.where, token, back.SESSION_SECONDS)
+    elif st.session_state.pop("_drop_cookie", False) or _cookie.read(s.where):
+        _cookie.write(s.where, None, 0)
 
 
 def identity() -> Identity | None:
@@ -255,14 +388,22 @@ def identity() -> Identity | None:
 
 def sign_out() -> None:
     token = st.session_state.pop("_session", None)
+    st.session_state["_signed_out"] = token
     try:
         store().end_session(token)
     except STORE_ERRORS as exc:
-        flash("error", error_text(exc, "Not signed out"))
+        flash("error", one_line(exc, "Not signed out"))
         return
     st.session_state["_who"] = None
-    if SESSION_PARAM in st.query_params:
-        del st.query_params[SESSION_PARAM]
+    st.session_state["_acting"] = None
+    st.session_state["_drop_cookie"] = True
+
+
+def _signed_in(token: str) -> None:
+    st.session_state["_session"] = token
+    for key in ("signin_password", "setup_password", "setup_again", "setup_token"):
+        st.session_state.pop(key, None)
+    st.rerun()
 
 
 def sign_in_page() -> None:
@@ -271,22 +412,57 @@ def sign_in_page() -> None:
     st.html(PAGE_CSS)
     st.title("Sign in", anchor=False)
     st.caption("This annotation store has accounts: sign in with your name and password, or "
-               "open the sign-in link your project lead gave you.")
+               "open the sign-in link your project lead gave you (each link works once).")
     show_flash()
     with st.form("sign_in"):
-        name = st.text_input("Name", key="signin_name")
-        password = st.text_input("Password", type="password", key="signin_password")
+        name = st.text_input("Name", key="signin_name", max_chars=60)
+        password = st.text_input("Password", type="password", key="signin_password",
+                                 max_chars=256)
         submitted = st.form_submit_button("Sign in", type="primary")
     if submitted:
         with guard("Not signed in"):
-            s = store()
-            who = s.verify_password(name, password)
-            if who is None:
+            try:
+                got = store().sign_in(name, password, client_address())
+            except TooManyAttempts as exc:
+                error(str(exc))
+                return
+            if got is None:
                 st.error("Wrong name or password.", icon=":material/error:")
                 return
-            st.session_state["_session"] = s.start_session(who.account_id)
-            st.session_state.pop("signin_password", None)
-            st.rerun()
+            _signed_in(got[1])
+
+
+def setup_page() -> None:
+    """The only page of a store without accounts served beyond the loopback: the first lead
+    account, made with the setup token the server printed (never first come, first lead)."""
+    st.session_state.pop(ENTRY_FLAG, None)
+    st.html(PAGE_CSS)
+    st.title("Set up this annotation store", anchor=False)
+    st.caption("This app is served to other machines and has no account yet, so nobody can "
+               "use it until its lead account exists. Type the setup token the server printed "
+               "on its console (or run `python -m gpsl.annotation.setup` on the server, or "
+               "`make setup`, and sign in).")
+    show_flash()
+    with st.form("setup"):
+        token = st.text_input("Setup token", type="password", key="setup_token",
+                              max_chars=200)
+        name = st.text_input("Your name (the lead account)", key="setup_name", max_chars=60)
+        password = st.text_input("Password", type="password", key="setup_password",
+                                 max_chars=256,
+                                 help="At least 10 characters, hard to guess: several uncommon "
+                                      "words are easy to remember.")
+        again = st.text_input("The same password again", type="password", key="setup_again",
+                              max_chars=256)
+        submitted = st.form_submit_button("Create the lead account", type="primary")
+    if submitted:
+        if password != again:
+            st.error("The two passwords differ.", icon=":material/error:")
+            return
+        with guard("Not set up"):
+            _, session = store().setup_lead(token, name, password, client_address())
+            flash("info", "Lead account created: sign-in is on. Create the others on the "
+                          "Team page.")
+            _signed_in(session)
 
 
 def require_role(role: str | None) -> Identity:
@@ -295,7 +471,7 @@ def require_role(role: str | None) -> Identity:
     who = identity()
     if who is None:
         if not st.session_state.get(FAILED_FLAG):  # else the store's error line is shown
-            sign_in_page()
+            (setup_page if st.session_state.get("_setup") else sign_in_page)()
         st.stop()
     if role == "lead" and not who.is_lead:
         st.error("This page is for the project lead. Your role (annotator) can label "
@@ -308,8 +484,9 @@ def default_annotator() -> str:
     return (os.environ.get("GPSL_ANNOTATOR") or "").strip() or "annotator"
 
 
-def sidebar(store: Store) -> Project | None:
-    """Project selector, annotator name and a status line; returns the current project."""
+def sidebar(store) -> Project | None:
+    """Project selector, annotator name and a status line (of the acting store: an
+    annotator sees the projects they are a member of); returns the current project."""
     names = {p.id: p.name for p in store.reports.projects()}
     ids = list(names)
     pending = st.session_state.pop("_pending_project", None)
@@ -329,8 +506,14 @@ def sidebar(store: Store) -> Project | None:
         if who is None or who.local:
             st.text_input("Annotator", key="annotator", max_chars=60,
                           help="Your name; it is recorded with every label you set.")
-            if not str(st.session_state.get("annotator") or "").strip():
+            if st.session_state.get("_name_error"):
+                error(st.session_state["_name_error"] + f" (labels are recorded as "
+                                                         f"“{default_annotator()}”)")
+            elif not str(st.session_state.get("annotator") or "").strip():
                 st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
+            st.caption(":material/lock: Local mode: one person on this machine, no sign-in "
+                       "(the app listens on 127.0.0.1 only). To let a team in, see "
+                       "docs/app.md, *Serving a team safely*.")
         else:
             with st.container(horizontal=True, vertical_alignment="center"):
                 st.markdown(f"Signed in as **{md_escape(who.name)}** ({who.role})")
@@ -361,12 +544,13 @@ def setup(role: str | None = None) -> tuple[Store, Project | None]:
         with guard("Cannot read the annotation store", stop=True):
             st.session_state["_who"] = None
             if resolve_identity(store()) is not None:
-                sidebar(store())
+                sidebar(acting())
+            keep_session_cookie(store())
     require_role(role)
     st.html(PAGE_CSS)
     pid = st.session_state.get("project_id")
     with guard("Cannot open the project", stop=True):
-        s = store()
+        s = acting()
         return s, s.reports.project(pid)
 
 
@@ -384,7 +568,8 @@ def require_project(project: Project | None) -> Project:
             st.info("There is no project yet: create one on the Project page.")
             st.page_link(PAGES["project"], label="Go to Project", icon=":material/folder_open:")
         else:
-            st.info("There is no project yet: your project lead has to create one.")
+            st.info("You are not a member of any project yet: ask your project lead to add "
+                    "you to one.")
         st.stop()
     return project
 
@@ -395,7 +580,10 @@ def flash(kind: str, text: str) -> None:
 
 
 def show_flash() -> None:
+    """The queued messages, as plain text: every one is escaped for Markdown (they quote
+    tokens, labels and names; a toast once loaded ``![i](http://host/b.png)``)."""
     for kind, text in st.session_state.pop("_flash", []):
+        text = md_text(text)
         if kind == "error":
             st.error(text, icon=":material/error:")
         elif kind == "warning":

@@ -60,7 +60,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             except InputError as exc:
                 ann_error = str(exc)
         if ann_error:
-            st.error(ann_error, icon=":material/error:")
+            _ui.error(ann_error)
         st.download_button(
             "Download annotations", icon=":material/download:", type="primary",
             data=ann_data if ann_data is not None else
@@ -75,7 +75,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         if preview or preview_error:
             st.caption("Preview of the first two sentences:")
             if preview_error:
-                st.error(preview_error)
+                _ui.error(preview_error)
             else:
                 st.code(preview, language=None, height=180)
         with st.expander("For other tools", icon=":material/swap_horiz:"):
@@ -137,7 +137,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 except InputError as exc:
                     pred_error = str(exc)
             if pred_error:
-                st.error(pred_error, icon=":material/error:")
+                _ui.error(pred_error)
             st.download_button(
                 "Download predictions", icon=":material/download:",
                 data=pred_data if pred_data is not None else
@@ -171,8 +171,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                                    mime="application/zip",
                                    key="dl_model", on_click="ignore", disabled=damage is not None)
             if damage is not None:
-                st.error(f"Model {vnames[mv]} cannot be downloaded: {damage}",
-                         icon=":material/error:")
+                _ui.error(f"Model {vnames[mv]} cannot be downloaded: {damage}")
 
 st.divider()
 st.subheader("Import sentences", anchor=False)
@@ -204,7 +203,7 @@ if upload is not None:
                                            annotator=import_credit(upload.name),
                                            add_labels=new_labels if add_labels else ())
             except GpslError as exc:
-                st.error(str(exc), icon=":material/error:")
+                _ui.error(str(exc))
             else:
                 _ui.flash("info", f"Imported {n} sentences from {upload.name}.")
                 st.rerun()

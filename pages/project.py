@@ -53,7 +53,7 @@ def dependency_picker(key: str, offsets, label: str = TRAIN_PARAMS["offsets"].la
         try:
             return parse_offsets(text)
         except InputError as exc:
-            st.error(str(exc))
+            _ui.error(str(exc))
             return None
     st.caption(f"{choice or preset}: {PRESET_HELP.get(choice or preset, '')}")
     return PRESETS.get(choice or preset, tuple(offsets))
@@ -222,7 +222,7 @@ with upload_tab:
                         heldout_fraction=heldout / 100, doc=upload.name,
                         annotator=import_credit(upload.name))
                 except GpslError as exc:
-                    st.error(str(exc), icon=":material/error:")
+                    _ui.error(str(exc))
                 else:
                     _ui.switch_project(new_pid)
                     _ui.flash("info", f"Created project “{name.strip()}” with "

@@ -8,11 +8,15 @@ import plotly.express as px
 import streamlit as st
 
 from gpsl.annotation import (
+    LINK_HOURS,
     MAX_OVERLAP,
+    MIN_PASSWORD,
     TRAINING_RULES,
     GpslError,
     rule_key,
     rule_settings,
+    safe_filename,
+    to_csv,
 )
 from pages import _ui
 from pages._charts import heatmap, styled
@@ -133,12 +137,19 @@ def show_conflicts(pid: int) -> None:
         people = st.multiselect("Annotator", voters, key="conf_people")
         text = st.text_input("Token contains", key="conf_text")
     shown = filter_conflicts(conflicts, status, labels, people, text)
-    st.caption(f"{len(shown)} of {len(conflicts)} conflicting tokens. Select a row to "
-               "resolve it.")
+    rows = conflict_rows(shown)
+    with st.container(horizontal=True, vertical_alignment="center"):
+        st.caption(f"{len(shown)} of {len(conflicts)} conflicting tokens. Select a row to "
+                   "resolve it.")
+        st.download_button("Download as CSV", to_csv(rows), icon=":material/download:",
+                           file_name=f"{safe_filename(project.name)}-conflicts.csv",
+                           mime="text/csv", key="conf_csv", on_click="ignore",
+                           help="Cells that a spreadsheet would run as a formula (=, +, -, @ "
+                                "...) start with ' so they stay text.")
     # a decision clears the selection (a new table key): the next token is picked by the
     # lead, never selected for them
     table = f"conf_table_{st.session_state.get('conf_round', 0)}"
-    event = st.dataframe(pd.DataFrame(conflict_rows(shown)), hide_index=True,
+    event = st.dataframe(pd.DataFrame(rows), hide_index=True,
                          on_select="rerun", selection_mode="single-row", key=table)
     picked = event.selection.rows if event is not None else []
     if not picked or picked[0] >= len(shown):
@@ -239,80 +250,137 @@ def link_url(token: str) -> str:
     return f"{page.rstrip('/').rsplit('/', 1)[0]}/?{_ui.LINK_PARAM}={token}"
 
 
+def first_lead() -> None:
+    """Local mode, no account: this machine's user makes the lead account (only a loopback
+    address reaches this page without one; served to others the app asks for the setup
+    token instead)."""
+    st.info("No accounts yet: the app runs in single-user local mode and you are its lead. "
+            "To let a team in, create your own lead account first (with a password); from "
+            "then on everyone signs in, and this tab stays signed in as that account.",
+            icon=":material/info:")
+    with st.form("first_lead", clear_on_submit=False):
+        st.markdown("**Your lead account**")
+        with st.container(horizontal=True):
+            name = st.text_input("Name", max_chars=60, key="acct_new_name", value=who.name)
+            password = st.text_input(f"Password (at least {MIN_PASSWORD} characters, hard "
+                                     "to guess)", type="password", key="acct_new_pw",
+                                     max_chars=256)
+            again = st.text_input("The same password again", type="password",
+                                  key="acct_new_pw2", max_chars=256)
+        create = st.form_submit_button("Create the lead account", icon=":material/person_add:",
+                                       key="acct_create")
+    if create:
+        if password != again:
+            _ui.error("The two passwords differ.")
+            return
+        with _ui.guard("Account not created"):
+            aid = store.create_account(name, "lead", password)
+            st.session_state["_session"] = _ui.store().start_session(aid)
+            _ui.flash("info", f"Created the lead account “{' '.join(name.split())}”: "
+                              "sign-in is on.")
+            st.rerun()
+
+
+def manage_accounts(accounts) -> None:
+    projects = {p.id: p.name for p in store.reports.projects()}
+    shown_link = st.session_state.pop("_new_link", None)
+    if shown_link:
+        st.success(f"Sign-in link for **{md_escape(shown_link[0])}**: it works once, within "
+                   f"{LINK_HOURS} hours (only this newest link works). Send it to them "
+                   "privately:", icon=":material/link:")
+        st.code(shown_link[1], language=None)
+    st.dataframe(pd.DataFrame([{
+        "name": a.name, "role": a.role,
+        "password": "yes" if a.has_password else "no (links only)",
+        "projects": "every project" if a.role == "lead" else
+        ", ".join(projects.get(i, str(i)) for i in a.projects) or "none yet",
+        "signed in": f"{a.sessions} session{'s' if a.sessions != 1 else ''}"
+        if a.sessions else "—",
+        "link valid until": fmt_time(a.link_expires) or "—",
+        "created": fmt_time(a.created_at)} for a in accounts]),
+        hide_index=True)
+    with st.form("new_account", clear_on_submit=True):
+        st.markdown("**New account**")
+        with st.container(horizontal=True):
+            name = st.text_input("Name", max_chars=60, key="acct_new_name")
+            role = st.selectbox("Role", ["annotator", "lead"], key="acct_new_role", index=0)
+            password = st.text_input("Password (optional for annotators)", type="password",
+                                     key="acct_new_pw", max_chars=256)
+        member_of = st.multiselect(
+            "Projects (annotators see only these)", list(projects),
+            default=[project.id] if project is not None else [],
+            format_func=projects.get, key="acct_new_projects")
+        create = st.form_submit_button("Create account", icon=":material/person_add:",
+                                       key="acct_create")
+    if create:
+        try:
+            aid = store.create_account(name, role, password or None)
+            for pid in member_of:
+                store.set_member(pid, aid, True)
+        except GpslError as exc:
+            _ui.error(_ui.error_text(exc, "Account not created"))
+        else:
+            _ui.flash("info", f"Created the {role} account “{' '.join(name.split())}”.")
+            st.rerun()
+    st.markdown("**Manage an account**")
+    ids = [a.id for a in accounts]
+    byid = {a.id: a for a in accounts}
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        aid = st.selectbox("Account", ids, format_func=lambda i: byid[i].name,
+                           key="acct_pick", width=220)
+        if st.button("Issue a sign-in link", key="acct_link", icon=":material/link:"):
+            with _ui.guard("No link issued"):
+                token = store.issue_sign_in_link(aid)
+                st.session_state["_new_link"] = (byid[aid].name, link_url(token))
+                st.rerun()
+        other = "annotator" if byid[aid].role == "lead" else "lead"
+        if st.button(f"Make {other}", key="acct_role", icon=":material/swap_horiz:"):
+            with _ui.guard("Role not changed"):
+                store.set_account_role(aid, other)
+                _ui.flash("info", f"{byid[aid].name} is now {other}.")
+                st.rerun()
+        if st.button("Sign out everywhere", key="acct_revoke", icon=":material/logout:",
+                     disabled=not byid[aid].sessions,
+                     help="End every session of this account (on every device)."):
+            with _ui.guard("Sessions not ended"):
+                n = store.end_sessions(aid)
+                _ui.flash("info", f"Ended {n} session{'s' if n != 1 else ''} of "
+                                  f"{byid[aid].name}.")
+                st.rerun()
+    if byid[aid].role == "annotator" and projects:
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            chosen = st.multiselect("Member of", list(projects),
+                                    default=[i for i in byid[aid].projects if i in projects],
+                                    format_func=projects.get, key=f"acct_projects_{aid}")
+            if st.button("Save projects", key="acct_save_projects",
+                         icon=":material/folder_shared:"):
+                with _ui.guard("Projects not saved"):
+                    for pid in projects:
+                        store.set_member(pid, aid, pid in chosen)
+                    _ui.flash("info", f"{byid[aid].name} is a member of "
+                                      f"{len(chosen)} project{'s' if len(chosen) != 1 else ''}.")
+                    st.rerun()
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        new_pw = st.text_input("New password", type="password", key="acct_pw", width=260,
+                               max_chars=256)
+        if st.button("Set password", key="acct_setpw", icon=":material/password:"):
+            with _ui.guard("Password not set"):
+                store.set_account_password(aid, new_pw)
+                _ui.flash("info", f"New password set for {byid[aid].name} (their "
+                                  "open sessions ended).")
+                st.rerun()
+        sure = st.checkbox("Delete this account (its labels stay)", key="acct_sure")
+        if st.button("Delete account", key="acct_delete", disabled=not sure,
+                     icon=":material/person_remove:"):
+            with _ui.guard("Account not deleted"):
+                store.delete_account(aid)
+                _ui.flash("info", f"Deleted the account “{byid[aid].name}”.")
+                st.rerun()
+
+
 with accounts_tab:
     with _ui.guard("Cannot show the accounts"):
-        accounts = store.reports.accounts()
         if who.local:
-            st.info("No accounts yet: the app runs in single-user mode and you are its lead. "
-                    "Create your own lead account first (with a password); from then on "
-                    "everyone signs in, and this tab stays signed in as that account.",
-                    icon=":material/info:")
-        shown_link = st.session_state.pop("_new_link", None)
-        if shown_link:
-            st.success(f"Sign-in link for **{md_escape(shown_link[0])}** (valid "
-                       f"{shown_link[2]} days; only this newest link works). Send it to them "
-                       "privately:", icon=":material/link:")
-            st.code(shown_link[1], language=None)
-        if accounts:
-            st.dataframe(pd.DataFrame([{
-                "name": a.name, "role": a.role,
-                "password": "yes" if a.has_password else "no (links only)",
-                "link valid until": fmt_time(a.link_expires) or "—",
-                "created": fmt_time(a.created_at)} for a in accounts]),
-                hide_index=True)
-        with st.form("new_account", clear_on_submit=True):
-            st.markdown("**New account**")
-            with st.container(horizontal=True):
-                name = st.text_input("Name", max_chars=60, key="acct_new_name",
-                                     value=who.name if who.local and not accounts else "")
-                role = st.selectbox("Role", ["annotator", "lead"], key="acct_new_role",
-                                    index=1 if not accounts else 0)
-                password = st.text_input("Password (optional for annotators)",
-                                         type="password", key="acct_new_pw")
-            create = st.form_submit_button("Create account", icon=":material/person_add:",
-                                           key="acct_create")
-        if create:
-            try:
-                aid = store.create_account(name, role, password or None)
-            except GpslError as exc:
-                st.error(_ui.error_text(exc, "Account not created"), icon=":material/error:")
-            else:
-                if who.local:  # the first account: this tab signs in as it
-                    st.session_state["_session"] = store.start_session(aid)
-                _ui.flash("info", f"Created the {role} account “{name.strip()}”.")
-                st.rerun()
-        if accounts:
-            st.markdown("**Manage an account**")
-            ids = [a.id for a in accounts]
-            byid = {a.id: a for a in accounts}
-            with st.container(horizontal=True, vertical_alignment="bottom"):
-                aid = st.selectbox("Account", ids, format_func=lambda i: byid[i].name,
-                                   key="acct_pick", width=220)
-                if st.button("Issue a sign-in link", key="acct_link", icon=":material/link:"):
-                    with _ui.guard("No link issued"):
-                        token = store.issue_sign_in_link(aid)
-                        st.session_state["_new_link"] = (byid[aid].name, link_url(token),
-                                                         14)
-                        st.rerun()
-                other = "annotator" if byid[aid].role == "lead" else "lead"
-                if st.button(f"Make {other}", key="acct_role", icon=":material/swap_horiz:"):
-                    with _ui.guard("Role not changed"):
-                        store.set_account_role(aid, other)
-                        _ui.flash("info", f"{byid[aid].name} is now {other}.")
-                        st.rerun()
-            with st.container(horizontal=True, vertical_alignment="bottom"):
-                new_pw = st.text_input("New password", type="password", key="acct_pw",
-                                       width=260)
-                if st.button("Set password", key="acct_setpw", icon=":material/password:"):
-                    with _ui.guard("Password not set"):
-                        store.set_account_password(aid, new_pw)
-                        _ui.flash("info", f"New password set for {byid[aid].name} (their "
-                                          "open sessions ended).")
-                        st.rerun()
-                sure = st.checkbox("Delete this account (its labels stay)", key="acct_sure")
-                if st.button("Delete account", key="acct_delete", disabled=not sure,
-                             icon=":material/person_remove:"):
-                    with _ui.guard("Account not deleted"):
-                        store.delete_account(aid)
-                        _ui.flash("info", f"Deleted the account “{byid[aid].name}”.")
-                        st.rerun()
+            first_lead()
+        else:
+            manage_accounts(store.reports.accounts())

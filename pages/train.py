@@ -53,7 +53,7 @@ with settings_col:
         try:
             offsets = parse_offsets(text)
         except InputError as exc:
-            st.error(str(exc))
+            _ui.error(str(exc))
     else:
         offsets = PRESETS[preset]
         st.caption(f"{preset}: {PRESET_HELP[preset]}")

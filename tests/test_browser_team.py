@@ -3,7 +3,8 @@ in by their links in two browser contexts on one sentence with k = 2 and blind a
 (both votes kept, each sees only their own, a reload keeps who they are, the lead's Team
 page shows the conflict, one's undo never changes the other's vote); an annotator who
 cannot reach a lead's page by its URL; a tab left open across a server restart that keeps
-crediting the same person.  One server (restarted once, on the same port) for all three.
+crediting the same person (its session comes back from the cookie, never from the URL).  One
+server (restarted once, on the same port) for all three.
 
 Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFACTS
 (default <tmp>/gpsl-test-artifacts, outside the checkout).
@@ -23,7 +24,7 @@ from gpsl.annotation import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ["B-PER", "I-PER", "B-LOC", "I-LOC", "O"]
-PASSWORD = "lead password 1"
+PASSWORD = "lead password sturdy lantern"
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="Debian Chromium (/usr/bin/chromium) missing")
@@ -43,8 +44,10 @@ def team(tmp_path_factory):
     ])
     store.set_team_settings(pid, overlap=2, blind=True)
     store.create_account("Lea", "lead", PASSWORD)
-    links = {name: store.issue_sign_in_link(store.create_account(name, "annotator"))
-             for name in ("Ann", "Bob")}
+    people = {name: store.create_account(name, "annotator") for name in ("Ann", "Bob")}
+    for aid in people.values():
+        store.set_member(pid, aid)
+    links = _Links(store, people)  # a new one-use link for every opening
     port = free_port()
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(serve_app(tmp / "server.log", {"GPSL_DB": str(db)},
@@ -59,6 +62,17 @@ def team(tmp_path_factory):
     store.close()
 
 
+class _Links(dict):
+    """``links[name]``: a new sign-in link of that person (each link works once)."""
+
+    def __init__(self, store, people):
+        super().__init__()
+        self.store, self.people = store, people
+
+    def __getitem__(self, name):
+        return self.store.issue_sign_in_link(self.people[name])
+
+
 def _browser(pw):
     return pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
 
@@ -68,6 +82,10 @@ def _open_as(browser, url, token):
     page.set_default_timeout(ms(30))  # Playwright's default, scaled
     page.goto(f"{url}?token={token}")
     page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+    # the session cookie is written once the page has drawn: wait for it, so that a later
+    # page.goto (a new connection) finds the session
+    _wait(lambda: any(c["name"].startswith("gpsl_session_") and c["value"]
+                      for c in page.context.cookies()), "the session cookie")
     return page
 
 
@@ -97,7 +115,7 @@ def test_two_annotators_blind_on_one_sentence(team):
             bob = _open_as(browser, url, team["links"]["Bob"])
             for page, name in ((ann, "Ann"), (bob, "Bob")):
                 page.get_by_test_id("stSidebar").get_by_text(name).wait_for(timeout=ms(30))
-                assert "token=" not in page.url and "session=" in page.url
+                assert "token=" not in page.url and "session=" not in page.url
                 page.get_by_text(f"of {n} tokens labeled").wait_for(timeout=ms(30))
                 _chip(page, 0).filter(has_text="Ada").wait_for(timeout=ms(30))  # both: k = 2
             assert {x["annotator"] for x in store.leases(pid)} == {"Ann", "Bob"}
@@ -115,7 +133,7 @@ def test_two_annotators_blind_on_one_sentence(team):
             _wait(lambda: votes() == {"Ann": "B-PER"}, "Ann's vote")
             label(bob, 0, "B-LOC")
             _wait(lambda: votes() == {"Ann": "B-PER", "Bob": "B-LOC"}, "both votes")
-            # each sees only their own label, also after a reload (identity kept in the URL)
+            # each sees only their own label, also after a reload (identity kept in a cookie)
             ann.reload()
             ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
             _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
@@ -169,9 +187,8 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             sidebar = page.get_by_test_id("stSidebar")
             for name in ("Project", "Team", "Train", "Confidence", "Data"):  # Annotate only
                 assert sidebar.get_by_role("link", name=name).count() == 0
-            session = page.url.split("session=")[1].split("&")[0]
-            for path in ("team", "train", "data", "project"):
-                page.goto(f"{url}{path}?session={session}")
+            for path in ("team", "train", "data", "project"):  # her cookie comes along
+                page.goto(f"{url}{path}")
                 page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
                 body = page.locator("body").inner_text()
                 for heading in ("Team", "Train", "Data", "Project"):
@@ -180,10 +197,13 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             # still signed in as Ann after all that, and nothing was started
             page.get_by_test_id("stSidebar").get_by_text("Ann").wait_for(timeout=ms(30))
             assert store.list_model_versions(team["pid"]) == before
-            # a made-up session is no one: the sign-in form, never a fallback name
-            page.goto(f"{url}annotate?session=forged")
-            page.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
-            assert page.get_by_role("heading", name="Annotate", exact=True).count() == 0
+            # a made-up session (in a URL, or a cookie) is no one: the sign-in form, never a
+            # fallback name
+            other = browser.new_context().new_page()
+            other.goto(f"{url}annotate?session=forged")
+            other.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
+            assert other.get_by_role("heading", name="Annotate", exact=True).count() == 0
+            assert "session=" not in other.url
         finally:
             browser.close()
 

@@ -22,12 +22,13 @@ MAX_LINES = 600
 LAYERS = {
     "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
-                     "accounts", "search", "stats", "runs"},
+                     "accounts", "auth", "search", "stats", "runs"},
     "rules": {"rules", "evaluation"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
                  "jobs", "dask_jobs", "reports"},
-    "facade": {"facade", "__init__"},
-    "entry": {"worker"},  # a process's main (python -m gpsl.annotation.worker), like app.py
+    "facade": {"facade", "access", "__init__"},
+    # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
+    "entry": {"worker", "setup"},
 }
 #: what the rules may import of the back end: values, nothing that reads or writes
 PURE_ALLOWED = {"gpsl.annotation.records"}

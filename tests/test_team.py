@@ -34,23 +34,26 @@ def test_accounts_passwords_links_and_sessions(store):
         store.create_account("ann", "annotator")
     with pytest.raises(InputError, match="needs a password"):
         store.create_account("Lea", "lead")
-    with pytest.raises(InputError, match="at least 8"):
+    with pytest.raises(InputError, match="at least 10"):
         store.create_account("Lea", "lead", "short")
-    for bad in ("import", "import:x.conll", "  ", "model"):
+    for bad in ("import", "import:x.conll", "  ", "model", "Adjudicated"):
         with pytest.raises(InputError):
-            store.create_account(bad, "lead", "long enough")
-    lead = store.create_account("Lea", "lead", "correct horse")
+            store.create_account(bad, "lead", "sturdy wombat lantern")
+    lead = store.create_account("Lea", "lead", "correct horse battery")
     with pytest.raises(InputError, match="already exists"):
         store.create_account("lea", "annotator")
-    ann = store.create_account("Ann", "annotator")  # links only
+    ann = store.create_account("Ann")  # an annotator by default, links only
     assert store.account_count() == 2
+    assert {a["name"]: a["role"] for a in store.list_accounts()} == {"Lea": "lead",
+                                                                      "Ann": "annotator"}
     row = store.db.read(lambda c: c.execute(text("SELECT password_hash FROM accounts WHERE"
                                                  " id = :i"), {"i": lead}).scalar_one())
     assert row.startswith("$argon2id$") and "correct horse" not in row
 
-    assert store.verify_password("lea", "correct horse") == Identity("Lea", "lead", lead)
-    assert store.verify_password("Lea", "wrong horse") is None
-    assert store.verify_password("nobody", "correct horse") is None
+    assert store.verify_password("lea", "correct horse battery") == Identity("Lea", "lead",
+                                                                             lead)
+    assert store.verify_password("Lea", "wrong horse battery") is None
+    assert store.verify_password("nobody", "correct horse battery") is None
     assert store.verify_password("Ann", "") is None  # no password: links only
 
     link = store.issue_sign_in_link(ann)
@@ -60,20 +63,24 @@ def test_accounts_passwords_links_and_sessions(store):
     who, session = store.redeem_sign_in_link(link)
     assert who == Identity("Ann", "annotator", ann)
     assert store.session_identity(session) == who
-    assert store.redeem_sign_in_link(link) is not None  # a bookmarked link keeps working
-    newer = store.issue_sign_in_link(ann)
-    assert store.redeem_sign_in_link(link) is None  # replaced
+    assert store.redeem_sign_in_link(link) is None  # one use: a second opening is no one
+    older, newer = store.issue_sign_in_link(ann), store.issue_sign_in_link(ann)
+    assert store.redeem_sign_in_link(older) is None  # replaced
     assert store.redeem_sign_in_link(newer)[0] == who
     assert store.session_identity(session) == who  # sessions survive a new link
     assert store.session_identity("not-a-token") is None
     assert store.session_identity(None) is None
 
-    expired = store.issue_sign_in_link(ann, days=-1)
+    expired = store.issue_sign_in_link(ann)
+    store.db.write(lambda c: c.execute(text("UPDATE auth_tokens SET expires_at = :t WHERE"
+                                            " kind = 'link'"),
+                                       {"t": (datetime.now(UTC) - timedelta(seconds=1))
+                                        .isoformat()}))
     assert store.redeem_sign_in_link(expired) is None
 
-    store.set_account_password(ann, "annpassword")  # ends her sessions
+    store.set_account_password(ann, "ann's own sturdy phrase")  # ends her sessions
     assert store.session_identity(session) is None
-    assert store.verify_password("ann", "annpassword").role == "annotator"
+    assert store.verify_password("ann", "ann's own sturdy phrase").role == "annotator"
     s2 = store.start_session(ann)
     store.set_account_role(ann, "lead")  # ends them too
     assert store.session_identity(s2) is None
@@ -300,7 +307,8 @@ def test_a_schema_2_store_gets_the_team_tables(store_target):
     store.start_model_version(other)
 
     def back_to_schema_2(conn):  # what the schema-2 code wrote
-        for table in ("auth_tokens", "accounts", "leases", "adjudication_history"):
+        for table in ("memberships", "sign_in_failures", "setup_tokens",  # schema 5's
+                      "auth_tokens", "accounts", "leases", "adjudication_history"):
             conn.execute(text(f"DROP TABLE {table}"))
         conn.execute(text("ALTER TABLE projects DROP COLUMN guidelines"))
         conn.execute(text("ALTER TABLE model_versions DROP COLUMN number"))

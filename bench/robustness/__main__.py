@@ -3,9 +3,11 @@
 Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness.md`` into
 ``DIR`` (default ``bench/results``; ``robustness_long.*`` with ``--long``):
 
-* **hostile inputs** (:mod:`bench.robustness.inputs`): generated malformed files, templates,
-  offsets and model directories; each must be accepted or rejected with a one-line error,
-  never a traceback;
+* **hostile inputs** (:mod:`bench.robustness.inputs`, :mod:`bench.robustness.hostile`):
+  generated malformed files of every import format (CoNLL, JSONL, text, CoNLL-2003, doccano,
+  Label Studio, Prodigy; parsed and imported into a store), templates, offsets, model
+  directories and command lines of every command; each must be accepted or rejected with a
+  one-line error: never a traceback, a multi-line message or a hang (issue #32);
 * **concurrent annotators** (:mod:`bench.robustness.concurrency`): 4 processes and 4
   threads writing 500 labels each to one store, plus same-token races;
 * **crashes** (:mod:`bench.robustness.crashes`): training workers and label writers killed
@@ -14,9 +16,10 @@ Runs the three parts of issue #7 and writes ``robustness.json`` and ``robustness
   writers killed with SIGKILL again on a temporary PostgreSQL server (:mod:`bench.postgres`),
   shown next to SQLite in one table.
 
-Default sizes (about 300 inputs: 40 per input kind, 4 writers x 500 labels per mode, 6 + 6
-crash trials) finish in a minute or two; ``--long`` runs the full sizes (about 2,000 inputs:
-285 per kind, three 4 x 500 seeds per mode plus 8 x 250, 20 + 20 crash trials).  The exit status is
+Default sizes (about 2,000 inputs: 140 per input kind, 70 per command, 4 writers x 500
+labels per mode, 6 + 6 crash trials) finish in a few minutes; ``--long`` runs the full sizes
+(about 4,000 inputs: 285 per kind, three 4 x 500 seeds per mode plus 8 x 250, 20 + 20 crash
+trials).  The exit status is
 1 when any trial lost a write, corrupted a store or produced a traceback.
 """
 
@@ -34,7 +37,7 @@ from pathlib import Path
 from bench import common
 
 SIZES = {
-    "default": {"inputs_per_kind": 40, "concurrency": [(4, 500, 0), (16, 1000, 0)],
+    "default": {"inputs_per_kind": 140, "concurrency": [(4, 500, 0), (16, 1000, 0)],
                 "race_rounds": 20, "crash_training": 6, "crash_labels": 6,
                 "postgres_concurrency": [(16, 1000, 0)], "postgres_crash_labels": 6},
     "long": {"inputs_per_kind": 285, "concurrency": [(4, 500, 0), (4, 500, 1), (4, 500, 2),
@@ -159,6 +162,11 @@ def _column(conc: list[dict], label_crashes: dict) -> dict:
     }
 
 
+def _failures(inputs: dict, kind: str) -> int:
+    return sum(int((k.get("failure_types") or {}).get(kind, 0))
+               for k in (inputs.get("kinds") or {}).values())
+
+
 def summarize(inputs: dict, conc: list[dict], crashes: dict, postgres: dict | None = None
               ) -> dict:
     postgres = postgres or {"available": False, "error": "not run"}
@@ -167,6 +175,9 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict, postgres: dict | No
         "inputs_accepted": inputs.get("accepted", 0),
         "inputs_rejected_cleanly": inputs.get("rejected_cleanly", 0),
         "input_tracebacks": inputs.get("tracebacks", 0),
+        "input_hangs": _failures(inputs, "hang"),
+        "input_multi_line": _failures(inputs, "bad_message"),
+        "input_exceptions": _failures(inputs, "exception"),
         "writes_attempted": sum(c["writes_attempted"] for c in conc),
         "writes_found": sum(c.get("writes_found", 0) for c in conc),
         "lost_writes": sum(c["lost_writes"] for c in conc),
@@ -207,7 +218,7 @@ def summarize(inputs: dict, conc: list[dict], crashes: dict, postgres: dict | No
 
 def markdown(report: dict) -> str:
     s = report["summary"]
-    lines = common.header_lines("Robustness (issue #7)", report["date"], report["machine"],
+    lines = common.header_lines("Robustness (issues #7, #32)", report["date"], report["machine"],
                                 report["git"], report["command"])
     lines += [
         ("Sizes: the full ones (`--long`). Result: " if report["size"] == "long" else
@@ -219,6 +230,8 @@ def markdown(report: dict) -> str:
         f"| inputs tried | {s['inputs_tried']:,} |",
         f"| accepted | {s['inputs_accepted']:,} |",
         f"| rejected cleanly (one-line error) | {s['inputs_rejected_cleanly']:,} |",
+        f"| uncaught exceptions / multi-line errors / hangs | {s['input_exceptions']} / "
+        f"{s['input_multi_line']} / {s['input_hangs']} |",
         f"| tracebacks (all parts) | {s['tracebacks']} |",
         f"| label writes attempted (concurrent) | {s['writes_attempted']:,} |",
         f"| label writes found in the store | {s['writes_found']:,} |",
@@ -277,11 +290,16 @@ def markdown(report: dict) -> str:
     if not inputs.get("available") or inputs.get("error"):
         lines += [f"Not run: {inputs.get('error')}", ""]
     else:
-        lines += ["| input kind | tried | accepted | rejected cleanly | tracebacks |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += ["| input kind | tried | accepted | rejected cleanly | exceptions | "
+                  "multi-line | hangs | other failures |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for kind, k in inputs["kinds"].items():
+            types = k.get("failure_types") or {}
+            other = k.get("tracebacks", 0) - sum(types.get(t, 0) for t in
+                                                 ("exception", "bad_message", "hang"))
             lines.append(f"| {kind} | {k.get('tried', 0)} | {k.get('accepted', 0)} | "
-                         f"{k.get('rejected_cleanly', 0)} | {k.get('tracebacks', 0)} |")
+                         f"{k.get('rejected_cleanly', 0)} | {types.get('exception', 0)} | "
+                         f"{types.get('bad_message', 0)} | {types.get('hang', 0)} | {other} |")
         lines.append("")
         failures = [(kind, ex) for kind, k in inputs["kinds"].items()
                     for ex in (k.get("examples_of_failures") or [])[:3]]
@@ -348,7 +366,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     report = {
-        "title": "Robustness (issue #7)",
+        "title": "Robustness (issues #7, #32)",
         "command": shlex.join(["python", "-m", "bench.robustness", *argv]),
         "date": common.now_iso(),
         "machine": common.machine_info(),

@@ -16,7 +16,16 @@ model_dir  :meth:`gpsl.model.GPSL.load` on damaged/tampered copies of a small mo
 cli_args   the real ``python -m gpsl`` in a subprocess (``max(3, n // 10)`` runs)
 upload     :func:`gpsl.annotation.imports.parse_upload`, ``create_project`` and ``import_sentences``
            against a temporary store, checking that a refused import wrote nothing
+conll2003, the other tools' formats (:mod:`bench.robustness.hostile`): parsed and imported the
+doccano,   same way
+labelstudio,
+prodigy
+cli_*      every command (train, train --crowd, test, eval, query, aggregate, others) with
+           hostile arguments and files, its ``main`` run in this process (``n // 2`` each)
 ========== ==================================================================================
+
+A trial that runs longer than :data:`bench.robustness.hostile.TRIAL_SECONDS` (scaled by the
+machine's load) is stopped and counted as a ``hang``.
 
 Each input ends in one of three outcomes: **accepted** (and the result is consistent),
 **rejected cleanly** (:class:`~gpsl.errors.InputError` / ``ModelFormatError`` whose message is
@@ -43,7 +52,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 
-KINDS = ("conll", "jsonl", "text", "template", "offsets", "model_dir", "cli_args", "upload")
+KINDS = ("conll", "jsonl", "text", "template", "offsets", "model_dir", "cli_args", "upload",
+         "conll2003", "doccano", "labelstudio", "prodigy", "cli_train", "cli_crowd",
+         "cli_test", "cli_eval", "cli_query", "cli_aggregate", "cli_other")
 
 _WORDS = ["the", "dog", "Anna", "Paris", "New York", "_", "", " ", "\t", "ü", "東京", "a b",
           "%x[0,0]", "\u3000", "\ufeff", "\x0b", "\u2028", "0", "-1", "O", "B-PER", "I-PER"]
@@ -267,8 +278,14 @@ def _record(t: dict, outcome: str, detail: str = "", sample: bytes | str = b"",
 
 
 def _trial(t: dict, sample, source: str | None, fn, check=None) -> None:
+    from bench.robustness.hostile import Hang, time_limit
+
     try:
-        result = fn()
+        with time_limit(_seconds()):
+            result = fn()
+    except Hang as exc:
+        _record(t, "failure", str(exc), sample, "hang")
+        return
     except Exception as exc:  # noqa: BLE001 - that is the point of the trial
         problem = _clean_message(exc, source)
         if problem is None:
@@ -638,10 +655,28 @@ def _upload_trials(rng, n, workdir: Path):
     return t
 
 
+def _seconds() -> float:
+    """A trial's time limit: :data:`bench.robustness.hostile.TRIAL_SECONDS` times the
+    machine's load factor (the suite's :mod:`tests._limits` rule, when importable)."""
+    from bench.robustness.hostile import TRIAL_SECONDS
+
+    try:
+        sys.path.insert(0, str(REPO / "tests"))
+        from _limits import limit
+    except ImportError:
+        return TRIAL_SECONDS
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    return limit(TRIAL_SECONDS)
+
+
 def run_input_trials(n_examples: int, seed: int) -> dict:
     """Run ``n_examples`` generated inputs per kind (``max(3, n_examples // 10)`` command-line
-    runs) from ``seed``; returns ``{kind: {"tried", "accepted", "rejected_cleanly",
-    "tracebacks", "failure_types", "examples_of_failures"}}`` (see the module docstring)."""
+    runs in a subprocess, ``n_examples // 2`` per command in this process) from ``seed``;
+    returns ``{kind: {"tried", "accepted", "rejected_cleanly", "tracebacks",
+    "failure_types", "examples_of_failures"}}`` (see the module docstring)."""
+    from bench.robustness import hostile
+
     rng = random.Random(seed)
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="gpsl-inputs-") as tmp:
@@ -660,6 +695,10 @@ def run_input_trials(n_examples: int, seed: int) -> dict:
         (work / "upload").mkdir()
         out["upload"] = _upload_trials(random.Random(rng.random()), n_examples,
                                        work / "upload")
+        (work / "tools").mkdir()
+        out.update(hostile.run_trials(n_examples, max(1, n_examples // 2),
+                                      int(rng.random() * 2**31), work / "tools",
+                                      seconds=_seconds()))
     for t in out.values():
         t["failure_types"] = dict(t["failure_types"])
     return out

@@ -7,19 +7,23 @@ the facade :class:`Store` (its :attr:`Store.reports` give the typed records of
 of uploads, templates and dependency sets.  See docs/ARCHITECTURE.md for the layers.
 """
 
-from gpsl.annotation.accounts import Identity
+from gpsl.annotation.access import ActingStore
+from gpsl.annotation.accounts import MIN_PASSWORD, Identity
+from gpsl.annotation.auth import LINK_HOURS, SESSION_DAYS
 from gpsl.annotation.db import default_db_url
 from gpsl.annotation.errors import (
     STORE_ERRORS,
+    AccessDenied,
     GpslError,
     InputError,
     NotFoundError,
     StoreBusyError,
     StoreUnavailableError,
+    TooManyAttempts,
     TrainingBusyError,
     one_line,
 )
-from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename
+from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename, to_csv
 from gpsl.annotation.facade import Store, default_models_root
 from gpsl.annotation.imports import (
     FORMATS,
@@ -77,12 +81,18 @@ from gpsl.annotation.validate import (
     import_credit,
     is_import,
 )
+from gpsl.annotation.validate import person as check_person
 from gpsl.annotation.validate import template as check_template
 from gpsl.annotation.vote_files import VOTE_FORMATS
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 
+#: how long a session lasts (the session cookie's lifetime)
+SESSION_SECONDS = SESSION_DAYS * 24 * 3600
+
 __all__ = [
+    "LINK_HOURS", "MIN_PASSWORD", "SESSION_DAYS", "SESSION_SECONDS", "AccessDenied",
+    "ActingStore", "TooManyAttempts", "check_person", "to_csv",
     "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",
     "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "RESOLVE_RULES", "SAMPLE_PROJECT_NAME",
     "SCHEMA_VERSION", "TRAINING_RULES", "VOTE_FORMATS",

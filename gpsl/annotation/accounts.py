@@ -1,43 +1,49 @@
-"""Accounts, roles, sign-in links and sessions of an annotation team.
+"""Accounts, roles, passwords and project memberships of an annotation team.
 
-* An **account** has a unique name (the name every vote of that person is credited to), a
-  role (``lead``: settings, training, import/export, adjudication, deleting; ``annotator``:
-  labels only) and optionally a password, stored as an argon2id hash (argon2-cffi's
-  :class:`~argon2.PasswordHasher` with its default, RFC 9106 low-memory parameters).
-* A **sign-in link** (``?token=...``) is issued by a lead for one account; a **session**
-  (``?session=...``) is what a browser tab keeps after signing in (by password or link).
-  Both are 256-bit random tokens (:func:`secrets.token_urlsafe`) of which only the SHA-256
-  hash is stored: a token is a random key, not a password, so a fast hash is enough (nobody
-  can guess a 256-bit preimage) and lets a token be found by its hash in one indexed look-up.
-  Both expire (:data:`LINK_DAYS`, :data:`SESSION_DAYS`); issuing a new link revokes the
-  account's older links, and deleting an account or changing its password or role ends its
-  sessions.
+* An **account** has a unique name (the name every vote of that person is credited to, a
+  person's name by :func:`gpsl.annotation.validate.person`: never a reserved name such as
+  ``adjudicated`` or ``import:<file>``), a role (``lead``: settings, training, import/export,
+  adjudication, deleting, every project; ``annotator``: labels, in the projects they are a
+  member of; the default of every account but the first) and optionally a password, stored as
+  an argon2id hash (argon2-cffi's :class:`~argon2.PasswordHasher` with its default, RFC 9106
+  low-memory parameters).
+* A **password** has at least :data:`MIN_PASSWORD` characters and must not be easy to guess:
+  zxcvbn (Dropbox's estimator, with its lists of common and leaked passwords, names and
+  words) must rate it at least :data:`MIN_SCORE` of 4, the account's name counting as known
+  to an attacker.
+* A **membership** lets an annotator see and label one project (:func:`set_member`); leads
+  need none.
 * With **no account at all** the store is in single-user local mode (the app's user is the
-  lead); creating the first account (which must be a lead) turns sign-in on.
+  lead; the app allows it on a loopback address only); the first account, which must be a
+  lead with a password, turns sign-in on (:mod:`gpsl.annotation.setup`, or the setup token of
+  :mod:`gpsl.annotation.auth`).
+
+Sign-in links, sessions, setup tokens and the sign-in rate limit are in
+:mod:`gpsl.annotation.auth`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import secrets
-from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import text
+from zxcvbn import zxcvbn
 
+from gpsl.annotation import validate
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.errors import NotFoundError
 from gpsl.errors import InputError
 
 ROLES = ("lead", "annotator")
-LINK_DAYS = 14
-SESSION_DAYS = 30
-MIN_PASSWORD = 8
-MAX_NAME = 60
-RESERVED = ("import", "adjudicated", "model")  # names the store uses for non-people
+MIN_PASSWORD = 10
+MAX_PASSWORD = 256  # longer is refused unread (an argon2 hash of megabytes is a denial of service)
+MIN_SCORE = 3  # zxcvbn's "safely unguessable: moderate protection from an offline attack"
+MAX_NAME = validate.MAX_NAME
+RESERVED = validate.RESERVED  # names the store uses for non-people
 
 _HASHER = PasswordHasher()
 
@@ -56,26 +62,12 @@ class Identity(NamedTuple):
         return self.role == "lead"
 
 
-def token_hash(token: str) -> str:
-    return hashlib.sha256(str(token).encode("utf-8")).hexdigest()
-
-
-def _expiry(days: float) -> str:
-    return (datetime.now(UTC) + timedelta(days=days)).isoformat(timespec="milliseconds")
-
-
 def check_name(name) -> str:
-    text_ = " ".join(str(name or "").split())
-    if not text_:
-        raise InputError("the account name is empty", source="<account>")
-    if len(text_) > MAX_NAME:
-        raise InputError(f"the account name is longer than {MAX_NAME} characters",
-                         source="<account>")
-    low = text_.lower()
-    if low in RESERVED or low.startswith("import:"):
-        raise InputError(f"{text_!r} is reserved for labels that no person set",
-                         source="<account>")
-    return text_
+    """An account's name: a person's name (:func:`gpsl.annotation.validate.person`)."""
+    try:
+        return validate.person(name, "account name")
+    except InputError as exc:
+        raise InputError(exc.message, source="<account>") from None
 
 
 def check_role(role) -> str:
@@ -85,11 +77,26 @@ def check_role(role) -> str:
     return role
 
 
-def check_password(password) -> str:
-    password = "" if password is None else str(password)
+def check_password(password, name: str | None = None) -> str:
+    """A password good enough for an account named ``name``: :data:`MIN_PASSWORD` to
+    :data:`MAX_PASSWORD` characters, rated at least :data:`MIN_SCORE` by zxcvbn (which
+    knows the common and leaked passwords, and is told the account's name)."""
+    password = "" if password is None else password
+    if not isinstance(password, str):
+        raise InputError("the password must be text", source="<account>")
     if len(password) < MIN_PASSWORD:
-        raise InputError(f"the password needs at least {MIN_PASSWORD} characters",
+        raise InputError(f"the password needs at least {MIN_PASSWORD} characters (several "
+                         "uncommon words are easy to remember)", source="<account>")
+    if len(password) > MAX_PASSWORD:
+        raise InputError(f"the password is longer than {MAX_PASSWORD} characters",
                          source="<account>")
+    validate.text(password, "the password", "<account>")
+    known = [n for n in (name or "", "gpsl", "annotation", "annotator", "lead") if n]
+    rated = zxcvbn(password[:100], user_inputs=known)
+    if rated["score"] < MIN_SCORE:
+        hint = rated["feedback"].get("warning") or "it is too easy to guess"
+        raise InputError(f"the password is too easy to guess ({hint.rstrip('.')}): use "
+                         "several uncommon words, or a longer phrase", source="<account>")
     return password
 
 
@@ -105,46 +112,73 @@ def count(db: Database) -> int:
 
 
 def list_all(db: Database) -> list[dict]:
-    """``dict(id, name, role, has_password, created_at, link_expires)`` by name."""
+    """``dict(id, name, role, has_password, created_at, link_expires, sessions,
+    projects)`` by name (``projects``: the ids of the projects the account is a member of)."""
 
     def tx(conn):
+        at = now()
         links = dict(conn.execute(text(
             "SELECT account_id, MAX(expires_at) FROM auth_tokens WHERE kind = 'link'"
-            " AND expires_at > :now GROUP BY account_id"), {"now": now()}).fetchall())
+            " AND expires_at > :now GROUP BY account_id"), {"now": at}).fetchall())
+        sessions = dict(conn.execute(text(
+            "SELECT account_id, COUNT(*) FROM auth_tokens WHERE kind = 'session'"
+            " AND expires_at > :now GROUP BY account_id"), {"now": at}).fetchall())
+        member: dict[int, list[int]] = {}
+        for aid, pid in conn.execute(text(
+                "SELECT account_id, project_id FROM memberships ORDER BY project_id")):
+            member.setdefault(aid, []).append(pid)
         rows = conn.execute(text("SELECT * FROM accounts ORDER BY name")).fetchall()
-        return [{**_as_dict(r._mapping), "link_expires": links.get(r._mapping["id"])}
-                for r in rows]
+        return [{**_as_dict(r._mapping), "link_expires": links.get(r._mapping["id"]),
+                 "sessions": int(sessions.get(r._mapping["id"], 0)),
+                 "projects": member.get(r._mapping["id"], [])} for r in rows]
 
     return db.read(tx)
 
 
-def create(db: Database, name: str, role: str, password: str | None = None) -> int:
-    """A new account; the first one must be a lead (it turns sign-in on).  ``password``
-    None: the account signs in by links only."""
-    name, role = check_name(name), check_role(role)
-    hashed = None if password is None else _HASHER.hash(check_password(password))
-
+def get(db: Database, account_id: int) -> dict | None:
     def tx(conn):
-        db.lock(conn, 0x61636374)
-        n = conn.execute(text("SELECT COUNT(*) FROM accounts")).scalar_one()
-        if n == 0 and role != "lead":
-            raise InputError("the first account must be a lead (it manages the others)",
-                             source="<account>")
-        if n == 0 and hashed is None:
-            raise InputError("the first account needs a password (a lead signs in with it)",
-                             source="<account>")
-        if conn.execute(text("SELECT 1 FROM accounts WHERE lower(name) = lower(:n)"),
-                        {"n": name}).first():
-            raise InputError(f"an account named {name!r} already exists", source="<account>")
-        return conn.execute(text(
-            "INSERT INTO accounts (name, role, password_hash, created_at)"
-            " VALUES (:n, :r, :h, :at) RETURNING id"),
-            {"n": name, "r": role, "h": hashed, "at": now()}).scalar_one()
+        r = conn.execute(text("SELECT * FROM accounts WHERE id = :i"),
+                         {"i": account_id}).first()
+        return None if r is None else _as_dict(r._mapping)
 
-    return db.write(tx)
+    return db.read(tx)
 
 
-def _row(conn, account_id: int):
+def hash_password(password: str, name: str | None = None) -> str:
+    return _HASHER.hash(check_password(password, name))
+
+
+def insert(conn, db: Database, name: str, role: str, hashed: str | None) -> int:
+    """Insert a checked account (inside a write transaction): the first must be a lead with
+    a password; names are unique whatever their case."""
+    db.lock(conn, 0x61636374)
+    n = conn.execute(text("SELECT COUNT(*) FROM accounts")).scalar_one()
+    if n == 0 and role != "lead":
+        raise InputError("the first account must be a lead (it manages the others)",
+                         source="<account>")
+    if n == 0 and hashed is None:
+        raise InputError("the first account needs a password (a lead signs in with it)",
+                         source="<account>")
+    if conn.execute(text("SELECT 1 FROM accounts WHERE lower(name) = lower(:n)"),
+                    {"n": name}).first():
+        raise InputError(f"an account named {name!r} already exists", source="<account>")
+    return conn.execute(text(
+        "INSERT INTO accounts (name, role, password_hash, created_at)"
+        " VALUES (:n, :r, :h, :at) RETURNING id"),
+        {"n": name, "r": role, "h": hashed, "at": now()}).scalar_one()
+
+
+def create(db: Database, name: str, role: str = "annotator",
+           password: str | None = None) -> int:
+    """A new account (an annotator unless said otherwise); the first one must be a lead
+    with a password (it turns sign-in on).  ``password`` None: the account signs in by
+    links only."""
+    name, role = check_name(name), check_role(role)
+    hashed = None if password is None else hash_password(password, name)
+    return db.write(lambda conn: insert(conn, db, name, role, hashed))
+
+
+def row(conn, account_id: int):
     r = conn.execute(text("SELECT * FROM accounts WHERE id = :i"), {"i": account_id}).first()
     if r is None:
         raise NotFoundError(f"no account with id {account_id}")
@@ -156,18 +190,24 @@ def _leads_left(conn, without: int) -> int:
                         {"i": without}).scalar_one()
 
 
+def end_sessions(conn, account_id: int) -> int:
+    """End every session of an account (inside a transaction); how many."""
+    return conn.execute(text("DELETE FROM auth_tokens WHERE account_id = :i"
+                             " AND kind = 'session'"), {"i": account_id}).rowcount
+
+
 def set_password(db: Database, account_id: int, password: str | None) -> None:
     """Set (or with None remove) an account's password; its sessions end."""
-    hashed = None if password is None else _HASHER.hash(check_password(password))
+    name = (get(db, account_id) or {}).get("name")
+    hashed = None if password is None else hash_password(password, name)
 
     def tx(conn):
-        m = _row(conn, account_id)
+        m = row(conn, account_id)
         if hashed is None and m["role"] == "lead":
             raise InputError("a lead needs a password", source="<account>")
         conn.execute(text("UPDATE accounts SET password_hash = :h WHERE id = :i"),
                      {"h": hashed, "i": account_id})
-        conn.execute(text("DELETE FROM auth_tokens WHERE account_id = :i AND kind = 'session'"),
-                     {"i": account_id})
+        end_sessions(conn, account_id)
 
     db.write(tx)
 
@@ -177,7 +217,7 @@ def set_role(db: Database, account_id: int, role: str) -> None:
     role = check_role(role)
 
     def tx(conn):
-        m = _row(conn, account_id)
+        m = row(conn, account_id)
         if m["role"] == role:
             return
         if role == "annotator" and _leads_left(conn, account_id) == 0:
@@ -187,48 +227,54 @@ def set_role(db: Database, account_id: int, role: str) -> None:
                              source="<account>")
         conn.execute(text("UPDATE accounts SET role = :r WHERE id = :i"),
                      {"r": role, "i": account_id})
-        conn.execute(text("DELETE FROM auth_tokens WHERE account_id = :i AND kind = 'session'"),
-                     {"i": account_id})
+        end_sessions(conn, account_id)
 
     db.write(tx)
 
 
 def delete(db: Database, account_id: int) -> None:
-    """Delete an account with its links and sessions (its votes stay, credited to its
-    name); the last lead cannot be deleted while other accounts exist."""
+    """Delete an account with its links, sessions and memberships (its votes stay,
+    credited to its name); the last lead cannot be deleted while other accounts exist."""
 
     def tx(conn):
-        m = _row(conn, account_id)
+        m = row(conn, account_id)
         others = conn.execute(text("SELECT COUNT(*) FROM accounts WHERE id <> :i"),
                               {"i": account_id}).scalar_one()
         if m["role"] == "lead" and others and _leads_left(conn, account_id) == 0:
             raise InputError("the last lead cannot be deleted while other accounts exist",
                              source="<account>")
         conn.execute(text("DELETE FROM auth_tokens WHERE account_id = :i"), {"i": account_id})
+        conn.execute(text("DELETE FROM memberships WHERE account_id = :i"), {"i": account_id})
         conn.execute(text("DELETE FROM accounts WHERE id = :i"), {"i": account_id})
 
     db.write(tx)
 
 
-def verify_password(db: Database, name: str, password: str) -> Identity | None:
+def check_password_of(db: Database, name: str, password: str) -> Identity | None:
     """The account's identity when ``password`` is right, else None (also for an unknown
-    name or an account without a password; the hash is checked either way)."""
+    name or an account without a password; the hash is checked either way, so both take
+    the same time).  No rate limit here: :func:`gpsl.annotation.auth.sign_in` is the door."""
+    if not isinstance(password, str) or len(password) > MAX_PASSWORD:
+        return None
     r = db.read(lambda conn: conn.execute(text(
         "SELECT * FROM accounts WHERE lower(name) = lower(:n)"),
-        {"n": " ".join(str(name or "").split())}).first())
+        {"n": " ".join(str(name or "").split())[:MAX_NAME * 2]}).first())
     stored = r._mapping["password_hash"] if r is not None else None
     try:
-        _HASHER.verify(stored or _dummy_hash(), str(password or ""))
+        _HASHER.verify(stored or _dummy_hash(), password)
     except (VerificationError, InvalidHashError):
         return None
     if stored is None:
         return None
     m = r._mapping
     if _HASHER.check_needs_rehash(stored):
-        new = _HASHER.hash(str(password))
+        new = _HASHER.hash(password)
         db.write(lambda conn: conn.execute(text(
             "UPDATE accounts SET password_hash = :h WHERE id = :i"), {"h": new, "i": m["id"]}))
     return Identity(m["name"], m["role"], m["id"])
+
+
+verify_password = check_password_of
 
 
 @functools.cache
@@ -237,70 +283,50 @@ def _dummy_hash() -> str:
     return _HASHER.hash(secrets.token_urlsafe(16))
 
 
-def _new_token(conn, account_id: int, kind: str, days: float) -> str:
-    token = secrets.token_urlsafe(32)
-    conn.execute(text("INSERT INTO auth_tokens (token_hash, account_id, kind, created_at,"
-                      " expires_at) VALUES (:h, :a, :k, :at, :exp)"),
-                 {"h": token_hash(token), "a": account_id, "k": kind, "at": now(),
-                  "exp": _expiry(days)})
-    return token
+# ----------------------------------------------------------------------------- memberships
 
 
-def issue_link(db: Database, account_id: int, days: float = LINK_DAYS) -> str:
-    """A new sign-in link token for an account (its older links stop working)."""
-
-    def tx(conn):
-        _row(conn, account_id)
-        conn.execute(text("DELETE FROM auth_tokens WHERE account_id = :a AND kind = 'link'"),
-                     {"a": account_id})
-        return _new_token(conn, account_id, "link", days)
-
-    return db.write(tx)
+def is_member(conn, project_id: int, account_id: int) -> bool:
+    return conn.execute(text("SELECT 1 FROM memberships WHERE project_id = :p"
+                             " AND account_id = :a"),
+                        {"p": project_id, "a": account_id}).first() is not None
 
 
-def _identity(conn, token: str | None, kind: str) -> Identity | None:
-    if not token or len(str(token)) > 200:
-        return None
-    r = conn.execute(text(
-        "SELECT a.id, a.name, a.role FROM auth_tokens t JOIN accounts a ON a.id = t.account_id"
-        " WHERE t.token_hash = :h AND t.kind = :k AND t.expires_at > :now"),
-        {"h": token_hash(token), "k": kind, "now": now()}).first()
-    return None if r is None else Identity(r[1], r[2], r[0])
+def projects_of(db: Database, account_id: int) -> list[int]:
+    """The ids of the projects an account is a member of."""
+    return [r[0] for r in db.read(lambda conn: conn.execute(text(
+        "SELECT project_id FROM memberships WHERE account_id = :a ORDER BY project_id"),
+        {"a": account_id}).fetchall())]
 
 
-def start_session(db: Database, account_id: int, days: float = SESSION_DAYS) -> str:
-    """A new session token for an account (after a password or link sign-in)."""
+def members(db: Database, project_id: int) -> list[dict]:
+    """The accounts that are members of a project (``id``, ``name``, ``role``), by name."""
+    return [dict(r._mapping) for r in db.read(lambda conn: conn.execute(text(
+        "SELECT a.id, a.name, a.role FROM memberships m JOIN accounts a ON a.id = m.account_id"
+        " WHERE m.project_id = :p ORDER BY a.name"), {"p": project_id}).fetchall())]
+
+
+def set_member(db: Database, project_id: int, account_id: int, member: bool = True) -> bool:
+    """Add (``member``) or remove an account's membership of a project; whether anything
+    changed.  An annotator removed from a project can no longer open or label it (their
+    votes stay)."""
 
     def tx(conn):
-        _row(conn, account_id)
-        conn.execute(text("DELETE FROM auth_tokens WHERE expires_at <= :now"), {"now": now()})
-        return _new_token(conn, account_id, "session", days)
+        row(conn, account_id)
+        if conn.execute(text("SELECT 1 FROM projects WHERE id = :p"),
+                        {"p": project_id}).first() is None:
+            raise NotFoundError(f"no project with id {project_id}")
+        had = is_member(conn, project_id, account_id)
+        if member and not had:
+            conn.execute(text("INSERT INTO memberships (project_id, account_id, added_at)"
+                              " VALUES (:p, :a, :at)"),
+                         {"p": project_id, "a": account_id, "at": now()})
+        elif had and not member:
+            conn.execute(text("DELETE FROM memberships WHERE project_id = :p"
+                              " AND account_id = :a"), {"p": project_id, "a": account_id})
+            conn.execute(text("DELETE FROM leases WHERE annotator = :n AND sentence_id IN"
+                              " (SELECT id FROM sentences WHERE project_id = :p)"),
+                         {"n": row(conn, account_id)["name"], "p": project_id})
+        return member != had
 
     return db.write(tx)
-
-
-def redeem_link(db: Database, token: str | None) -> tuple[Identity, str] | None:
-    """Sign in with a link token: ``(identity, new session token)``, or None when the link
-    is unknown, revoked or expired.  The link stays valid (a bookmark keeps working)."""
-
-    def tx(conn):
-        who = _identity(conn, token, "link")
-        if who is None:
-            return None
-        return who, _new_token(conn, who.account_id, "session", SESSION_DAYS)
-
-    return db.write(tx)
-
-
-def session_identity(db: Database, token: str | None) -> Identity | None:
-    """The identity of a session token, or None (unknown, ended or expired)."""
-    if not token:
-        return None
-    return db.read(lambda conn: _identity(conn, token, "session"))
-
-
-def end_session(db: Database, token: str | None) -> None:
-    if token:
-        db.write(lambda conn: conn.execute(text(
-            "DELETE FROM auth_tokens WHERE token_hash = :h AND kind = 'session'"),
-            {"h": token_hash(token)}))

@@ -36,7 +36,7 @@ from typing import TypeVar
 import numpy as np
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from tenacity import Retrying as _Retrying
 from tenacity import (
     retry_if_exception,
@@ -220,6 +220,10 @@ class Database:
 
     def _translate(self, exc: DBAPIError) -> Exception | None:
         message = " ".join(str(exc.orig).split())
+        if isinstance(exc, DataError):  # a value the database cannot keep: the input's fault
+            first = (str(exc.orig).strip().splitlines() or [""])[0]
+            return InputError(f"the annotation store cannot keep a value: "
+                              f"{' '.join(first.split())[:200]}", source=self.where)
         if self.dialect == "sqlite":
             if "not a database" in message or "file is encrypted" in message:
                 return InputError(f"not a gpsl database ({message})", source=self.where)

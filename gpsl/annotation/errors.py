@@ -16,8 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gpsl.errors import GpslError, InputError
 
-__all__ = ["STORE_ERRORS", "GpslError", "InputError", "NotFoundError", "StoreBusyError",
-           "StoreUnavailableError", "TrainingBusyError", "one_line"]
+__all__ = ["STORE_ERRORS", "AccessDenied", "GpslError", "InputError", "NotFoundError",
+           "StoreBusyError", "StoreUnavailableError", "TooManyAttempts", "TrainingBusyError",
+           "one_line"]
 
 
 class NotFoundError(GpslError, LookupError):
@@ -36,6 +37,15 @@ class TrainingBusyError(GpslError):
     """A training job of the project is still running."""
 
 
+class AccessDenied(GpslError, PermissionError):
+    """The acting person may not do this: a lead's action, a project they are not a member
+    of, labels in someone else's name (:mod:`gpsl.annotation.access`)."""
+
+
+class TooManyAttempts(GpslError):
+    """Too many failed sign-ins for one name or from one place: wait, then try again."""
+
+
 #: what a store call may raise: the one-line errors, and what SQLAlchemy could not map to one
 STORE_ERRORS: tuple[type[BaseException], ...] = (GpslError, SQLAlchemyError)
 
@@ -48,6 +58,11 @@ def one_line(exc: BaseException, action: str | None = None) -> str:
     ``"<type>: <message>"``: an unexpected error keeps its type, which says what went wrong."""
     if isinstance(exc, GpslError):
         text = " ".join(str(exc).split()) or type(exc).__name__
+    elif isinstance(exc, SQLAlchemyError):  # never the SQL statement or its parameters
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [""])[0]
+        text = f"the annotation store refused the change ({type(orig).__name__}: " \
+               f"{' '.join(first.split())[:200]})"
     elif isinstance(exc, OSError) and exc.errno is not None:
         text = f"{type(exc).__name__}: {os.strerror(exc.errno)}" + (
             f": {exc.filename}" if exc.filename else "")

@@ -1,9 +1,11 @@
 """Writing annotations out: CoNLL columns and JSONL (the store's own formats), predictions
 of a model version, the formats of other tools (Label Studio JSON, doccano JSONL, Prodigy
-JSONL, CoNLL-2003), and a model folder as a zip, only after it loads cleanly."""
+JSONL, CoNLL-2003), tables as CSV with formula cells neutralised, and a model folder as a
+zip, only after it loads cleanly."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -16,6 +18,7 @@ from gpsl.errors import InputError
 from gpsl.io import Sentence, format_conll, format_jsonl
 from gpsl.metrics import chunks
 from gpsl.model import GPSL
+from gpsl.persist import MODEL_FILES, read_file
 from gpsl.tags import is_prefixed
 
 EXPORT_FORMATS = {"conll": "CoNLL columns", "jsonl": "JSONL",
@@ -148,15 +151,50 @@ def check_model(path: str | os.PathLike) -> None:
 
 
 def model_zip(path: str | os.PathLike) -> bytes:
-    """A zip archive (in memory) of a saved model's folder, only after :func:`check_model`
-    passed: a damaged model is never handed out."""
+    """A zip archive (in memory) of a saved model's files (:data:`gpsl.persist.MODEL_FILES`:
+    nothing else the folder may hold), only after :func:`check_model` passed: a damaged
+    model is never handed out, and no symbolic link is followed (the folder and its files
+    are refused when one is a link)."""
     path = Path(path)
+    if path.is_symlink():
+        raise InputError("the model directory is a symbolic link; refused", source=str(path))
     check_model(path)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(path.rglob("*")):
-            if f.is_file():
-                zf.write(f, Path(path.name) / f.relative_to(path))
+        for name in MODEL_FILES:
+            zf.writestr(f"{path.name}/{name}", read_file(path / name, 1 << 34))
+    return buf.getvalue()
+
+
+#: what a spreadsheet may take for the start of a formula (OWASP's list, with the
+#: full-width forms some spreadsheets also read)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d",
+                 "\uff20")
+
+
+def csv_cell(value) -> str:
+    """One CSV cell that no spreadsheet evaluates: text starting like a formula (``=``,
+    ``+``, ``-``, ``@``, tab, CR, line feed, after any leading spaces) gets a leading ``'``,
+    which spreadsheets show as text; numbers stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value) if isinstance(value, float) else str(value)
+    text = str(value)
+    if text.lstrip(" ").startswith(FORMULA_START):
+        return "'" + text
+    return text
+
+
+def to_csv(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    """Rows (dicts) as CSV text (RFC 4180 quoting) with :func:`csv_cell` applied to every
+    cell, the header included."""
+    columns = list(columns if columns is not None else (rows[0] if rows else []))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow([csv_cell(c) for c in columns])
+    for row in rows:
+        writer.writerow([csv_cell(row.get(c)) for c in columns])
     return buf.getvalue()
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from gpsl.annotation import (
+    access,
     accounts,
+    auth,
     exports,
     imports,
     jobs,
@@ -312,14 +314,25 @@ class Store:
     def leases(self, project_id: int) -> list[dict]:
         return queue.leases(self.db, project_id)
 
-    # accounts (gpsl.annotation.accounts)
+    # the door (gpsl.annotation.access, accounts, auth)
+    def acting(self, who) -> access.ActingStore:
+        """This store as ``who`` (an :class:`~gpsl.annotation.Identity`) may use it: roles,
+        project membership and names checked on every call (:mod:`gpsl.annotation.access`)."""
+        return access.ActingStore(self, who)
+
+    def as_session(self, token: str | None) -> access.ActingStore | None:
+        """:meth:`acting` for the account of a session token (None: no valid session)."""
+        who = self.session_identity(token)
+        return None if who is None else self.acting(who)
+
     def account_count(self) -> int:
         return accounts.count(self.db)
 
     def list_accounts(self) -> list[dict]:
         return accounts.list_all(self.db)
 
-    def create_account(self, name: str, role: str, password: str | None = None) -> int:
+    def create_account(self, name: str, role: str = "annotator",
+                       password: str | None = None) -> int:
         return accounts.create(self.db, name, role, password)
 
     def set_account_password(self, account_id: int, password: str | None) -> None:
@@ -331,23 +344,44 @@ class Store:
     def delete_account(self, account_id: int) -> None:
         accounts.delete(self.db, account_id)
 
-    def verify_password(self, name: str, password: str):
-        return accounts.verify_password(self.db, name, password)
+    def members(self, project_id: int) -> list[dict]:
+        return accounts.members(self.db, project_id)
 
-    def issue_sign_in_link(self, account_id: int, days: float = accounts.LINK_DAYS) -> str:
-        return accounts.issue_link(self.db, account_id, days)
+    def set_member(self, project_id: int, account_id: int, member: bool = True) -> bool:
+        return accounts.set_member(self.db, project_id, account_id, member)
+
+    def verify_password(self, name: str, password: str):
+        """The identity for a right password, else None (no rate limit: :meth:`sign_in`)."""
+        return accounts.check_password_of(self.db, name, password)
+
+    def sign_in(self, name: str, password: str, client: str | None = None):
+        """``(identity, session token)``, None for a wrong name or password; rate limited
+        per name and per ``client`` (:func:`gpsl.annotation.auth.sign_in`)."""
+        return auth.sign_in(self.db, name, password, client)
+
+    def issue_sign_in_link(self, account_id: int, hours: float = auth.LINK_HOURS) -> str:
+        return auth.issue_link(self.db, account_id, hours)
 
     def redeem_sign_in_link(self, token: str):
-        return accounts.redeem_link(self.db, token)
+        return auth.redeem_link(self.db, token)
 
     def start_session(self, account_id: int) -> str:
-        return accounts.start_session(self.db, account_id)
+        return auth.start_session(self.db, account_id)
 
     def session_identity(self, token: str | None):
-        return accounts.session_identity(self.db, token)
+        return auth.session_identity(self.db, token)
 
     def end_session(self, token: str | None) -> None:
-        accounts.end_session(self.db, token)
+        auth.end_session(self.db, token)
+
+    def end_sessions(self, account_id: int) -> int:
+        return auth.end_sessions(self.db, account_id)
+
+    def issue_setup_token(self, hours: float = auth.SETUP_HOURS) -> str | None:
+        return auth.issue_setup_token(self.db, hours)
+
+    def setup_lead(self, token: str, name: str, password: str, client: str | None = None):
+        return auth.setup_lead(self.db, token, name, password, client)
 
     # team (gpsl.annotation.team)
     def team_settings(self, project_id: int) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpsl import limits
 from gpsl.annotation import validate
-from gpsl.errors import InputError
+from gpsl.errors import InputError, clean_source
 from gpsl.io import Sentence, read_any
 from gpsl.tags import sort_labels
 
@@ -50,18 +50,17 @@ def spans_to_labels(text: str, offsets: Sequence[tuple[int, int]],
     starts = {s: i for i, (s, _) in enumerate(offsets)}
     ends = {e: i for i, (_, e) in enumerate(offsets)}
     for start, end, tag in sorted(spans):
-        start, end = int(start), int(end)
         # spans often include surrounding whitespace: trim it
         while start < end and text[start:start + 1].isspace():
             start += 1
         while end > start and text[end - 1:end].isspace():
             end -= 1
         if start not in starts or end not in ends or ends[end] < starts[start]:
-            raise InputError(f"span [{start}, {end}) {text[start:end]!r} ({tag}) crosses a "
-                             "token boundary", source=source, line=line)
+            raise InputError(f"span [{start}, {end}) {_show(text[start:end])} ({tag}) crosses "
+                             "a token boundary", source=source, line=line)
         a, b = starts[start], ends[end]
         if any(lab != "O" for lab in labels[a:b + 1]):
-            raise InputError(f"span [{start}, {end}) {text[start:end]!r} ({tag}) overlaps "
+            raise InputError(f"span [{start}, {end}) {_show(text[start:end])} ({tag}) overlaps "
                              "another span", source=source, line=line)
         labels[a] = f"B-{tag}"
         for i in range(a + 1, b + 1):
@@ -69,110 +68,309 @@ def spans_to_labels(text: str, offsets: Sequence[tuple[int, int]],
     return labels
 
 
+# ----------------------------------------------------------------------------- the tools'
+# formats: every value is checked for its type and range before it is used, so a wrong type
+# is refused with one line and never coerced into a label ([0, 5, null] is not B-None, a
+# label "PER" is not a list of one-letter labels, an offset 0.5 is not 0)
+
+
+def _show(value, n: int = 40) -> str:
+    """A short, one-line ``repr`` of a value for a message."""
+    text = repr(value)
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _kind(value) -> str:
+    """What a JSON value is, with the value itself when that helps (``a number 0.5``)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else f"a boolean ({str(value).lower()})"
+    kind = {int: "a number", float: "a number", str: "text", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
+    return f"{kind} {_show(value)}" if isinstance(value, (int, float, str)) else kind
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_problem(exc: ValueError) -> str:
+    text = " ".join(str(exc).split())
+    if "digits" in text:
+        return "not valid JSON (a number of thousands of digits)"
+    return f"not valid JSON ({text[:120]})"
+
+
+def _loads(raw: str, source: str, line: int | None):
+    """One JSON value: :class:`InputError` (one line) for invalid JSON, nesting deeper than
+    the parser's recursion limit, integers of thousands of digits and NaN/Infinity."""
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON ({exc.msg}, column {exc.colno})", source=source,
+                         line=line if line is not None else exc.lineno) from None
+    except RecursionError:
+        raise InputError("not valid JSON (nested too deeply)", source=source,
+                         line=line) from None
+    except ValueError as exc:
+        raise InputError(_json_problem(exc), source=source, line=line) from None
+
+
+def _offset(value, what: str, text: str, source: str, line: int | None) -> int:
+    """A character offset into ``text``: a whole number (not a boolean, not 0.5) in
+    ``0 .. len(text)``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{what} must be a whole number, found {_kind(value)}",
+                         source=source, line=line)
+    if not 0 <= value <= len(text):
+        raise InputError(f"{what} {value} is outside the text (0 to {len(text)} characters)",
+                         source=source, line=line)
+    return value
+
+
+def _tag(value, what: str, source: str, line: int | None) -> str:
+    """An entity type: non-empty text without whitespace or control characters."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be text, found {_kind(value)}",
+                         source=source, line=line)
+    validate.text(value, what, source, line=line, one_line=True)
+    if not value or any(ch.isspace() for ch in value) or len(value) > 100:
+        raise InputError(f"{what} {_show(value)} must be one word (no spaces, at most 100 "
+                         "characters)", source=source, line=line)
+    return value
+
+
+def _span(start, end, tag, what: str, text: str, source: str, line: int | None):
+    start = _offset(start, f"{what} start", text, source, line)
+    end = _offset(end, f"{what} end", text, source, line)
+    if end <= start:
+        raise InputError(f"{what} [{start}, {end}) is empty or reversed", source=source,
+                         line=line)
+    return start, end, _tag(tag, f"{what} label", source, line)
+
+
+def _list(value, what: str, source: str, line: int | None) -> list:
+    if not isinstance(value, list):
+        raise InputError(f"{what} must be a list, found {_kind(value)}",
+                         source=source, line=line)
+    return value
+
+
+def _text(rec: dict, key: str, source: str, line: int | None, what: str = "text") -> str:
+    value = rec.get(key)
+    if not isinstance(value, str):
+        raise InputError(f"the record has no {what} ({key!r} is {_kind(value)})",
+                         source=source, line=line)
+    validate.text(value, what, source, line=line)
+    if not value.strip():
+        raise InputError(f"the record's {what} is empty", source=source, line=line)
+    return value
+
+
 def _sentence(text: str, spans, source: str, line: int, offsets=None) -> Sentence:
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("the record has no text", source=source, line=line)
+    """``spans`` None: the record carries no annotation (labels missing); a list (maybe
+    empty): every token outside the spans is ``O``."""
     offsets = offsets if offsets is not None else tokenize(text)
     if not offsets:
         raise InputError("the text has no tokens", source=source, line=line)
-    labels = spans_to_labels(text, offsets, spans, source=source, line=line)
+    if spans is not None and len(spans) > len(offsets):
+        raise InputError(f"{len(spans):,} spans for {len(offsets):,} tokens", source=source,
+                         line=line)
+    labels = None if spans is None else spans_to_labels(text, offsets, spans, source=source,
+                                                        line=line)
     return Sentence([(text[s:e],) for s, e in offsets], labels, line)
 
 
 def _json_lines(text: str, source: str):
-    for k, raw in enumerate(text.splitlines(), 1):
+    """``(line number, object)`` of each non-blank line (lines end at LF, CRLF or CR only:
+    U+2028 may stand inside a JSON string)."""
+    cap = limits.max_line_chars()
+    for k, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
         if not raw.strip():
             continue
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", source=source, line=k) from None
+        limits.check_line_length(len(raw), cap, source, k)
+        rec = _loads(raw, source, k)
         if not isinstance(rec, dict):
-            raise InputError("each line must be a JSON object", source=source, line=k)
+            raise InputError(f"each line must be a JSON object, found {_kind(rec)}",
+                             source=source, line=k)
         yield k, rec
 
 
-def _span_triple(sp, source, line, what):
-    try:
-        return int(sp[0]), int(sp[1]), str(sp[2])
-    except (TypeError, ValueError, IndexError, KeyError):
-        raise InputError(f"bad {what} {sp!r}: expected [start, end, tag]", source=source,
-                         line=line) from None
-
-
 def read_doccano(text: str, source: str) -> list[Sentence]:
-    """doccano JSONL: ``{"text": ..., "label": [[start, end, tag], ...]}`` per line."""
+    """doccano JSONL: ``{"text": ..., "label": [[start, end, tag], ...]}`` per line (also
+    ``"labels"``, or ``"entities": [{"start_offset", "end_offset", "label"}]``).  A record
+    without any of them is unlabeled; an empty list means "no entity" (every token O)."""
     out = []
     for k, rec in _json_lines(text, source):
-        spans = [_span_triple(sp, source, k, "label")
-                 for sp in rec.get("label", rec.get("labels", [])) or []]
-        out.append(_sentence(rec.get("text"), spans, source, k))
+        body = _text(rec, "text", source, k)
+        spans = None
+        for key in ("label", "labels", "entities"):
+            if key not in rec:
+                continue
+            spans = []
+            for sp in _list(rec[key], f'"{key}"', source, k):
+                if isinstance(sp, dict):
+                    spans.append(_span(sp.get("start_offset"), sp.get("end_offset"),
+                                       sp.get("label"), "entity", body, source, k))
+                elif isinstance(sp, list) and len(sp) == 3:
+                    spans.append(_span(*sp, "span", body, source, k))
+                else:
+                    raise InputError(f"bad span {_show(sp)}: expected [start, end, label]",
+                                     source=source, line=k)
+            break
+        out.append(_sentence(body, spans, source, k))
     return out
+
+
+def _prodigy_tokens(rec: dict, body: str, source: str, k: int):
+    if "tokens" not in rec or rec["tokens"] is None:
+        return None
+    offsets = []
+    for j, tok in enumerate(_list(rec["tokens"], '"tokens"', source, k), 1):
+        if not isinstance(tok, dict):
+            raise InputError(f"token {j} must be an object with start and end, found "
+                             f"{_kind(tok)}", source=source, line=k)
+        a = _offset(tok.get("start"), f"token {j} start", body, source, k)
+        b = _offset(tok.get("end"), f"token {j} end", body, source, k)
+        if b <= a or not body[a:b].strip():
+            raise InputError(f"token {j} [{a}, {b}) is empty (its offsets miss the text)",
+                             source=source, line=k)
+        if offsets and a < offsets[-1][1]:
+            raise InputError(f"token {j} [{a}, {b}) overlaps or precedes the token before it",
+                             source=source, line=k)
+        if "text" in tok and tok["text"] != body[a:b]:
+            raise InputError(f"token {j}: its text {_show(tok['text'])} is not the text at "
+                             f"[{a}, {b}) {_show(body[a:b])}", source=source, line=k)
+        offsets.append((a, b))
+    return offsets or None
 
 
 def read_prodigy(text: str, source: str) -> list[Sentence]:
     """Prodigy JSONL: ``text``, optional ``tokens`` (``start``/``end``) and ``spans``
     (``start``, ``end``, ``label``); records with ``"answer"`` other than accept are
-    skipped."""
+    skipped; a record without ``spans`` is unlabeled."""
     out = []
     for k, rec in _json_lines(text, source):
-        if rec.get("answer", "accept") != "accept":
+        answer = rec.get("answer", "accept")
+        if not isinstance(answer, str):
+            raise InputError(f'"answer" must be text, found {_kind(answer)}', source=source,
+                             line=k)
+        if answer != "accept":
             continue
-        offsets = None
-        if rec.get("tokens"):
-            try:
-                offsets = [(int(t["start"]), int(t["end"])) for t in rec["tokens"]]
-            except (TypeError, KeyError, ValueError):
-                raise InputError("bad tokens: each needs start and end", source=source,
-                                 line=k) from None
-        spans = []
-        for sp in rec.get("spans") or []:
-            if not isinstance(sp, dict):
-                raise InputError(f"bad span {sp!r}", source=source, line=k)
-            spans.append(_span_triple((sp.get("start"), sp.get("end"), sp.get("label")),
-                                      source, k, "span"))
-        out.append(_sentence(rec.get("text"), spans, source, k, offsets))
+        body = _text(rec, "text", source, k)
+        offsets = _prodigy_tokens(rec, body, source, k)
+        spans = None
+        if rec.get("spans") is not None:
+            spans = []
+            for sp in _list(rec["spans"], '"spans"', source, k):
+                if not isinstance(sp, dict):
+                    raise InputError(f"bad span {_show(sp)}: expected an object with start, "
+                                     "end and label", source=source, line=k)
+                spans.append(_span(sp.get("start"), sp.get("end"), sp.get("label"), "span",
+                                   body, source, k))
+        out.append(_sentence(body, spans, source, k, offsets))
     return out
+
+
+def _json_array(text: str, source: str):
+    """``(line, element)`` of a JSON array, parsed element by element so that each one is
+    named by the line it starts on."""
+    dec = json.JSONDecoder(parse_constant=_refuse_constant)
+    ws = re.compile(r"[ \t\n\r]*")
+    pos = ws.match(text, 0).end()
+    if text[pos:pos + 1] != "[":
+        value = _loads(text, source, None)  # a clear line for invalid JSON
+        raise InputError(f"a Label Studio export is a JSON list of tasks, found {_kind(value)}",
+                         source=source)
+    pos = ws.match(text, pos + 1).end()
+    if text[pos:pos + 1] == "]":
+        return
+    while True:
+        line = text.count("\n", 0, pos) + 1
+        try:
+            value, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON ({exc.msg})", source=source,
+                             line=exc.lineno) from None
+        except RecursionError:
+            raise InputError("not valid JSON (nested too deeply)", source=source,
+                             line=line) from None
+        except ValueError as exc:
+            raise InputError(_json_problem(exc), source=source, line=line) from None
+        yield line, value
+        pos = ws.match(text, pos).end()
+        sep = text[pos:pos + 1]
+        if sep == "]":
+            if text[ws.match(text, pos + 1).end():]:
+                raise InputError("not valid JSON (extra data after the list)", source=source,
+                                 line=text.count("\n", 0, pos) + 1)
+            return
+        if sep != ",":
+            raise InputError("not valid JSON (expected ',' or ']' after a task)",
+                             source=source, line=text.count("\n", 0, pos) + 1)
+        pos = ws.match(text, pos + 1).end()
+
+
+def _labelstudio_spans(task: dict, body: str, source: str, line: int):
+    """The spans of a task's first annotation that was not cancelled (None: no annotation,
+    the task is unlabeled); results of other kinds (choices, text areas, relations) are
+    left out, a ``labels`` result is checked whole."""
+    key = "annotations" if task.get("annotations") is not None else "completions"
+    anns = [a for a in _list(task.get(key) or [], f'"{key}"', source, line)]
+    for j, ann in enumerate(anns, 1):
+        if not isinstance(ann, dict):
+            raise InputError(f"annotation {j} must be an object, found {_kind(ann)}",
+                             source=source, line=line)
+    anns = [a for a in anns if not a.get("was_cancelled")]
+    if not anns:
+        return None
+    spans = []
+    for r in _list(anns[0].get("result", []), '"result"', source, line):
+        if not isinstance(r, dict):
+            raise InputError(f"a result must be an object, found {_kind(r)}", source=source,
+                             line=line)
+        v = r.get("value")
+        if r.get("type", "labels") != "labels" and not (isinstance(v, dict) and "labels" in v):
+            continue
+        if not isinstance(v, dict):
+            raise InputError(f"a labels result's value must be an object, found {_kind(v)}",
+                             source=source, line=line)
+        tags = _list(v.get("labels"), "a result's labels", source, line)
+        if len(tags) != 1:
+            raise InputError(f"a result must carry one label, found {len(tags)} "
+                             f"{_show(tags)}", source=source, line=line)
+        a, b, tag = _span(v.get("start"), v.get("end"), tags[0], "result", body, source,
+                          line)
+        if "text" in v and v["text"] != body[a:b]:
+            raise InputError(f"result [{a}, {b}): its text {_show(v['text'])} is not the "
+                             f"task's text there {_show(body[a:b])}", source=source, line=line)
+        spans.append((a, b, tag))
+    return spans
 
 
 def read_labelstudio(text: str, source: str) -> list[Sentence]:
     """Label Studio JSON export: a list of tasks ``{"data": {"text": ...}, "annotations":
-    [{"result": [{"value": {"start", "end", "labels": [tag]}}]}]}`` (the first annotation
-    of each task)."""
-    try:
-        tasks = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg})", source=source, line=exc.lineno) \
-            from None
-    if not isinstance(tasks, list):
-        raise InputError("a Label Studio export is a JSON list of tasks", source=source)
+    [{"result": [{"type": "labels", "value": {"start", "end", "labels": [tag]}}]}]}`` (the
+    first annotation of each task that was not cancelled; a task without one is
+    unlabeled)."""
     out = []
-    for k, task in enumerate(tasks, 1):
-        where = f"{source} (task {k})"
+    for line, task in _json_array(text, source):
         if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-            raise InputError("task without data", source=where)
-        results = []
-        anns = task.get("annotations") or task.get("completions") or []
-        if anns:
-            results = anns[0].get("result") or []
-        spans = []
-        for r in results:
-            v = r.get("value") if isinstance(r, dict) else None
-            if not isinstance(v, dict) or "start" not in v:
-                continue
-            tags = v.get("labels") or []
-            if not tags:
-                continue
-            spans.append(_span_triple((v.get("start"), v.get("end"), tags[0]), where, None,
-                                      "result"))
-        out.append(_sentence(task["data"].get("text"), spans, where, k))
+            raise InputError("a task must be an object with \"data\"", source=source,
+                             line=line)
+        body = _text(task["data"], "text", source, line, "data.text")
+        out.append(_sentence(body, _labelstudio_spans(task, body, source, line), source,
+                             line))
+    if not out:
+        raise InputError("no tasks in the file", source=source)
     return out
 
 
 def read_conll2003(text: str, source: str) -> list[Sentence]:
-    """CoNLL-2003: ``word POS chunk NER`` columns; ``-DOCSTART-`` lines are skipped."""
-    kept = "\n".join("" if ln.startswith("-DOCSTART-") else ln for ln in text.splitlines())
-    return read_any(kept.encode("utf-8"), "conll", name=source)
+    """CoNLL-2003: ``word POS chunk NER`` columns; ``-DOCSTART-`` lines are skipped (left
+    blank, so every line keeps its number)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    kept = "\n".join("" if ln.startswith("-DOCSTART-") else ln for ln in lines)
+    return read_any(kept.encode("utf-8", errors="surrogatepass"), "conll", name=source)
 
 
 _SPAN_READERS = {"doccano": read_doccano, "prodigy": read_prodigy,
@@ -184,7 +382,7 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     """Read uploaded bytes as ``fmt`` (None: by extension).  Refused with one InputError
     line naming the file (and line): too large (:func:`gpsl.limits.max_upload_bytes`), a
     sentence too long (``max_tokens``), and every problem of the readers."""
-    source = filename or "<upload>"
+    source = clean_source(filename) if filename else "<upload>"
     if data is None:
         raise InputError("no file data", source=source)
     limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
@@ -195,15 +393,29 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
         try:
             text = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8 text (byte {exc.start})", source=source) from None
+            raise InputError(f"not UTF-8 text (byte {exc.start})", source=source,
+                             line=bytes(data).count(b"\n", 0, exc.start) + 1) from None
+        text = text.removeprefix("\ufeff")
+        if "\x00" in text:  # no store keeps it (PostgreSQL refuses it): refused at parse
+            raise InputError("NUL byte in input (binary file?)", source=source,
+                             line=text.count("\n", 0, text.index("\x00")) + 1)
         sentences = _SPAN_READERS[fmt](text, source)
+        if not sentences:
+            raise InputError("no sentences found", source=source)
         cap = limits.max_tokens(max_tokens)
         for s in sentences:
             if cap and len(s.tokens) > cap:
                 raise InputError(f"sentence of {len(s.tokens)} tokens (the limit is {cap})",
                                  source=source, line=s.line)
-        return sentences
-    return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
+    else:
+        sentences = read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
+    per_token = fmt in ("conll", "conll2003")
+    for s in sentences:  # what a project's label set may hold, checked where the file is named
+        for t, lab in enumerate(s.labels):
+            if lab is not None:
+                validate.text(lab, f"label {lab!r}", source,
+                              line=(s.line + t) if per_token else s.line, one_line=True)
+    return sentences
 
 
 def upload_limits() -> tuple[float | None, int | None]:

@@ -8,7 +8,8 @@ runs them in order, in the one transaction that opens an older store.
 
 * 1 -> 2 (:func:`migrate_1_to_2`): one label per token becomes votes per annotator;
 * 2 -> 3 (:func:`migrate_2_to_3`): the team tables, project guidelines, version numbers;
-* 3 -> 4 (:func:`migrate_3_to_4`): the per-token query scores of the queue.
+* 3 -> 4 (:func:`migrate_3_to_4`): the per-token query scores of the queue;
+* 4 -> 5 (:func:`migrate_4_to_5`): project memberships, the sign-in rate limit, setup tokens.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from sqlalchemy.engine import Connection
 
 from gpsl.annotation import schema
 
-__all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "run"]
+__all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "migrate_4_to_5", "run"]
 
 
 def run(conn: Connection, version: int) -> None:
-    """Bring a store of schema ``version`` (1, 2 or 3) to the newest schema's tables, in the
+    """Bring a store of schema ``version`` (1 to 4) to the newest schema's tables, in the
     caller's transaction (schema 0, a new store: :data:`schema.metadata` is created)."""
     if version == 1:
         migrate_1_to_2(conn)
@@ -34,6 +35,8 @@ def run(conn: Connection, version: int) -> None:
         migrate_2_to_3(conn)
     if version in (1, 2, 3):
         migrate_3_to_4(conn)
+    if version in (1, 2, 3, 4):
+        migrate_4_to_5(conn)
     if version == 0:
         schema.metadata.create_all(conn)
 
@@ -129,3 +132,18 @@ def migrate_3_to_4(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE predictions ADD COLUMN query_scores {blob}"))
     if "query_strategy" not in {c["name"] for c in insp.get_columns("model_versions")}:
         conn.execute(text("ALTER TABLE model_versions ADD COLUMN query_strategy TEXT"))
+
+
+# ----------------------------------------------------------------------------- 4 -> 5
+
+
+def migrate_4_to_5(conn: Connection) -> None:
+    """Schema 4 -> 5: ``memberships``, ``sign_in_failures`` and ``setup_tokens``.  Before
+    schema 5 every annotator could open every project: every existing annotator account
+    becomes a member of every existing project, so nobody loses access in the upgrade (the
+    lead removes what should not be there).  Every row is kept."""
+    schema.metadata.create_all(conn)  # the new tables only
+    conn.execute(text(
+        "INSERT INTO memberships (project_id, account_id, added_at)"
+        " SELECT p.id, a.id, a.created_at FROM projects p CROSS JOIN accounts a"
+        " WHERE a.role = 'annotator'"))

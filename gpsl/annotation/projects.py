@@ -52,7 +52,8 @@ def insert(conn, name, labels, template, offsets, kernel, settings) -> int:
     return conn.execute(text(
         "INSERT INTO projects (name, labels, template, offsets, kernel, created_at, settings)"
         " VALUES (:name, :labels, :template, :offsets, :kernel, :at, :settings) RETURNING id"),
-        {"name": name, "labels": dumps(labels), "template": str(template or ""),
+        {"name": name, "labels": dumps(labels),
+         "template": validate.text(str(template or ""), "the template", "<template>"),
          "offsets": dumps(offsets), "kernel": str(kernel), "at": now(),
          "settings": dumps(dict(settings or {}))}).scalar_one()
 
@@ -63,7 +64,7 @@ def create(db: Database, name: str, labels: Sequence[str], template: str = "",
            heldout_gold=None, doc: str | None = None, annotator: str = "import") -> int:
     """Create a project with its first train (and held-out, with gold) sentences in one
     transaction: any problem raises and nothing is written, not even the project row."""
-    annotator = validate.annotator(annotator)
+    annotator = validate.credit(annotator)
 
     def tx(conn):
         db.lock(conn, 0x70726A)  # concurrent creates of one name: one wins, one is told
@@ -83,7 +84,7 @@ def add_sentences(db: Database, project_id: int, items, *, split: str = "train",
     """Append sentences in one transaction; ``add_labels`` join the project's label set in
     the same transaction (both or neither).  Returns how many sentences."""
     split = validate.split(split)
-    annotator = validate.annotator(annotator)
+    annotator = validate.credit(annotator)
     if isinstance(add_labels, str):
         raise InputError("add_labels must be a list of strings", source=doc or "<import>")
     add_labels = [str(x) for x in add_labels]
@@ -232,7 +233,8 @@ def update(db: Database, project_id: int, **fields) -> dict:
                                  + ", ".join(missing), source="<project>")
             values["labels"] = dumps(labels)
         if "template" in fields:
-            values["template"] = str(fields["template"] or "")
+            values["template"] = validate.text(str(fields["template"] or ""), "the template",
+                                               "<template>")
         if "offsets" in fields:
             values["offsets"] = dumps(validate.offsets(fields["offsets"]))
         if "kernel" in fields:
@@ -240,7 +242,8 @@ def update(db: Database, project_id: int, **fields) -> dict:
         if "settings" in fields:
             values["settings"] = dumps(dict(fields["settings"] or {}))
         if "guidelines" in fields:
-            guidelines = str(fields["guidelines"] or "")
+            guidelines = validate.text(str(fields["guidelines"] or ""), "the guidelines",
+                                       "<project>")
             if len(guidelines) > MAX_GUIDELINES:
                 raise InputError(f"the guidelines are longer than {MAX_GUIDELINES:,} "
                                  "characters", source="<project>")
@@ -287,3 +290,18 @@ def settings_of_sentence(conn, sentence_id: int) -> dict:
     r = conn.execute(text("SELECT p.settings FROM sentences s JOIN projects p ON"
                           " p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
     return loads(r[0], {}) if r else {}
+
+
+def project_of(db: Database, *, sentence_id: int | None = None,
+               version_id: int | None = None) -> int | None:
+    """The project a sentence or a model version belongs to (None: no such row)."""
+    if sentence_id is not None:
+        sql, arg = "SELECT project_id FROM sentences WHERE id = :i", sentence_id
+    else:
+        sql, arg = "SELECT project_id FROM model_versions WHERE id = :i", version_id
+    try:
+        arg = int(arg)
+    except (TypeError, ValueError):
+        return None
+    r = db.read(lambda conn: conn.execute(text(sql), {"i": arg}).first())
+    return None if r is None else int(r[0])

@@ -519,6 +519,8 @@ class Account:
     has_password: bool
     created_at: str
     link_expires: str | None = None
+    sessions: int = 0  # open sessions (signed in somewhere)
+    projects: tuple[int, ...] = ()  # the projects it is a member of (a lead sees every one)
 
 
 @dataclass(frozen=True)

@@ -387,7 +387,8 @@ class Reports:
         return [tok[0] for tok in self.store.get_sentence(sentence_id)["tokens"]]
 
     def accounts(self) -> list[Account]:
-        return [Account(**a) for a in self.store.list_accounts()]
+        return [Account(**{**a, "projects": tuple(a.get("projects", ()))})
+                for a in self.store.list_accounts()]
 
     def leases(self, project_id: int) -> list[Lease]:
         return [Lease(**x) for x in self.store.leases(project_id)]

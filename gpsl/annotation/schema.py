@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 4.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 5.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -25,6 +25,11 @@ Schema 4 adds the per-token query scores of the annotation queue: ``predictions.
 (float32 NPY blob, one score per token, from :func:`gpsl.active.score_tokens`; NULL for
 predictions written before schema 4) and ``model_versions.query_strategy`` (the name of the
 score, a key of :data:`gpsl.active.QUERY_SCORES`; NULL before schema 4).
+
+Schema 5 adds the door (:mod:`gpsl.annotation.accounts`, :mod:`gpsl.annotation.auth`):
+``memberships`` (which accounts may see and label which project; a lead sees every project),
+``sign_in_failures`` (failed sign-ins per name and per client, for the rate limit) and
+``setup_tokens`` (the one-time token that creates the first lead account; SHA-256 hashes).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -245,6 +250,31 @@ auth_tokens = Table(
     CheckConstraint("kind IN ('link', 'session')"),
 )
 Index("auth_tokens_by_account", auth_tokens.c.account_id, auth_tokens.c.kind)
+
+memberships = Table(  # schema 5: who may see and label a project (leads see every one)
+    "memberships", metadata,
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("account_id", Integer, _fk("accounts"), nullable=False),
+    Column("added_at", Text, nullable=False),
+    PrimaryKeyConstraint("project_id", "account_id"),
+)
+Index("memberships_by_account", memberships.c.account_id)
+
+sign_in_failures = Table(  # schema 5: failed sign-ins ("name:<name>", "client:<address>")
+    "sign_in_failures", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("sign_in_failures_by_key", sign_in_failures.c.key, sign_in_failures.c.at)
+
+setup_tokens = Table(  # schema 5: one-time tokens that create the first lead (SHA-256 hex)
+    "setup_tokens", metadata,
+    Column("token_hash", Text, primary_key=True),
+    Column("created_at", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+)
 
 leases = Table(
     "leases", metadata,

@@ -24,6 +24,7 @@ def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, 
     first = conn.execute(text("SELECT tokens FROM sentences WHERE project_id = :p LIMIT 1"),
                          {"p": project_id}).first()
     n_cols = len(loads(first[0])[0]) if first else None
+    doc = validate.doc_name(doc)
     checked = validate.sentences(items, loads(project[0]), n_columns=n_cols,
                                  source=doc, gold=gold)
     if not checked:

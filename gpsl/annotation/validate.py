@@ -4,22 +4,81 @@ sets, offsets, splits, annotators and sentences.  Problems raise
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from gpsl import params
-from gpsl.errors import InputError
+from gpsl.errors import InputError, clean_source
 from gpsl.features import Template, default_template
 
 SPLITS = ("train", "heldout")
 SOURCES = ("human", "accepted")
 IMPORT = "import"  # the annotator of labels that came with a file (also "import:<file>")
+#: names the store uses for what no person did: imports (``import``, ``import:<file>``), a
+#: lead's decision (``adjudicated``), the model's suggestions (``model``); never a person's
+RESERVED = (IMPORT, "adjudicated", "model")
+MAX_NAME = 60
+#: what no stored text may hold: NUL (PostgreSQL refuses it), unpaired surrogates (not
+#: Unicode, neither back end can store them)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: what a one-line name may not hold besides: control characters (line breaks, tabs ...)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def annotator(name) -> str:
-    text = str(name).strip() if name is not None else ""
-    if not text:
-        raise InputError("annotator name is empty", source="<annotator>")
-    return text
+def text(value, what: str, source: str | None = None, *, line: int | None = None,
+         one_line: bool = False) -> str:
+    """``value`` as text the store can keep on SQLite and PostgreSQL alike: a ``str``
+    without NUL or unpaired surrogates (and, with ``one_line``, without control
+    characters); anything else is one :class:`InputError` line naming ``what``."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be text, not {type(value).__name__}",
+                         source=source, line=line)
+    bad = _UNSTORABLE.search(value) or (_CONTROL.search(value) if one_line else None)
+    if bad is not None:
+        ch = bad.group()
+        kind = ("a NUL character" if ch == "\x00" else "an unpaired surrogate (not valid "
+                "Unicode)" if "\ud800" <= ch <= "\udfff" else f"a control character "
+                f"(U+{ord(ch):04X})")
+        raise InputError(f"{what} contains {kind}", source=source, line=line)
+    return value
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is one the store keeps for what no person did (any case)."""
+    low = " ".join(str(name).split()).lower()
+    return low in RESERVED or low.startswith(IMPORT + ":")
+
+
+def person(name, what: str = "annotator name") -> str:
+    """The name a person's votes, decisions and leases are credited to: non-empty text of at
+    most :data:`MAX_NAME` characters on one line (runs of spaces become one), never a
+    reserved name (:data:`RESERVED`, ``import:<file>``): labels can never be credited to an
+    import, a decision or the model by naming them."""
+    if name is None:
+        raise InputError(f"the {what} is empty", source="<annotator>")
+    clean = " ".join(text(name, f"the {what}", "<annotator>", one_line=True).split())
+    if not clean:
+        raise InputError(f"the {what} is empty", source="<annotator>")
+    if len(clean) > MAX_NAME:
+        raise InputError(f"the {what} is longer than {MAX_NAME} characters",
+                         source="<annotator>")
+    if any(ch in clean for ch in "<>`"):  # names show in tables, charts and messages
+        raise InputError(f"the {what} cannot hold < > or `", source="<annotator>")
+    if is_reserved(clean):
+        raise InputError(f"{clean!r} is reserved for labels that no person set (imports, "
+                         "decisions, the model): choose another name", source="<annotator>")
+    return clean
+
+
+annotator = person
+
+
+def credit(name) -> str:
+    """Who the labels of imported sentences are credited to: ``import``/``import:<file>``
+    (:func:`import_credit`), or a person (:func:`person`); no other reserved name."""
+    if isinstance(name, str) and is_import(name.strip()):
+        return text(name.strip(), "the import's name", "<import>", one_line=True)
+    return person(name, "name the imported labels are credited to")
 
 
 def is_import(annotator: str | None, source: str | None = None) -> bool:
@@ -32,20 +91,33 @@ def is_import(annotator: str | None, source: str | None = None) -> bool:
 
 def import_credit(file_name: str) -> str:
     """Who labels that come with an imported file are credited to: ``import:<file name>``."""
-    return f"{IMPORT}:{' '.join(str(file_name).split()) or 'file'}"
+    name = _CONTROL.sub(" ", _UNSTORABLE.sub("", str(file_name)))
+    return f"{IMPORT}:{' '.join(name.split())[:200] or 'file'}"
+
+
+def doc_name(doc) -> str | None:
+    """The file name sentences came from, as the store keeps it: one line of text (control
+    characters become spaces, unpaired surrogates U+FFFD), at most 300 characters."""
+    if doc is None:
+        return None
+    return clean_source(doc)[:300] or None
 
 
 def project_name(name) -> str:
-    text = str(name).strip() if name is not None else ""
-    if not text:
+    if name is None:
         raise InputError("project name is empty", source="<project>")
-    return text
+    clean = text(name, "the project name", "<project>", one_line=True).strip()
+    if not clean:
+        raise InputError("project name is empty", source="<project>")
+    if len(clean) > 200:
+        raise InputError("the project name is longer than 200 characters", source="<project>")
+    return clean
 
 
 def label_set(labels) -> list[str]:
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise InputError("labels must be a list of strings", source="<project>")
-    out = [str(x) for x in labels]
+    out = [text(x, "a label", "<project>", one_line=True) for x in labels]
     if not out:
         raise InputError("the label set is empty", source="<project>")
     for lab in out:
@@ -83,10 +155,21 @@ def source(value) -> str:
     return value
 
 
-def _token(tok) -> tuple[str, ...]:
-    if isinstance(tok, str):
-        return (tok,)
-    return tuple(str(c) for c in tok)
+def _token(tok, where: str, src, line) -> tuple[str, ...]:
+    """A token's columns: text (an int is its digits), never empty, NUL or a surrogate."""
+    cols = (tok,) if isinstance(tok, str) else tuple(tok) if isinstance(
+        tok, (list, tuple)) else None
+    if not cols:
+        raise InputError(f"{where} must be text or a non-empty list of columns, not "
+                         f"{type(tok).__name__}", source=src, line=line)
+    out = []
+    for c in cols:
+        if isinstance(c, int) and not isinstance(c, bool):
+            c = str(c)
+        if text(c, where, src, line=line) == "":
+            raise InputError(f"{where} is empty", source=src, line=line)
+        out.append(c)
+    return tuple(out)
 
 
 def _parts(obj):
@@ -128,7 +211,10 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
     def check_label(lab, k, t, tokens, src, line, what="label"):
         if lab is None or lab == "_":
             return None
-        lab = str(lab)
+        if not isinstance(lab, str):
+            raise InputError(f"sentence {k + 1}, token {t + 1}: {what} must be text or null, "
+                             f"not {type(lab).__name__}", source=src,
+                             line=line + t if line else None)
         if lab not in known:
             raise InputError(f"sentence {k + 1}, token {t + 1} ({tokens[t][0]!r}): {what} "
                              f"{lab!r} is not in the project's label set", source=src,
@@ -137,11 +223,14 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
 
     for k, obj in enumerate(items):
         tokens, labs, line, doc = _parts(obj)
+        doc = doc_name(doc)
         src = doc or source or "<import>"
-        line = int(line) if line else None
-        if not tokens:
+        line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 \
+            else None
+        if not tokens or isinstance(tokens, (str, bytes)):
             raise InputError(f"sentence {k + 1} has no tokens", source=src, line=line)
-        tokens = [_token(tok) for tok in tokens]
+        tokens = [_token(tok, f"sentence {k + 1}, token {t + 1}", src,
+                         line + t if line else None) for t, tok in enumerate(tokens)]
         for t, tok in enumerate(tokens):
             if n_columns is None:
                 n_columns = len(tok)

@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
                                      f"unlabeled tokens with {args.missing!r})",
                                      source=args.pool_file, line=s.line + t)
             y.append(labs)
+        if all(lab is not None for labs in y for lab in labs):
+            raise InputError(f"every token of the pool has a label: nothing to ask (mark "
+                             f"unlabeled tokens with {args.missing!r})", source=args.pool_file)
     strategy = args.strategy or active.DEFAULT_QUERY
     items = active.query_model(model, X, y, strategy, args.batch, diverse=args.diverse,
                                max_per_sentence=args.max_per_sentence, seed=args.seed)

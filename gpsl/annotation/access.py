@@ -1,0 +1,252 @@
+"""The store as one person may use it: roles and project membership checked in the back end.
+
+:meth:`gpsl.annotation.Store.acting` (or :meth:`~gpsl.annotation.Store.as_session`) returns an
+:class:`ActingStore` for one identity; the pages get nothing else, so whatever a page (or a
+request that reaches it) asks for, the back end decides:
+
+* **who**: the identity is checked against the store when the object is made: an account's
+  name and role are read from its row (a deleted account is refused), and the single-user
+  local identity (the lead) is refused once the store has an account;
+* **what**: every method of the :class:`~gpsl.annotation.Store` and of its
+  :class:`~gpsl.annotation.reports.Reports` is in one of the tables below: :data:`MEMBER`
+  (anyone who is a member of the project the call touches: labelling, the queue, one's
+  own view of a sentence) or :data:`LEAD` (settings, training, imports, exports, accounts,
+  adjudication, every dashboard, other people's data); a method in neither table is refused
+  (deny by default), and :data:`NEVER` (sessions, links, raw rows) is refused to everyone;
+* **which project**: the project is found from the call's ``project_id``, ``sentence_id``,
+  ``version_id`` or ``version`` argument; a lead may touch every project, anyone else only
+  those they are a member of (:func:`gpsl.annotation.accounts.set_member`); the project list
+  holds only those;
+* **in whose name**: the arguments that credit a vote, a decision, a skip or a lease
+  (:data:`SELF`) must be the acting person's own name (None is read as it), so nobody can
+  label as someone else or as a reserved name; imported labels are credited to the import
+  (``import:<file>``) only;
+* **blind mode**: someone who is not a lead, in a project in blind mode, sees only their own
+  history, searches by text only and cannot list who voted.
+
+Refusals are :class:`~gpsl.annotation.errors.AccessDenied`, one line.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from gpsl.annotation import accounts, auth, projects, team, validate
+from gpsl.annotation.accounts import Identity
+from gpsl.annotation.errors import AccessDenied
+from gpsl.annotation.reports import Reports
+
+#: Store methods anyone may call on a project they are a member of
+MEMBER = frozenset({
+    "list_projects", "get_project", "sentence_count", "neighbours", "sentence_view",
+    "set_labels", "set_label", "clear_label", "undo", "skip", "progress", "find_sentences",
+    "annotators", "sentence_by_number", "sentence_numbers", "active_model", "queue",
+    "queue_strategy", "next_sentence", "next_to_annotate", "release_lease", "team_settings",
+})
+#: Store methods for a lead (every project; other people's votes and data; the team)
+LEAD = frozenset({
+    "create_project", "create_project_from_sentences", "create_sample_copy",
+    "ensure_sample_project", "update_project", "delete_project", "add_sentences", "set_gold",
+    "get_sentence", "get_sentences", "sentence_ids", "training_data", "gold_data",
+    "export_sentences", "adjudicate", "adjudication_history", "votes", "history",
+    "token_history", "start_model_version", "set_model_worker", "finish_model_version",
+    "fail_model_version", "mark_stale_running_failed", "set_active_model",
+    "get_model_version", "list_model_versions", "list_query_rounds", "save_predictions",
+    "get_predictions", "get_query_scores", "has_predictions", "delete_predictions",
+    "prune_predictions", "ranked_queue", "leases", "account_count", "list_accounts",
+    "create_account", "set_account_password", "set_account_role", "delete_account",
+    "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
+    "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
+    "start_training", "stop_training", "recover", "import_sentences", "export_annotations",
+    "export_predictions", "preview", "check_model", "model_zip",
+})
+#: Reports anyone may read of a project they are a member of (their own view of it)
+MEMBER_REPORTS = frozenset({
+    "project", "projects", "progress", "active_version", "scheme", "sentence", "labels",
+    "token_history", "search", "team_settings", "label_stamp", "unlabeled",
+    "mean_confidence", "sentence_tokens", "learning_curve",
+})
+#: Reports for a lead
+LEAD_REPORTS = frozenset({
+    "columns", "versions", "version", "with_predictions", "running", "training_progress",
+    "token_table", "calibration", "ranked", "uncertain_tokens", "activity", "crowd", "team",
+    "conflicts", "decisions", "tokens", "accounts", "leases",
+})
+#: never through an acting store: sessions, links and passwords are the door's own business
+#: (a lead starting a session for another account would be that account)
+NEVER = frozenset({
+    "verify_password", "sign_in", "redeem_sign_in_link", "start_session", "session_identity",
+    "end_session", "issue_setup_token", "setup_lead", "acting", "as_session", "close",
+})
+#: the arguments naming who a call credits or serves: the acting person's own name only
+SELF = {
+    "set_labels": "annotator", "set_label": "annotator", "clear_label": "annotator",
+    "undo": "annotator", "skip": "annotator", "adjudicate": "lead",
+    "next_sentence": "annotator", "next_to_annotate": "annotator",
+    "release_lease": "annotator", "sentence_view": "annotator", "sentence": "annotator",
+    "labels": "annotator",
+}
+#: non-leads only: a queue in their own name
+SELF_IF_NOT_LEAD = {"queue": "annotator"}
+#: labels that come with a file: credited to the import, never to a person
+IMPORT_CREDIT = {"import_sentences", "add_sentences", "create_project_from_sentences"}
+
+
+def resolve(store, who: Identity) -> Identity:
+    """``who`` as the store knows it now: the account's current name and role (refused
+    when it is gone), or the local identity (refused once an account exists)."""
+    if who is None:
+        raise AccessDenied("not signed in")
+    if who.local or who.account_id is None:
+        if accounts.count(store.db):
+            raise AccessDenied("this store has accounts: sign in first")
+        return Identity(validate.person(who.name), "lead", None, True)
+    row = accounts.get(store.db, who.account_id)
+    if row is None:
+        raise AccessDenied("this account no longer exists")
+    return Identity(row["name"], row["role"], row["id"], False)
+
+
+class ActingStore:
+    """The :class:`~gpsl.annotation.Store` for one identity (see the module docstring):
+    the same methods, each checked before it runs."""
+
+    def __init__(self, store, who: Identity):
+        self._store = store
+        self.who = resolve(store, who)
+        self._members: dict[int, bool] = {}  # per object: pages make one per run
+        self._blinds: dict[int, bool] = {}
+
+    # -- what may be read freely --------------------------------------------------------
+    @property
+    def where(self) -> str:
+        return self._store.where
+
+    @property
+    def dialect(self) -> str:
+        return self._store.dialect
+
+    def __repr__(self) -> str:
+        return f"ActingStore({self.where!r}, {self.who.name!r}, {self.who.role})"
+
+    @property
+    def reports(self) -> ActingReports:
+        return ActingReports(self)
+
+    # -- the checks ---------------------------------------------------------------------
+    def _member(self, project_id: int) -> bool:
+        if project_id not in self._members:
+            self._members[project_id] = project_id in accounts.projects_of(
+                self._store.db, self.who.account_id)
+        return self._members[project_id]
+
+    def _blind(self, project_id: int | None) -> bool:
+        if project_id is None or self.who.is_lead:
+            return False
+        if project_id not in self._blinds:
+            self._blinds[project_id] = bool(team.settings_of(
+                self._store.get_project(project_id) or {})["blind"])
+        return self._blinds[project_id]
+
+    def _project(self, args: dict) -> int | None:
+        if args.get("project_id") is not None:
+            return args["project_id"]
+        if args.get("sentence_id") is not None:
+            return projects.project_of(self._store.db, sentence_id=args["sentence_id"])
+        if args.get("version_id") is not None:
+            return projects.project_of(self._store.db, version_id=args["version_id"])
+        version = args.get("version")
+        return getattr(version, "project_id", None)
+
+    def check(self, name: str, fn: Callable, args: tuple, kwargs: dict, *,
+              reports: bool = False) -> inspect.BoundArguments:
+        """Refuse (:class:`AccessDenied`) unless this identity may make the call (of a
+        Store method, or of a report with ``reports``); returns the bound arguments, with
+        the acting name filled in where :data:`SELF` wants it."""
+        member, lead = (MEMBER_REPORTS, LEAD_REPORTS) if reports else (MEMBER, LEAD)
+        if name in NEVER or name.startswith("_") or name not in member | lead:
+            raise AccessDenied(f"{name} is not available here")
+        who = self.who
+        if name not in member and not who.is_lead:
+            raise AccessDenied(f"{name.replace('_', ' ')} is for a project lead (you are "
+                               f"{who.role})")
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise AccessDenied(f"{name}: {exc}") from None
+        bound.apply_defaults()
+        a = bound.arguments
+        extra = {k: v for name_, prm in bound.signature.parameters.items()
+                 if prm.kind is prm.VAR_KEYWORD for k, v in a.get(name_, {}).items()}
+        for arg in (SELF.get(name), None if who.is_lead else SELF_IF_NOT_LEAD.get(name)):
+            if arg is None or arg not in a:
+                continue
+            if a[arg] is None:
+                a[arg] = who.name
+            elif " ".join(str(a[arg]).split()) != who.name:
+                raise AccessDenied(f"{name.replace('_', ' ')}: only in your own name "
+                                   f"({who.name!r}), not {str(a[arg])[:60]!r}")
+        credit = a.get("annotator", extra.get("annotator"))
+        if name in IMPORT_CREDIT and credit is not None and not validate.is_import(str(credit)):
+            raise AccessDenied("imported labels are credited to the import "
+                               "(import:<file name>), never to a person")
+        if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
+            raise AccessDenied("the project's blind mode decides what you see")
+        if who.is_lead:
+            return bound
+        pid = self._project(a)
+        if pid is not None and not self._member(pid):
+            raise AccessDenied(f"you are not a member of project {pid}: ask a lead to add you")
+        if self._blind(pid):
+            if name == "annotators" or (name in ("search", "find_sentences") and any(
+                    extra.get(k) for k in ("label", "annotator", "status", "conflicts"))):
+                raise AccessDenied("blind annotation: search by text only")
+            if name == "token_history" and a.get("only") != who.name:
+                a["only"] = who.name  # the report's own filter: this person's changes
+        return bound
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)  # AttributeError for what the Store lacks
+        if not callable(target):
+            raise AccessDenied(f"{name} is not available here")
+
+        def call(*args, **kwargs):
+            bound = self.check(name, target, args, kwargs)
+            result = target(*bound.args, **bound.kwargs)
+            if name == "list_projects" and not self.who.is_lead:
+                return [p for p in result if self._member(p["id"])]
+            return result
+
+        call.__name__ = name
+        return call
+
+    # -- the person's own session -------------------------------------------------------
+    def end_own_sessions(self) -> int:
+        """Sign this person out everywhere (every session of their account)."""
+        if self.who.account_id is None:
+            return 0
+        return auth.end_sessions(self._store.db, self.who.account_id)
+
+
+class ActingReports:
+    """:class:`~gpsl.annotation.reports.Reports` for one identity: every report checked by
+    the tables of :class:`ActingStore`."""
+
+    def __init__(self, acting: ActingStore):
+        self._acting = acting
+        self._reports = Reports(acting._store)
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._reports, name)
+
+        def call(*args, **kwargs):
+            bound = self._acting.check(name, target, args, kwargs, reports=True)
+            result = target(*bound.args, **bound.kwargs)
+            if name == "projects" and not self._acting.who.is_lead:
+                return [p for p in result if self._acting._member(p.id)]
+            return result
+
+        call.__name__ = name
+        return call
