@@ -310,7 +310,7 @@ def test_blind_mode_is_kept_by_the_back_end(store):
     b = store.acting(Identity("Bob", "annotator", bob))
     first = b.reports.sentence(s1, "Bob").tokens[0]
     assert first.label is None and "Ann" not in first.votes  # Ann's vote stays hidden
-    assert b.reports.labels(s1, "Bob") == [None, None]
+    assert b.reports.own_labels(s1, "Bob") == [None, None]
     assert b.reports.token_history(s1, 0) == []  # only his own changes
     with pytest.raises(AccessDenied, match="blind"):
         b.reports.search(p1, label="B-PER")

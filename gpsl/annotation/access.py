@@ -41,7 +41,8 @@ from gpsl.annotation.reports import Reports
 #: Store methods anyone may call on a project they are a member of
 MEMBER = frozenset({
     "list_projects", "get_project", "sentence_count", "neighbours", "sentence_view",
-    "set_labels", "set_label", "clear_label", "undo", "skip", "progress", "find_sentences",
+    "set_labels", "set_label_steps", "set_label", "clear_label", "undo", "skip", "progress",
+    "find_sentences",
     "annotators", "sentence_by_number", "sentence_numbers", "active_model", "queue",
     "queue_strategy", "next_sentence", "next_to_annotate", "release_lease", "team_settings",
 })
@@ -60,11 +61,13 @@ LEAD = frozenset({
     "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
     "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
     "start_training", "stop_training", "recover", "import_sentences", "export_annotations",
-    "export_predictions", "preview", "check_model", "model_zip",
+    "export_predictions", "preview", "check_model", "model_zip", "training_set",
+    "export_votes", "import_votes",
 })
 #: Reports anyone may read of a project they are a member of (their own view of it)
 MEMBER_REPORTS = frozenset({
-    "project", "projects", "progress", "active_version", "scheme", "sentence", "labels",
+    "project", "projects", "progress", "active_version", "scheme", "sentence",
+    "own_labels",
     "token_history", "search", "team_settings", "label_stamp", "unlabeled",
     "mean_confidence", "sentence_tokens", "learning_curve",
 })
@@ -82,11 +85,11 @@ NEVER = frozenset({
 })
 #: the arguments naming who a call credits or serves: the acting person's own name only
 SELF = {
-    "set_labels": "annotator", "set_label": "annotator", "clear_label": "annotator",
+    "set_labels": "annotator", "set_label_steps": "annotator", "set_label": "annotator", "clear_label": "annotator",
     "undo": "annotator", "skip": "annotator", "adjudicate": "lead",
     "next_sentence": "annotator", "next_to_annotate": "annotator",
     "release_lease": "annotator", "sentence_view": "annotator", "sentence": "annotator",
-    "labels": "annotator",
+    "own_labels": "annotator",
 }
 #: non-leads only: a queue in their own name
 SELF_IF_NOT_LEAD = {"queue": "annotator"}

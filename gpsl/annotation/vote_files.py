@@ -254,7 +254,10 @@ def _name(raw, where: _Where, what: str = "annotator") -> str:
         raw = f"user {raw}"  # a tool's numeric user id
     if not isinstance(raw, str) or not raw.strip() or len(raw) > 200:
         raise where.bad(f"{what} must be a non-empty name, found {raw!r}")
-    return validate.annotator(raw)
+    try:  # an annotator may be the file's own labels (import:<file>); a lead is a person
+        return validate.person(raw, what) if what == "lead" else validate.credit(raw)
+    except InputError as exc:
+        raise where.bad(exc.message) from None
 
 
 def _index_list(raw, n: int, where: _Where, what: str) -> list[int]:
