@@ -1,0 +1,76 @@
+"""What every aggregator shares: the crowd-kit-like surface, annotator accuracy (eq. A)
+and the annotator report."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpsl.crowd.confusion import CrowdModel
+from gpsl.crowd.votes import Votes, _votes_from_frame
+
+__all__ = ["annotator_report"]
+
+
+def _annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
+    """Eq. (A): ``acc_a = (1 / n_a) sum_{v: a_v = a} r_{t_v}(l_v)`` (NaN without votes)."""
+    c = np.bincount(votes.annotator, weights=r[votes.token, votes.label], minlength=votes.A)
+    n = votes.n_votes()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, c / np.maximum(n, 1), np.nan)
+
+
+class _Aggregator:
+    """Shared crowd-kit-like surface: ``fit`` / ``fit_predict`` / ``fit_predict_proba``."""
+
+    def fit(self, data) -> _Aggregator:
+        votes, tasks = _votes_from_frame(data)
+        self.fit_votes(votes)
+        self.tasks_ = tasks
+        self.labels_ = dict(zip(tasks, self.labels_array_))
+        return self
+
+    def fit_predict(self, data) -> dict:
+        return self.fit(data).labels_
+
+    def fit_predict_proba(self, data) -> np.ndarray:
+        return self.fit(data).probas_
+
+    def _finish(self, votes: Votes, r: np.ndarray) -> None:
+        self.votes_ = votes
+        self.classes_ = list(votes.classes)
+        self.annotators_ = list(votes.annotators)
+        self.probas_ = r
+        voted = votes.voted() | (votes.observed >= 0)
+        idx = r.argmax(axis=1)
+        self.labels_array_ = [votes.classes[i] if v else None for i, v in zip(idx, voted)]
+        self.accuracy_ = _annotator_accuracy(votes, r)
+        self.skills_ = dict(zip(votes.annotators, self.accuracy_))
+
+
+
+def annotator_report(agg, votes: Votes) -> list[dict]:
+    """One row per annotator: votes, model (full / one-coin), estimated accuracy (eq. A),
+    agreement with the aggregated label, skill ``s_a`` and the confusion matrix (posterior
+    mean where it is variational) as ``{true label: {reported label: probability}}``."""
+    n = votes.n_votes()
+    agree = np.zeros(votes.A)
+    idx = np.asarray(agg.probas_).argmax(axis=1)
+    np.add.at(agree, votes.annotator, (idx[votes.token] == votes.label).astype(float))
+    conf = getattr(agg, "confusions_", None)
+    one = getattr(agg, "one_coin_", np.zeros(votes.A, dtype=bool))
+    crowd = getattr(agg, "crowd_", None) or getattr(agg, "model_", None)
+    skill = getattr(crowd, "skill", None) if isinstance(crowd, CrowdModel) else None
+    rows = []
+    for a, name in enumerate(votes.annotators):
+        row = {"annotator": name, "votes": int(n[a]),
+               "model": "one-coin" if one[a] else "full",
+               "accuracy": float(agg.accuracy_[a]) if n[a] else None,
+               "agreement": float(agree[a] / n[a]) if n[a] else None}
+        if skill is not None and np.isfinite(skill[a]):
+            row["skill"] = float(skill[a])
+        if conf is not None:
+            row["confusion"] = {y: {lab: float(conf[a, i, k])
+                                    for k, lab in enumerate(votes.classes)}
+                                for i, y in enumerate(votes.classes)}
+        rows.append(row)
+    return rows

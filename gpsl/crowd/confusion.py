@@ -1,0 +1,222 @@
+"""Annotator confusion models of Dawid and Skene: the parameters, their priors and the
+M-step (eqs. VB, S, M, M1 of :mod:`gpsl.crowd`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import digamma, gammaln
+
+from gpsl.crowd.votes import Votes
+
+__all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "CrowdModel", "expected_counts", "m_step"]
+
+#: floor of ``log pi`` (``pi = 1e-304``): a zero in ``pi`` (possible only with ``prior_off = 0``)
+#: would make the evidence ``-inf`` and the engine's bound before its first ``r`` update
+#: ``-inf``; with the floor every term stays finite and the change of the bound is < 1e-290.
+LOG_FLOOR = -700.0
+#: default strength ``kappa`` of the shrinkage of a confusion matrix towards the annotator's
+#: one-coin matrix (pseudo-counts per row)
+DEFAULT_SHRINK = 10.0
+
+
+@dataclass
+class CrowdModel:
+    """Annotator parameters: ``log_pi`` (A, J, J; ``E_q[log pi]`` for a variational annotator),
+    which annotators use one skill, the skills ``s_a`` (the one-coin skill, or the centre of
+    the shrinkage prior of a full matrix)."""
+
+    log_pi: np.ndarray
+    one_coin: np.ndarray  # (A,) bool
+    prior_diag: float
+    prior_off: float
+    shrink: float = 0.0
+    skill: np.ndarray | None = None  # (A,)
+    #: Dirichlet parameters of ``q(pi_a[y, :])`` of the annotators with a variational posterior
+    #: (full matrices with shrinkage, eq. VB); NaN for the others. ``log_pi`` then holds
+    #: ``E_q[log pi]``.
+    alpha: np.ndarray | None = None
+
+    @property
+    def pi(self) -> np.ndarray:
+        """Point estimates of the confusion matrices (posterior means where ``q`` is used)."""
+        out = np.exp(self.log_pi)
+        if self.alpha is not None:
+            vb = ~np.isnan(self.alpha[:, 0, 0])
+            out[vb] = self.alpha[vb] / self.alpha[vb].sum(axis=2, keepdims=True)
+        return out
+
+    def evidence(self, votes: Votes, M=None) -> np.ndarray:
+        """``e_t(y) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]``, shape (n, J) (0 without votes);
+        ``log pi`` is floored at :data:`LOG_FLOOR` (see there)."""
+        out = np.zeros((votes.n, votes.J))
+        if votes.token.size == 0:
+            return out
+        # log pi_a[y, l] for every vote: (V, J)
+        np.add.at(out, votes.token, self.log_pi[votes.annotator, :, votes.label])
+        return out
+
+    def log_prior(self) -> float:
+        """The annotator terms of (J1): ``log p(pi_a)`` for a MAP annotator (P0 or P1, normalised
+        densities), ``log p(s_a) - KL(q(pi_a) || Dir(kappa m(s_a)))`` for a variational one."""
+        A, J = self.log_pi.shape[:2]
+        if J == 1:
+            return 0.0
+        total = 0.0
+        for a in range(A):
+            if self.one_coin[a]:
+                s = float(np.exp(self.log_pi[a, 0, 0]))
+                total += _log_beta_pdf(s, self.prior_diag, self.prior_off)
+            elif self.shrink > 0:
+                s = float(self.skill[a])
+                total += _log_beta_pdf(s, self.prior_diag, self.prior_off) \
+                    - _kl_dirichlet_rows(self.alpha[a], _shrink_beta(J, s, self.shrink))
+            else:
+                total += _log_dirichlet_rows(self.log_pi[a],
+                                             _beta_matrix(J, self.prior_diag, self.prior_off))
+        return float(total)
+
+
+def _log_beta_pdf(s: float, prior_diag: float, prior_off: float) -> float:
+    """``log Beta(s; 1 + prior_diag, 1 + prior_off)``."""
+    b1, b0 = 1.0 + prior_diag, 1.0 + prior_off
+    log_s = np.log(s) if s > 0 else -np.inf
+    log_1ms = np.log1p(-s) if s < 1.0 else -np.inf
+    return float(gammaln(b1 + b0) - gammaln(b1) - gammaln(b0)
+                 + _xlogy(b1 - 1.0, log_s) + _xlogy(b0 - 1.0, log_1ms))
+
+
+def _log_dirichlet_rows(log_pi: np.ndarray, beta: np.ndarray) -> float:
+    """``sum_y log Dir(pi[y, :]; beta[y, :])``."""
+    lognorm = gammaln(beta.sum(axis=1)) - gammaln(beta).sum(axis=1)
+    return float(lognorm.sum() + np.sum(_xlogy(beta - 1.0, log_pi)))
+
+
+def _kl_dirichlet_rows(alpha: np.ndarray, beta: np.ndarray) -> float:
+    """``sum_y KL(Dir(alpha[y]) || Dir(beta[y]))``."""
+    a0 = alpha.sum(axis=1)
+    return float(np.sum(gammaln(a0) - gammaln(alpha).sum(axis=1) - gammaln(beta.sum(axis=1))
+                        + gammaln(beta).sum(axis=1))
+                 + np.sum((alpha - beta) * (digamma(alpha) - digamma(a0)[:, None])))
+
+
+def _dirichlet_elog(alpha: np.ndarray) -> np.ndarray:
+    """``E[log pi]`` under ``Dir(alpha)`` row by row: ``psi(alpha) - psi(sum alpha)``."""
+    return digamma(alpha) - digamma(alpha.sum(axis=1, keepdims=True))
+
+
+def _xlogy(c, logx):
+    """``c * logx`` with ``0 * -inf = 0`` (elementwise)."""
+    c = np.asarray(c, dtype=float)
+    logx = np.asarray(logx, dtype=float)
+    with np.errstate(invalid="ignore"):
+        out = c * logx
+    return np.where(c == 0, 0.0, out)
+
+
+def _beta_matrix(J: int, prior_diag: float, prior_off: float) -> np.ndarray:
+    """Dirichlet parameters of the confusion rows without shrinkage (eq. P0):
+    ``1 + prior_off + prior_diag [l = y]``."""
+    return np.full((J, J), 1.0 + prior_off) + prior_diag * np.eye(J)
+
+
+def _shrink_beta(J: int, s: float, shrink: float) -> np.ndarray:
+    """Dirichlet parameters of the shrinkage prior (eq. PS): ``kappa m(s)`` with the
+    one-coin matrix ``m(s)`` (``s`` on the diagonal, ``(1 - s) / (J - 1)`` elsewhere)."""
+    B = np.full((J, J), shrink * (1.0 - s) / (J - 1))
+    np.fill_diagonal(B, shrink * s)
+    return B
+
+
+def expected_counts(votes: Votes, r: np.ndarray, M=None) -> np.ndarray:
+    """``N_a[y, l] = sum_{v: a_v = a, l_v = l} r_{t_v}(y)``, shape (A, J, J)."""
+    M = votes.design() if M is None else M
+    N = np.asarray(M @ r).reshape(votes.A, votes.J, votes.J)  # [a, l, y]
+    return N.transpose(0, 2, 1)
+
+
+def _dirichlet_map(W: np.ndarray) -> np.ndarray:
+    """Row-wise ``log(W / sum W)`` (eq. M), uniform for an all-zero row."""
+    J = W.shape[1]
+    tot = W.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        P = np.where(tot > 0, W / np.where(tot > 0, tot, 1.0), 1.0 / J)
+        return np.log(P)
+
+
+def _skill_objective(s: float, log_pi: np.ndarray, shrink: float, prior_diag: float,
+                     prior_off: float) -> float:
+    """The part of (J1) that depends on the shrinkage centre ``s`` (eq. S): concave in ``s``."""
+    J = log_pi.shape[0]
+    return _log_beta_pdf(s, prior_diag, prior_off) + _log_dirichlet_rows(
+        log_pi, _shrink_beta(J, s, shrink))
+
+
+def _update_skill(s0: float, log_pi: np.ndarray, shrink: float, prior_diag: float,
+                  prior_off: float) -> float:
+    """Maximise eq. (S) over ``s`` in (0, 1) (bounded Brent; kept only if not worse)."""
+    from scipy.optimize import minimize_scalar
+
+    lp = np.maximum(log_pi, LOG_FLOOR)
+    res = minimize_scalar(lambda x: -_skill_objective(x, lp, shrink, prior_diag, prior_off),
+                          bounds=(1e-9, 1.0 - 1e-9), method="bounded",
+                          options={"xatol": 1e-10})
+    f0 = _skill_objective(s0, lp, shrink, prior_diag, prior_off)
+    return float(res.x) if -res.fun >= f0 else float(s0)
+
+
+def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
+           prior_off: float, M=None, *, shrink: float = 0.0, skill=None,
+           inner: int = 30) -> CrowdModel:
+    """Maximise (J1) over the annotator parameters with ``r`` fixed.
+
+    * one-coin annotators: eq. (M1), closed form;
+    * full matrices without shrinkage (``shrink = 0``): eq. (M) with the prior (P0);
+    * full matrices with shrinkage: block coordinate ascent between the variational posterior
+      ``q(pi_a[y]) = Dir(N_a[y] + kappa m(s_a)[y])`` (eq. VB, exact) and eq. (S) (a concave
+      1-D maximisation), ``inner`` rounds starting from ``skill`` (or the one-coin estimate);
+      every round is an exact block maximisation, so the result is never worse than the
+      starting point when ``skill`` is the previous ``s_a``.
+    """
+    if prior_diag < 0 or prior_off < 0 or shrink < 0:
+        raise ValueError("prior pseudo-counts must be >= 0")
+    A, J = votes.A, votes.J
+    N = expected_counts(votes, r, M)
+    log_pi = np.empty((A, J, J))
+    alpha = np.full((A, J, J), np.nan)
+    skills = np.full(A, np.nan)
+    for a in range(A):
+        n_a = float(N[a].sum())
+        C_a = float(np.trace(N[a]))
+        s1 = (C_a + prior_diag) / (n_a + prior_diag + prior_off) \
+            if n_a + prior_diag + prior_off > 0 else 1.0 / J
+        if J == 1:
+            log_pi[a] = 0.0
+            skills[a] = 1.0
+        elif one_coin[a]:
+            with np.errstate(divide="ignore"):
+                log_pi[a] = np.log((1.0 - s1) / (J - 1)) if s1 < 1.0 else -np.inf
+                np.fill_diagonal(log_pi[a], np.log(s1) if s1 > 0 else -np.inf)
+            skills[a] = s1
+        elif shrink > 0:
+            s = float(np.clip(s1 if skill is None or not np.isfinite(skill[a]) else skill[a],
+                              1e-9, 1.0 - 1e-9))
+            for _ in range(inner):
+                elog = _dirichlet_elog(N[a] + _shrink_beta(J, s, shrink))  # eq. VB
+                s_new = _update_skill(s, elog, shrink, prior_diag, prior_off)  # eq. S
+                done = abs(s_new - s) < 1e-10
+                s = s_new
+                if done:
+                    break
+            alpha[a] = N[a] + _shrink_beta(J, s, shrink)
+            log_pi[a] = _dirichlet_elog(alpha[a])
+            skills[a] = s
+        else:
+            log_pi[a] = _dirichlet_map(N[a] + _beta_matrix(J, prior_diag, prior_off) - 1.0)
+            skills[a] = s1
+    np.maximum(log_pi, LOG_FLOOR, out=log_pi)
+    return CrowdModel(log_pi=log_pi, one_coin=np.asarray(one_coin, dtype=bool).copy(),
+                      prior_diag=float(prior_diag), prior_off=float(prior_off),
+                      shrink=float(shrink), skill=skills, alpha=alpha)
+
