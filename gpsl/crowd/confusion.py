@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import digamma, gammaln
+from scipy.special import digamma, gammaln, polygamma
 
 from gpsl.crowd.votes import Votes
 
@@ -50,12 +50,10 @@ class CrowdModel:
     def evidence(self, votes: Votes, M=None) -> np.ndarray:
         """``e_t(y) = sum_{v: t_v = t} log pi_{a_v}[y, l_v]``, shape (n, J) (0 without votes);
         ``log pi`` is floored at :data:`LOG_FLOOR` (see there)."""
-        out = np.zeros((votes.n, votes.J))
         if votes.token.size == 0:
-            return out
+            return np.zeros((votes.n, votes.J))
         # log pi_a[y, l] for every vote: (V, J)
-        np.add.at(out, votes.token, self.log_pi[votes.annotator, :, votes.label])
-        return out
+        return votes.token_sum(self.log_pi[votes.annotator, :, votes.label])
 
     def log_prior(self) -> float:
         """The annotator terms of (J1): ``log p(pi_a)`` for a MAP annotator (P0 or P1, normalised
@@ -129,6 +127,18 @@ def _shrink_beta(J: int, s: float, shrink: float) -> np.ndarray:
     return B
 
 
+def _shrink_betas(J: int, s: np.ndarray, shrink: float) -> np.ndarray:
+    """:func:`_shrink_beta` for a vector of skills, shape (len(s), J, J)."""
+    B = np.broadcast_to((shrink * (1.0 - s) / (J - 1))[:, None, None], (s.size, J, J)).copy()
+    B[:, np.arange(J), np.arange(J)] = (shrink * s)[:, None]
+    return B
+
+
+def _dirichlet_elog_batch(alpha: np.ndarray) -> np.ndarray:
+    """``E[log pi]`` under ``Dir(alpha)`` along the last axis."""
+    return digamma(alpha) - digamma(alpha.sum(axis=-1, keepdims=True))
+
+
 def expected_counts(votes: Votes, r: np.ndarray, M=None) -> np.ndarray:
     """``N_a[y, l] = sum_{v: a_v = a, l_v = l} r_{t_v}(y)``, shape (A, J, J)."""
     M = votes.design() if M is None else M
@@ -153,17 +163,49 @@ def _skill_objective(s: float, log_pi: np.ndarray, shrink: float, prior_diag: fl
         log_pi, _shrink_beta(J, s, shrink))
 
 
-def _update_skill(s0: float, log_pi: np.ndarray, shrink: float, prior_diag: float,
-                  prior_off: float) -> float:
-    """Maximise eq. (S) over ``s`` in (0, 1) (bounded Brent; kept only if not worse)."""
-    from scipy.optimize import minimize_scalar
+def _skill_terms(s, D, Off, J, shrink, prior_diag, prior_off):
+    """Eq. (S) for arrays of skills ``s`` given ``D = sum_y E log pi[y, y]`` and ``Off = sum of
+    the off-diagonal E log pi`` (constants dropped): with ``u = kappa (1 - s) / (J - 1)``,
+    ``(b1 - 1) log s + (b0 - 1) log(1 - s) - J log Gamma(kappa s) - J (J - 1) log Gamma(u)
+    + kappa s D + u Off``, and its first two derivatives in ``s`` (concave: ``f'' < 0``)."""
+    b1, b0 = prior_diag, prior_off  # (1 + prior) - 1
+    k = shrink
+    u = k * (1.0 - s) / (J - 1)
+    f = (b1 * np.log(s) + b0 * np.log1p(-s) - J * gammaln(k * s) - J * (J - 1) * gammaln(u)
+         + k * s * D + u * Off)
+    d1 = (b1 / s - b0 / (1.0 - s) - J * k * digamma(k * s) + J * k * digamma(u) + k * D
+          - k * Off / (J - 1))
+    d2 = (-b1 / s ** 2 - b0 / (1.0 - s) ** 2 - J * k * k * polygamma(1, k * s)
+          - J * k * k * polygamma(1, u) / (J - 1))
+    return f, d1, d2
 
-    lp = np.maximum(log_pi, LOG_FLOOR)
-    res = minimize_scalar(lambda x: -_skill_objective(x, lp, shrink, prior_diag, prior_off),
-                          bounds=(1e-9, 1.0 - 1e-9), method="bounded",
-                          options={"xatol": 1e-10})
-    f0 = _skill_objective(s0, lp, shrink, prior_diag, prior_off)
-    return float(res.x) if -res.fun >= f0 else float(s0)
+
+def _update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: float,
+                   prior_off: float) -> np.ndarray:
+    """Maximise eq. (S) over ``s`` in ``[1e-9, 1 - 1e-9]`` for every annotator at once (the
+    root of the decreasing ``f'`` by Newton steps inside a bisection bracket); an annotator
+    keeps ``s0`` where the new value is not better."""
+    J = elog.shape[1]
+    lp = np.maximum(elog, LOG_FLOOR)
+    D = np.trace(lp, axis1=1, axis2=2)
+    Off = lp.sum(axis=(1, 2)) - D
+    lo = np.full(s0.shape, 1e-9)
+    hi = np.full(s0.shape, 1.0 - 1e-9)
+    s = np.clip(s0, lo, hi)
+    for _ in range(100):
+        _, d1, d2 = _skill_terms(s, D, Off, J, shrink, prior_diag, prior_off)
+        lo = np.where(d1 > 0, s, lo)
+        hi = np.where(d1 > 0, hi, s)
+        step = s - d1 / d2
+        new = np.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
+        if np.max(np.abs(new - s)) < 1e-13:
+            s = new
+            break
+        s = new
+    f_new = _skill_terms(s, D, Off, J, shrink, prior_diag, prior_off)[0]
+    f_old = _skill_terms(np.clip(s0, 1e-9, 1.0 - 1e-9), D, Off, J, shrink, prior_diag,
+                         prior_off)[0]
+    return np.where(f_new >= f_old, s, s0)
 
 
 def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
@@ -186,6 +228,7 @@ def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
     log_pi = np.empty((A, J, J))
     alpha = np.full((A, J, J), np.nan)
     skills = np.full(A, np.nan)
+    full: list[int] = []  # annotators with a shrunk full matrix: all at once below
     for a in range(A):
         n_a = float(N[a].sum())
         C_a = float(np.trace(N[a]))
@@ -200,21 +243,25 @@ def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
                 np.fill_diagonal(log_pi[a], np.log(s1) if s1 > 0 else -np.inf)
             skills[a] = s1
         elif shrink > 0:
-            s = float(np.clip(s1 if skill is None or not np.isfinite(skill[a]) else skill[a],
-                              1e-9, 1.0 - 1e-9))
-            for _ in range(inner):
-                elog = _dirichlet_elog(N[a] + _shrink_beta(J, s, shrink))  # eq. VB
-                s_new = _update_skill(s, elog, shrink, prior_diag, prior_off)  # eq. S
-                done = abs(s_new - s) < 1e-10
-                s = s_new
-                if done:
-                    break
-            alpha[a] = N[a] + _shrink_beta(J, s, shrink)
-            log_pi[a] = _dirichlet_elog(alpha[a])
-            skills[a] = s
+            s = s1 if skill is None or not np.isfinite(skill[a]) else skill[a]
+            skills[a] = float(np.clip(s, 1e-9, 1.0 - 1e-9))
+            full.append(a)
         else:
             log_pi[a] = _dirichlet_map(N[a] + _beta_matrix(J, prior_diag, prior_off) - 1.0)
             skills[a] = s1
+    if full:
+        idx = np.array(full)
+        s = skills[idx]
+        for _ in range(inner):
+            elog = _dirichlet_elog_batch(N[idx] + _shrink_betas(J, s, shrink))  # eq. VB
+            s_new = _update_skills(s, elog, shrink, prior_diag, prior_off)  # eq. S
+            done = np.max(np.abs(s_new - s)) < 1e-10
+            s = s_new
+            if done:
+                break
+        alpha[idx] = N[idx] + _shrink_betas(J, s, shrink)
+        log_pi[idx] = _dirichlet_elog_batch(alpha[idx])
+        skills[idx] = s
     np.maximum(log_pi, LOG_FLOOR, out=log_pi)
     return CrowdModel(log_pi=log_pi, one_coin=np.asarray(one_coin, dtype=bool).copy(),
                       prior_diag=float(prior_diag), prior_off=float(prior_off),

@@ -140,6 +140,14 @@ class Votes:
                    annotators=list(names), classes=list(classes),
                    observed=np.array(observed, dtype=np.int64))
 
+    def token_sum(self, values: np.ndarray) -> np.ndarray:
+        """Per-vote rows ``values`` (V, K) summed per token: (n, K)."""
+        values = np.asarray(values, dtype=float)
+        out = np.empty((self.n, values.shape[1]))
+        for k in range(values.shape[1]):
+            out[:, k] = np.bincount(self.token, weights=values[:, k], minlength=self.n)
+        return out
+
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """A per-token array cut into sentences."""
         return np.split(flat, np.cumsum(self.lengths)[:-1])
