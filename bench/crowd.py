@@ -385,7 +385,7 @@ def run_cell(cfg: Config, data, name: str, scenario: str, log, seed: int = 0) ->
                   classes=classes)
     t0 = time.perf_counter()
     # the settings this bench was built with (the defaults before the real-crowd work)
-    joint = CrowdGPSL(make_gpsl(template, cfg), annotator="confusion", tagger_prior="learn",
+    joint = CrowdGPSL(make_gpsl(template, cfg), annotator_model="confusion", tagger_prior="learn",
                       decode="argmax").fit(Xtr, votes)
     sec = time.perf_counter() - t0
     rec = score(joint.probas_, JOINT, sec)

@@ -44,15 +44,21 @@ DEFAULT_STRATEGIES = ("random", "entropy", "random_sentence")
 
 def _forced_model(template: str, max_iter: int, prev, parts, tol: float = 1e-3):
     """A GPSL whose warm start carries ``parts`` of ``prev`` regardless of missing labels."""
+    from gpsl.engines import FullEngine
     from gpsl.model import GPSL
     from gpsl.warm import carry_state
 
-    class Forced(GPSL):
-        def _warm_state(self, prev_, problem, classes, keys, lengths, offsets, kernel):
+    class ForcedEngine(FullEngine):
+        def _warm(self, prev_, problem, classes, keys, lengths):
             if list(prev_.classes_) != list(classes):
                 return None
             return carry_state(prev_.state_, prev_.sentence_keys_, prev_.lengths_, problem,
                                keys, lengths, parts)
+
+    class Forced(GPSL):
+        def _make_engine(self, mode, kernel, settings):
+            return (ForcedEngine(kernel, settings) if mode == "full"
+                    else super()._make_engine(mode, kernel, settings))
 
     m = Forced(template=template, max_iter=max_iter, tol=tol, warm_start=True)
     m.__dict__.update({k: v for k, v in prev.__dict__.items() if k.endswith("_")})

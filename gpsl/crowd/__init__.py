@@ -99,15 +99,16 @@ skills ``s_a`` are reported too.
 
 from __future__ import annotations
 
-from gpsl.crowd.base import annotator_report
+from gpsl.crowd.base import TIE, annotator_report, decide
 from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, CrowdModel, expected_counts, m_step
-from gpsl.crowd.dawid_skene import DawidSkene
+from gpsl.crowd.dawid_skene import DawidSkene, e_step
 from gpsl.crowd.joint import CrowdGPSL, decode_labels, echo_variance
 from gpsl.crowd.majority_vote import MajorityVote
 from gpsl.crowd.sequential import SequentialModel, previous_labels, sequential_m_step
 from gpsl.crowd.votes import Votes, majority_posteriors
 
-__all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "CrowdGPSL", "CrowdModel", "DawidSkene", "MajorityVote",
-           "SequentialModel", "Votes", "annotator_report", "decode_labels", "echo_variance",
+__all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "TIE", "CrowdGPSL", "CrowdModel", "DawidSkene",
+           "MajorityVote", "SequentialModel", "Votes", "annotator_report", "decide",
+           "decode_labels", "e_step", "echo_variance",
            "expected_counts", "m_step", "majority_posteriors", "previous_labels",
            "sequential_m_step"]

@@ -3,12 +3,32 @@ and the annotator report."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from gpsl.crowd.confusion import CrowdModel
 from gpsl.crowd.votes import Votes, _votes_from_frame
 
-__all__ = ["annotator_report"]
+__all__ = ["TIE", "annotator_report", "decide"]
+
+
+#: posteriors within this of the largest are a tie (rounding of the same evidence)
+TIE = 1e-12
+
+
+def decide(r: np.ndarray, classes: Sequence[str], known: np.ndarray | None = None
+           ) -> list[str | None]:
+    """The one rule that turns posteriors into labels: each token's most probable class. A
+    tie (the largest posterior shared by two classes or more, to :data:`TIE`), or a token
+    that is not ``known`` (no vote, no observed label), is left missing (None): a tie is no
+    evidence for either label, and GPSL marginalises a missing label rather than guess it."""
+    r = np.asarray(r, dtype=float)
+    if r.shape[0] == 0:
+        return []
+    single = (r >= r.max(axis=1, keepdims=True) - TIE).sum(axis=1) == 1
+    keep = single if known is None else single & np.asarray(known, dtype=bool)
+    return [classes[i] if k else None for i, k in zip(r.argmax(axis=1), keep)]
 
 
 def _annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
@@ -40,9 +60,7 @@ class _Aggregator:
         self.classes_ = list(votes.classes)
         self.annotators_ = list(votes.annotators)
         self.probas_ = r
-        voted = votes.voted() | (votes.observed >= 0)
-        idx = r.argmax(axis=1)
-        self.labels_array_ = [votes.classes[i] if v else None for i, v in zip(idx, voted)]
+        self.labels_array_ = decide(r, votes.classes, votes.voted() | (votes.observed >= 0))
         self.accuracy_ = _annotator_accuracy(votes, r)
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
 

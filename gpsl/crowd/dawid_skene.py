@@ -6,10 +6,17 @@ import numpy as np
 from scipy.special import logsumexp
 
 from gpsl.crowd.base import _Aggregator
-from gpsl.crowd.confusion import DEFAULT_SHRINK, _xlogy, m_step
+from gpsl.crowd.confusion import DEFAULT_SHRINK, CrowdModel, _xlogy, m_step
 from gpsl.crowd.votes import Votes, majority_posteriors
 
-__all__ = ["DawidSkene"]
+__all__ = ["DawidSkene", "e_step"]
+
+
+def e_step(model: CrowdModel, votes: Votes, log_rho: np.ndarray) -> np.ndarray:
+    """Eq. (E): ``r_t(y) = rho(y) e^{e_t(y)} / sum_y' rho(y') e^{e_t(y')}`` for every token
+    (``rho`` alone for a token without votes), ``e_t`` the votes' evidence under ``model``."""
+    a = model.evidence(votes) + np.asarray(log_rho, dtype=float)
+    return np.exp(a - logsumexp(a, axis=1, keepdims=True))
 
 
 class DawidSkene(_Aggregator):
@@ -24,9 +31,9 @@ class DawidSkene(_Aggregator):
     max_iter, tol: EM iterations and the relative-improvement stop on the bound.
 
     Attributes after ``fit``: ``probas_`` (n, J) posteriors, ``labels_`` (crowd-kit style
-    mapping task -> label; ``labels_array_`` per token, ``None`` without votes),
-    ``confusions_`` (A, J, J), ``skills_`` / ``accuracy_`` (eq. A), ``one_coin_``,
-    ``class_prior_``, ``bound_trace_``.
+    mapping task -> label; ``labels_array_`` per token, ``None`` without votes or on a tie,
+    :func:`decide`), ``confusions_`` (A, J, J), ``skills_`` / ``accuracy_`` (eq. A),
+    ``one_coin_``, ``class_prior_``, ``bound_trace_``.
     """
 
     def __init__(self, prior_diag=2.0, prior_off=0.1, min_votes=30, max_iter=200, tol=1e-8,

@@ -22,8 +22,9 @@ ANNOTATOR_MODELS = ("sequential", "confusion")
 #: how the joint fit sets the tagger's prior variance (see :class:`CrowdGPSL`)
 TAGGER_PRIORS = ("auto", "learn", "model")
 DECODERS = ("auto", "valid", "argmax")
-#: the joint fit's default stop rule (relative rise of J1 per sweep): on the CoNLL crowd the
-#: model's 1e-3 stops after 5 sweeps with 0.1% of the labels still moving each sweep
+#: the joint fit's default stop rule: the rise of J1 over a sweep in nats per training token
+#: (on the CoNLL crowd a relative 1e-3 stopped after 5 sweeps with 0.1% of the labels still
+#: moving each sweep)
 DEFAULT_TOL = 1e-4
 
 
@@ -79,7 +80,7 @@ class CrowdGPSL:
     Parameters
     ----------
     model: an unfitted :class:`gpsl.model.GPSL` (default ``GPSL()``); its settings are used.
-    annotator: ``"sequential"`` (default): confusion conditioned on the annotator's previous
+    annotator_model: ``"sequential"`` (default): confusion conditioned on the annotator's previous
         label (:mod:`gpsl.crowd.sequential`: ``kappa`` shrinks its rows to the annotator's
         confusion matrix, ``shrink`` that one to the annotator's one-coin matrix);
         ``"confusion"``: Dawid-Skene confusion matrices (``min_votes``, ``shrink`` as
@@ -100,9 +101,10 @@ class CrowdGPSL:
         probable span-valid sequence when the labels are BIO/BILOU/IOBES, else the argmax),
         ``"valid"`` or ``"argmax"`` (:func:`decode_labels`).
     tol: the joint fit's stop rule: it has converged when (J1) rose by less than ``tol``
-        (relative) over one sweep and its M-step; at most ``model``'s ``max_iter`` sweeps.
-        ``None`` (default): :data:`DEFAULT_TOL` with ``tagger_prior="auto"``, else
-        ``model``'s ``tol``.
+        nats per training token over one sweep and its M-step (in place of the engine's
+        relative rule); at most ``model``'s ``max_iter`` sweeps. ``None`` (default):
+        :data:`DEFAULT_TOL` with ``tagger_prior="auto"``, else ``model``'s own rule. Per token rather than relative: (J1) is a sum of terms of both signs
+        (the Dirichlet priors' log densities are positive), so its size says little.
 
     ``fit(X, votes)`` fits the tagger; afterwards ``model_`` is the GPSL for prediction (the
     refit, or the joint fit's tagger), ``joint_model_`` the joint fit's tagger, ``probas_``
@@ -143,11 +145,11 @@ class CrowdGPSL:
     ``model``'s own settings on the inferred labels.
     """
 
-    def __init__(self, model=None, *, annotator="sequential", prior_diag=2.0, prior_off=0.1,
-                 min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA, init="dawid-skene",
-                 tagger_prior="auto", refit=None, decode="auto", tol=None):
+    def __init__(self, model=None, *, annotator_model="sequential", prior_diag=2.0,
+                 prior_off=0.1, min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA,
+                 init="dawid-skene", tagger_prior="auto", refit=None, decode="auto", tol=None):
         self.model = model
-        self.annotator = annotator
+        self.annotator_model = annotator_model
         self.prior_diag = prior_diag
         self.prior_off = prior_off
         self.shrink = shrink
@@ -160,9 +162,9 @@ class CrowdGPSL:
         self.tol = tol
 
     def _check(self) -> None:
-        if self.annotator not in ANNOTATOR_MODELS:
-            raise ValueError(f"annotator must be one of {ANNOTATOR_MODELS}, not "
-                             f"{self.annotator!r}")
+        if self.annotator_model not in ANNOTATOR_MODELS:
+            raise ValueError(f"annotator_model must be one of {ANNOTATOR_MODELS}, not "
+                             f"{self.annotator_model!r}")
         if self.tagger_prior not in TAGGER_PRIORS:
             raise ValueError(f"tagger_prior must be one of {TAGGER_PRIORS}, not "
                              f"{self.tagger_prior!r}")
@@ -174,7 +176,7 @@ class CrowdGPSL:
     def _annotators(self, votes: Votes, M, one_coin, prev):
         """The M-step of the chosen annotator model as ``step(r, previous) -> model`` and the
         evidence of a model as ``evidence(model) -> (n, J)``."""
-        if self.annotator == "sequential":
+        if self.annotator_model == "sequential":
             def step(r, old):
                 return sequential_m_step(votes, r, prev, kappa=self.kappa, shrink=self.shrink,
                                          prior_diag=self.prior_diag, prior_off=self.prior_off,
@@ -208,18 +210,20 @@ class CrowdGPSL:
         elif self.tagger_prior == "auto":
             params.update(learn_hyper=False,
                           variance=echo_variance(X, base.template, base.min_freq))
-        if self.tol is not None or self.tagger_prior == "auto":
-            params["tol"] = float(DEFAULT_TOL if self.tol is None else self.tol)
+        tol_token = DEFAULT_TOL if (self.tol is None and self.tagger_prior == "auto") \
+            else self.tol
+        if tol_token is not None:  # the joint fit's own stop rule replaces the engine's
+            params["tol"] = 1e-12
         model = GPSL(**params) if params != base.get_params() else base
         refit = (model is not base) if self.refit is None else bool(self.refit)
         M = votes.design()
         one_coin = votes.n_votes() < self.min_votes
-        prev = previous_labels(votes) if self.annotator == "sequential" else None
+        prev = previous_labels(votes) if self.annotator_model == "sequential" else None
         step, evidence = self._annotators(votes, M, one_coin, prev)
         if self.init == "dawid-skene":
             ds = DawidSkene(self.prior_diag, self.prior_off, self.min_votes,
                             shrink=self.shrink).fit_votes(votes)
-            crowd = ds.model_ if self.annotator == "confusion" else step(ds.probas_, None)
+            crowd = ds.model_ if self.annotator_model == "confusion" else step(ds.probas_, None)
         else:
             crowd = step(majority_posteriors(votes), None)
         classes = list(votes.classes)
@@ -245,7 +249,9 @@ class CrowdGPSL:
             state["crowd"] = cm
             value = float(engine.elbo()) + extras(cm, E_new)
             joint.append(value)
-            return value
+            if tol_token is None or len(joint) < 4:
+                return value
+            return value, bool(value - joint[-3] <= float(tol_token) * votes.n)
 
         model.fit(X, y, callback=callback, classes=classes, evidence=votes.split(E),
                   on_sweep=on_sweep)
@@ -266,7 +272,8 @@ class CrowdGPSL:
         self.crowd_ = state["crowd"]
         cm = self.crowd_
         self.confusions_ = cm.confusion if hasattr(cm, "confusion") else cm.pi
-        self.one_coin_ = one_coin if self.annotator == "confusion" else np.zeros(votes.A, bool)
+        self.one_coin_ = (one_coin if self.annotator_model == "confusion"
+                          else np.zeros(votes.A, dtype=bool))
         self.probas_ = r
         self.labels_array_ = labels
         self.accuracy_ = _annotator_accuracy(votes, r)

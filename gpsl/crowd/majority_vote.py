@@ -9,8 +9,8 @@ __all__ = ["MajorityVote"]
 
 
 class MajorityVote(_Aggregator):
-    """Per-token majority vote (ties: the posterior is the vote fractions, argmax breaks
-    ties toward the first class in sorted order)."""
+    """Per-token majority vote: the posterior is the vote fractions; a tie leaves the token
+    missing (:func:`decide`, the rule the annotation store derives labels by too)."""
 
     def fit_votes(self, votes: Votes) -> MajorityVote:
         self._finish(votes, majority_posteriors(votes))

@@ -47,26 +47,34 @@ its own mode grows without bound as ``s -> 1``) the MAP is not degenerate. With
 ``DawidSkene(shrink=0)`` (tested).
 
 The annotator terms of (J1) are ``sum_{a,y,p} -KL(q(pi_a[y,p]) || Dir(kappa c_a[y]))
-+ sum_{a,y} log Dir(c_a[y]; 1 + kappa_1 m(s_a)[y]) + sum_a log Beta(s_a)`` and the M-step
-with ``r`` fixed cycles through three exact block maximisations, so it never lowers (J1):
++ sum_{a,y} log Dir(c_a[y]; 1 + kappa_1 m(s_a)[y]) + sum_a log Beta(s_a)``. With ``r`` fixed
+they and the vote term depend on annotator ``a`` through the expected counts
+``N_a[y, p, l] = sum_{v: a_v = a, p_v = p, l_v = l} r_{t_v}(y)``, and the M-step alternates
+two exact block maximisations, so it never lowers (J1):
 
-* ``q`` given ``c`` (conjugacy): ``alpha_a[y, p, l] = N_a[y, p, l] + kappa c_a[y, l]`` with
-  the expected counts ``N_a[y, p, l] = sum_{v: a_v = a, p_v = p, l_v = l} r_{t_v}(y)``
-  (eq. Q-VB);
-* ``c`` given ``q`` and ``s``: each row maximises
+* ``(q, c)`` given ``s``: for fixed ``c`` the best ``q`` is conjugate,
+  ``alpha_a[y, p, l] = N_a[y, p, l] + kappa c_a[y, l]`` (eq. Q-VB), and at that ``q``
+  ``max_q E_q[sum_l N_l log pi_l] - KL(q || Dir(kappa c)) = log B(N + kappa c) - log
+  B(kappa c)`` (``B`` the multivariate Beta function; the Dirichlet-multinomial evidence of
+  the soft counts). So each row ``c = c_a[y, :]`` maximises
 
-  .. math::  f(c) = -P \sum_l \log\Gamma(\kappa c_l) + \kappa \sum_l c_l S_l
-                    + \sum_l (\beta_l - 1) \log c_l,
-             \qquad S_l = \sum_p E_q \log \pi[p, l]                              \qquad (C)
+  .. math::  G(c) = \sum_p \sum_l [\log\Gamma(N_{pl} + \kappa c_l)
+                                   - \log\Gamma(\kappa c_l)]
+                    + \sum_l (\beta_l - 1) \log c_l                             \qquad (C)
 
-  over the simplex (``P = J + 1``, ``beta = 1 + kappa_1 m(s)``; constants dropped). ``f`` is
-  a sum of concave functions of single ``c_l`` (``log Gamma`` is convex): the stationarity
-  conditions ``g_l(c_l) = -P kappa psi(kappa c_l) + kappa S_l + (beta_l - 1)/c_l = lambda``
-  have one root ``c_l(lambda)`` each (``g_l`` decreases from ``+inf``), and ``sum_l
-  c_l(lambda)`` decreases in ``lambda``: a Newton iteration on ``lambda`` with the bracket
-  ``[min_l g_l(1/J), max_l g_l(1/J)]`` (at either end every ``c_l`` is on one side of
-  ``1/J``), safeguarded Newton iterations for each ``c_l``. The new row is kept only if
-  ``f`` did not decrease;
+  over the simplex (``beta = 1 + kappa_1 m(s)``; ``log Gamma(sum_l N_pl + kappa)`` does not
+  depend on ``c``), and then ``q`` follows by (Q-VB). ``G`` is a sum of concave functions
+  of single ``c_l`` (``psi(N + x) - psi(x)`` decreases in ``x``): the stationarity
+  conditions ``g_l(c_l) = kappa sum_p [psi(N_pl + kappa c_l) - psi(kappa c_l)] + (beta_l -
+  1)/c_l = lambda`` have one root ``c_l(lambda)`` each (``g_l`` decreases from ``+inf``), and
+  ``sum_l c_l(lambda)`` decreases in ``lambda``: a Newton iteration on ``lambda`` with the
+  bracket ``[min_l g_l(1/J), max_l g_l(1/J)]`` (at either end every ``c_l`` is on one side of
+  ``1/J``), safeguarded Newton steps for each ``c_l``. A row is kept only if ``G`` did not
+  decrease. Maximising ``c`` at the optimal ``q`` in one step instead of alternating ``q``
+  and ``c`` matters: that alternation converges slowly on rows seen in few votes (each
+  round moves ``c`` by a fraction ``N / (N + kappa)`` of the way), and the joint fit then
+  kept gaining on the M-step alone (a 4-document slice of the CoNLL crowd: 30 sweeps
+  without converging);
 * ``s`` given ``c``: ``log Beta(s) + sum_y log Dir(c_a[y]; 1 + kappa_1 m(s)[y])`` is concave
   in ``s`` (``-log Gamma`` of an affine function), maximised by safeguarded Newton steps
   (eq. S of :mod:`gpsl.crowd` with ``log c`` for ``E log pi`` and ``Gamma(1 + .)``).
@@ -193,66 +201,70 @@ class SequentialModel:
         return total
 
 
-def _centre_objective(c, S, kappa, P, b1):
-    """Eq. (C) per row (constants dropped); ``c``, ``S``, ``b1`` of shape (R, J)."""
-    return (-P * gammaln(kappa * c) + kappa * c * S + b1 * np.log(c)).sum(axis=1)
+def _centre_objective(c, N, kappa, b1):
+    """Eq. (C) per row: ``sum_p sum_l [log Gamma(N_pl + kappa c_l) - log Gamma(kappa c_l)]
+    + sum_l (beta_l - 1) log c_l`` (constants dropped); ``c``, ``b1`` (R, J), ``N``
+    (R, P, J)."""
+    kc = kappa * c[:, None, :]
+    return ((gammaln(N + kc) - gammaln(kc)).sum(axis=(1, 2))
+            + (b1 * np.log(c)).sum(axis=1))
 
 
-def _solve_c(lam, S, kappa, P, b1, iters=40):
-    """The root ``c`` of ``g(c) = lam`` for every entry (``g`` decreasing), by Newton steps in
-    ``v = log c`` kept inside a shrinking bisection bracket."""
-    lo = np.full(S.shape, -60.0)
-    hi = np.full(S.shape, 5.0)
-    v = np.full(S.shape, np.log(1.0 / S.shape[1]))
+def _g(c, N, kappa, b1):
+    """``dG/dc_l`` of eq. (C) and its derivative in ``c_l`` (negative: ``G`` is a sum of
+    concave functions of one ``c_l`` each)."""
+    kc = kappa * c[:, None, :]
+    g = kappa * (digamma(N + kc) - digamma(kc)).sum(axis=1) + b1 / c
+    dg = kappa * kappa * (trigamma(N + kc) - trigamma(kc)).sum(axis=1) - b1 / (c * c)
+    return g, dg
+
+
+def _solve_c(lam, N, kappa, b1, c0, iters=60):
+    """The root ``c`` of ``g(c) = lam`` for every entry, by Newton steps in ``c`` from
+    ``c0``. ``g`` is convex and decreasing (``psi(N + x) - psi(x)`` and ``1/c`` are), so a
+    Newton step from the right of the root lands left of it (or at a non-positive value,
+    replaced by a tenth of the point) and from the left it converges monotonically."""
+    c = np.clip(np.array(c0, dtype=float), 1e-300, None)
     lam = lam[:, None]
     for _ in range(iters):
-        c = np.exp(v)
-        h = -P * kappa * digamma(kappa * c) + kappa * S + b1 / c - lam
-        dh = -P * kappa * kappa * c * trigamma(kappa * c) - b1 / c  # dh/dv < 0
-        lo = np.where(h > 0, v, lo)
-        hi = np.where(h > 0, hi, v)
-        step = v - h / dh
-        inside = (step > lo) & (step < hi)
-        v_new = np.where(inside, step, 0.5 * (lo + hi))
-        if np.max(np.abs(v_new - v)) < 1e-13:
-            v = v_new
+        g, dg = _g(c, N, kappa, b1)
+        new = c - (g - lam) / dg
+        new = np.where(new > 0, new, 0.1 * c)
+        done = np.max(np.abs(new - c) / c) < 1e-12
+        c = new
+        if done:
             break
-        v = v_new
-    return np.exp(v)
+    return c
 
 
-def _dc_dlam(c, kappa, P, b1):
-    """``dc/dlambda = 1 / g'(c)`` with ``g'(c) = -P kappa^2 psi'(kappa c) - (beta - 1)/c^2``."""
-    return 1.0 / (-P * kappa * kappa * trigamma(kappa * c) - b1 / (c * c))
-
-
-def update_centres(S: np.ndarray, kappa: float, beta: np.ndarray, c0: np.ndarray,
+def update_centres(N: np.ndarray, kappa: float, beta: np.ndarray, c0: np.ndarray,
                    iters: int = 30) -> np.ndarray:
-    """Maximise eq. (C) for every row of ``S`` (R, J) on the simplex; a row is replaced only
-    where ``f`` does not decrease from ``c0``."""
-    R, J = S.shape
-    P = J + 1
-    b1 = np.broadcast_to(beta - 1.0, S.shape)
-
-    def g(c):
-        return -P * kappa * digamma(kappa * c) + kappa * S + b1 / c
-
-    at = g(np.full(S.shape, 1.0 / J))
+    """Maximise eq. (C) for every row (``N`` (R, P, J) the counts of its ``P`` previous-label
+    rows, ``beta`` (R, J) the prior of ``c``) on the simplex; a row is replaced only where
+    ``G`` does not decrease from ``c0``."""
+    R, _, J = N.shape
+    b1 = np.broadcast_to(beta - 1.0, (R, J))
+    at, _ = _g(np.full((R, J), 1.0 / J), N, kappa, b1)
     lam_lo, lam_hi = at.min(axis=1), at.max(axis=1)  # sum c >= 1 at lam_lo, <= 1 at lam_hi
-    lam = 0.5 * (lam_lo + lam_hi)
-    c = _solve_c(lam, S, kappa, P, b1)
+    g0, _ = _g(c0, N, kappa, b1)
+    lam = np.clip((c0 * g0).sum(axis=1), lam_lo, lam_hi)  # exact at the optimum
+    c = _solve_c(lam, N, kappa, b1, c0)
+    act = np.arange(R)  # rows still moving: the others are left alone
     for _ in range(iters):
-        F = c.sum(axis=1) - 1.0
-        if np.max(np.abs(F)) < 1e-12:
+        F = c[act].sum(axis=1) - 1.0
+        keep = np.abs(F) >= 1e-10
+        act, F = act[keep], F[keep]
+        if act.size == 0:
             break
-        lam_lo = np.where(F > 0, lam, lam_lo)
-        lam_hi = np.where(F > 0, lam_hi, lam)
-        step = lam - F / _dc_dlam(c, kappa, P, b1).sum(axis=1)
-        inside = (step > lam_lo) & (step < lam_hi)
-        lam = np.where(inside, step, 0.5 * (lam_lo + lam_hi))
-        c = _solve_c(lam, S, kappa, P, b1)
+        lam_lo[act] = np.where(F > 0, lam[act], lam_lo[act])
+        lam_hi[act] = np.where(F > 0, lam_hi[act], lam[act])
+        _, dg = _g(c[act], N[act], kappa, b1[act])
+        step = lam[act] - F / (1.0 / dg).sum(axis=1)  # dc/dlambda = 1 / g'(c)
+        inside = (step > lam_lo[act]) & (step < lam_hi[act])
+        lam[act] = np.where(inside, step, 0.5 * (lam_lo[act] + lam_hi[act]))
+        c[act] = _solve_c(lam[act], N[act], kappa, b1[act], c[act])
     c = c / c.sum(axis=1, keepdims=True)
-    better = _centre_objective(c, S, kappa, P, b1) >= _centre_objective(c0, S, kappa, P, b1)
+    better = _centre_objective(c, N, kappa, b1) >= _centre_objective(c0, N, kappa, b1)
     return np.where(better[:, None], c, c0)
 
 
@@ -260,12 +272,13 @@ def sequential_m_step(votes: Votes, r: np.ndarray, prev: np.ndarray, *,
                       kappa: float = DEFAULT_KAPPA, shrink: float = DEFAULT_SHRINK,
                       prior_diag: float = 2.0, prior_off: float = 0.1,
                       centre: np.ndarray | None = None, skill: np.ndarray | None = None,
-                      inner: int = 5) -> SequentialModel:
-    """Maximise (J1) over the sequential annotator model with ``r`` fixed: ``inner`` rounds
-    of eq. (Q-VB), eq. (C) and the skill step from ``centre`` and ``skill`` (default: the MAP
-    confusion matrices of the counts summed over ``p``, eq. M of :mod:`gpsl.crowd`, and the
-    one-coin skills, eq. M1). Each round is three exact block maximisations, so the result is
-    never worse than the starting point."""
+                      inner: int = 10) -> SequentialModel:
+    """Maximise (J1) over the sequential annotator model with ``r`` fixed: the centres and
+    the rows' posteriors at once (eq. C, then eq. Q-VB), alternating with the skills (eq. S)
+    for up to ``inner`` rounds, from ``centre`` and ``skill`` (default: the MAP confusion
+    matrices of the counts summed over ``p``, eq. M of :mod:`gpsl.crowd`, and the one-coin
+    skills, eq. M1). Every step is an exact block maximisation, so the result is never
+    worse than the starting point."""
     if kappa <= 0 or shrink < 0 or prior_diag < 0 or prior_off < 0:
         raise ValueError("kappa must be > 0, shrink and the prior pseudo-counts >= 0")
     A, J = votes.A, votes.J
@@ -285,19 +298,18 @@ def sequential_m_step(votes: Votes, r: np.ndarray, prev: np.ndarray, *,
     model = SequentialModel(alpha=N + kappa * c[:, :, None, :], centre=c, kappa=float(kappa),
                             prior_diag=float(prior_diag), prior_off=float(prior_off),
                             shrink=float(shrink), skill_=s)
+    rows = N.reshape(A * J, J + 1, J)
     for _ in range(max(1, int(inner)) if A else 0):
-        alpha = N + kappa * c[:, :, None, :]  # eq. Q-VB
-        elog = digamma(alpha) - digamma(alpha.sum(axis=-1, keepdims=True))
-        S = elog.sum(axis=2).reshape(A * J, J)
         beta = model.centre_prior().reshape(A * J, J)
-        c_new = update_centres(S, kappa, beta, c.reshape(A * J, J)).reshape(A, J, J)
+        c_new = update_centres(rows, kappa, beta, c.reshape(A * J, J)).reshape(A, J, J)
+        s_new = s
         if shrink > 0:  # the skills given the centres
-            s = _update_skills(model.skill_, np.log(c_new), shrink, prior_diag, prior_off,
-                               offset=1.0)
-        done = np.max(np.abs(c_new - c)) < 1e-9 and np.max(np.abs(s - model.skill_)) < 1e-9
-        c = c_new
+            s_new = _update_skills(s, np.log(c_new), shrink, prior_diag, prior_off,
+                                   offset=1.0)
+        done = np.max(np.abs(c_new - c)) < 1e-10 and np.max(np.abs(s_new - s)) < 1e-10
+        c, s = c_new, s_new
         model.centre, model.skill_ = c, s
-        if done:
+        if done or shrink == 0:
             break
-    model.alpha = N + kappa * c[:, :, None, :]
+    model.alpha = N + kappa * c[:, :, None, :]  # eq. Q-VB
     return model
