@@ -215,14 +215,15 @@ def test_real_folder_keeps_more_votes_than_the_identical_rule(real):
 
 
 def test_real_slice_end_to_end(real):
-    """A slice of the real crowd (the sentences of 6 documents): the joint model with the
-    sequential annotators and the ner features converges with a monotone bound and its
-    labels beat the majority vote's against the gold."""
-    from gpsl import metrics
+    """A slice of the real crowd (the 4 documents 8, 58, 108 and 158 by name, 31 sentences):
+    the joint model with the sequential annotators and the ner features converges by its
+    stop rule with a monotone bound, its labels are span-valid and beat the majority
+    vote's against the gold (0.82 against 0.70 when written)."""
+    from gpsl import metrics, tags
     from gpsl.model import GPSL
 
     sents, _ = real
-    docs = sorted({s.id.split(":")[0] for s in sents})[:6]
+    docs = sorted({s.id.split(":")[0] for s in sents})[7::50]
     part = [s for s in sents if s.id.split(":")[0] in docs]
     gold = [list(s.labels) for s in part]
     votes = Votes.from_sentences([type(s)(s.tokens, None, s.line, s.id,
@@ -235,12 +236,13 @@ def test_real_slice_end_to_end(real):
                 for p in np.split(np.array(flat, dtype=object), cuts)]
         return metrics.chunk_scores(gold, pred)["f1"]
 
-    joint = CrowdGPSL(GPSL(template="ner", inference="sparse", max_iter=30)).fit(
+    joint = CrowdGPSL(GPSL(template="ner", inference="sparse", max_iter=40)).fit(
         [s.tokens for s in part], votes)
     jt = np.diff(joint.joint_trace_)
     assert np.all(jt >= -1e-8 * np.abs(joint.joint_trace_).max())
-    assert joint.joint_model_.n_iter_ < 30
+    assert joint.joint_model_.n_iter_ < 40  # the stop rule, not max_iter
+    for lab in votes.split(np.array(joint.labels_array_, dtype=object)):
+        assert tags.violations(list(lab), "BIO") == {}
     mv = MajorityVote().fit_votes(votes)
-    ds = DawidSkene().fit_votes(votes)
-    assert f1(joint.labels_array_) > f1(mv.labels_array_)
-    assert f1(ds.labels_array_) > f1(mv.labels_array_)
+    assert f1(joint.labels_array_) > f1(mv.labels_array_) + 0.05
+    assert f1(DawidSkene().fit_votes(votes).labels_array_) > f1(mv.labels_array_)

@@ -103,8 +103,9 @@ class CrowdGPSL:
     tol: the joint fit's stop rule: it has converged when (J1) rose by less than ``tol``
         nats per training token over one sweep and its M-step (in place of the engine's
         relative rule); at most ``model``'s ``max_iter`` sweeps. ``None`` (default):
-        :data:`DEFAULT_TOL` with ``tagger_prior="auto"``, else ``model``'s own rule. Per token rather than relative: (J1) is a sum of terms of both signs
-        (the Dirichlet priors' log densities are positive), so its size says little.
+        :data:`DEFAULT_TOL` with ``tagger_prior="auto"``, else ``model``'s own rule. Per
+        token rather than relative: (J1) is a sum of terms of both signs (the Dirichlet
+        priors' log densities are positive), so its size says little.
 
     ``fit(X, votes)`` fits the tagger; afterwards ``model_`` is the GPSL for prediction (the
     refit, or the joint fit's tagger), ``joint_model_`` the joint fit's tagger, ``probas_``
