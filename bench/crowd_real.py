@@ -5,7 +5,7 @@
     nice python -m bench.crowd_real              # the whole run (about 10 minutes on 2 cores)
     python -m bench.crowd_real --quick           # sections 1-2 without GLAD, MACE and the
                                                  # lever rows (about 3 minutes)
-    python -m bench.crowd_real --data jsonl      # section 1 on val.crowd.jsonl instead of raw/
+    python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
@@ -97,6 +97,7 @@ class Config:
     max_iter: int = 100
     verbose: bool = True
     methods: list = field(default_factory=list)
+    taggers: bool = True
 
 
 # --------------------------------------------------------------------------- data
@@ -540,7 +541,7 @@ def run(cfg: Config, command: str = "") -> dict:
               "alignment": data.alignment,
               "aggregation": section_aggregation(cfg, data, log)}
     raw = data if cfg.data == "raw" else load(data_dir, "raw")
-    if not cfg.methods:
+    if cfg.taggers and not cfg.methods:
         log("sections 2-3 (held-out documents of raw/) ...")
         report["gold_taggers"], report["crowd_taggers"] = section_taggers(cfg, raw, log)
     report["acceptance"] = acceptance(report)
@@ -550,7 +551,7 @@ def run(cfg: Config, command: str = "") -> dict:
 
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
-        ("_quick" if cfg.quick else "")
+        ("_quick" if cfg.quick else "") + ("_partial" if cfg.methods else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -562,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
+    p.add_argument("--no-taggers", action="store_true",
+                   help="section 1 only (no taggers on held-out documents)")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -579,7 +582,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
-                 max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []))
+                 max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
+                 taggers=not args.no_taggers)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

@@ -349,3 +349,33 @@ def test_collapsed_skill_step_is_the_limit_of_the_alternation():
     alt = m_step(votes, r, one_coin, 2.0, 0.1, shrink=10.0, skill=s)
     assert cm.log_prior() + float(np.sum(r * cm.evidence(votes))) >= \
         alt.log_prior() + float(np.sum(r * alt.evidence(votes))) - 1e-9
+
+
+def test_entity_reliability_and_the_report():
+    from gpsl.crowd import annotator_report, entity_reliability
+
+    # tokens: 0 B-PER, 1 O, 2 B-LOC (posteriors one-hot); "lazy" says O everywhere, "eager"
+    # says B-PER on token 0 (right) and B-LOC on token 1 (wrong), "good" is right everywhere
+    classes = ["B-LOC", "B-PER", "O"]
+    truth = [1, 2, 0]
+    token, ann, lab = [], [], []
+    for a, labels in enumerate(([2, 2, 2], [1, 0, 0], [1, 2, 0])):
+        for t, v in enumerate(labels):
+            token.append(t)
+            ann.append(a)
+            lab.append(v)
+    votes = Votes(lengths=[3], token=token, annotator=ann, label=lab,
+                  annotators=["lazy", "eager", "good"], classes=classes)
+    r = np.eye(3)[truth]
+    prec, rec = entity_reliability(votes, r)
+    assert np.isnan(prec[0]) and rec[0] == 0.0
+    assert prec[1] == pytest.approx(2 / 3) and rec[1] == 1.0
+    assert prec[2] == 1.0 and rec[2] == 1.0
+    rows = annotator_report(MajorityVote().fit_votes(votes), votes)
+    # under the majority's vote fractions: eager's three entity votes are right with
+    # probabilities 2/3, 1/3 and 2/3
+    assert rows[0]["precision"] is None and rows[0]["recall"] == 0.0
+    assert rows[1]["precision"] == pytest.approx(5 / 9)
+    assert entity_reliability(Votes(lengths=[1], token=[0], annotator=[0], label=[0],
+                                    annotators=["a"], classes=["x", "y"]),
+                              np.eye(2)[[0]]) is None

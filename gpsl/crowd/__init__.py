@@ -60,8 +60,12 @@ Monotone coordinate ascent:
 
      and for fixed ``q`` the terms in ``s_a``, ``log p(s_a) + sum_y [log Gamma(kappa) -
      sum_l log Gamma(kappa m_yl(s_a)) + sum_l (kappa m_yl(s_a) - 1) E_q log pi_a[y, l]]``
-     (eq. S), are concave in ``s_a`` (``-log Gamma`` of an affine function is concave) and
-     maximised by a bounded 1-D search; (VB) and (S) alternate to convergence;
+     (eq. S), are concave in ``s_a`` (``-log Gamma`` of an affine function is concave).
+     Both at once: at the optimal ``q`` for ``s_a`` (VB) the annotator's terms are
+     ``log p(s_a) + sum_y [log B(N_a[y] + kappa m(s_a)[y]) - log B(kappa m(s_a)[y])]``
+     (``B`` the multivariate Beta function), concave in ``s_a`` too (``log Gamma(N + x) -
+     log Gamma(x)`` is concave in ``x``): one safeguarded Newton solve for ``s_a``, then
+     ``q`` by (VB), instead of alternating (VB) and (S), which converges slowly;
    * MAP, fixed prior: ``sum_{y,l} (N_a[y, l] + beta_y[l] - 1) log pi_a[y, l]``, row by row
      on the simplex (Lagrange; concave, every coefficient >= 0)
 
@@ -73,12 +77,18 @@ Monotone coordinate ascent:
 
    All are exact block maximisations (started from the previous ``s_a``), so this step never
    lowers (J1) either.
-3. With ``tagger_prior="learn"`` (the default of :class:`CrowdGPSL`) the tagger's kernel
-   hyper-parameters ``theta`` are a block too: GPSL's own variational-EM M-step
-   (``learn_hyper``; closed form for the linear kernel's variance, kept only if the bound
-   does not drop). ``L_GPSL`` is the only term of (J1) that depends on ``theta``, so (J1)
-   stays one bound under monotone coordinate ascent. Why this block matters for crowds:
-   :class:`CrowdGPSL`, "Why the tagger's prior is learned".
+3. With ``tagger_prior="learn"`` the tagger's kernel hyper-parameters ``theta`` are a block
+   too: GPSL's own variational-EM M-step (``learn_hyper``; closed form for the linear
+   kernel's variance, kept only if the bound does not drop). ``L_GPSL`` is the only term of
+   (J1) that depends on ``theta``, so (J1) stays one bound under monotone coordinate ascent.
+   The default, ``tagger_prior="auto"``, fixes ``theta`` at the echo bound instead
+   (:class:`CrowdGPSL`, "The tagger's prior": on large data the M-step on ``theta`` does
+   not converge in useful time).
+
+The sequential annotator model (:mod:`gpsl.crowd.sequential`, the default of
+:class:`CrowdGPSL`) replaces ``log pi_a[y, l_v]`` in ``e_t`` by ``E_q log pi_a[y, p_v, l_v]``,
+``p_v`` the annotator's own previous label, and the annotator terms by its own (derived
+there); (J1) and the coordinate ascent are otherwise the same.
 
 :class:`CrowdGPSL` runs step 2 in the engine's ``on_sweep`` hook after every sweep, sets the
 new evidence and hands back (J1) = ``engine.elbo()`` + the observed tokens' vote term + the
@@ -94,12 +104,20 @@ form, ``rho(y) ∝ sum_t r_t(y)``) and the exact ``r`` update
 
 Per-annotator accuracy is estimated as the posterior expected fraction of correct votes,
 ``acc_a = C_a / n_a`` (eq. A); the confusion matrices (posterior means for ``q``) and the
-skills ``s_a`` are reported too.
+skills ``s_a`` are reported too (:func:`annotator_report`).
+
+The package, one aggregator or model a module (as crowd-kit): :mod:`~gpsl.crowd.votes` (the
+votes in long form), :mod:`~gpsl.crowd.confusion` (the confusion models and their M-step),
+:mod:`~gpsl.crowd.sequential` (the sequential annotator model),
+:mod:`~gpsl.crowd.majority_vote`, :mod:`~gpsl.crowd.dawid_skene`, :mod:`~gpsl.crowd.joint`
+(:class:`CrowdGPSL`), :mod:`~gpsl.crowd.base` (the shared surface, the decision rule, the
+annotator report) and :mod:`~gpsl.crowd.raw` (the reader of the one-folder-per-annotator
+layout, aligned to the gold tokens).
 """
 
 from __future__ import annotations
 
-from gpsl.crowd.base import TIE, annotator_report, decide
+from gpsl.crowd.base import TIE, annotator_report, decide, entity_reliability
 from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, CrowdModel, expected_counts, m_step
 from gpsl.crowd.dawid_skene import DawidSkene, e_step
 from gpsl.crowd.joint import CrowdGPSL, decode_labels, echo_variance
@@ -109,6 +127,6 @@ from gpsl.crowd.votes import Votes, majority_posteriors
 
 __all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "TIE", "CrowdGPSL", "CrowdModel", "DawidSkene",
            "MajorityVote", "SequentialModel", "Votes", "annotator_report", "decide",
-           "decode_labels", "e_step", "echo_variance",
+           "decode_labels", "e_step", "echo_variance", "entity_reliability",
            "expected_counts", "m_step", "majority_posteriors", "previous_labels",
            "sequential_m_step"]

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpsl.crowd.confusion import CrowdModel
 from gpsl.crowd.votes import Votes, _votes_from_frame
 
-__all__ = ["TIE", "annotator_report", "decide"]
+__all__ = ["TIE", "annotator_report", "decide", "entity_reliability"]
 
 
 #: posteriors within this of the largest are a tie (rounding of the same evidence)
@@ -65,11 +64,33 @@ class _Aggregator:
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
 
 
+def entity_reliability(votes: Votes, r: np.ndarray, outside: str = "O"):
+    """Per annotator, under the posteriors ``r``: ``precision`` = expected fraction of their
+    votes other than ``outside`` that are right, ``recall`` = expected fraction of the true
+    labels other than ``outside`` (on the tokens they voted on) that they gave; (A,) arrays,
+    NaN where undefined. None when the label set has no ``outside`` label."""
+    if outside not in votes.classes:
+        return None
+    o = votes.classes.index(outside)
+    r = np.asarray(r, dtype=float)
+    right = r[votes.token, votes.label]
+    ent_vote = votes.label != o
+    tp = np.bincount(votes.annotator, weights=right * ent_vote, minlength=votes.A)
+    n_pred = np.bincount(votes.annotator, weights=ent_vote.astype(float), minlength=votes.A)
+    n_true = np.bincount(votes.annotator, weights=1.0 - r[votes.token, o], minlength=votes.A)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(n_pred > 0, tp / np.maximum(n_pred, 1e-300), np.nan),
+                np.where(n_true > 0, tp / np.maximum(n_true, 1e-300), np.nan))
+
 
 def annotator_report(agg, votes: Votes) -> list[dict]:
-    """One row per annotator: votes, model (full / one-coin), estimated accuracy (eq. A),
-    agreement with the aggregated label, skill ``s_a`` and the confusion matrix (posterior
-    mean where it is variational) as ``{true label: {reported label: probability}}``."""
+    """One row per annotator (the reliability figures of a team): votes, model (full /
+    one-coin / sequential), estimated accuracy (eq. A), agreement with the aggregated label,
+    entity ``precision`` and ``recall`` when the labels have an ``O``
+    (:func:`entity_reliability`: a worker who leaves entities unlabeled has a high
+    accuracy and a low recall), skill ``s_a`` and the confusion matrix (posterior mean where
+    it is variational; the sequential model's plain confusion ``c_a``) as ``{true label:
+    {reported label: probability}}``."""
     n = votes.n_votes()
     agree = np.zeros(votes.A)
     idx = np.asarray(agg.probas_).argmax(axis=1)
@@ -77,13 +98,18 @@ def annotator_report(agg, votes: Votes) -> list[dict]:
     conf = getattr(agg, "confusions_", None)
     one = getattr(agg, "one_coin_", np.zeros(votes.A, dtype=bool))
     crowd = getattr(agg, "crowd_", None) or getattr(agg, "model_", None)
-    skill = getattr(crowd, "skill", None) if isinstance(crowd, CrowdModel) else None
+    skill = getattr(crowd, "skill", None) if crowd is not None else None
+    sequential = crowd is not None and hasattr(crowd, "centre")
+    ent = entity_reliability(votes, agg.probas_)
     rows = []
     for a, name in enumerate(votes.annotators):
         row = {"annotator": name, "votes": int(n[a]),
-               "model": "one-coin" if one[a] else "full",
+               "model": "sequential" if sequential else "one-coin" if one[a] else "full",
                "accuracy": float(agg.accuracy_[a]) if n[a] else None,
                "agreement": float(agree[a] / n[a]) if n[a] else None}
+        if ent is not None:
+            for key, arr in zip(("precision", "recall"), ent):
+                row[key] = float(arr[a]) if np.isfinite(arr[a]) else None
         if skill is not None and np.isfinite(skill[a]):
             row["skill"] = float(skill[a])
         if conf is not None:
