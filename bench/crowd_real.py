@@ -6,6 +6,8 @@
     python -m bench.crowd_real --quick           # sections 1-2 without GLAD, MACE and the
                                                  # lever rows (about 3 minutes)
     python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
+    python -m bench.crowd_real --variances 0.003 0.01 0.03 0.1 0.3 --no-taggers --methods \
+        "gpsl Dawid-Skene"                       # the joint bound and F1 against sigma^2
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
@@ -98,6 +100,7 @@ class Config:
     verbose: bool = True
     methods: list = field(default_factory=list)
     taggers: bool = True
+    variances: list = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- data
@@ -243,12 +246,17 @@ def gpsl_ds_labels(votes) -> dict:
     return {"labels": DawidSkene().fit_votes(votes).labels_array_}
 
 
-def joint_labels(votes, X, annotator_model: str, template, max_iter: int) -> dict:
+def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
+                 variance: float | None = None) -> dict:
+    """The joint model's labels; ``variance``: the tagger's prior variance fixed at that
+    value (``tagger_prior="model"``, the default stop rule) instead of ``"auto"``."""
     from gpsl.crowd import CrowdGPSL, decode_labels
+    from gpsl.crowd.joint import DEFAULT_TOL
     from gpsl.model import GPSL
 
-    joint = CrowdGPSL(GPSL(template=template, max_iter=max_iter), refit=False,
-                      annotator_model=annotator_model).fit(X, votes)
+    fixed = {} if variance is None else {"tagger_prior": "model", "tol": DEFAULT_TOL}
+    joint = CrowdGPSL(GPSL(template=template, max_iter=max_iter, variance=variance),
+                      refit=False, annotator_model=annotator_model, **fixed).fit(X, votes)
     jt = np.diff(joint.joint_trace_)
     return {"labels": joint.labels_array_,
             "argmax_labels": decode_labels(joint.probas_, votes, "argmax"),
@@ -330,6 +338,20 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
             row["f1_argmax"] = am_scores["f1"]
         row.update(out)
         log(f"    F1 {row['f1']:.2f}  CPU {row['cpu_s']:.1f} s  wall {row['wall_s']:.1f} s")
+        rows.append(row)
+    for var in cfg.variances:
+        name = f"gpsl joint: sequential + ner, sigma^2 = {var:g}"
+        log(f"  {name} ...")
+        out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var)
+        row = {"method": name, "variance_fixed": var}
+        if "error" in out:
+            row["error"] = out["error"]
+        else:
+            row.update(span_scores(data.gold, as_sentences(out.pop("labels"), votes.lengths)))
+            row["f1_argmax"] = span_scores(data.gold, as_sentences(out.pop("argmax_labels"),
+                                                                   votes.lengths))["f1"]
+            row.update(out)
+            log(f"    F1 {row['f1']:.2f}  bound {row['bound']:.1f}")
         rows.append(row)
     return rows
 
@@ -433,17 +455,18 @@ def table_lines(report: dict) -> list[str]:
     lines = ["## 1. Inferred labels of the voted sentences "
              f"({report['settings']['data']})", "",
              "| method | span P | span R | span F1 | F1 argmax | token acc. | CPU s | wall s | "
-             "peak MB | sweeps |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "peak MB | sweeps | bound J1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["aggregation"]:
         if "error" in r:
-            lines.append(f"| {r['method']} | failed: {r['error']} |||||||||")
+            lines.append(f"| {r['method']} | failed: {r['error']} ||||||||||")
             continue
         lines.append(f"| {r['method']} | {_f(r['precision'])} | {_f(r['recall'])} | "
                      f"**{_f(r['f1'])}** | {_f(r.get('f1_argmax'))} | "
                      f"{_f(r['token_accuracy'])} | {_f(r['cpu_s'], 1)} | {_f(r['wall_s'], 1)}"
-                     f" | {_f(r['peak_mb'], 0)} | {r.get('sweeps', '-')} |")
+                     f" | {_f(r['peak_mb'], 0)} | {r.get('sweeps', '-')} | "
+                     f"{_f(r.get('bound'), 0)} |")
     for name, f1, where in PUBLISHED:
-        lines.append(f"| *published: {name}* ({where}) | | | *{f1:.1f}* | | | | | | |")
+        lines.append(f"| *published: {name}* ({where}) | | | *{f1:.1f}* | | | | | | | |")
     lines.append("")
     for key, title in (("gold_taggers", "## 2. Taggers trained on gold, held-out documents"),
                        ("crowd_taggers", "## 3. Taggers trained on the crowd, held-out "
@@ -551,7 +574,8 @@ def run(cfg: Config, command: str = "") -> dict:
 
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
-        ("_quick" if cfg.quick else "") + ("_partial" if cfg.methods else "")
+        ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
+        ("_partial" if cfg.methods and not cfg.variances else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -563,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
+    p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
+                   help="extra rows: the joint model with the tagger's prior variance fixed "
+                        "at each S2 (its bound beside its F1)")
     p.add_argument("--no-taggers", action="store_true",
                    help="section 1 only (no taggers on held-out documents)")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
@@ -583,7 +610,7 @@ def main(argv=None) -> int:
         return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
-                 taggers=not args.no_taggers)
+                 taggers=not args.no_taggers, variances=list(args.variances))
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)
