@@ -27,105 +27,18 @@ pairs over them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from gpsl.errors import InputError, ModelFormatError
+from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
+from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
 __all__ = ["FEATURE_SETS", "MAX_OFFSET", "FeatureExtractor", "NerFeatures", "Template",
            "UnigramTemplate", "capitalisation", "default_template", "short_shape", "word_shape"]
-
-MAX_OFFSET = 8  # CRF++'s BOS/EOS table size
-_MACRO = re.compile(r"%x\[(-?\d+),(\d+)\]")
-
-Token = Sequence[str]
-
-
-class UnigramTemplate(NamedTuple):
-    """One ``U`` (or ``B``) template line, parsed.
-
-    ``name`` is the text before the first ``:`` (``"U05"``; the whole literal for a line without
-    ``:``), ``macros`` the ``(row, col)`` pairs in order, ``pieces`` the ``len(macros) + 1``
-    literal texts around them (the feature is ``pieces[0] + v0 + pieces[1] + ... + pieces[-1]``),
-    ``line`` the 1-based line in the template file and ``text`` the stripped line.
-    """
-
-    name: str
-    macros: tuple[tuple[int, int], ...]
-    pieces: tuple[str, ...]
-    line: int
-    text: str
-
-    def expand(self, tokens: Sequence[Token], position: int) -> str:
-        """The feature string of this template for ``tokens[position]``."""
-        out = [self.pieces[0]]
-        n = len(tokens)
-        for (row, col), piece in zip(self.macros, self.pieces[1:]):
-            out.append(_value(tokens, position + row, col, n))
-            out.append(piece)
-        return "".join(out)
-
-
-def _value(tokens: Sequence[Token], idx: int, col: int, n: int) -> str:
-    if idx < 0:
-        return f"_B-{-idx}"
-    if idx >= n:
-        return f"_B+{idx - n + 1}"
-    return tokens[idx][col]
-
-
-def _parse_line(text: str, lineno: int, source: str) -> UnigramTemplate:
-    macros: list[tuple[int, int]] = []
-    pieces: list[str] = []
-    pos = 0
-    for m in _MACRO.finditer(text):
-        literal = text[pos:m.start()]
-        if "%" in literal:
-            _bad_macro(literal[literal.index("%"):], lineno, source)
-        if len(m.group(1).lstrip("-")) > 6 or len(m.group(2)) > 6:
-            raise InputError(
-                f"macro {_clip(m.group(0))} is out of range: rows are -{MAX_OFFSET}..{MAX_OFFSET}"
-                " and columns must exist in the data",
-                source=source,
-                line=lineno,
-            )
-        row, col = int(m.group(1)), int(m.group(2))
-        if abs(row) > MAX_OFFSET:
-            raise InputError(
-                f"row offset {row} in {m.group(0)} is out of range"
-                f" -{MAX_OFFSET}..{MAX_OFFSET} (as in CRF++)",
-                source=source,
-                line=lineno,
-            )
-        pieces.append(literal)
-        macros.append((row, col))
-        pos = m.end()
-    tail = text[pos:]
-    if "%" in tail:
-        _bad_macro(tail[tail.index("%"):], lineno, source)
-    pieces.append(tail)
-    head = pieces[0]
-    name = head.split(":", 1)[0] if ":" in head else head
-    return UnigramTemplate(name, tuple(macros), tuple(pieces), lineno, text)
-
-
-def _clip(text: str, n: int = 30) -> str:
-    return text if len(text) <= n else text[:n] + "..."
-
-
-def _bad_macro(fragment: str, lineno: int, source: str) -> None:
-    shown = fragment.split()[0] if fragment.split() else fragment
-    if len(shown) > 30:
-        shown = shown[:30] + "..."
-    raise InputError(
-        f"bad macro {shown!r}: expected %x[row,col] with integer row and non-negative column",
-        source=source,
-        line=lineno,
-    )
 
 
 class Template:
@@ -338,52 +251,6 @@ def default_template(n_columns: int) -> Template:
 # --------------------------------------------------------------------------- built-in sets
 
 
-def word_shape(word: str) -> str:
-    """``Xxxx`` for ``Mark``, ``dd-dd`` for ``12-34``: upper-case letters ``X``, other letters
-    ``x``, digits ``d``, every other character kept."""
-    return "".join("X" if ch.isupper() else "x" if ch.isalpha() else "d" if ch.isdigit()
-                   else ch for ch in word)
-
-
-def short_shape(shape: str) -> str:
-    """A shape with runs of one character collapsed: ``Xxxx`` -> ``Xx``, ``dd-dd`` -> ``d-d``."""
-    return "".join(ch for i, ch in enumerate(shape) if i == 0 or ch != shape[i - 1])
-
-
-def capitalisation(word: str) -> str:
-    """``all`` (two or more letters, all upper case), ``mixed`` (an upper-case letter after
-    the first character and a lower-case one), ``init`` (first character upper case),
-    ``lower`` (letters, none upper case) or ``none`` (no letter)."""
-    letters = [ch for ch in word if ch.isalpha()]
-    if not letters:
-        return "none"
-    upper = [ch.isupper() for ch in letters]
-    if len(letters) > 1 and all(upper):
-        return "all"
-    if any(ch.isupper() for ch in word[1:]) and not all(upper):
-        return "mixed"
-    if word[0].isupper():
-        return "init"
-    return "lower" if not any(upper) else "mixed"
-
-
-def _digits(word: str) -> str:
-    n = sum(ch.isdigit() for ch in word)
-    return "none" if n == 0 else "all" if n == len(word) else "some"
-
-
-def _position(i: int, n: int) -> str:
-    return "only" if n == 1 else "first" if i == 0 else "last" if i == n - 1 else "mid"
-
-
-def _window(values: list[str], k: int) -> list[str]:
-    """``values`` shifted by ``k`` (``out[i] = values[i + k]``), CRF++'s ``_B-1``/``_B+1``
-    outside the sentence."""
-    n = len(values)
-    return [values[i + k] if 0 <= i + k < n else (f"_B{i + k}" if i + k < 0 else
-                                                   f"_B+{i + k - n + 1}") for i in range(n)]
-
-
 class NerFeatures(Template):
     """The built-in feature set ``ner`` for word-only data (column 0 the word).
 
@@ -449,13 +316,13 @@ class NerFeatures(Template):
         col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
         for base in ("w", "ss", "cap"):
             for k in (-2, -1, 1, 2):
-                col[f"{base}{k:+d}"] = _window(col[base], k)
+                col[f"{base}{k:+d}"] = window(col[base], k)
         for k in range(1, 5):
             col[f"p{k}"] = [w[:k] for w in low]
             col[f"s{k}"] = [w[-k:] for w in low]
-        col["dig"] = [_digits(w) for w in words]
+        col["dig"] = [digits(w) for w in words]
         col["hyp"] = ["1" if "-" in w else "0" for w in words]
-        col["pos"] = [_position(i, n) for i in range(n)]
+        col["pos"] = [position(i, n) for i in range(n)]
         out = []
         for slot in self.SLOTS:
             if slot == "bias":
@@ -467,7 +334,7 @@ class NerFeatures(Template):
                 out.append([f"{slot}={v}" for v in col[slot]])
         for c in range(1, min(len(t) for t in tokens)):
             vals = [tok[c] for tok in tokens]
-            win = {k: _window(vals, k) if k else vals for k in (-2, -1, 0, 1, 2)}
+            win = {k: window(vals, k) if k else vals for k in (-2, -1, 0, 1, 2)}
             for k in (-2, -1, 0, 1, 2):
                 out.append([f"c{c}{k:+d}={v}" for v in win[k]])
             out.append([f"c{c}-1|c{c}={x}|{y}" for x, y in zip(win[-1], vals)])
