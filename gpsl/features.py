@@ -12,109 +12,33 @@ Template grammar (as CRF++'s ``crf_learn``):
   are the model's own dependency set (``offsets``);
 * positions before the sentence read ``_B-1``, ``_B-2`` ...; after it ``_B+1``, ``_B+2`` ...;
   rows are limited to -8..8 and columns must exist in the data, as in CRF++.
+
+Built-in feature sets
+---------------------
+A *name* instead of template text selects a built-in feature set (:data:`FEATURE_SETS`),
+usable wherever a template is (``GPSL(template="ner")``, ``-t ner``): :meth:`Template.parse`
+returns it for the bare name (never valid CRF++ template text, so no template changes
+meaning), and a saved model stores the name. ``ner`` (:class:`NerFeatures`) computes what a
+CRF++ template cannot from one word column: the lowercased word, its shape and short shape,
+prefixes and suffixes, capitalisation, digit, hyphen and position flags, with windows and
+pairs over them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from gpsl.errors import InputError, ModelFormatError
+from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
+from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
-__all__ = ["MAX_OFFSET", "FeatureExtractor", "Template", "UnigramTemplate", "default_template"]
-
-MAX_OFFSET = 8  # CRF++'s BOS/EOS table size
-_MACRO = re.compile(r"%x\[(-?\d+),(\d+)\]")
-
-Token = Sequence[str]
-
-
-class UnigramTemplate(NamedTuple):
-    """One ``U`` (or ``B``) template line, parsed.
-
-    ``name`` is the text before the first ``:`` (``"U05"``; the whole literal for a line without
-    ``:``), ``macros`` the ``(row, col)`` pairs in order, ``pieces`` the ``len(macros) + 1``
-    literal texts around them (the feature is ``pieces[0] + v0 + pieces[1] + ... + pieces[-1]``),
-    ``line`` the 1-based line in the template file and ``text`` the stripped line.
-    """
-
-    name: str
-    macros: tuple[tuple[int, int], ...]
-    pieces: tuple[str, ...]
-    line: int
-    text: str
-
-    def expand(self, tokens: Sequence[Token], position: int) -> str:
-        """The feature string of this template for ``tokens[position]``."""
-        out = [self.pieces[0]]
-        n = len(tokens)
-        for (row, col), piece in zip(self.macros, self.pieces[1:]):
-            out.append(_value(tokens, position + row, col, n))
-            out.append(piece)
-        return "".join(out)
-
-
-def _value(tokens: Sequence[Token], idx: int, col: int, n: int) -> str:
-    if idx < 0:
-        return f"_B-{-idx}"
-    if idx >= n:
-        return f"_B+{idx - n + 1}"
-    return tokens[idx][col]
-
-
-def _parse_line(text: str, lineno: int, source: str) -> UnigramTemplate:
-    macros: list[tuple[int, int]] = []
-    pieces: list[str] = []
-    pos = 0
-    for m in _MACRO.finditer(text):
-        literal = text[pos:m.start()]
-        if "%" in literal:
-            _bad_macro(literal[literal.index("%"):], lineno, source)
-        if len(m.group(1).lstrip("-")) > 6 or len(m.group(2)) > 6:
-            raise InputError(
-                f"macro {_clip(m.group(0))} is out of range: rows are -{MAX_OFFSET}..{MAX_OFFSET}"
-                " and columns must exist in the data",
-                source=source,
-                line=lineno,
-            )
-        row, col = int(m.group(1)), int(m.group(2))
-        if abs(row) > MAX_OFFSET:
-            raise InputError(
-                f"row offset {row} in {m.group(0)} is out of range"
-                f" -{MAX_OFFSET}..{MAX_OFFSET} (as in CRF++)",
-                source=source,
-                line=lineno,
-            )
-        pieces.append(literal)
-        macros.append((row, col))
-        pos = m.end()
-    tail = text[pos:]
-    if "%" in tail:
-        _bad_macro(tail[tail.index("%"):], lineno, source)
-    pieces.append(tail)
-    head = pieces[0]
-    name = head.split(":", 1)[0] if ":" in head else head
-    return UnigramTemplate(name, tuple(macros), tuple(pieces), lineno, text)
-
-
-def _clip(text: str, n: int = 30) -> str:
-    return text if len(text) <= n else text[:n] + "..."
-
-
-def _bad_macro(fragment: str, lineno: int, source: str) -> None:
-    shown = fragment.split()[0] if fragment.split() else fragment
-    if len(shown) > 30:
-        shown = shown[:30] + "..."
-    raise InputError(
-        f"bad macro {shown!r}: expected %x[row,col] with integer row and non-negative column",
-        source=source,
-        line=lineno,
-    )
+__all__ = ["FEATURE_SETS", "MAX_OFFSET", "FeatureExtractor", "NerFeatures", "Template",
+           "UnigramTemplate", "capitalisation", "default_template", "short_shape", "word_shape"]
 
 
 class Template:
@@ -153,6 +77,8 @@ class Template:
         """Parse template text; :class:`InputError` naming ``source`` and the line on error."""
         if not isinstance(text, str):
             raise TypeError("template text must be a str")
+        if text.strip() in FEATURE_SETS:  # a built-in feature set by name
+            return FEATURE_SETS[text.strip()]()
         if "\x00" in text:
             raise InputError("NUL byte in template", source=source)
         unigrams: list[UnigramTemplate] = []
@@ -186,6 +112,14 @@ class Template:
 
         name = str(path)
         return cls.parse(_read_source(path, encoding, name), source=name)
+
+    @classmethod
+    def from_spec(cls, spec: str | os.PathLike, encoding: str = "utf-8") -> Template:
+        """A built-in feature set by name (``"ner"``), else a template file (a file named like
+        a feature set is read as ``./ner``)."""
+        if str(spec) in FEATURE_SETS:
+            return FEATURE_SETS[str(spec)]()
+        return cls.from_file(spec, encoding=encoding)
 
     @classmethod
     def coerce(cls, template: Template | str | None, n_columns: int | None = None) -> Template:
@@ -314,6 +248,104 @@ def default_template(n_columns: int) -> Template:
     return Template.parse("\n".join(lines), source="<default template>")
 
 
+# --------------------------------------------------------------------------- built-in sets
+
+
+class NerFeatures(Template):
+    """The built-in feature set ``ner`` for word-only data (column 0 the word).
+
+    Per token, ``name=value`` strings (one per slot, so one feature of each slot is active):
+
+    * ``w``: the lowercased word; ``w-2 w-1 w+1 w+2`` the same at offsets -2..2; the pairs
+      ``w-1|w`` and ``w|w+1``;
+    * ``sh``: the word shape (:func:`word_shape`, ``Xxxx``, ``dd-dd``); ``ss`` the short shape
+      (:func:`short_shape`, ``Xx``, ``d-d``), ``ss-2 .. ss+2`` and the pairs ``ss-1|ss``,
+      ``ss|ss+1``, ``w-1|ss``, ``ss|w+1``;
+    * ``p1 .. p4`` and ``s1 .. s4``: prefixes and suffixes of the lowercased word (the whole
+      word when it is shorter);
+    * ``cap`` (:func:`capitalisation`: ``init``, ``all``, ``mixed``, ``lower``, ``none``) and
+      ``cap-1``, ``cap+1``, ``cap-1|cap``, ``cap|cap+1``; ``dig`` (digits: ``all``, ``some``,
+      ``none``); ``hyp`` (a hyphen: ``1``/``0``); ``pos`` (``first``, ``last``, ``only``,
+      ``mid``); ``bias`` (every token).
+
+    Further columns ``c`` (e.g. part of speech) get the default template's window: ``cC-2
+    .. cC+2`` and the pairs ``cC-1|cC``, ``cC|cC+1``. Outside the sentence a window reads
+    CRF++'s ``_B-1``, ``_B+1`` .... Stored in a saved model as its name.
+    """
+
+    NAME = "ner"
+    SLOTS = ("w", "w-2", "w-1", "w+1", "w+2", "w-1|w", "w|w+1", "sh", "ss", "ss-2", "ss-1",
+             "ss+1", "ss+2", "ss-1|ss", "ss|ss+1", "w-1|ss", "ss|w+1", "p1", "p2", "p3", "p4",
+             "s1", "s2", "s3", "s4", "cap", "cap-1", "cap+1", "cap-1|cap", "cap|cap+1", "dig",
+             "hyp", "pos", "bias")
+
+    def __init__(self, source: str = "<ner>"):
+        slots = [UnigramTemplate(k, (), (k,), 0, k) for k in self.SLOTS]
+        super().__init__(self.NAME, source, slots, [])
+
+    @property
+    def max_column(self) -> int:
+        return 0
+
+    @property
+    def max_offset(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        return f"NerFeatures({len(self.SLOTS)} slots on column 0, windows on other columns)"
+
+    def validate(self, n_columns: int) -> None:
+        if n_columns < 1:
+            raise InputError("the ner feature set needs a word column", source=self.source)
+
+    def expand(self, tokens: Sequence[Token], position: int) -> list[str]:
+        if not 0 <= position < len(tokens):
+            raise IndexError(f"position {position} outside a sentence of {len(tokens)} tokens")
+        return [block[position] for block in self.expand_sentence(tokens)]
+
+    def expand_sentence(self, tokens: Sequence[Token]) -> list[list[str]]:
+        """One block per slot (in :attr:`SLOTS` order, then the other columns' windows)."""
+        n = len(tokens)
+        if n == 0:
+            return [[] for _ in self.SLOTS]
+        words = [tok[0] for tok in tokens]
+        low = [w.lower() for w in words]
+        shape = [word_shape(w) for w in words]
+        ss = [short_shape(s) for s in shape]
+        cap = [capitalisation(w) for w in words]
+        col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
+        for base in ("w", "ss", "cap"):
+            for k in (-2, -1, 1, 2):
+                col[f"{base}{k:+d}"] = window(col[base], k)
+        for k in range(1, 5):
+            col[f"p{k}"] = [w[:k] for w in low]
+            col[f"s{k}"] = [w[-k:] for w in low]
+        col["dig"] = [digits(w) for w in words]
+        col["hyp"] = ["1" if "-" in w else "0" for w in words]
+        col["pos"] = [position(i, n) for i in range(n)]
+        out = []
+        for slot in self.SLOTS:
+            if slot == "bias":
+                out.append(["bias"] * n)
+            elif "|" in slot:
+                a, b = slot.split("|")
+                out.append([f"{slot}={x}|{y}" for x, y in zip(col[a], col[b])])
+            else:
+                out.append([f"{slot}={v}" for v in col[slot]])
+        for c in range(1, min(len(t) for t in tokens)):
+            vals = [tok[c] for tok in tokens]
+            win = {k: window(vals, k) if k else vals for k in (-2, -1, 0, 1, 2)}
+            for k in (-2, -1, 0, 1, 2):
+                out.append([f"c{c}{k:+d}={v}" for v in win[k]])
+            out.append([f"c{c}-1|c{c}={x}|{y}" for x, y in zip(win[-1], vals)])
+            out.append([f"c{c}|c{c}+1={x}|{y}" for x, y in zip(vals, win[1])])
+        return out
+
+
+#: built-in feature sets by name (see the module docstring)
+FEATURE_SETS = {NerFeatures.NAME: NerFeatures}
+
+
 class FeatureExtractor:
     """Turn sentences into a binary CSR matrix with one row per token.
 
@@ -376,16 +408,16 @@ class FeatureExtractor:
             self.template.validate(n_cols)
         feats: list[str] = []
         rows: list[np.ndarray] = []
-        n_templ = len(self.template.unigrams)
         offset = 0
         expand = self.template.expand_sentence
         for s in sentences:
             n = len(s)
             if n == 0:
                 continue
-            for block in expand(s):
+            blocks = expand(s)
+            for block in blocks:
                 feats.extend(block)
-            rows.append(np.tile(np.arange(offset, offset + n, dtype=np.int64), n_templ))
+            rows.append(np.tile(np.arange(offset, offset + n, dtype=np.int64), len(blocks)))
             offset += n
         row_arr = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         return feats, row_arr, offset

@@ -447,7 +447,8 @@ class PseudoLikelihoodBound:
 
         ``on_sweep(engine)`` (optional) runs after every sweep, before the stop rule; it may
         change the problem's evidence (:meth:`Problem.set_evidence`), e.g. the crowd model's
-        M-step, and returns the bound after its change (or ``None`` to keep the sweep's).
+        M-step, and returns the bound after its change (or ``None`` to keep the sweep's), or
+        ``(bound, stop)``: ``stop`` true ends the fit after this sweep (its own stop rule).
         """
         t0 = time.perf_counter()
         trace = [self.elbo()]
@@ -460,16 +461,19 @@ class PseudoLikelihoodBound:
             for _ in range(inner_max):
                 it += 1
                 trace.append(self.sweep())
+                stop = False
                 if on_sweep is not None:
                     extra = on_sweep(self)
+                    if isinstance(extra, tuple):
+                        extra, stop = extra
                     if extra is not None:
                         trace[-1] = float(extra)
                 if callback is not None:
                     callback({"iteration": it, "bound": trace[-1],
                               "seconds": time.perf_counter() - t0})
-                if _converged(trace[-2], trace[-1], tol) or it >= max_iter:
+                if stop or _converged(trace[-2], trace[-1], tol) or it >= max_iter:
                     break
-            if not learn_hyper or it >= max_iter:
+            if stop or not learn_hyper or it >= max_iter:
                 break
             if _converged(outer_prev, trace[-1], tol) and len(trace) > 2:
                 break

@@ -112,9 +112,12 @@ _P = [
     Param("template", None,
           (_NONE, InstanceOf("str", "CRF++ template text"),
            InstanceOf("gpsl.features:Template", "a Template")), persisted=False,
-          help="CRF++ template (default: a window over every column)",
-          doc="CRF++ template text, a :class:`~gpsl.features.Template`, or ``None`` for "
-              ":func:`~gpsl.features.default_template`. (Saved with the model's features.)"),
+          help="CRF++ template, or the built-in feature set 'ner' (default: a window over every "
+               "column)",
+          doc="CRF++ template text, the name of a built-in feature set (``\"ner\"``, "
+              ":data:`gpsl.features.FEATURE_SETS`), a :class:`~gpsl.features.Template`, or "
+              "``None`` for :func:`~gpsl.features.default_template`. (Saved with the model's "
+              "features.)"),
     Param("min_freq", 1, (_int(1, 10**9),), flags=("-f", "--min-freq"), metavar="MIN_FREQ",
           label="Minimum feature count",
           help="keep features seen at least MIN_FREQ times (like crf_learn -f)",
@@ -300,11 +303,22 @@ _P = [
     Param("shrink", 10.0, (_real(0.0, 1e6),), flags=("--shrink",), metavar="K", group="crowd",
           help="shrink each confusion matrix towards the annotator's one-skill matrix with K "
                "pseudo-votes per row (0: fixed prior, MAP)"),
-    Param("tagger_prior", "learn", (_opts("learn", "model"),), flags=("--tagger-prior",),
+    Param("tagger_prior", "auto", (_opts("auto", "learn", "model"),), flags=("--tagger-prior",),
           group="crowd",
-          help="--crowd: 'learn' learns the tagger's prior variance in the joint bound and "
-               "refits the saved tagger with the given settings on the inferred labels; "
-               "'model' keeps the given settings in the joint fit"),
+          help="the joint fit's tagger prior variance: 'auto' 1/(features per token), 'learn' "
+               "learned in the joint bound (slow on large data); both refit the saved tagger "
+               "with the given settings on the inferred labels; 'model' keeps the given "
+               "settings in the joint fit",
+          doc="see :class:`gpsl.crowd.CrowdGPSL`, \"The tagger's prior\" (measured in "
+              "docs/real-crowd.md)"),
+    Param("annotator_model", "sequential", (_opts("sequential", "confusion"),),
+          flags=("--annotator-model",), group="crowd",
+          help="the joint fit's annotator model: 'sequential' (confusion conditioned on the "
+               "annotator's previous label, as BSC-seq) or 'confusion' (Dawid-Skene)",
+          doc="see :mod:`gpsl.crowd.sequential`"),
+    Param("kappa", 30.0, (_real(1e-3, 1e6),), flags=("--kappa",), metavar="K", group="crowd",
+          help="sequential annotator model: shrink each previous-label row towards the "
+               "annotator's confusion row with K pseudo-votes"),
     # ------------------------------------------------------------------ a run in the app
     Param("max_sentences", None, (_NONE, _int(1, 10**9)), group="app",
           label="Train on at most N labeled sentences (0 = all)",

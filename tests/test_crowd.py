@@ -75,8 +75,8 @@ def test_trusted_annotator_is_todays_fit_exactly():
     plain = gpsl().fit(X, y)
     np.testing.assert_allclose(joint.bound_trace_, plain.bound_trace_, rtol=1e-12)
     assert joint.model_.predict(X) == plain.predict(X)
-    # default (prior variance learned in the joint bound): the refit tagger is today's fit
-    learned = CrowdGPSL(gpsl()).fit(X, votes)
+    # prior variance learned in the joint bound: the refit tagger is today's fit
+    learned = CrowdGPSL(gpsl(), tagger_prior="learn").fit(X, votes)
     assert learned.joint_model_ is not learned.model_
     np.testing.assert_allclose(learned.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
     assert learned.predict(X) == plain.predict(X)
@@ -90,7 +90,8 @@ def test_one_perfectly_reliable_annotator_gives_todays_results():
     X, y = corpus()
     sents = [CrowdSentence(x, None, 1, None, annotations={"a1": lab}) for x, lab in zip(X, y)]
     votes = Votes.from_sentences(sents)
-    joint = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0, tagger_prior="model").fit(X, votes)
+    joint = CrowdGPSL(gpsl(), annotator_model="confusion", prior_off=0.0, shrink=0.0,
+                      tagger_prior="model").fit(X, votes)
     plain = gpsl().fit(X, y)
     np.testing.assert_allclose(np.diag(joint.confusions_[0]), 1.0)
     const = joint.crowd_.log_prior()
@@ -104,9 +105,10 @@ def test_one_perfectly_reliable_annotator_gives_todays_results():
                                np.concatenate(plain.predict_marginals(Xt)), atol=1e-8)
     assert joint.labels_array_ == [v for lab in y for v in lab]
     np.testing.assert_allclose(joint.accuracy_, [1.0])
-    # default tagger prior (learned in the joint bound, then the refit): the same labels and
-    # exactly today's tagger
-    learned = CrowdGPSL(gpsl(), prior_off=0.0, shrink=0.0).fit(X, votes)
+    # tagger prior learned in the joint bound, then the refit: the same labels and exactly
+    # today's tagger
+    learned = CrowdGPSL(gpsl(), annotator_model="confusion", prior_off=0.0, shrink=0.0,
+                        tagger_prior="learn").fit(X, votes)
     assert learned.labels_array_ == joint.labels_array_
     np.testing.assert_allclose(learned.model_.bound_trace_, plain.bound_trace_, rtol=1e-12)
     np.testing.assert_allclose(np.concatenate(learned.predict_marginals(Xt)),
@@ -129,7 +131,8 @@ def test_joint_bound_never_decreases_and_beats_majority(shrink, min_votes):
     """Variational confusion matrices with shrinkage (default), MAP matrices, one-coin skills."""
     X, y = corpus(20, seed=5)
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
-    joint = CrowdGPSL(gpsl(25), min_votes=min_votes, shrink=shrink).fit(X, votes)
+    joint = CrowdGPSL(gpsl(25), annotator_model="confusion", min_votes=min_votes,
+                      shrink=shrink, tagger_prior="learn").fit(X, votes)
     jt = np.array(joint.joint_trace_)
     assert jt.size >= 6  # at least three sweeps, each with its M-step
     assert np.all(np.diff(jt) >= -1e-9 * np.abs(jt).max()), np.diff(jt).min()
@@ -151,11 +154,13 @@ def test_joint_model_with_the_sparse_engine():
     X, y = corpus(20, seed=5)
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
     model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-6, inference="sparse")
-    joint = CrowdGPSL(model, min_votes=5).fit(X, votes)
+    joint = CrowdGPSL(model, annotator_model="confusion", min_votes=5,
+                      tagger_prior="learn").fit(X, votes)
     assert joint.model_.inference_ == "sparse"
     jt = np.array(joint.joint_trace_)
     assert jt.size >= 6 and np.all(np.diff(jt) >= -1e-8 * np.abs(jt).max())
-    full = CrowdGPSL(gpsl(25), min_votes=5).fit(X, votes)
+    full = CrowdGPSL(gpsl(25), annotator_model="confusion", min_votes=5,
+                     tagger_prior="learn").fit(X, votes)
     truth = np.array([v for lab in y for v in lab])
     voted = votes.voted()
     acc = [np.mean(np.array(m.labels_array_)[voted] == truth[voted]) for m in (joint, full)]
@@ -171,7 +176,8 @@ def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inferen
     X, y = corpus(20, seed=5)
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
     model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
-    joint = CrowdGPSL(model, min_votes=5).fit(X, votes)
+    joint = CrowdGPSL(model, annotator_model="confusion", min_votes=5,
+                      tagger_prior="learn").fit(X, votes)
     assert joint.joint_model_.learn_hyper and not joint.model_.learn_hyper
     assert joint.joint_model_.inference_ == inference
     var = np.exp(np.asarray(joint.joint_model_.state_.theta)[:, 0])
@@ -192,7 +198,8 @@ def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inferen
                                np.concatenate(plain.predict_marginals(Xt)), atol=1e-12)
     # the fixed-prior joint fit keeps its own tagger (no refit) and the model's settings
     fixed = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4,
-                           inference=inference), min_votes=5, tagger_prior="model").fit(X, votes)
+                           inference=inference), annotator_model="confusion", min_votes=5,
+                     tagger_prior="model").fit(X, votes)
     assert fixed.model_ is fixed.joint_model_ and not fixed.model_.learn_hyper
     with pytest.raises(ValueError, match="tagger_prior"):
         CrowdGPSL(gpsl(), tagger_prior="bad").fit(X, votes)

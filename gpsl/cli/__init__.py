@@ -9,7 +9,8 @@ command group, every model option read from :mod:`gpsl.params`.
     python -m gpsl eval -m model_dir test.data
     python -m gpsl query -m model_dir [--strategy S] [--batch N] pool.data
     python -m gpsl aggregate crowd.jsonl [-o out] [--report annotators.json]
-    python -m gpsl train --crowd [--trusted NAME] crowd.jsonl model_dir
+    python -m gpsl aggregate --model joint -t ner raw/val [-o out]   (a folder per annotator)
+    python -m gpsl train --crowd [-t ner] [--trusted NAME] crowd.jsonl|raw/val model_dir
 
 :mod:`~gpsl.cli.train` (``train``, ``train --crowd``), :mod:`~gpsl.cli.tag` (``test``,
 ``eval``), :mod:`~gpsl.cli.query`, :mod:`~gpsl.cli.aggregate` (and the crowd options),

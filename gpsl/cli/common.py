@@ -187,12 +187,13 @@ def load_model(path: str) -> Any:
 
 
 def read_template(path: str | None, encoding_: str, n_columns: int) -> str | None:
-    """The text of the ``-t`` template file, checked against the data's columns."""
+    """The text of the ``-t`` template file, or the name of a built-in feature set (``ner``;
+    a file of that name is ``./ner``), checked against the data's columns."""
     if path is None:
         return None
     from gpsl.features import Template
 
-    template = Template.from_file(path, encoding=encoding_)
+    template = Template.from_spec(path, encoding=encoding_)
     template.validate(n_columns)
     return template.text
 

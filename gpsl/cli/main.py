@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 1
     except (GpslError, OSError, ValueError, OverflowError) as exc:
-        common.err(f"gpsl: error: {common.one_line(exc)}")
+        lines = exc.lines() if hasattr(exc, "lines") else [common.one_line(exc)]
+        for line in lines:  # one line per bad file of a crowd folder, else one line
+            common.err(f"gpsl: error: {common.one_line(line)}")
         return 2
     except MemoryError:
         common.err("gpsl: error: not enough memory for this input (try smaller files or a "

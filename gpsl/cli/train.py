@@ -3,7 +3,8 @@
 
 Every model option is a :class:`gpsl.model.GPSL` parameter read from :mod:`gpsl.params`
 (:data:`MODEL_OPTIONS`), passed to the model as given, with crowd votes too: there the
-saved tagger is refitted with them on the inferred labels (:class:`gpsl.crowd.CrowdGPSL`).
+saved tagger is refitted with them on the inferred labels (:class:`gpsl.crowd.CrowdGPSL`;
+the joint fit itself uses the tagger prior ``--tagger-prior``, by default ``auto``).
 
 Calibration is on by default, with the app's rule (:func:`gpsl.calibration.calibrate_model`):
 ``--calibrate FILE`` (held-out gold), else K folds of the training sentences
@@ -40,7 +41,9 @@ def add_parser(sub) -> None:
                        description="Train a GPSL model from a labeled CRF++ column file "
                                    "(label in the last column, '_' for a missing label).")
     p.add_argument("-t", "--template", metavar="TEMPLATE",
-                   help="CRF++ template file (default: a window over every column)")
+                   help="CRF++ template file, or 'ner': the built-in feature set for word-only "
+                        "data (word, shape, affixes, capitalisation; default: a window over "
+                        "every column)")
     common.add_params(p, MODEL_OPTIONS)
     common.add_encoding(p)
     common.add_missing(p, "label marking a missing label (default _)")
@@ -55,9 +58,11 @@ def add_parser(sub) -> None:
     common.add_params(cal, ("calibrate_folds", "no_calibrate"))
     common.add_params(p, ("jobs",))
     p.add_argument("--crowd", action="store_true",
-                   help="TRAIN_FILE holds crowd votes (JSONL annotations, or CoNLL with "
-                        "--annotators N): learn annotator confusion matrices jointly")
-    common.add_params(p, ("tagger_prior",), tagger_prior={"default": None})
+                   help="TRAIN_FILE holds crowd votes (JSONL annotations, CoNLL with "
+                        "--annotators N, or a folder SPLIT/ground_truth + "
+                        "SPLIT/mturk_train_data/WORKER): learn the annotators jointly")
+    common.add_params(p, aggregate.JOINT_PARAMS,
+                      **{k: {"default": None} for k in aggregate.JOINT_PARAMS})
     aggregate.add_crowd_options(p)
     p.add_argument("train_file", metavar="TRAIN_FILE")
     p.add_argument("model_dir", metavar="MODEL_DIR")
@@ -210,8 +215,7 @@ def _run_crowd(args: argparse.Namespace) -> int:
     cal = read_calibration(args, n_columns)
     refuse_jobs(args, check_plan(args, _labeled(inferred_labels(None, votes)), cal))
     model = _model(args, template_text)
-    joint = CrowdGPSL(model, tagger_prior=args.tagger_prior or "learn",
-                      **aggregate.crowd_settings(args))
+    joint = CrowdGPSL(model, **aggregate.joint_settings(args), **aggregate.crowd_settings(args))
     X = [s.tokens for s in sents]
     joint.fit(X, votes, callback=common.progress(args.quiet))
     run_ = _calibrate(joint.model_, X, inferred_labels(joint, votes), cal, args,
@@ -222,7 +226,11 @@ def _run_crowd(args: argparse.Namespace) -> int:
     aggregate.write_report(args.report, {"method": "joint", "classes": votes.classes,
                                          "tokens": votes.n,
                                          "voted_tokens": int(votes.voted().sum()),
-                                         "gold_accuracy": gold, "annotators": rows})
+                                         "gold_accuracy": gold,
+                                         "gold_span_f1": aggregate.gold_span_f1(
+                                             sents, joint.labels_array_),
+                                         "alignment": aggregate.alignment_of(args),
+                                         "annotators": rows})
     if not args.quiet:
         common.err(aggregate.annotator_table(rows))
     common.err(f"gpsl: trained on {votes.n} tokens ({len(sents)} sentences) with "

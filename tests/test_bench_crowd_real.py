@@ -1,0 +1,82 @@
+"""bench.crowd_real on a hand-made crowd folder: the rows, the isolated runs, the acceptance
+lines and the written Markdown + JSON (the real data's run is the bench itself)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench import crowd_real as cr
+
+
+def fake_crowd(root: Path, n_docs=6, seed=0) -> Path:
+    """crowd-ner/raw/val with ``n_docs`` documents, three workers (one good, one that misses
+    entities, one noisy) and the gold."""
+    rng = np.random.default_rng(seed)
+    names = ["Anna", "Paul", "Rome", "Oslo", "IBM", "the", "saw", "in", "and", "went"]
+    kinds = ["B-PER", "B-PER", "B-LOC", "B-LOC", "B-ORG", "O", "O", "O", "O", "O"]
+    split = root / "raw" / "val"
+    for d in range(n_docs):
+        sents = []
+        for _ in range(3):
+            idx = rng.integers(0, len(names), size=int(rng.integers(4, 8)))
+            sents.append([(names[i], kinds[i]) for i in idx])
+        docs = {"gold": sents}
+        docs["good"] = sents
+        docs["lazy"] = [[(t, "O" if rng.random() < 0.6 else lab) for t, lab in s]
+                        for s in sents]
+        docs["noisy"] = [[(t, str(rng.choice(kinds)) if rng.random() < 0.3 else lab)
+                          for t, lab in s] for s in sents]
+        for who, ss in docs.items():
+            folder = split / ("ground_truth" if who == "gold" else f"mturk_train_data/{who}")
+            folder.mkdir(parents=True, exist_ok=True)
+            text = "\n\n".join("\n".join(f"{t} {lab}" for t, lab in s) for s in ss)
+            (folder / f"doc{d}.txt").write_text(text + "\n", encoding="utf-8")
+    return root
+
+
+def test_bench_rows_acceptance_and_outputs(tmp_path):
+    data_dir = fake_crowd(tmp_path / "crowd-ner")
+    cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=8,
+                    verbose=False, taggers=False,
+                    methods=["crowd-kit majority vote", "crowd-kit Dawid-Skene",
+                             "gpsl Dawid-Skene", cr.JOINT])
+    report = cr.run(cfg, command="python -m bench.crowd_real --test")
+    rows = {r["method"]: r for r in report["aggregation"]}
+    assert set(rows) == set(cfg.methods)
+    for r in rows.values():
+        assert "error" not in r, r
+        assert 0.0 <= r["f1"] <= 100.0 and r["cpu_s"] >= 0.0 and r["peak_mb"] >= 0.0
+    assert rows[cr.JOINT]["sweeps"] <= 8 and "f1_argmax" in rows[cr.JOINT]
+    assert rows[cr.JOINT]["min_bound_step"] >= -1e-6 * abs(rows[cr.JOINT]["bound"])
+    assert report["alignment"]["workers"] == 3
+    acc = report["acceptance"]
+    assert acc["best_crowdkit"]["method"] in ("crowd-kit majority vote", "crowd-kit Dawid-Skene")
+    assert acc["margin"] == rows[cr.JOINT]["f1"] - acc["best_crowdkit"]["f1"]
+    cr.write_outputs(report, Path(cfg.out_dir), cr.stem_of(cfg))
+    md = (tmp_path / "out" / "crowd_real_partial.md").read_text(encoding="utf-8")
+    assert "python -m bench.crowd_real --test" in md and "published: BSC-seq" in md
+    assert "## Acceptance (issue 27)" in md
+    saved = json.loads((tmp_path / "out" / "crowd_real_partial.json").read_text())
+    assert saved["aggregation"][0]["method"] == "crowd-kit majority vote"
+
+
+def test_split_documents_holds_out_every_fifth_document():
+    docs = [f"d{k // 3}" for k in range(30)]  # 10 documents of 3 sentences
+    train, test = cr.split_documents(docs)
+    assert sorted(train + test) == list(range(30))
+    held = {docs[i] for i in test}
+    assert held == {"d0", "d5"} and not held & {docs[i] for i in train}
+
+
+def test_isolated_reports_errors_in_one_line():
+    out = cr.isolated(cr.gpsl_ds_labels, None)
+    assert "error" in out and "\n" not in out["error"]
+
+
+def test_missing_data_is_one_line(tmp_path, capsys):
+    assert cr.main(["--data-dir", str(tmp_path / "absent"), "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shared data absent" in err
