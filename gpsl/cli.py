@@ -205,14 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "-2,-1,1,2 (GPSL4)")
     p.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
     p.add_argument("--inference", choices=("auto", "full", "sparse"), default="auto",
-                   help="full GP, the scalable weight-space mode, or auto (full up to "
-                        "4,000 training tokens)")
+                   help="full GP, the scalable weight-space mode, or auto (the scalable "
+                        "mode for the linear kernel; rbf: full up to 2,000 tokens)")
     p.add_argument("--lse-bound", choices=("auto", "jensen", "bohning"), default="auto",
                    help="bound on the expected log-partition (auto: jensen for full, bohning "
-                        "for sparse with complete labels, jensen when labels are missing)")
-    p.add_argument("--missing-start", choices=("uniform", "supervised"), default="uniform",
-                   help="scalable fit with missing labels: start from zero weights (uniform) "
-                        "or from the fit of the complete sentences (supervised)")
+                        "for sparse)")
+    p.add_argument("--missing-start", choices=("labels", "uniform", "supervised"),
+                   default="labels",
+                   help="scalable fit with missing labels: first fit the labeled tokens "
+                        "(labels, the default), start from zero weights (uniform) or from "
+                        "the fit of the complete sentences (supervised)")
     p.add_argument("--missing-weight", type=_missing_weight, default="auto", metavar="W",
                    help="weight of a missing label's own factor when fitting, 'auto' "
                         "(min(1, labeled / missing tokens), the default) or a number in "

@@ -49,9 +49,10 @@ otherwise.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
@@ -110,6 +111,7 @@ class Problem:
     #: ``(n,)`` per-token factor weights ``w_t`` (1 observed, ``lambda`` missing), or
     #: ``None`` when every weight is 1.
     weight: np.ndarray | None = None
+    _split: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, lengths, y, offsets, J, evidence=None, missing_weight=1.0) -> Problem:
@@ -178,6 +180,28 @@ class Problem:
         r[obs, self.y[obs]] = 1.0
         return r
 
+    def neighbour_split(self) -> list[tuple]:
+        """Per offset ``d``: ``(t_obs, y_obs, A, t_mis, nb_mis)``: the tokens whose ``d``-th
+        neighbour is observed and that neighbour's label, the ``(J, n)`` 0/1 matrix
+        ``A[p, t] = [y_nb(t,d) = p]`` over those tokens, and the tokens whose ``d``-th
+        neighbour is missing with the neighbour's index. With ``r_nb`` one-hot, the
+        neighbour's part of the bound is a lookup (:meth:`PseudoLikelihoodBound._c_terms`);
+        only missing neighbours need ``log E_r[exp g]``. Computed once (``y`` is fixed)."""
+        if self._split is None:
+            out = []
+            for d in range(self.R):
+                nbd = self.nb[:, d]
+                has = nbd >= 0
+                nb_lab = np.where(has, self.y[np.where(has, nbd, 0)], -2)
+                t_obs = np.flatnonzero(nb_lab >= 0)
+                y_obs = nb_lab[t_obs]
+                A = sp.csr_matrix((np.ones(t_obs.size), (y_obs, t_obs)),
+                                  shape=(self.J, self.n))
+                t_mis = np.flatnonzero(nb_lab == -1)
+                out.append((t_obs, y_obs, A, t_mis, nbd[t_mis]))
+            self._split = out
+        return self._split
+
     def colours(self) -> list[np.ndarray]:
         """Colour classes of the missing tokens (no two share a factor)."""
         span = 2 * max((abs(o) for o in self.offsets), default=0) + 1
@@ -216,6 +240,13 @@ class PseudoLikelihoodBound:
     """
 
     lse_bound = "jensen"
+    #: the scalable engines set this: an observed neighbour's term ``c_tdq = g_d[y_nb, q]`` is
+    #: looked up instead of computed as ``log sum_p r_nb(p) exp g_d[p, q]`` with a one-hot
+    #: ``r_nb`` (the same number up to rounding), the pair term is ``sum_d <N_d, m_S[d]>``
+    #: from the pair counts, and the ``r`` update works on the missing tokens' rows only.
+    #: The full GP keeps the general form, so its figures (the paper's Table 1) reproduce
+    #: to the last digit.
+    lookup_neighbours = False
 
     @property
     def kappa(self) -> float:
@@ -249,6 +280,15 @@ class PseudoLikelihoodBound:
         """c[d] (n, J): log E_{r_nb}[exp g_d(y_nb, q)], zero where no neighbour."""
         n, J, R = self.p.n, self.p.J, self.p.R
         c = np.zeros((R, n, J))
+        if self.lookup_neighbours:
+            for d, (t_obs, y_obs, _, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
+                c[d][t_obs] = gS[d][y_obs]
+                if t_mis.size:
+                    shift = gS[d].max(axis=0)
+                    E = np.exp(gS[d] - shift)
+                    with np.errstate(divide="ignore"):
+                        c[d][t_mis] = np.log(r[nb_mis] @ E) + shift
+            return c
         for d in range(R):
             nbd = self.p.nb[:, d]
             has = nbd >= 0
@@ -270,8 +310,11 @@ class PseudoLikelihoodBound:
             a = M.T + 0.5 * Vd.T + c.sum(axis=0)  # this order: Table 1 reproduces exactly
         else:
             a = M.T + c.sum(axis=0)
-        lse = logsumexp(a, axis=1)
-        pi = np.exp(a - lse[:, None])
+        if self.lookup_neighbours:
+            lse, pi = _lse_softmax(a)
+        else:
+            lse = logsumexp(a, axis=1)
+            pi = np.exp(a - lse[:, None])
         return {"a": a, "lse": lse, "pi": pi, "c": c}
 
     def _own(self, r: np.ndarray) -> np.ndarray:
@@ -284,7 +327,11 @@ class PseudoLikelihoodBound:
         own = self._own(r)
         return np.stack([r[nb[nb >= 0]].T @ own[nb >= 0] for nb in self.p.nb.T])
 
-    def _pair_term(self, m_S, r) -> float:
+    def _pair_term(self, m_S, r, counts=None) -> float:
+        """``sum_t w_t sum_d r_nb(t,d)' m_S[d] r_t`` (``= sum_d <N_d, m_S[d]>`` from the pair
+        counts ``N_d`` when given)."""
+        if counts is not None:
+            return float(np.vdot(counts, m_S))
         tot = 0.0
         own = self._own(r)
         for d in range(self.p.R):
@@ -336,7 +383,8 @@ class PseudoLikelihoodBound:
         The sums over tokens are :meth:`S_data`; :meth:`S_combine` adds the rest.
         """
         m_S, v_S = self.S_unpack(x)
-        pair, lse_sum, soft = self.S_data(m_S, v_S, base_a)
+        pair, lse_sum, soft = self.S_data(
+            m_S, v_S, base_a, counts if self.lookup_neighbours else None)
         return self.S_combine(m_S, v_S, pair, lse_sum, soft, counts)
 
     def S_unpack(self, x):
@@ -344,18 +392,31 @@ class PseudoLikelihoodBound:
         R, J = self.p.R, self.p.J
         return x[: R * J * J].reshape(R, J, J), np.exp(x[R * J * J:].reshape(R, J, J))
 
-    def S_data(self, m_S, v_S, base_a):
+    def S_data(self, m_S, v_S, base_a, counts=None):
         """The token sums of the ``q(f^S)`` objective at ``(m_S, v_S)``: the pair term
         ``sum_t r_nb' m_S r_t``, ``sum_t lse_t`` and the soft counts ``s_d`` (see
-        :meth:`_S_objective`). Additive over sentences (a shard computes its own)."""
+        :meth:`_S_objective`). Additive over sentences (a shard computes its own). ``counts``
+        (the pair counts, optional) turns the pair term into ``sum_d <N_d, m_S[d]>``."""
         R, J = self.p.R, self.p.J
         gS = m_S + 0.5 * v_S
         r = self.s.r
         c = self._c_terms(gS, r)
         a = base_a + c.sum(axis=0)
+        soft = np.empty((R, J, J))
+        if self.lookup_neighbours:
+            lse, pi = _lse_softmax(a)
+            pi = self._own(pi)
+            for d, (t_obs, _, A, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
+                soft[d] = A @ pi  # observed neighbour p: sum of w_t pi_t over those tokens
+                if t_mis.size:
+                    shift = gS[d].max(axis=0)
+                    E = np.exp(gS[d] - shift)
+                    with np.errstate(over="ignore"):
+                        ratio = pi[t_mis] * np.exp(shift - c[d][t_mis])
+                    soft[d] += E * (r[nb_mis].T @ ratio)
+            return self._pair_term(m_S, r, counts), self._wsum(lse), soft
         lse = logsumexp(a, axis=1)
         pi = self._own(np.exp(a - lse[:, None]))  # w_t pi_t
-        soft = np.empty((R, J, J))
         for d in range(R):
             nbd = self.p.nb[:, d]
             has = nbd >= 0
@@ -405,6 +466,8 @@ class PseudoLikelihoodBound:
         classes = self.p.colours()
         if not classes:
             return
+        if self.lookup_neighbours:
+            return self._update_r_rows(classes, rounds)
         R = self.p.R
         for _ in range(rounds):
             for cls in classes:
@@ -434,6 +497,44 @@ class PseudoLikelihoodBound:
                 rc /= rc.sum(axis=1, keepdims=True)
                 self.s.r[cls] = rc
 
+    def _update_r_rows(self, classes, rounds) -> None:
+        """:meth:`update_r` computing the softmax argument ``G`` at the colour class's rows
+        only (the same minoriser; the tokens whose ``d``-th neighbour is in the class are
+        found from :meth:`Problem.neighbour_split`)."""
+        n = self.p.n
+        split = self.p.neighbour_split()
+        pos = np.full(n, -1, dtype=np.int64)
+        for _ in range(rounds):
+            for cls in classes:
+                gS = self.gS()
+                T = self.terms(gS=gS)
+                r = self.s.r
+                Gc = self.c.M.T[cls].copy()  # own local term
+                pos[cls] = np.arange(cls.size)
+                for d, (_, _, _, t_mis, nb_mis) in enumerate(split):
+                    nbd = self.p.nb[cls, d]
+                    has = nbd >= 0
+                    # own factor: sum_p r_nb(p) m_S[p, q]
+                    Gc[has] += r[nbd[has]] @ self.s.m_S[d]
+                    # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
+                    #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
+                    sel = pos[nb_mis] >= 0
+                    s_idx, at = t_mis[sel], pos[nb_mis[sel]]  # each row at most once
+                    contrib = r[s_idx] @ self.s.m_S[d].T
+                    shift = gS[d].max(axis=0)
+                    E = np.exp(gS[d] - shift)
+                    with np.errstate(over="ignore"):
+                        ratio = T["pi"][s_idx] * np.exp(shift - T["c"][d][s_idx])
+                    contrib -= ratio @ E.T
+                    Gc[at] += contrib
+                pos[cls] = -1
+                if self.p.evidence is not None:
+                    Gc += self.p.evidence[cls]
+                Gc -= Gc.max(axis=1, keepdims=True)
+                rc = np.exp(Gc)
+                rc /= rc.sum(axis=1, keepdims=True)
+                self.s.r[cls] = rc
+
     # ----------------------------------------------------------------- Algorithm 1
 
     def sweep(self):
@@ -443,6 +544,11 @@ class PseudoLikelihoodBound:
         self.update_S()
         self.update_r()
         return self.elbo()
+
+    def sweep_number(self, k: int) -> float:
+        """Sweep ``k`` (1-based) of :meth:`fit`: :meth:`sweep` (an engine may start
+        differently, see :meth:`gpsl.sparse.SparseGPSLInference.sweep_number`)."""
+        return self.sweep()
 
     def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20,
             on_sweep=None):
@@ -462,7 +568,7 @@ class PseudoLikelihoodBound:
             # inner loop: coordinate ascent for fixed theta
             for _ in range(inner_max):
                 it += 1
-                trace.append(self.sweep())
+                trace.append(self.sweep_number(it))
                 if on_sweep is not None:
                     extra = on_sweep(self)
                     if extra is not None:
@@ -480,6 +586,74 @@ class PseudoLikelihoodBound:
             self.update_theta()
         self.n_iter = it
         return trace
+
+
+def _lse_softmax(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(logsumexp(a, axis=1), softmax(a, axis=1))`` of an ``(n, J)`` array, one pass of
+    ``exp`` (scipy's ``logsumexp`` plus a second ``exp`` cost twice as much)."""
+    amax = a.max(axis=1, keepdims=True)
+    pi = a - amax
+    np.exp(pi, out=pi)
+    z = pi.sum(axis=1, keepdims=True)
+    pi /= z
+    lse = np.log(z[:, 0])
+    lse += amax[:, 0]
+    return lse, pi
+
+
+#: the ratio of successive bound improvements assumed while only one improvement is known
+#: (measured on the scalable fits of docs/speed.md: 0.02-0.3 after the first two sweeps)
+DEFAULT_RATE = 0.3
+
+
+def remaining_sweeps(bounds, *, tol: float, max_iter: int, rate: float | None = None) -> int:
+    """How many more sweeps :meth:`PseudoLikelihoodBound.fit` will run, from the bounds after
+    each sweep so far (``bounds[k-1]`` after sweep ``k``, as the ``callback`` reports them)
+    and the stop rule (:func:`_converged`: relative improvement at most ``tol``), capped by
+    ``max_iter``.
+
+    Once a sweep's improvement ``d_k = L_k - L_{k-1}`` is known, the next ones are taken to
+    shrink geometrically, ``d_{k+m} = d_k rho^m`` with ``rho`` the last ratio
+    ``d_k / d_{k-1}`` (clipped to [0.01, 0.9]; :data:`DEFAULT_RATE` while only one improvement
+    is known); the fit stops at the first ``m`` with ``d_k rho^m <= tol max(1, |L|)``. With a
+    single bound the stop rule cannot have fired yet: at least one sweep remains. (With
+    ``learn_hyper`` the outer loop may add sweeps after a hyper-parameter step; the estimate
+    covers the inner loop it is in.)"""
+    b = [float(v) for v in bounds]
+    k = len(b)
+    left = max(0, int(max_iter) - k)
+    if k == 0:
+        return min(2, int(max_iter))
+    if k == 1 or left == 0:
+        return min(1, left)
+    if _converged(b[-2], b[-1], tol):
+        return 0
+    d = b[-1] - b[-2]
+    thr = tol * max(1.0, abs(b[-1]))
+    if not np.isfinite(d) or d <= thr:
+        return min(1, left)
+    if rate is None:
+        prev = b[-2] - b[-3] if k >= 3 else float("nan")
+        rate = d / prev if np.isfinite(prev) and prev > 0 else DEFAULT_RATE
+    rho = float(np.clip(rate, 0.01, 0.9))
+    m = int(np.ceil(np.log(thr / d) / np.log(rho)))
+    return int(min(max(1, m), left))
+
+
+def fit_eta(bounds, seconds, *, tol: float, max_iter: int) -> float | None:
+    """Seconds left in a fit: :func:`remaining_sweeps` times the measured cost of a sweep.
+
+    ``seconds[k-1]`` is the time since the fit started at the end of sweep ``k`` (the
+    ``callback``'s ``seconds``). The cost of a sweep is the mean of the sweeps after the
+    first (the first also pays the start: the labeled-tokens sweep, cold caches), else the
+    first. ``None`` before the first sweep has ended. What the app's progress line reads, in
+    place of ``(max_iter - k)`` times the mean sweep, which assumed the fit runs to its cap
+    (30 sweeps announced where 2 run)."""
+    sec = [float(v) for v in seconds]
+    if not sec or len(sec) != len(bounds):
+        return None
+    per = (sec[-1] - sec[0]) / (len(sec) - 1) if len(sec) > 1 else sec[0]
+    return remaining_sweeps(bounds, tol=tol, max_iter=max_iter) * max(per, 0.0)
 
 
 def _converged(old, new, tol) -> bool:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpsl import auto
+from gpsl.auto import AUTO_LSE_BOUND  # noqa: F401 - re-exported
 from gpsl.calibration import ENSEMBLE
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
@@ -25,7 +27,7 @@ from gpsl.likelihood import Problem, missing_weight
 from gpsl.persist import read_model, save_model
 from gpsl.predict import make_predictor, pl_decode, viterbi
 from gpsl.sparse import SparseGPSLInference, SparseState
-from gpsl.warm import warm_state
+from gpsl.warm import carry_sparse_state, warm_state
 
 GPSL1 = (-1,)
 GPSL2 = (-1, 1)
@@ -68,16 +70,10 @@ def parse_offsets(offsets) -> tuple[int, ...]:
 #: prior variance of each feature weight of the linear kernel when ``variance=None``
 DEFAULT_LINEAR_VARIANCE = LinearKernel.default_variance
 
-#: ``inference="auto"`` uses the full GP up to this many training tokens and the scalable
-#: weight-space mode above it. Every partition of the paper's protocol (at most 3,600 tokens)
-#: stays full; the full GP's time grows as n^2.4-3 (about 50 s at 3,500 tokens on 2 cores)
-#: while the sparse mode's grows about linearly (README, "Scale").
-AUTO_SPARSE_TOKENS = 4000
-
-#: the bound on the expected log-partition each mode uses with ``lse_bound="auto"`` when
-#: every training label is observed; with missing labels both modes use Jensen's (see
-#: :meth:`GPSL._lse_bound`)
-AUTO_LSE_BOUND = {"full": "jensen", "sparse": "bohning"}
+#: ``inference="auto"`` and ``lse_bound="auto"``: :mod:`gpsl.auto` (the rules and their
+#: measurements)
+#: where a scalable fit with missing labels starts (``missing_start=``)
+MISSING_STARTS = ("labels", "uniform", "supervised")
 
 #: the per-token marginals :meth:`GPSL.predict_marginals` can give (``marginals=``)
 MARGINALS = ("mean", "probit")
@@ -162,7 +158,9 @@ class GPSL:
         fit 2.4 times slower on 2 cores.
     inference: ``"full"`` (the full GP of Algorithm 1, ``O(n^3)`` in training tokens),
         ``"sparse"`` (the scalable weight-space mode of :mod:`gpsl.sparse`, about linear in
-        ``n``) or ``"auto"`` (full up to :data:`AUTO_SPARSE_TOKENS` training tokens).
+        ``n``) or ``"auto"`` (the scalable mode for the linear kernel, measured as accurate
+        and far cheaper at every size; for the rbf kernel the full GP up to 2,000 tokens:
+        :mod:`gpsl.auto`).
     covariance: the sparse mode's covariance family: ``"meanfield"``, ``"khan"`` or
         ``"auto"`` (mean-field for the linear kernel, Khan for the rbf kernel's Nystrom
         features).
@@ -173,23 +171,24 @@ class GPSL:
         Boehning with complete labels - with the mean-field covariance, whose variances
         over-state the uncertainty, Jensen's bound pulls the means and cost 0.4-0.8 points
         against Boehning's on chunking, basenp and JapaneseNE at 600-800 sentences; see
-        README, "Scale" - and Jensen when a label is missing, where Boehning's stopped far
-        from its maximum, see :meth:`_lse_bound`).
+        README, "Scale" - with or without missing labels, :mod:`gpsl.auto`).
     marginals: the per-token marginals :meth:`predict_marginals` gives when no calibrator
         says otherwise: ``"mean"`` (Algorithm 2 on the predictive means, as the paper),
         ``"probit"`` (the uncertainty-aware RNS of :func:`gpsl.predict.rns`: the posterior
         variances of ``f^U`` and ``f^S`` flatten each score by the probit factor) or
         ``"auto"`` (the calibrator's choice after :meth:`calibrate`, else ``"mean"``).
-    missing_start: where the scalable fit starts when labels are missing: ``"uniform"``
-        (zero weights, so every missing label starts uniform; the default) or
+    missing_start: where the scalable fit starts when labels are missing: ``"labels"`` (the
+        default: the first sweep fits the labeled tokens, then every missing label gets the
+        model's guess, :meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`),
+        ``"uniform"`` (zero weights, every missing label uniform, the mean step in three
+        rounds with an ``r`` update between them: the scalable fit before ``"labels"``) or
         ``"supervised"`` (from the fit of the completely labeled sentences, see
-        :meth:`_supervised_start`). Measured on 700-sentence pools with the plain bound
-        (``missing_weight=1``, before the missing weight existed): ``"supervised"`` was
-        better on basenp (3 labels; 92.5% against 82.6% test accuracy after two rounds of
-        token queries, 91.8% against 87.1% with 10% of the tokens labeled at random) and
-        worse on chunking (22 labels; 82.2% against 88.1% at 10% random). The missing
-        weight (below) addresses the same problem, the pull of the uniform self-targets, on
-        both, so the start stays uniform.
+        :meth:`_supervised_start`). Measured in ``docs/speed.md`` (``python -m bench.partial``
+        and the partial-label table there): ``"labels"`` with Boehning's bound is as accurate
+        or more on chunking, JapaneseNE and basenp up to half the tokens hidden at a fifth to
+        a seventh of the time; on basenp with 85-95% hidden ``"uniform"`` with Jensen's bound
+        (``lse_bound="jensen"``) was 0.7-2 points better. ``"supervised"`` was better than
+        ``"uniform"`` on basenp and worse on chunking (700-sentence pools, the plain bound).
     missing_weight: ``lambda``, the weight of a missing label's own pseudo-likelihood
         factor in the M-steps (EM-lambda, :mod:`gpsl.likelihood`): ``"auto"`` (the default)
         = ``min(1, labeled / missing tokens)``, or a number in ``[0, 1]``; ``1`` is the
@@ -219,7 +218,7 @@ class GPSL:
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
-                 lse_bound="auto", marginals="auto", missing_start="uniform",
+                 lse_bound="auto", marginals="auto", missing_start="labels",
                  missing_weight="auto", n_jobs=None,
                  callback=None, verbose=False, cluster=None):
         self.offsets = offsets
@@ -392,11 +391,16 @@ class GPSL:
                     features = kernel.weight_space(Xf, np.tile(theta0, (len(classes), 1)),
                                                    inducing=self.inducing,
                                                    exact=family == "khan")
-                    start = self._supervised_start(kernel, family, Xf, lengths, y_idx, problem,
-                                                   offsets, theta0) if missing else None
+                    start = self._warm_sparse(prev, problem, classes, offsets, kernel, family,
+                                              extractor)
+                    options = self._start_options()
+                    if start is None and missing:
+                        start = self._supervised_start(kernel, family, Xf, lengths, y_idx,
+                                                       problem, offsets, theta0)
                     inf = SparseGPSLInference(problem, features, state=start, family=family,
                                               theta0=theta0, lambda_floor=self.lambda_floor,
-                                              lse_bound=self._lse_bound(mode, missing))
+                                              lse_bound=self._lse_bound(mode, missing),
+                                              **options)
             if self.cluster is None:
                 trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
                                 learn_hyper=self.learn_hyper, callback=cb, on_sweep=on_sweep)
@@ -436,11 +440,8 @@ class GPSL:
         missing label uniform, and with most tokens unlabeled those uniform targets pull
         the weights towards flat scores that coordinate ascent leaves only slowly. ``None``
         (the cold start) when there is no complete sentence or the option is off."""
-        how = str(self.missing_start).lower()
-        if how not in ("uniform", "supervised"):
-            raise ValueError(f"missing_start must be 'uniform' or 'supervised', not "
-                             f"{self.missing_start!r}")
-        if how == "uniform" or family != "meanfield":
+        how = self._missing_start()
+        if how != "supervised" or family != "meanfield":
             return None
         starts = np.r_[0, np.cumsum(lengths)[:-1]]
         full = [i for i, (a, L) in enumerate(zip(starts, lengths, strict=True))
@@ -459,6 +460,19 @@ class GPSL:
         return SparseState(theta=st.theta.copy(), W=st.W.copy(), cov=st.cov.copy(),
                            m_S=st.m_S.copy(), v_S=st.v_S.copy(), r=problem.initial_r(),
                            family=family)
+
+    def _missing_start(self) -> str:
+        how = str(self.missing_start).lower()
+        if how not in MISSING_STARTS:
+            raise ValueError(f"missing_start must be one of {MISSING_STARTS}, not "
+                             f"{self.missing_start!r}")
+        return how
+
+    def _start_options(self) -> dict:
+        """The scalable engine's options for ``missing_start`` (see the class docstring)."""
+        if self._missing_start() == "labels":
+            return {"labels_first": True, "mean_rounds": 1}
+        return {"labels_first": False, "mean_rounds": 3}
 
     def _fit_sharded(self, kernel, family, Xf, lengths, problem, theta0, mode, cb,
                      on_sweep):
@@ -491,7 +505,9 @@ class GPSL:
             inf = distributed.ShardedSparseInference(
                 shards, J=problem.J, offsets=problem.offsets, n=problem.n,
                 any_missing=bool(problem.missing.any()), D=Xf.shape[1], theta0=theta0,
-                lse_bound=self._lse_bound(mode, missing), lambda_floor=self.lambda_floor)
+                lse_bound=self._lse_bound(mode, missing), lambda_floor=self.lambda_floor,
+                missing_weight=problem.missing_weight, evidence=problem.evidence is not None,
+                **self._start_options())
             trace = inf.fit(max_iter=self.max_iter, tol=self.tol,
                             learn_hyper=self.learn_hyper, callback=cb)
             inf.gather_r()
@@ -508,20 +524,10 @@ class GPSL:
         return trace, inf
 
     def _lse_bound(self, mode: str, any_missing: bool = False) -> str:
-        """The bound for ``lse_bound="auto"``: :data:`AUTO_LSE_BOUND` with complete labels,
-        Jensen's whenever a label is missing. With missing labels Boehning's bound stopped
-        the sparse fit after 2 sweeps far from its maximum (700-sentence pools, 10% of the
-        tokens labeled at random: test accuracy 77.2% on chunking and 72.3% on basenp,
-        against 88.3% and 85.0% with Jensen's in 11 and 16 sweeps; ``tol`` 1e-6 brought
-        Boehning's to 87.4% only after 54 sweeps). Tokens with evidence (the crowd model's
-        votes, :mod:`gpsl.crowd`) keep the rule of complete labels, as measured there."""
-        b = str(self.lse_bound).lower()
-        if b == "auto":
-            return "jensen" if any_missing else AUTO_LSE_BOUND[mode]
-        if b not in ("jensen", "bohning"):
-            raise ValueError(f"lse_bound must be 'auto', 'jensen' or 'bohning', not "
-                             f"{self.lse_bound!r}")
-        return b
+        """The bound for ``lse_bound``: :func:`gpsl.auto.lse_bound` (``"auto"``: the paper's
+        Jensen bound in the full GP, Boehning's in the scalable mode, with or without missing
+        labels; ``any_missing`` no longer changes the choice)."""
+        return auto.lse_bound(self.lse_bound, mode)
 
     def _family(self, kernel) -> str:
         fam = str(self.covariance).lower()
@@ -547,20 +553,17 @@ class GPSL:
         return np.concatenate([np.asarray(e, dtype=float) for e in parts], axis=0)
 
     def _inference_mode(self, n_tokens: int) -> str:
-        """The inference mode for ``n_tokens`` training tokens (``auto``: see
-        :data:`AUTO_SPARSE_TOKENS`)."""
-        mode = str(self.inference).lower()
-        if mode not in ("auto", "full", "sparse"):
-            raise ValueError(f"inference must be 'auto', 'full' or 'sparse', not "
-                             f"{self.inference!r}")
+        """The inference mode for ``n_tokens`` training tokens (``auto``:
+        :func:`gpsl.auto.inference_mode`; with a cluster always the scalable mode)."""
+        mode = auto.inference_mode(self.inference, n_tokens,
+                                   kernel_scale_only=make_kernel(self.kernel).scale_only,
+                                   inducing=self.inducing)
         if self.cluster is not None:
-            if mode == "full":
+            if str(self.inference).lower() == "full":
                 raise InputError("inference='full' does not run on a cluster: cluster= "
                                  "shards the scalable mode (inference='sparse' or 'auto')",
                                  source="cluster")
             return "sparse"
-        if mode == "auto":
-            return "sparse" if n_tokens > AUTO_SPARSE_TOKENS else "full"
         return mode
 
     def _warm_state(self, prev, problem, classes, keys, lengths, offsets, kernel):
@@ -578,6 +581,20 @@ class GPSL:
             return None
         return warm_state(prev.state_, getattr(prev, "sentence_keys_", None) or [],
                           prev.lengths_, problem, keys, lengths)
+
+    def _warm_sparse(self, prev, problem, classes, offsets, kernel, family, extractor):
+        """The scalable mode's warm start (``warm_start=True``, the previous fit also
+        scalable, mean-field, same kernel, labels and offsets): :func:`gpsl.warm.
+        carry_sparse_state`, with or without missing labels (measured in ``docs/speed.md``);
+        ``None`` otherwise (a cold fit, ``theta`` carried as before)."""
+        if (prev is None or getattr(prev, "inference_", "full") != "sparse"
+                or family != "meanfield" or getattr(prev.state_, "family", "") != "meanfield"
+                or prev.kernel_.name != kernel.name or tuple(prev.offsets_) != tuple(offsets)
+                or not set(prev.classes_) <= set(classes) or not kernel.scale_only):
+            return None
+        return carry_sparse_state(prev.state_, prev.extractor_.feature_names_, problem,
+                                  extractor.feature_names_, len(extractor.feature_names_),
+                                  prev_classes=prev.classes_, classes=classes)
 
     def _theta0(self, kernel, Xf) -> np.ndarray:
         """Initial hyper-parameters: the kernel's (:meth:`initial_params`), the variance from

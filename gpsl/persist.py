@@ -264,7 +264,7 @@ _CONFIG_CHECKS = {
     "inducing": lambda v: _is_int(v) and v >= 1,
     "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
     "marginals": lambda v: v in ("auto", "mean", "probit"),
-    "missing_start": lambda v: v in ("uniform", "supervised"),
+    "missing_start": lambda v: v in ("labels", "uniform", "supervised"),
     "missing_weight": lambda v: v == "auto" or (_is_num(v) and 0 <= v <= 1),
 }
 
