@@ -406,7 +406,7 @@ class PseudoLikelihoodBound:
         if self.lookup_neighbours:
             lse, pi = _lse_softmax(a)
             pi = self._own(pi)
-            for d, (t_obs, _, A, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
+            for d, (_, _, A, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
                 soft[d] = A @ pi  # observed neighbour p: sum of w_t pi_t over those tokens
                 if t_mis.size:
                     shift = gS[d].max(axis=0)
