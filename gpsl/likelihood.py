@@ -181,12 +181,14 @@ class Problem:
         return r
 
     def neighbour_split(self) -> list[tuple]:
-        """Per offset ``d``: ``(t_obs, y_obs, A, t_mis, nb_mis)``: the tokens whose ``d``-th
-        neighbour is observed and that neighbour's label, the ``(J, n)`` 0/1 matrix
-        ``A[p, t] = [y_nb(t,d) = p]`` over those tokens, and the tokens whose ``d``-th
-        neighbour is missing with the neighbour's index. With ``r_nb`` one-hot, the
-        neighbour's part of the bound is a lookup (:meth:`PseudoLikelihoodBound._c_terms`);
-        only missing neighbours need ``log E_r[exp g]``. Computed once (``y`` is fixed)."""
+        """Per offset ``d``: ``(t_obs, y_obs, A, t_mis, nb_mis, gidx)``: the tokens whose
+        ``d``-th neighbour is observed and that neighbour's label, the ``(J, n)`` 0/1 matrix
+        ``A[p, t] = [y_nb(t,d) = p]`` over those tokens, the tokens whose ``d``-th
+        neighbour is missing with the neighbour's index, and for every token the observed
+        neighbour's label or ``J`` (a row of zeros appended to a ``J x J`` table). With
+        ``r_nb`` one-hot, the neighbour's part of the bound is a lookup
+        (:meth:`PseudoLikelihoodBound._neighbour_sum`); only missing neighbours need
+        ``log E_r[exp g]``. Computed once (``y`` is fixed)."""
         if self._split is None:
             out = []
             for d in range(self.R):
@@ -198,7 +200,8 @@ class Problem:
                 A = sp.csr_matrix((np.ones(t_obs.size), (y_obs, t_obs)),
                                   shape=(self.J, self.n))
                 t_mis = np.flatnonzero(nb_lab == -1)
-                out.append((t_obs, y_obs, A, t_mis, nbd[t_mis]))
+                gidx = np.where(nb_lab >= 0, nb_lab, self.J)  # row J of a table: zeros
+                out.append((t_obs, y_obs, A, t_mis, nbd[t_mis], gidx))
             self._split = out
         return self._split
 
@@ -247,6 +250,9 @@ class PseudoLikelihoodBound:
     #: The full GP keeps the general form, so its figures (the paper's Table 1) reproduce
     #: to the last digit.
     lookup_neighbours = False
+    #: relative decrease per L-BFGS-B step that ends the ``q(f^S)`` step (``None``: scipy's
+    #: default, 2.2e-9; the full GP keeps it)
+    S_ftol: float | None = None
 
     @property
     def kappa(self) -> float:
@@ -281,7 +287,7 @@ class PseudoLikelihoodBound:
         n, J, R = self.p.n, self.p.J, self.p.R
         c = np.zeros((R, n, J))
         if self.lookup_neighbours:
-            for d, (t_obs, y_obs, _, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
+            for d, (t_obs, y_obs, _, t_mis, nb_mis, _) in enumerate(self.p.neighbour_split()):
                 c[d][t_obs] = gS[d][y_obs]
                 if t_mis.size:
                     shift = gS[d].max(axis=0)
@@ -300,21 +306,47 @@ class PseudoLikelihoodBound:
                 c[d][has] = np.log(r[nbd[has]] @ E) + shift
         return c
 
+    def _neighbour_sum(self, gS: np.ndarray, r: np.ndarray, out: np.ndarray) -> list:
+        """``out += sum_d c_d`` without forming the ``(R, n, J)`` array (the lookup form of
+        :meth:`_c_terms`): an observed neighbour's term is a row of ``g_d``, gathered; a
+        missing one's ``log sum_p r_nb(p) exp g_d[p, :]``. Returns per offset ``None`` or
+        ``(c_mis, shift, E)``: the terms at the tokens whose neighbour is missing (in the order
+        of :meth:`Problem.neighbour_split`), the column shift and ``exp(g_d - shift)``."""
+        J = self.p.J
+        mis = []
+        for d, (_, _, _, t_mis, nb_mis, gidx) in enumerate(self.p.neighbour_split()):
+            table = np.zeros((J + 1, J))
+            table[:J] = gS[d]
+            out += table[gidx]
+            if t_mis.size:
+                shift = gS[d].max(axis=0)
+                E = np.exp(gS[d] - shift)
+                with np.errstate(divide="ignore"):
+                    cm = np.log(r[nb_mis] @ E) + shift
+                out[t_mis] += cm
+                mis.append((cm, shift, E))
+            else:
+                mis.append(None)
+        return mis
+
     def terms(self, M=None, Vd=None, gS=None, r=None) -> dict:
         M = self.c.M if M is None else M
         Vd = self.c.Vd if Vd is None else Vd
         gS = self.gS() if gS is None else gS
         r = self.s.r if r is None else r
+        if self.lookup_neighbours:
+            a = M.T + 0.5 * Vd.T if self.lse_bound == "jensen" else M.T.copy()
+            mis = self._neighbour_sum(gS, r, a)
+            lse, pi = _lse_softmax(a.copy())
+            # c: only at the tokens whose neighbour is missing (what update_r reads)
+            return {"a": a, "lse": lse, "pi": pi, "c": None, "c_mis": mis}
         c = self._c_terms(gS, r)
         if self.lse_bound == "jensen":
             a = M.T + 0.5 * Vd.T + c.sum(axis=0)  # this order: Table 1 reproduces exactly
         else:
             a = M.T + c.sum(axis=0)
-        if self.lookup_neighbours:
-            lse, pi = _lse_softmax(a)
-        else:
-            lse = logsumexp(a, axis=1)
-            pi = np.exp(a - lse[:, None])
+        lse = logsumexp(a, axis=1)
+        pi = np.exp(a - lse[:, None])
         return {"a": a, "lse": lse, "pi": pi, "c": c}
 
     def _own(self, r: np.ndarray) -> np.ndarray:
@@ -325,11 +357,21 @@ class PseudoLikelihoodBound:
         """Expected label-pair counts N_d[p, q] = sum_t w_t r_nb(t,d)(p) r_t(q), (R, J, J)."""
         r = self.s.r if r is None else r
         own = self._own(r)
+        if self.lookup_neighbours:  # observed neighbours: a sparse 0/1 matrix
+            out = []
+            for _, _, A, t_mis, nb_mis, _ in self.p.neighbour_split():
+                N = np.asarray(A @ own)
+                if t_mis.size:
+                    N += r[nb_mis].T @ own[t_mis]
+                out.append(N)
+            return np.stack(out) if out else np.zeros((0, self.p.J, self.p.J))
         return np.stack([r[nb[nb >= 0]].T @ own[nb >= 0] for nb in self.p.nb.T])
 
     def _pair_term(self, m_S, r, counts=None) -> float:
         """``sum_t w_t sum_d r_nb(t,d)' m_S[d] r_t`` (``= sum_d <N_d, m_S[d]>`` from the pair
         counts ``N_d`` when given)."""
+        if counts is None and self.lookup_neighbours:
+            counts = self.pair_counts(r)
         if counts is not None:
             return float(np.vdot(counts, m_S))
         tot = 0.0
@@ -400,21 +442,22 @@ class PseudoLikelihoodBound:
         R, J = self.p.R, self.p.J
         gS = m_S + 0.5 * v_S
         r = self.s.r
-        c = self._c_terms(gS, r)
-        a = base_a + c.sum(axis=0)
         soft = np.empty((R, J, J))
         if self.lookup_neighbours:
+            a = base_a.copy()
+            mis = self._neighbour_sum(gS, r, a)
             lse, pi = _lse_softmax(a)
             pi = self._own(pi)
-            for d, (_, _, A, t_mis, nb_mis) in enumerate(self.p.neighbour_split()):
+            for d, (_, _, A, t_mis, nb_mis, _) in enumerate(self.p.neighbour_split()):
                 soft[d] = A @ pi  # observed neighbour p: sum of w_t pi_t over those tokens
-                if t_mis.size:
-                    shift = gS[d].max(axis=0)
-                    E = np.exp(gS[d] - shift)
+                if mis[d] is not None:
+                    cm, shift, E = mis[d]
                     with np.errstate(over="ignore"):
-                        ratio = pi[t_mis] * np.exp(shift - c[d][t_mis])
+                        ratio = pi[t_mis] * np.exp(shift - cm)
                     soft[d] += E * (r[nb_mis].T @ ratio)
             return self._pair_term(m_S, r, counts), self._wsum(lse), soft
+        c = self._c_terms(gS, r)
+        a = base_a + c.sum(axis=0)
         lse = logsumexp(a, axis=1)
         pi = self._own(np.exp(a - lse[:, None]))  # w_t pi_t
         for d in range(R):
@@ -451,8 +494,11 @@ class PseudoLikelihoodBound:
         x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
         f0 = fun(x0, *args)[0]
         bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
-        res = minimize(fun, x0, args=args, jac=True, method="L-BFGS-B",
-                       bounds=bounds, options={"maxiter": maxiter})
+        options = {"maxiter": maxiter}
+        if self.S_ftol is not None:
+            options["ftol"] = self.S_ftol
+        res = minimize(fun, x0, args=args, jac=True, method="L-BFGS-B", bounds=bounds,
+                       options=options)
         if res.fun <= f0:
             self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()
             self.s.v_S = np.exp(res.x[R * J * J:]).reshape(R, J, J).copy()
@@ -511,20 +557,21 @@ class PseudoLikelihoodBound:
                 r = self.s.r
                 Gc = self.c.M.T[cls].copy()  # own local term
                 pos[cls] = np.arange(cls.size)
-                for d, (_, _, _, t_mis, nb_mis) in enumerate(split):
+                for d, (_, _, _, t_mis, nb_mis, _) in enumerate(split):
                     nbd = self.p.nb[cls, d]
                     has = nbd >= 0
                     # own factor: sum_p r_nb(p) m_S[p, q]
                     Gc[has] += r[nbd[has]] @ self.s.m_S[d]
+                    if T["c_mis"][d] is None:
+                        continue
                     # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
                     #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
+                    cm, shift, E = T["c_mis"][d]
                     sel = pos[nb_mis] >= 0
                     s_idx, at = t_mis[sel], pos[nb_mis[sel]]  # each row at most once
                     contrib = r[s_idx] @ self.s.m_S[d].T
-                    shift = gS[d].max(axis=0)
-                    E = np.exp(gS[d] - shift)
                     with np.errstate(over="ignore"):
-                        ratio = T["pi"][s_idx] * np.exp(shift - T["c"][d][s_idx])
+                        ratio = T["pi"][s_idx] * np.exp(shift - cm[sel])
                     contrib -= ratio @ E.T
                     Gc[at] += contrib
                 pos[cls] = -1

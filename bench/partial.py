@@ -1,0 +1,275 @@
+"""Partial labels at the speed of complete ones: the scalable fit with tokens hidden, beside
+CRFsuite.
+
+    python -m bench.partial [--train 800] [--hidden 0 0.5 0.9] [--repeats 3] [--seed 0]
+                            [--previous] [--out bench/results]
+
+Pooled chunking (train.data + test.data), the split of ``bench.scale``: one seeded permutation,
+the last 100 sentences the test slice, the first ``--train`` the training sentences. For each
+fraction of ``--hidden`` a random set of the training tokens loses its label
+(:func:`gpsl.synthetic.hide_labels`, seed ``--seed + 1``); then
+
+* ``GPSL2`` (the library's defaults: ``inference="auto"``, the scalable mode) fits every
+  training sentence with the labels left, missing ones marginalised;
+* ``GPSL2, whole sentences``: the same number of labeled tokens as complete sentences (the
+  training sentences in their random order until the budget is spent), GPSL2 on those;
+* ``CRFsuite, whole sentences``: CRFsuite (L-BFGS, c2 = 0.5, as ``bench.scale``) on those
+  (it cannot use a partly labeled sentence); at 0% hidden that is CRFsuite on every sentence;
+* with ``--previous``: ``GPSL2, previous default`` (``missing_start="uniform"``,
+  ``lse_bound="jensen"``: the start and the bound the scalable mode used with missing labels
+  before ``docs/speed.md``), once per fraction.
+
+Every fit runs in a fresh process and is timed in CPU seconds (``time.process_time``, all
+threads of the process; template features included for both libraries), ``--repeats`` times
+with the methods interleaved, so that a load on the shared machine reaches every method
+alike; the table shows the medians. ``vs complete`` is the fit's CPU time over GPSL2's with
+every label (the goal: at most 1.5x at 90% hidden); ``vs CRFsuite`` over CRFsuite's on the
+complete sentences (the goal: at most 1x with every label, at a loss no higher).
+
+Writes ``partial.md`` and ``partial.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import (
+    DATA_DIR,
+    RESULTS_DIR,
+    DataMissing,
+    check_data,
+    git_commit,
+    header_lines,
+    jsonable,
+    machine_info,
+    now_iso,
+)
+from bench.scale import CRF_PARAMS, _chunking_split
+
+GOAL_PARTIAL = 1.5  # fit CPU at 90% hidden over the complete fit's
+GOAL_PEER = 1.0  # complete fit CPU over CRFsuite's
+
+METHODS = ("GPSL2", "GPSL2, whole sentences", "CRFsuite, whole sentences")
+PREVIOUS = "GPSL2, previous default"
+
+
+def _data(n_train: int, hidden: float, seed: int):
+    """Training sentences with ``hidden`` of the tokens' labels hidden, the whole-sentence
+    subset with as many labeled tokens, the test slice and the template."""
+    from gpsl.synthetic import hide_labels
+
+    Xtr, ytr, Xte, yte, template = _chunking_split(n_train, seed)
+    part = hide_labels(ytr, hidden, seed=seed + 1) if hidden > 0 else [list(s) for s in ytr]
+    budget = sum(v is not None for s in part for v in s)
+    whole, used = [], 0
+    for i, s in enumerate(ytr):
+        if used >= budget:
+            break
+        whole.append(i)
+        used += len(s)
+    return {"X": Xtr, "y": part, "y_full": ytr, "whole": whole, "budget": budget,
+            "Xte": Xte, "yte": yte, "template": template}
+
+
+def run_job(job: dict) -> dict:
+    """One fit in this (fresh) process: CPU and wall seconds, sweeps, loss on the test slice."""
+    from gpsl.metrics import hamming_loss
+
+    d = _data(job["train"], job["hidden"], job["seed"])
+    method = job["method"]
+    if method in ("GPSL2", PREVIOUS):
+        X, y = d["X"], d["y"]
+    else:
+        X = [d["X"][i] for i in d["whole"]]
+        y = [d["y_full"][i] for i in d["whole"]]
+    out = {**job, "sentences": len(X), "tokens": sum(len(s) for s in X),
+           "labeled_tokens": sum(v is not None for s in y for v in s)}
+    if method.startswith("CRFsuite"):
+        import sklearn_crfsuite
+
+        from bench.paper import template_features
+        from gpsl.features import Template
+
+        tmpl = Template.parse(d["template"])
+        c0, t0 = time.process_time(), time.perf_counter()
+        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
+        crf.fit(template_features(tmpl, X), y)
+        out["fit_cpu_s"], out["fit_s"] = time.process_time() - c0, time.perf_counter() - t0
+        pred = crf.predict(template_features(tmpl, d["Xte"]))
+    else:
+        from gpsl.model import GPSL
+
+        kw = {"missing_start": "uniform", "lse_bound": "jensen"} if method == PREVIOUS else {}
+        model = GPSL(offsets=(-1, 1), template=d["template"], **kw)
+        c0, t0 = time.process_time(), time.perf_counter()
+        model.fit(X, y)
+        out["fit_cpu_s"], out["fit_s"] = time.process_time() - c0, time.perf_counter() - t0
+        out.update(sweeps=model.n_iter_, inference=model.inference_, bound=model.bound_trace_[-1],
+                   lse_bound=model.lse_bound_, missing_weight=model.missing_weight_)
+        pred = model.predict(d["Xte"])
+    out["loss"] = hamming_loss(d["yte"], pred)
+    return out
+
+
+def _in_child(job: dict) -> dict:
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
+        return ex.submit(run_job, job).result()
+
+
+def run(args, log=print, child=_in_child) -> dict:
+    check_data(DATA_DIR, ["chunking"])
+    rows = []
+    for rep in range(args.repeats):
+        for h in args.hidden:
+            methods = list(METHODS)
+            if args.previous and h > 0 and rep == 0:
+                methods.append(PREVIOUS)
+            for method in methods:
+                if method != "GPSL2" and h == 0 and method != "CRFsuite, whole sentences":
+                    continue  # every sentence is whole at 0%: the GPSL2 row is that fit
+                job = {"train": args.train, "hidden": h, "seed": args.seed, "method": method,
+                       "repeat": rep}
+                r = child(job)
+                rows.append(r)
+                log(f"[{h:>4.0%} {method:<26} #{rep + 1}] {r['tokens']:>6} tokens "
+                    f"({r['labeled_tokens']} labeled) fit {r['fit_cpu_s']:6.2f} CPU s "
+                    f"({r['fit_s']:5.2f} s) sweeps {r.get('sweeps', '–')} loss "
+                    f"{r['loss']:5.2f}%")
+    return {"rows": rows, "summary": summarise(rows)}
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Medians per (hidden, method) and the goals' ratios."""
+    out = []
+    keys = sorted({(r["hidden"], r["method"]) for r in rows},
+                  key=lambda k: (k[0], (METHODS + (PREVIOUS,)).index(k[1])))
+    complete = [r["fit_cpu_s"] for r in rows if r["hidden"] == 0 and r["method"] == "GPSL2"]
+    ref = float(np.median(complete)) if complete else None
+    crf = [r["fit_cpu_s"] for r in rows
+           if r["hidden"] == 0 and r["method"] == "CRFsuite, whole sentences"]
+    crf_ref = float(np.median(crf)) if crf else None
+    for h, m in keys:
+        sel = [r for r in rows if r["hidden"] == h and r["method"] == m]
+        cpu = float(np.median([r["fit_cpu_s"] for r in sel]))
+        sweeps = [r["sweeps"] for r in sel if "sweeps" in r]
+        out.append({"hidden": h, "method": m, "repeats": len(sel),
+                    "sentences": sel[0]["sentences"], "tokens": sel[0]["tokens"],
+                    "labeled_tokens": sel[0]["labeled_tokens"],
+                    "sweeps": int(np.median(sweeps)) if sweeps else None,
+                    "fit_cpu_s": cpu, "fit_cpu_all": [r["fit_cpu_s"] for r in sel],
+                    "fit_s": float(np.median([r["fit_s"] for r in sel])),
+                    "vs_complete": cpu / ref if ref else None,
+                    "vs_crfsuite": cpu / crf_ref if crf_ref else None,
+                    "loss": float(np.median([r["loss"] for r in sel])),
+                    "inference": sel[0].get("inference"), "lse_bound": sel[0].get("lse_bound"),
+                    "missing_weight": sel[0].get("missing_weight")})
+    return out
+
+
+def goals(summary: list[dict]) -> list[str]:
+    """The issue's goals, measured (met or not, with the figures)."""
+    get = {(s["hidden"], s["method"]): s for s in summary}
+    lines = []
+    full = get.get((0.0, "GPSL2"))
+    crf = get.get((0.0, "CRFsuite, whole sentences"))
+    if full and crf:
+        ok = full["fit_cpu_s"] <= GOAL_PEER * crf["fit_cpu_s"] and full["loss"] <= crf["loss"]
+        lines.append(f"* complete labels, GPSL2 against CRFsuite: fit CPU "
+                     f"{full['fit_cpu_s']:.2f} s against {crf['fit_cpu_s']:.2f} s "
+                     f"(×{full['fit_cpu_s'] / crf['fit_cpu_s']:.2f}, goal ≤ {GOAL_PEER:g}), "
+                     f"loss {full['loss']:.2f}% against {crf['loss']:.2f}% "
+                     f"(goal: no higher): {'met' if ok else 'NOT met'}")
+    for h in sorted({s["hidden"] for s in summary if s["hidden"] > 0}):
+        g = get.get((h, "GPSL2"))
+        if g and full:
+            prev = get.get((h, PREVIOUS))
+            goal = f", goal ≤ {GOAL_PARTIAL:g}" if h >= 0.9 else ""
+            ok = g["vs_complete"] <= GOAL_PARTIAL
+            lines.append(f"* {h:.0%} hidden: fit CPU {g['fit_cpu_s']:.2f} s, ×"
+                         f"{g['vs_complete']:.2f} the complete fit's{goal}, {g['sweeps']} sweeps, "
+                         f"loss {g['loss']:.2f}%"
+                         + (f" (previous default: {prev['fit_cpu_s']:.2f} s, "
+                            f"{prev['sweeps']} sweeps, loss {prev['loss']:.2f}%)" if prev else "")
+                         + (f": {'met' if ok else 'NOT met'}" if h >= 0.9 else ""))
+    return lines
+
+
+def write(report: dict, out: Path) -> list[str]:
+    lines = header_lines("Partial labels at the speed of complete ones (`bench.partial`)",
+                         report["date"], report["machine"], report["git"], report["command"])
+    lines += [f"Pooled chunking, {report['train']} training sentences and the 100-sentence test "
+              "slice of `bench.scale` (seed "
+              f"{report['seed']}); a random {', '.join(f'{h:.0%}' for h in report['hidden'])} "
+              "of the training tokens hidden. Fit CPU seconds (all threads; template features "
+              f"included), median of {report['repeats']} runs, each in a fresh process, methods "
+              "interleaved. `vs complete`: over GPSL2's fit with every label; `vs CRFsuite`: "
+              "over CRFsuite's on every sentence. Hamming loss on the test slice.", "",
+              "## Goals", "", *goals(report["summary"]), "",
+              "## All fits (medians)", "",
+              "| hidden | method | sentences | tokens (labeled) | sweeps | fit CPU s | "
+              "vs complete | vs CRFsuite | fit wall s | Hamming loss % |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in report["summary"]:
+        vc = f"×{s['vs_complete']:.2f}" if s["vs_complete"] is not None else "–"
+        vr = f"×{s['vs_crfsuite']:.2f}" if s["vs_crfsuite"] is not None else "–"
+        lines.append(f"| {s['hidden']:.0%} | {s['method']} | {s['sentences']} | {s['tokens']} "
+                     f"({s['labeled_tokens']}) | {s['sweeps'] if s['sweeps'] else '–'} | "
+                     f"{s['fit_cpu_s']:.2f} | {vc} | {vr} | {s['fit_s']:.2f} | "
+                     f"{s['loss']:.2f} |")
+    lines += ["", "Per-run CPU seconds: " + "; ".join(
+        f"{s['hidden']:.0%} {s['method']}: " + ", ".join(f"{v:.2f}" for v in s["fit_cpu_all"])
+        for s in report["summary"]), ""]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "partial.md").write_text("\n".join(lines), encoding="utf-8")
+    (out / "partial.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.partial", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train", type=int, default=800, help="training sentences (default 800)")
+    p.add_argument("--hidden", type=float, nargs="+", default=[0.0, 0.5, 0.9],
+                   help="fractions of the training tokens hidden (default 0 0.5 0.9)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of every fit (default 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--previous", action="store_true",
+                   help="also fit the previous default for missing labels (uniform start, "
+                        "Jensen's bound; one run per fraction, about 15 s each)")
+    p.add_argument("--out", default=str(RESULTS_DIR))
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    if 0.0 not in args.hidden:
+        args.hidden = [0.0, *args.hidden]  # the reference of every ratio
+    args.hidden = sorted(set(args.hidden))
+    if any(not 0.0 <= h < 1.0 for h in args.hidden):
+        print("bench.partial: --hidden fractions must lie in [0, 1)", file=sys.stderr)
+        return 2
+    try:
+        report = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except DataMissing as exc:
+        print(f"bench.partial: {exc}", file=sys.stderr)
+        return 2
+    report.update(train=args.train, hidden=args.hidden, repeats=args.repeats, seed=args.seed,
+                  command=shlex.join(["python", "-m", "bench.partial", *argv]), date=now_iso(),
+                  machine=machine_info(), git=git_commit())
+    print("\n".join(write(report, Path(args.out))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
