@@ -661,11 +661,14 @@ def remaining_sweeps(bounds, *, tol: float, max_iter: int, rate: float | None = 
 
     Once a sweep's improvement ``d_k = L_k - L_{k-1}`` is known, the next ones are taken to
     shrink geometrically, ``d_{k+m} = d_k rho^m`` with ``rho`` the last ratio
-    ``d_k / d_{k-1}`` (clipped to [0.01, 0.9]; :data:`DEFAULT_RATE` while only one improvement
-    is known); the fit stops at the first ``m`` with ``d_k rho^m <= tol max(1, |L|)``. With a
-    single bound the stop rule cannot have fired yet: at least one sweep remains. (With
-    ``learn_hyper`` the outer loop may add sweeps after a hyper-parameter step; the estimate
-    covers the inner loop it is in.)"""
+    ``d_k / d_{k-1}`` (clipped to [0.01, 0.8]; :data:`DEFAULT_RATE` while only one improvement
+    is known, 0.5 while the improvements still grow, as they may for a few sweeps of EM while
+    the missing labels' guesses move); the fit stops at the first ``m`` with
+    ``d_k rho^m <= tol max(1, |L|)``. With a single bound the stop rule cannot have fired
+    yet: at least one sweep remains. The estimate is exact for a geometric trace and good to
+    a sweep or two in the last sweeps of a real one; early in a long EM run it is a guess
+    (``tests/test_speed.py``). (With ``learn_hyper`` the outer loop may add sweeps after a
+    hyper-parameter step; the estimate covers the inner loop it is in.)"""
     b = [float(v) for v in bounds]
     k = len(b)
     left = max(0, int(max_iter) - k)
@@ -682,7 +685,9 @@ def remaining_sweeps(bounds, *, tol: float, max_iter: int, rate: float | None = 
     if rate is None:
         prev = b[-2] - b[-3] if k >= 3 else float("nan")
         rate = d / prev if np.isfinite(prev) and prev > 0 else DEFAULT_RATE
-    rho = float(np.clip(rate, 0.01, 0.9))
+        if rate >= 1.0:
+            rate = 0.5
+    rho = float(np.clip(rate, 0.01, 0.8))
     m = int(np.ceil(np.log(thr / d) / np.log(rho)))
     return int(min(max(1, m), left))
 
