@@ -1,11 +1,12 @@
 """Partial labels at the speed of complete ones: the scalable fit with tokens hidden, beside
 CRFsuite.
 
-    python -m bench.partial [--train 800] [--hidden 0 0.5 0.9] [--repeats 3] [--seed 0]
-                            [--previous] [--out bench/results]
+    python -m bench.partial [--dataset chunking] [--train 800] [--hidden 0 0.5 0.9]
+                            [--repeats 3] [--seed 0] [--previous] [--out bench/results]
 
-Pooled chunking (train.data + test.data), the split of ``bench.scale``: one seeded permutation,
-the last 100 sentences the test slice, the first ``--train`` the training sentences. For each
+A pooled data set (train.data + test.data; chunking by default), the split of ``bench.scale``:
+one seeded permutation, the last 100 sentences the test slice, the first ``--train`` the
+training sentences. For each
 fraction of ``--hidden`` a random set of the training tokens loses its label
 (:func:`gpsl.synthetic.hide_labels`, seed ``--seed + 1``); then
 
@@ -26,7 +27,8 @@ alike; the table shows the medians. ``vs complete`` is the fit's CPU time over G
 every label (the goal: at most 1.5x at 90% hidden); ``vs CRFsuite`` over CRFsuite's on the
 complete sentences (the goal: at most 1x with every label, at a loss no higher).
 
-Writes ``partial.md`` and ``partial.json`` to ``--out``.
+Writes ``partial.md`` and ``partial.json`` to ``--out`` (``partial_<dataset>.*`` for another
+data set than chunking).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from bench.common import (
     machine_info,
     now_iso,
 )
-from bench.scale import CRF_PARAMS, _chunking_split
+from bench.scale import CRF_PARAMS, TEST_SENTENCES
 
 GOAL_PARTIAL = 1.5  # fit CPU at 90% hidden over the complete fit's
 GOAL_PEER = 1.0  # complete fit CPU over CRFsuite's
@@ -62,12 +64,26 @@ METHODS = ("GPSL2", "GPSL2, whole sentences", "CRFsuite, whole sentences")
 PREVIOUS = "GPSL2, previous default"
 
 
-def _data(n_train: int, hidden: float, seed: int):
+def _split(dataset: str, n_train: int, seed: int):
+    """``bench.scale``'s split of any pooled data set (for chunking the same sentences)."""
+    from bench.common import load_pooled
+
+    data = load_pooled(DATA_DIR, dataset)
+    perm = np.random.default_rng(seed).permutation(len(data.X))
+    if n_train > len(perm) - TEST_SENTENCES:
+        raise ValueError(f"{dataset} has {len(perm) - TEST_SENTENCES} training sentences at "
+                         "most")
+    test, train = perm[-TEST_SENTENCES:], perm[:n_train]
+    return ([data.X[i] for i in train], [data.y[i] for i in train],
+            [data.X[i] for i in test], [data.y[i] for i in test], data.template)
+
+
+def _data(n_train: int, hidden: float, seed: int, dataset: str = "chunking"):
     """Training sentences with ``hidden`` of the tokens' labels hidden, the whole-sentence
     subset with as many labeled tokens, the test slice and the template."""
     from gpsl.synthetic import hide_labels
 
-    Xtr, ytr, Xte, yte, template = _chunking_split(n_train, seed)
+    Xtr, ytr, Xte, yte, template = _split(dataset, n_train, seed)
     part = hide_labels(ytr, hidden, seed=seed + 1) if hidden > 0 else [list(s) for s in ytr]
     budget = sum(v is not None for s in part for v in s)
     whole, used = [], 0
@@ -84,7 +100,7 @@ def run_job(job: dict) -> dict:
     """One fit in this (fresh) process: CPU and wall seconds, sweeps, loss on the test slice."""
     from gpsl.metrics import hamming_loss
 
-    d = _data(job["train"], job["hidden"], job["seed"])
+    d = _data(job["train"], job["hidden"], job["seed"], job.get("dataset", "chunking"))
     method = job["method"]
     if method in ("GPSL2", PREVIOUS):
         X, y = d["X"], d["y"]
@@ -126,8 +142,8 @@ def _in_child(job: dict) -> dict:
         return ex.submit(run_job, job).result()
 
 
-def run(args, log=print, child=_in_child) -> dict:
-    check_data(DATA_DIR, ["chunking"])
+def run(args, log=print, child=None) -> dict:
+    check_data(DATA_DIR, [args.dataset])
     rows = []
     for rep in range(args.repeats):
         for h in args.hidden:
@@ -138,8 +154,8 @@ def run(args, log=print, child=_in_child) -> dict:
                 if method != "GPSL2" and h == 0 and method != "CRFsuite, whole sentences":
                     continue  # every sentence is whole at 0%: the GPSL2 row is that fit
                 job = {"train": args.train, "hidden": h, "seed": args.seed, "method": method,
-                       "repeat": rep}
-                r = child(job)
+                       "repeat": rep, "dataset": args.dataset}
+                r = _in_child(job) if child is None else child(job)
                 rows.append(r)
                 log(f"[{h:>4.0%} {method:<26} #{rep + 1}] {r['tokens']:>6} tokens "
                     f"({r['labeled_tokens']} labeled) fit {r['fit_cpu_s']:6.2f} CPU s "
@@ -207,7 +223,8 @@ def goals(summary: list[dict]) -> list[str]:
 def write(report: dict, out: Path) -> list[str]:
     lines = header_lines("Partial labels at the speed of complete ones (`bench.partial`)",
                          report["date"], report["machine"], report["git"], report["command"])
-    lines += [f"Pooled chunking, {report['train']} training sentences and the 100-sentence test "
+    lines += [f"Pooled {report['dataset']}, {report['train']} training sentences and the "
+              "100-sentence test "
               "slice of `bench.scale` (seed "
               f"{report['seed']}); a random {', '.join(f'{h:.0%}' for h in report['hidden'])} "
               "of the training tokens hidden. Fit CPU seconds (all threads; template features "
@@ -230,14 +247,17 @@ def write(report: dict, out: Path) -> list[str]:
         f"{s['hidden']:.0%} {s['method']}: " + ", ".join(f"{v:.2f}" for v in s["fit_cpu_all"])
         for s in report["summary"]), ""]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "partial.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / "partial.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
+    stem = "partial" if report["dataset"] == "chunking" else f"partial_{report['dataset']}"
+    (out / f"{stem}.md").write_text("\n".join(lines), encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
     return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.partial", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", choices=("chunking", "basenp", "JapaneseNE", "seg"),
+                   default="chunking", help="pooled data set (default chunking)")
     p.add_argument("--train", type=int, default=800, help="training sentences (default 800)")
     p.add_argument("--hidden", type=float, nargs="+", default=[0.0, 0.5, 0.9],
                    help="fractions of the training tokens hidden (default 0 0.5 0.9)")
@@ -261,10 +281,14 @@ def main(argv=None) -> int:
         return 2
     try:
         report = run(args, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        print(f"bench.partial: {exc}", file=sys.stderr)
+        return 2
     except DataMissing as exc:
         print(f"bench.partial: {exc}", file=sys.stderr)
         return 2
-    report.update(train=args.train, hidden=args.hidden, repeats=args.repeats, seed=args.seed,
+    report.update(dataset=args.dataset, train=args.train, hidden=args.hidden,
+                  repeats=args.repeats, seed=args.seed,
                   command=shlex.join(["python", "-m", "bench.partial", *argv]), date=now_iso(),
                   machine=machine_info(), git=git_commit())
     print("\n".join(write(report, Path(args.out))))

@@ -392,7 +392,7 @@ class GPSL:
                                                    inducing=self.inducing,
                                                    exact=family == "khan")
                     start = self._warm_sparse(prev, problem, classes, offsets, kernel, family,
-                                              extractor)
+                                              extractor, keys, lengths)
                     options = self._start_options()
                     if start is None and missing:
                         start = self._supervised_start(kernel, family, Xf, lengths, y_idx,
@@ -582,11 +582,13 @@ class GPSL:
         return warm_state(prev.state_, getattr(prev, "sentence_keys_", None) or [],
                           prev.lengths_, problem, keys, lengths)
 
-    def _warm_sparse(self, prev, problem, classes, offsets, kernel, family, extractor):
+    def _warm_sparse(self, prev, problem, classes, offsets, kernel, family, extractor,
+                     keys=None, lengths=None):
         """The scalable mode's warm start (``warm_start=True``, the previous fit also
         scalable, mean-field, same kernel, labels and offsets): :func:`gpsl.warm.
         carry_sparse_state`, with or without missing labels (measured in ``docs/speed.md``);
-        ``None`` otherwise (a cold fit, ``theta`` carried as before)."""
+        ``None`` otherwise (a cold fit, ``theta`` carried as before). ``keys`` and ``lengths``
+        (the sentences' content keys and lengths) are not used here: ``r`` is not carried."""
         if (prev is None or getattr(prev, "inference_", "full") != "sparse"
                 or family != "meanfield" or getattr(prev.state_, "family", "") != "meanfield"
                 or prev.kernel_.name != kernel.name or tuple(prev.offsets_) != tuple(offsets)

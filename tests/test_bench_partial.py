@@ -14,7 +14,7 @@ needs_data = pytest.mark.skipif(not common.DATA_DIR.is_dir(),
 @needs_data
 @pytest.mark.timeout(300)
 def test_partial_benchmark_tiny_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(partial, "_in_child", partial.run_job)
+    monkeypatch.setattr(partial, "_in_child", partial.run_job)  # fits in this process
     assert partial.main(["--train", "30", "--hidden", "0.5", "--repeats", "2", "--previous",
                          "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "partial.json").read_text())

@@ -137,8 +137,8 @@ def test_bohnings_covariance_step_is_the_exact_maximiser(family):
     if family == "meanfield":
         np.testing.assert_allclose(inf.gradients()["s"], 0.0, atol=1e-9)
     else:
-        np.testing.assert_allclose(inf.s.cov, np.broadcast_to(2 * inf.kappa * inf.p.w, inf.s.cov.shape),
-                                   rtol=1e-12)
+        target = np.broadcast_to(2 * inf.kappa * inf.p.w, inf.s.cov.shape)
+        np.testing.assert_allclose(inf.s.cov, target, rtol=1e-12)
     again = inf.elbo()
     inf.update_cov_U()
     assert inf.elbo() == pytest.approx(again, rel=1e-13)
