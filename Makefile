@@ -1,8 +1,10 @@
 # gpsl: two commands on a fresh machine (python3, pip, apt):
 #   make run    build .venv, install the requirements, serve the app on the sample project
-#   make test   build .venv, install the dev requirements (+ Debian Chromium and PostgreSQL),
-#               ruff + pytest (the store tests run on SQLite and on a temporary PostgreSQL)
-# Requirements are re-installed only when a requirements file or pyproject.toml changes.
+#   make test   build .venv, install the dev requirements and the benchmarks' peers
+#               (+ Debian Chromium and PostgreSQL), ruff + pytest (the store tests run on
+#               SQLite and on a temporary PostgreSQL)
+# Requirements are re-installed only when a requirements file or pyproject.toml changes. The
+# dev install contains the runtime one, so `make run` after `make test` installs nothing.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -41,10 +43,15 @@ $(VENV)/.installed-run: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+# requirements-bench.txt without dependencies: crowd-kit declares transformers (and nltk,
+# pyarrow) unpinned; its aggregators need only what that file and requirements.txt pin.
+# The dev install implies the runtime one: both stamps are touched.
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt requirements-bench.txt pyproject.toml \
+		| $(BIN)/python
 	$(BIN)/python -m pip install -r requirements-dev.txt
+	$(BIN)/python -m pip install --no-deps -r requirements-bench.txt
 	$(BIN)/python -m pip install --no-deps -e .
-	touch $@
+	touch $(VENV)/.installed-run $@
 
 # The browser test drives Debian's Chromium (Playwright's own browser download is never used).
 chromium:

@@ -182,7 +182,7 @@ def explain(model, states, Xte, yte) -> dict:
     final = model.state_
     per_sweep, parts = [], {}
     for k, st in enumerate(states, start=1):
-        model.state_, model._predictor = st, None
+        model.engine_.state, model._predictor = st, None
         per_sweep.append(hamming_loss(yte, model.predict(Xte)))
         if k not in (1, len(states)):
             continue
@@ -200,7 +200,7 @@ def explain(model, states, Xte, yte) -> dict:
             "true_neighbours": 100.0 * float(np.mean(a.argmax(axis=1) != gold)),
             "exact_pl": hamming_loss(yte, model.predict(Xte, decoder="exact")),
             "pair_scale": float(np.abs(g).max())}
-    model.state_, model._predictor = final, None
+    model.engine_.state, model._predictor = final, None
     return {"loss_per_sweep": per_sweep, **parts}
 
 

@@ -52,15 +52,21 @@ DEFAULT_STRATEGIES = ("random", "entropy", "random_sentence")
 def _forced_model(template: str, max_iter: int, prev, parts, tol: float = 1e-3):
     """A full-GP GPSL whose warm start carries ``parts`` of ``prev`` regardless of missing
     labels."""
+    from gpsl.engines import FullEngine
     from gpsl.model import GPSL
     from gpsl.warm import carry_state
 
-    class Forced(GPSL):
-        def _warm_state(self, prev_, problem, classes, keys, lengths, offsets, kernel):
+    class ForcedEngine(FullEngine):
+        def _warm(self, prev_, problem, classes, keys, lengths):
             if list(prev_.classes_) != list(classes):
                 return None
             return carry_state(prev_.state_, prev_.sentence_keys_, prev_.lengths_, problem,
                                keys, lengths, parts)
+
+    class Forced(GPSL):
+        def _make_engine(self, mode, kernel, settings):
+            return (ForcedEngine(kernel, settings) if mode == "full"
+                    else super()._make_engine(mode, kernel, settings))
 
     m = Forced(template=template, max_iter=max_iter, tol=tol, warm_start=True,
                inference="full")
@@ -90,23 +96,28 @@ def carry_r(state, prev, problem, keys, lengths, classes) -> None:
 
 
 def _with_r_model(template: str, max_iter: int, prev, tol: float = 1e-3):
-    """The scalable warm start with the kept sentences' ``r`` carried as well."""
+    """The scalable warm start with the kept sentences' ``r`` carried as well (and, those
+    guesses being the start, no labeled-tokens first sweep)."""
+    from gpsl.engines import SparseEngine
     from gpsl.model import GPSL
 
-    class WithR(GPSL):
-        def _warm_sparse(self, prev_, problem, classes, offsets, kernel, family, extractor,
-                         keys=None, lengths=None):
-            s = super()._warm_sparse(prev_, problem, classes, offsets, kernel, family,
-                                     extractor, keys, lengths)
+    class WithR(SparseEngine):
+        def warm(self, prev_, problem, classes, extractor, keys=None, lengths=None):
+            s = super().warm(prev_, problem, classes, extractor, keys, lengths)
             if s is not None:
                 carry_r(s, prev_, problem, keys, lengths, classes)
             return s
 
-        def _start_options(self):  # the carried guesses are the start: no labeled sweep
-            return {**super()._start_options(), "labels_first": False}
+        def start_options(self):
+            return {**super().start_options(), "labels_first": False}
 
-    m = WithR(template=template, max_iter=max_iter, tol=tol, warm_start=True,
-              inference="sparse")
+    class CarryR(GPSL):
+        def _make_engine(self, mode, kernel, settings):
+            return (WithR(kernel, settings) if mode == "sparse" and settings.get("cluster")
+                    is None else super()._make_engine(mode, kernel, settings))
+
+    m = CarryR(template=template, max_iter=max_iter, tol=tol, warm_start=True,
+               inference="sparse")
     m.__dict__.update({k: v for k, v in prev.__dict__.items() if k.endswith("_")})
     return m
 

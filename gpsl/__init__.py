@@ -5,9 +5,8 @@ Models for Sequence Labeling" (see ``../shared/paper/gpsl-paper.tex``).
 The library knows nothing about Streamlit; every module is importable alone.
 """
 
+from gpsl._version import __version__
 from gpsl.errors import GpslError, InputError, ModelFormatError
-
-__version__ = "0.1.0"
 
 __all__ = ["GpslError", "InputError", "ModelFormatError", "GPSL", "__version__"]
 

@@ -603,7 +603,7 @@ QUERY_SCORES: dict[str, str] = {
 }
 
 #: The query score the app's queue uses by default: the best token strategy of
-#: ``python -m bench.active_learning_pool`` (see README, "Active learning").
+#: ``python -m bench.active_learning_pool`` (see docs/active-learning.md).
 DEFAULT_QUERY = "bald"
 
 #: Monte Carlo draws of :func:`sample_marginals` behind the ``bald`` score.

@@ -116,7 +116,8 @@ LOG_FLOOR = -700.0
 #: one-coin matrix (pseudo-counts per row)
 DEFAULT_SHRINK = 10.0
 
-__all__ = ["CrowdGPSL", "CrowdModel", "DawidSkene", "MajorityVote", "Votes", "m_step"]
+__all__ = ["CrowdGPSL", "CrowdModel", "DawidSkene", "MajorityVote", "Votes", "decide", "e_step",
+           "m_step"]
 
 
 # --------------------------------------------------------------------------- the votes
@@ -487,6 +488,31 @@ def majority_posteriors(votes: Votes) -> np.ndarray:
     return r
 
 
+#: posteriors within this of the largest are a tie (rounding of the same evidence)
+TIE = 1e-12
+
+
+def e_step(model: CrowdModel, votes: Votes, log_rho: np.ndarray) -> np.ndarray:
+    """Eq. (E): ``r_t(y) = rho(y) e^{e_t(y)} / sum_y' rho(y') e^{e_t(y')}`` for every token
+    (``rho`` alone for a token without votes), ``e_t`` the votes' evidence under ``model``."""
+    a = model.evidence(votes) + np.asarray(log_rho, dtype=float)
+    return np.exp(a - logsumexp(a, axis=1, keepdims=True))
+
+
+def decide(r: np.ndarray, classes: Sequence[str], known: np.ndarray | None = None
+           ) -> list[str | None]:
+    """The one rule that turns posteriors into labels: each token's most probable class. A
+    tie (the largest posterior shared by two classes or more, to :data:`TIE`), or a token
+    that is not ``known`` (no vote, no observed label), is left missing (None): a tie is no
+    evidence for either label, and GPSL marginalises a missing label rather than guess it."""
+    r = np.asarray(r, dtype=float)
+    if r.shape[0] == 0:
+        return []
+    single = (r >= r.max(axis=1, keepdims=True) - TIE).sum(axis=1) == 1
+    keep = single if known is None else single & np.asarray(known, dtype=bool)
+    return [classes[i] if k else None for i, k in zip(r.argmax(axis=1), keep)]
+
+
 def _annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
     """Eq. (A): ``acc_a = (1 / n_a) sum_{v: a_v = a} r_{t_v}(l_v)`` (NaN without votes)."""
     c = np.bincount(votes.annotator, weights=r[votes.token, votes.label], minlength=votes.A)
@@ -516,16 +542,14 @@ class _Aggregator:
         self.classes_ = list(votes.classes)
         self.annotators_ = list(votes.annotators)
         self.probas_ = r
-        voted = votes.voted() | (votes.observed >= 0)
-        idx = r.argmax(axis=1)
-        self.labels_array_ = [votes.classes[i] if v else None for i, v in zip(idx, voted)]
+        self.labels_array_ = decide(r, votes.classes, votes.voted() | (votes.observed >= 0))
         self.accuracy_ = _annotator_accuracy(votes, r)
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
 
 
 class MajorityVote(_Aggregator):
-    """Per-token majority vote (ties: the posterior is the vote fractions, argmax breaks
-    ties toward the first class in sorted order)."""
+    """Per-token majority vote: the posterior is the vote fractions; a tie leaves the token
+    missing (:func:`decide`, the rule the annotation store derives labels by too)."""
 
     def fit_votes(self, votes: Votes) -> MajorityVote:
         self._finish(votes, majority_posteriors(votes))
@@ -544,8 +568,8 @@ class DawidSkene(_Aggregator):
     max_iter, tol: EM iterations and the relative-improvement stop on the bound.
 
     Attributes after ``fit``: ``probas_`` (n, J) posteriors, ``labels_`` (crowd-kit style
-    mapping task -> label; ``labels_array_`` per token, ``None`` without votes),
-    ``confusions_`` (A, J, J), ``skills_`` / ``accuracy_`` (eq. A), ``one_coin_``,
+    mapping task -> label; ``labels_array_`` per token, ``None`` without votes or on a tie,
+    :func:`decide`), ``confusions_`` (A, J, J), ``skills_`` / ``accuracy_`` (eq. A), ``one_coin_``,
     ``class_prior_``, ``bound_trace_``.
     """
 

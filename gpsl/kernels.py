@@ -53,7 +53,7 @@ class LinearKernel:
     #: ``K_j = exp(theta_j0) * base``: every label's covariance is a multiple of one matrix
     #: (one Cholesky factor serves all labels; the variance M-step is closed-form)
     scale_only = True
-    #: prior variance of each feature weight when the user gives none (README,
+    #: prior variance of each feature weight when the user gives none (docs/model.md,
     #: "Hyper-parameters": chosen on GPSL2, partitions 0-2 of the paper's data sets)
     default_variance = 4.0
 

@@ -59,9 +59,6 @@ from scipy.special import logsumexp
 # --------------------------------------------------------------------------- problem
 
 
-MISSING_WEIGHTS = ("auto",)
-
-
 def missing_weight(spec, n_observed: int, n_missing: int) -> float:
     """``lambda`` for ``spec``: a number in ``[0, 1]``, or ``"auto"`` =
     ``min(1, n_observed / n_missing)`` (1 without missing labels); see the module docstring."""

@@ -34,21 +34,21 @@ from typing import NoReturn
 import numpy as np
 import scipy.sparse as sp
 
+from gpsl.engines import ENGINES, Engine
 from gpsl.errors import InputError, ModelFormatError
+from gpsl.params import PARAMS
 
 FORMAT_NAME = "gpsl-model"
 FORMAT_VERSION = 2
 _MAX_META = 1 << 30  # a model description larger than this is refused unread
-_COMMON_FLOAT = ("theta", "m_S", "v_S", "r", "X_data")
-_COMMON_INT = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
-#: the state arrays of each inference mode: (floating point, integer)
-_MODE_ARRAYS = {"full": (("alpha", "lam"), ()), "sparse": (("W", "cov"), ("inducing",))}
-FAMILIES = ("meanfield", "khan")
+#: the estimator's arrays beside its engine's state (the training features, labels, lengths)
+_MODEL_FLOAT = ("X_data",)
+_MODEL_INT = ("y_train", "lengths", "X_indices", "X_indptr", "X_shape")
 
 
-def _array_names(mode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    f, i = _MODE_ARRAYS[mode]
-    return _COMMON_FLOAT + f, _COMMON_INT + i
+def _array_names(engine: type[Engine]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(floating point, integer) array names of a saved model whose engine is ``engine``."""
+    return engine.FLOAT_ARRAYS + _MODEL_FLOAT, _MODEL_INT + engine.INT_ARRAYS
 
 
 def _sha256(path: Path) -> str:
@@ -107,31 +107,24 @@ def check_destination(path) -> Path:
 
 def save_model(model, path) -> Path:
     """Write ``model`` (a fitted :class:`~gpsl.model.GPSL`) to the directory ``path``."""
-    from gpsl import __version__
+    from gpsl._version import __version__
 
     path = check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        st = model.state_
+        engine = model.engine_
         X = model.X_train_.tocsr()
-        mode = model.inference_
-        if mode == "sparse":
-            state = {"W": st.W, "cov": st.cov,
-                     "inducing": np.asarray(model.inducing_idx_, dtype=np.int64)}
-        else:
-            state = {"alpha": st.alpha, "lam": st.lam}
-        np.savez(tmp / "arrays.npz", theta=st.theta, m_S=st.m_S, v_S=st.v_S, r=st.r,
-                 y_train=model.y_train_, lengths=model.lengths_, X_data=X.data,
-                 X_indices=X.indices, X_indptr=X.indptr,
-                 X_shape=np.array(X.shape, dtype=np.int64), **state)
+        np.savez(tmp / "arrays.npz", y_train=model.y_train_, lengths=model.lengths_,
+                 X_data=X.data, X_indices=X.indices, X_indptr=X.indptr,
+                 X_shape=np.array(X.shape, dtype=np.int64), **engine.to_arrays())
         meta = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "gpsl_version": __version__,
             "config": model.persisted_config(),
-            "inference": mode,
-            "family": getattr(st, "family", None),
+            "inference": engine.name,
+            "family": engine.family,
             "offsets": list(model.offsets_),
             "kernel": model.kernel_.name,
             "param_names": list(model.kernel_.param_names),
@@ -195,13 +188,13 @@ def _read_meta(meta_path: Path) -> dict:
     return meta
 
 
-def _read_arrays(arr_path: Path, expected: str, mode: str) -> dict[str, np.ndarray]:
+def _read_arrays(arr_path: Path, expected: str, engine: type[Engine]) -> dict[str, np.ndarray]:
     """The arrays of ``arrays.npz``, after the checksum and every member's header are checked:
     object (pickled) arrays, sizes larger than the member and missing members are refused
     before any data is read; ``np.load`` runs with ``allow_pickle=False``."""
     if _sha256(arr_path) != expected:
         _fail(arr_path, "checksum mismatch: the model arrays are damaged or were modified")
-    float_names, int_names = _array_names(mode)
+    float_names, int_names = _array_names(engine)
     names = float_names + int_names
     try:
         with zipfile.ZipFile(arr_path) as zf:
@@ -245,36 +238,8 @@ def _read_arrays(arr_path: Path, expected: str, mode: str) -> dict[str, np.ndarr
     return arrays
 
 
-_CONFIG_CHECKS = {
-    "kernel": lambda v: isinstance(v, str),
-    "min_freq": lambda v: _is_int(v) and v >= 1,
-    "max_iter": lambda v: _is_int(v) and v >= 1,
-    "tol": lambda v: _is_num(v) and v >= 0,
-    "learn_hyper": lambda v: isinstance(v, bool),
-    "decoder": lambda v: v in ("rns", "viterbi", "exact"),
-    "rns_tol": lambda v: _is_num(v) and v >= 0,
-    "rns_max_iter": lambda v: _is_int(v) and v >= 1,
-    "rns_schedule": lambda v: v in ("sequential", "jacobi"),
-    "rns_damping": lambda v: _is_num(v) and 0 < v <= 1,
-    "rns_variance": lambda v: isinstance(v, bool),
-    "lambda_floor": lambda v: _is_num(v) and v > 0,
-    "variance": lambda v: v is None or (_is_num(v) and v > 0),
-    "inference": lambda v: v in ("auto", "full", "sparse"),
-    "covariance": lambda v: v in ("auto",) + FAMILIES,
-    "inducing": lambda v: _is_int(v) and v >= 1,
-    "lse_bound": lambda v: v in ("auto", "jensen", "bohning"),
-    "marginals": lambda v: v in ("auto", "mean", "probit"),
-    "missing_start": lambda v: v in ("labels", "uniform", "supervised"),
-    "missing_weight": lambda v: v == "auto" or (_is_num(v) and 0 <= v <= 1),
-}
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def _check_meta_fields(meta: dict, meta_path: Path) -> None:
@@ -284,9 +249,8 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
             or len(set(classes)) != len(classes)):
         _fail(meta_path, "damaged model description: classes must be a list of distinct labels")
     offsets = meta.get("offsets")
-    if (not isinstance(offsets, list) or not offsets or not all(_is_int(o) and o != 0
-                                                                  for o in offsets)
-            or len(set(offsets)) != len(offsets)):
+    if (not isinstance(offsets, list) or not offsets or not all(_is_int(o) for o in offsets)
+            or not PARAMS["offsets"].accepts(offsets)):
         _fail(meta_path, "damaged model description: offsets must be distinct non-zero "
                          "integers")
     if not _is_int(meta.get("n_columns")) or meta["n_columns"] < 1:
@@ -294,10 +258,10 @@ def _check_meta_fields(meta: dict, meta_path: Path) -> None:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         _fail(meta_path, "damaged model description: config is not an object")
-    for key, ok in _CONFIG_CHECKS.items():
-        if key in config and not ok(config[key]):
+    for key, value in config.items():  # the constraints of gpsl.params, as at fit time
+        if key in PARAMS and PARAMS[key].persisted and not PARAMS[key].accepts(value):
             _fail(meta_path, f"damaged model description: bad config value {key}="
-                             f"{config[key]!r}")
+                             f"{value!r}")
     trace = meta.get("bound_trace", [])
     if not isinstance(trace, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in trace):
@@ -323,16 +287,19 @@ class ModelParts:
     X: sp.csr_matrix
     arrays: dict
     calibrator: object = None  # gpsl.calibration.Calibrator or None
+    engine: Engine | None = None  # the fitted engine of the recorded mode (gpsl.engines)
 
 
-def _mode_of(meta: dict, meta_path: Path) -> tuple[str, str | None]:
+def _engine_of(meta: dict, meta_path: Path) -> tuple[type[Engine], str | None]:
+    """The engine class of the recorded mode and its covariance family."""
     mode = meta.get("inference", "full")  # format 1: the full mode only
-    if not isinstance(mode, str) or mode not in _MODE_ARRAYS:
+    if not isinstance(mode, str) or mode not in ENGINES:
         _fail(meta_path, f"damaged model description: unknown inference mode {mode!r}")
+    engine = ENGINES[mode]
     family = meta.get("family")
-    if mode == "sparse" and (not isinstance(family, str) or family not in FAMILIES):
+    if engine.FAMILIES and (not isinstance(family, str) or family not in engine.FAMILIES):
         _fail(meta_path, f"damaged model description: unknown covariance family {family!r}")
-    return mode, (family if mode == "sparse" else None)
+    return engine, (family if engine.FAMILIES else None)
 
 
 def read_model(path) -> ModelParts:
@@ -359,8 +326,8 @@ def read_model(path) -> ModelParts:
         _fail(path, "not a gpsl model directory: model.json or arrays.npz is missing")
     meta = _read_meta(meta_path)
     _check_meta_fields(meta, meta_path)
-    mode, family = _mode_of(meta, meta_path)
-    arrays = _read_arrays(arr_path, meta["sha256"]["arrays.npz"], mode)
+    engine, family = _engine_of(meta, meta_path)
+    arrays = _read_arrays(arr_path, meta["sha256"]["arrays.npz"], engine)
     classes = list(meta["classes"])
     offsets = tuple(meta["offsets"])
     config = dict(meta.get("config") or {})
@@ -392,23 +359,18 @@ def read_model(path) -> ModelParts:
     n, J, R = X.shape[0], len(classes), len(offsets)
     checks = {"theta": (J, len(kernel.param_names)), "m_S": (R, J, J), "v_S": (R, J, J),
               "r": (n, J), "y_train": (n,)}
-    if mode == "full":
-        checks.update(alpha=(J, n), lam=(J, n))
-    else:
-        Z = arrays["inducing"]
-        if Z.ndim != 1 or (Z.size and (Z.min() < 0 or Z.max() >= n)):
-            _fail(arr_path, "array inducing holds rows outside the training tokens")
-        if not kernel.scale_only:
-            D = int(Z.size)  # Nystrom features
-        else:  # linear: the jitter features are weights only in the Khan family
-            D = X.shape[1] + (n if family == "khan" else 0)
-        checks["W"] = (D, J)
-        checks["cov"] = (D, J) if family == "meanfield" else (J, n)
+    try:
+        checks.update(engine.array_shapes(arrays, n=n, J=J, kernel=kernel,
+                                          n_features=X.shape[1], family=family))
+    except ValueError as e:
+        _fail(arr_path, str(e))
     for name, shp in checks.items():
         if arrays[name].shape != shp:
             _fail(arr_path, f"array {name} has shape {arrays[name].shape}, expected {shp}")
-    if mode == "sparse" and family == "meanfield" and np.any(arrays["cov"] <= 0):
-        _fail(arr_path, "array cov holds precisions that are not positive")
+    try:
+        engine.check_values(arrays, family)
+    except ValueError as e:
+        _fail(arr_path, str(e))
     lengths = arrays["lengths"]
     if lengths.ndim != 1 or np.any(lengths < 0) or int(lengths.sum()) != n \
             or X.shape[1] != len(extractor.vocabulary_):
@@ -424,5 +386,7 @@ def read_model(path) -> ModelParts:
             calibrator = Calibrator.from_dict(meta["calibration"], J)
         except (ValueError, TypeError) as e:
             _fail(meta_path, f"damaged model description: calibration: {e}")
-    return ModelParts(meta=meta, config=config, inference=mode, family=family, kernel=kernel,
-                      extractor=extractor, X=X, arrays=arrays, calibrator=calibrator)
+    return ModelParts(meta=meta, config=config, inference=engine.name, family=family,
+                      kernel=kernel, extractor=extractor, X=X, arrays=arrays,
+                      calibrator=calibrator,
+                      engine=engine.from_arrays(arrays, kernel=kernel, X=X, family=family))

@@ -107,20 +107,6 @@ class SparsePredictor:
         return mean, np.maximum(var.T, 0.0)
 
 
-def make_predictor(model):
-    """The predictor of a fitted :class:`gpsl.model.GPSL` for its inference mode."""
-    st = model.state_
-    if getattr(model, "inference_", "full") == "sparse":
-        feats = getattr(model, "_features_train", None)
-        if feats is None:
-            Z = getattr(model, "inducing_idx_", None)
-            feats = model.kernel_.weight_space(model.X_train_, st.theta,
-                                               Z_idx=Z if Z is not None and Z.size else None,
-                                               exact=st.family == "khan")
-        return SparsePredictor(feats, st)
-    return LatentPredictor(model.kernel_, model.X_train_, st.theta, st.alpha, st.lam)
-
-
 def probit_scale(s2) -> np.ndarray:
     r"""``kappa(s^2) = (1 + pi s^2 / 8)^{-1/2}``: the probit (MacKay) factor of
     :func:`rns`'s uncertainty-aware scores."""

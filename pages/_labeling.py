@@ -9,12 +9,18 @@ applies a list of events (keys, clicks, type-ahead picks) in the order they happ
 from __future__ import annotations
 
 import streamlit as st
-from sqlalchemy.exc import SQLAlchemyError
 
-from gpsl.errors import GpslError, InputError
-from gpsl.tags import entity_types, scheme_of, span_labels
+from gpsl.annotation import (
+    STORE_ERRORS,
+    GpslError,
+    InputError,
+    Project,
+    SentenceView,
+    accept_candidates,
+    next_unlabeled,
+)
 from pages import _ui
-from pages import _view as sup
+from pages._chips import key_hints, span_choices
 
 ACTION_KEYS = {"x": "clear", "u": "undo", "n": "next", "p": "prev", "s": "skip",
                "a": "accept"}
@@ -27,20 +33,21 @@ ACTION_ERRORS = {"next": "Cannot open the next sentence", "prev": "Cannot go bac
 class Labeling:
     """The Annotate page's context and actions for one project and annotator."""
 
-    def __init__(self, store, project: dict, annotator: str):
+    def __init__(self, store, project: Project, annotator: str):
         self.store = store
         self.project = project
-        self.pid = project["id"]
+        self.pid = project.id
         self.annotator = annotator
         who = _ui.identity()
         self.team = who is not None and not who.local  # a team member: routed, leased
         self.lead = who is None or who.is_lead
-        self.blind = bool((project.get("settings") or {}).get("blind", False))
-        self.labels = project["labels"]
-        self.scheme = scheme_of(self.labels)
-        self.types = entity_types(self.labels) if self.scheme else []
-        self.choices = sup.span_choices(self.types) if self.scheme else []
-        self.hints = sup.key_hints(self.labels)
+        self.blind = project.blind
+        self.labels = list(project.labels)
+        self.span_scheme = store.reports.scheme(self.labels)
+        self.scheme = self.span_scheme.name
+        self.types = list(self.span_scheme.types)
+        self.choices = span_choices(self.types) if self.scheme else []
+        self.hints = key_hints(self.labels)
         self.state = st.session_state.setdefault(f"annotate_{self.pid}", {
             "current": None, "back": [], "fwd": [], "seen": set(), "sel": None,
             "sel_sid": None})
@@ -67,8 +74,9 @@ class Labeling:
             self.state["back"].append(self.state["current"])
             self.state["current"] = self.state["fwd"].pop()
             return
-        sid = sup.next_sentence(self.store, self.pid, self.order(), self.annotator,
-                                self.state["current"], self.state["seen"], lease=self.team)
+        sid = self.store.next_to_annotate(self.pid, self.annotator, self.order(),
+                                          self.state["current"], self.state["seen"],
+                                          team=self.team)
         if sid is None or sid == self.state["current"]:
             _ui.flash("info", "No other sentence left in the queue.")
             return
@@ -91,23 +99,18 @@ class Labeling:
         self.next_sentence()
 
 
-    def active_views(self, sid: int) -> list[sup.TokenView]:
-        """The view of a sentence under the active model (BIO-valid suggestions)."""
-        version = self.store.active_model(self.pid)
-        marginals = self.store.get_predictions(version["id"], [sid]).get(sid) if version else None
-        query = self.store.get_query_scores(version["id"], [sid]).get(sid) if version else None
-        return sup.sentence_view(self.store.sentence_view(sid, self.annotator), marginals,
-                                 version["classes"] if version else None, self.scheme, query)
+    def view(self, sid: int) -> SentenceView | None:
+        """The sentence as this annotator sees it under the active model."""
+        return self.store.reports.sentence(sid, self.annotator, self.labels)
 
 
     def accept_suggestions(self) -> None:
         sid = self.state["current"]
-        version = self.store.active_model(self.pid)
-        if sid is None or version is None:
+        if sid is None or self.store.reports.active_version(self.pid) is None:
             _ui.flash("warning", "No model suggestions yet: train a model on the Train page.")
             return
         threshold = float(st.session_state.get("accept_thr", 0.9))
-        changes = sup.accept_candidates(self.active_views(sid), threshold, self.labels)
+        changes = accept_candidates(self.view(sid).tokens, threshold, self.labels)
         if not changes:
             _ui.flash("info", "No unlabeled token has a suggestion with confidence ≥ "
                               f"{threshold:.2f}.")
@@ -134,7 +137,7 @@ class Labeling:
         """Apply events in order (the keyboard queue's, or one button's own)."""
         try:
             Batch(self, events).run()
-        except (GpslError, SQLAlchemyError) as exc:
+        except STORE_ERRORS as exc:
             _ui.flash("error", _ui.error_text(exc, "Not saved"))
 
     def jump(self) -> None:
@@ -151,7 +154,7 @@ class Labeling:
                                      f"sentences {first}–{last}).")
                 return
             hit = self.store.sentence_by_number(self.pid, number)
-        except (GpslError, SQLAlchemyError) as exc:
+        except STORE_ERRORS as exc:
             _ui.flash("error", _ui.error_text(exc, "Cannot open the sentence"))
             return
         if hit is None:
@@ -224,12 +227,12 @@ class Batch:
         if self.sid != self.state["current"] or self.labels is None:
             self.flush()
             self.sid = self.state["current"]
-            self.labels = list(self.store.sentence_view(self.sid, self.annotator)["labels"])
+            self.labels = self.store.reports.labels(self.sid, self.annotator)
         return self.labels
 
     def ensure_selection(self) -> None:
         if self.state["sel_sid"] != self.state["current"] or self.state["sel"] is None:
-            self.state["sel"] = sup.opening_token(self.ctx.active_views(self.state["current"]))
+            self.state["sel"] = self.ctx.view(self.state["current"]).opening
             self.state["sel_sid"], self.state["anchor"] = self.state["current"], None
         n = len(self.current_labels())
         self.state["sel"] = min(max(0, self.state["sel"]), n - 1)
@@ -283,7 +286,7 @@ class Batch:
                       "accept": self.ctx.accept_suggestions}[what]
             try:
                 action()
-            except (GpslError, SQLAlchemyError) as exc:
+            except STORE_ERRORS as exc:
                 _ui.flash("error", _ui.error_text(exc, ACTION_ERRORS[what]))
             return
         self.ensure_selection()
@@ -313,7 +316,7 @@ class Batch:
             kind = str(arg)
             if not self.ctx.scheme or (kind != "O" and kind not in self.ctx.types):
                 return
-            new = span_labels(kind, hi - lo + 1, self.ctx.scheme)
+            new = self.ctx.span_scheme.span(kind, hi - lo + 1)
             changes = {lo + i: lab for i, lab in enumerate(new)}
         else:
             lab = None if what == "clear" else arg
@@ -324,5 +327,5 @@ class Batch:
         self.write(changes, own_step=span is not None)
         self.state["anchor"] = None
         if what != "clear":  # move on to the next unlabeled token
-            self.state["sel"] = sup.next_unlabeled(self.current_labels(), hi)
+            self.state["sel"] = next_unlabeled(self.current_labels(), hi)
         self.state["sel_sid"] = self.state["current"]

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 import streamlit as st
 
+from gpsl.annotation import SEARCH_STATUSES, SearchResult, TokenView
 from pages import _ui
-from pages import _view as sup
+from pages._format import code_span, history_lines, marked_text, md_escape
 from pages._labeling import Labeling
 
 
@@ -48,7 +49,7 @@ def find(page: Labeling) -> None:
             query = st.text_input("Text", key="find_text", placeholder="words of the sentence")
             st.caption("Blind annotation: search by text only.")
             if query.strip():
-                found = store.find_sentences(pid, text_query=query, limit=15)
+                found = store.reports.search(pid, text_query=query, limit=15)
                 _hits(page, found, counts=False)
         return
     with box, _ui.guard("Cannot search"):
@@ -58,40 +59,39 @@ def find(page: Labeling) -> None:
                                   placeholder="any label")
         who = cols[2].selectbox("Annotator", store.annotators(pid), index=None, key="find_who",
                                 placeholder="anyone")
-        status = cols[3].selectbox("Status", ("unlabeled", "partial", "complete"), index=None,
+        status = cols[3].selectbox("Status", SEARCH_STATUSES, index=None,
                                    key="find_status", placeholder="any status")
         conflicts = st.toggle("Only sentences with conflicting votes", key="find_conflicts",
                               help="A token whose votes from different annotators disagree.")
         if not (query.strip() or label or who or status or conflicts):
             return
-        found = store.find_sentences(pid, text_query=query, label=label, annotator=who,
+        found = store.reports.search(pid, text_query=query, label=label, annotator=who,
                                      status=status, conflicts=conflicts, limit=15)
         _hits(page, found, counts=True)
 
 
-def _hits(page: Labeling, found: dict, counts: bool) -> None:
-    st.caption(f"{found['total']:,} sentence{'s' if found['total'] != 1 else ''}"
-               + (" (the first 15)" if found["total"] > 15 else ""))
-    for hit in found["hits"]:
+def _hits(page: Labeling, found: SearchResult, counts: bool) -> None:
+    st.caption(f"{found.total:,} sentence{'s' if found.total != 1 else ''}"
+               + (" (the first 15)" if found.total > 15 else ""))
+    for hit in found.hits:
         with st.container(horizontal=True, vertical_alignment="center", gap="small"):
-            st.button(f"Sentence {hit['number']}", key=f"find_open_{hit['sentence_id']}",
-                      on_click=page.go_to, args=(hit["sentence_id"],), type="tertiary")
-            st.markdown((f"{hit['n_labeled']}/{hit['n_tokens']} · " if counts else "")
-                        + sup.marked_text(hit["tokens"], hit["marks"]))
+            st.button(f"Sentence {hit.number}", key=f"find_open_{hit.sentence_id}",
+                      on_click=page.go_to, args=(hit.sentence_id,), type="tertiary")
+            st.markdown((f"{hit.n_labeled}/{hit.n_tokens} · " if counts else "")
+                        + marked_text(hit.tokens, hit.marks))
 
 
-def history(page: Labeling, sid: int, current: sup.TokenView) -> None:
+def history(page: Labeling, sid: int, current: TokenView) -> None:
     """The selected token's votes now and every change of them (who, what, when)."""
     with _ui.guard("Cannot read the history"):
-        panel = [f"**Token history** · {sup.md_escape(current.text)}", ""]
+        panel = [f"**Token history** · {md_escape(current.text)}", ""]
         if current.votes:
             panel += ["Votes now: " + ", ".join(
-                f"{sup.md_escape(who)} {sup.code_span(lab) if lab else 'no label'}"
+                f"{md_escape(who)} {code_span(lab) if lab else 'no label'}"
                 for who, lab in current.votes.items()), ""]
-        rows = page.store.token_history(sid, current.index, limit=20)
-        if page.blind:  # only what the blind view shows: one's own votes and imports
-            rows = [h for h in rows if h["annotator"] == page.annotator
-                    or sup.is_import_credit(h["annotator"])]
-        panel += [f"- {line}" for line in sup.history_lines(rows)] or [
+        # a blind view: only one's own votes and the imported labels
+        rows = page.store.reports.token_history(
+            sid, current.index, limit=20, only=page.annotator if page.blind else None)
+        panel += [f"- {line}" for line in history_lines(rows)] or [
             ":gray[No change recorded for this token.]"]
         st.markdown("\n".join(panel))

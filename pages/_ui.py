@@ -23,14 +23,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import streamlit as st
-from sqlalchemy.exc import SQLAlchemyError
 
-from gpsl.annotation import Store, default_db_url
-from gpsl.annotation import imports as imp
-from gpsl.annotation.accounts import Identity
-from gpsl.annotation.jobs import recover
-from gpsl.errors import GpslError, InputError
-from pages import _view as sup
+try:  # Streamlit's internal page manager (other Streamlit versions may not have it)
+    from streamlit.runtime.pages_manager import PagesManager
+except ImportError:  # pragma: no cover
+    PagesManager = None
+
+import gpsl.annotation as back
+from gpsl.annotation import STORE_ERRORS, Identity, InputError, Project, Store, one_line
+from pages._format import md_escape
+from pages._text import status_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
@@ -42,7 +44,6 @@ PAGES = {
     "data": "pages/data.py",
     "team": "pages/team.py",
 }
-LEAD_PAGES = ("project", "train", "confidence", "data", "team")
 SESSION_PARAM, LINK_PARAM, NAME_PARAM = "session", "token", "annotator"
 # widget values that must survive page switches (Streamlit drops the state of widgets that
 # are not rendered on the current page unless it is re-assigned every run)
@@ -61,12 +62,8 @@ def _prefer_navigation() -> None:
     """Streamlit treats an app with a ``pages/`` folder as a legacy multipage app until
     ``st.navigation`` runs once; a first request straight to a page URL would then keep
     the process in that mode.  The pages are listed by ``st.navigation`` in app.py."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-
+    if PagesManager is not None and hasattr(PagesManager, "uses_pages_directory"):
         PagesManager.uses_pages_directory = False
-    except (ImportError, AttributeError):  # pragma: no cover - other Streamlit versions
-        pass
 
 
 _prefer_navigation()
@@ -87,7 +84,7 @@ def _db_target(argv: tuple[str, ...], env: str | None) -> str:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--db", default=None)
     args, _ = parser.parse_known_args(list(argv))
-    target = args.db or default_db_url(ROOT)
+    target = args.db or back.default_db_url(ROOT)
     if "://" in target:
         return target
     return str(Path(target).expanduser().resolve())
@@ -97,7 +94,7 @@ def _db_target(argv: tuple[str, ...], env: str | None) -> str:
 def _open_store(path: str) -> Store:
     store = Store(path)
     store.ensure_sample_project(SAMPLE_DIR)  # the first start opens on something real
-    recover(store)  # after a crash: dead workers' versions failed, their leftovers removed
+    store.recover()  # after a crash: dead workers' versions failed, their leftovers removed
     return store
 
 
@@ -105,10 +102,7 @@ def store() -> Store:
     return _open_store(db_target())
 
 
-def error_text(exc: BaseException, action: str | None = None) -> str:
-    """One line: ``"<action>: <message>"`` (the message alone without an action)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{action}: {text}" if action else text
+error_text = one_line  # one line: "<action>: <message>" (the message alone without an action)
 
 
 @contextmanager
@@ -120,7 +114,7 @@ def guard(action: str | None = None, *, stop: bool = False) -> Iterator[None]:
     Streamlit's own control flow (``st.rerun``, ``st.stop``) passes through."""
     try:
         yield
-    except (GpslError, SQLAlchemyError) as exc:
+    except STORE_ERRORS as exc:
         st.error(error_text(exc, action), icon=":material/error:")
         if stop:
             st.stop()
@@ -136,7 +130,7 @@ def callback(action: str):
         def run(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except (GpslError, SQLAlchemyError) as exc:
+            except STORE_ERRORS as exc:
                 flash("error", error_text(exc, action))
                 return None
 
@@ -165,7 +159,7 @@ def parse_upload(upload, fmt: str) -> list | None:
     """The sentences of an uploaded file, or ``None`` after showing one error line (never a
     traceback for a bad file)."""
     try:
-        return imp.parse_upload(upload.getvalue(), upload.name, fmt)
+        return back.parse_upload(upload.getvalue(), upload.name, fmt)
     except InputError as exc:
         st.error(str(exc), icon=":material/error:")
     except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback
@@ -174,8 +168,13 @@ def parse_upload(upload, fmt: str) -> list | None:
     return None
 
 
-def models_root() -> Path:
-    return store().models_root
+def upload_format(upload, key: str, where=st, **kw) -> str:
+    """The format to read an upload as: a selectbox of the readers' formats that starts on
+    the one the file's extension names (``where``: a container or column; ``kw`` go to the
+    selectbox)."""
+    names = list(back.FORMATS)
+    return where.selectbox("Format", names, index=names.index(back.guess_format(upload.name)),
+                           format_func=back.FORMATS.get, key=key, **kw)
 
 
 def keep_widget_state() -> None:
@@ -200,11 +199,6 @@ def annotator() -> str:
         return who.name
     name = str(st.session_state.get("annotator") or "").strip()
     return name or default_annotator()
-
-
-def import_credit(file_name: str) -> str:
-    """Who labels that come with an imported file are credited to (not the person)."""
-    return f"import:{' '.join(str(file_name).split()) or 'file'}"
 
 
 def resolve_identity(s: Store) -> Identity | None:
@@ -263,7 +257,7 @@ def sign_out() -> None:
     token = st.session_state.pop("_session", None)
     try:
         store().end_session(token)
-    except GpslError as exc:
+    except STORE_ERRORS as exc:
         flash("error", error_text(exc, "Not signed out"))
         return
     st.session_state["_who"] = None
@@ -314,10 +308,9 @@ def default_annotator() -> str:
     return (os.environ.get("GPSL_ANNOTATOR") or "").strip() or "annotator"
 
 
-def sidebar(store: Store) -> dict | None:
+def sidebar(store: Store) -> Project | None:
     """Project selector, annotator name and a status line; returns the current project."""
-    projects = store.list_projects()
-    names = {p["id"]: p["name"] for p in projects}
+    names = {p.id: p.name for p in store.reports.projects()}
     ids = list(names)
     pending = st.session_state.pop("_pending_project", None)
     if pending in names:
@@ -340,18 +333,17 @@ def sidebar(store: Store) -> dict | None:
                 st.caption(f"No name given: labels are recorded as “{default_annotator()}”.")
         else:
             with st.container(horizontal=True, vertical_alignment="center"):
-                st.markdown(f"Signed in as **{sup.md_escape(who.name)}** ({who.role})")
+                st.markdown(f"Signed in as **{md_escape(who.name)}** ({who.role})")
                 st.button("Sign out", key="sign_out", on_click=sign_out,
                           icon=":material/logout:")
         pid = st.session_state.get("project_id")
         if pid is not None:
-            progress = store.progress(pid, split="train", detail=False)
-            version = store.active_model(pid)
-            st.caption(sup.status_line(progress, version))
-    return store.get_project(pid) if pid is not None else None
+            progress = store.reports.progress(pid, split="train", detail=False)
+            st.caption(status_line(progress, store.reports.active_version(pid)))
+    return store.reports.project(pid)
 
 
-def setup(role: str | None = None) -> tuple[Store, dict | None]:
+def setup(role: str | None = None) -> tuple[Store, Project | None]:
     """Start of every page: returns the store and the current project.  The page stops
     here (showing the sign-in form or a refusal) unless this tab is signed in, as a lead
     when ``role == 'lead'`` (:func:`require_role`): the role is checked on the server on
@@ -375,16 +367,16 @@ def setup(role: str | None = None) -> tuple[Store, dict | None]:
     pid = st.session_state.get("project_id")
     with guard("Cannot open the project", stop=True):
         s = store()
-        return s, (s.get_project(pid) if pid is not None else None)
+        return s, s.reports.project(pid)
 
 
-def header(title: str, caption: str, project: dict | None = None) -> None:
+def header(title: str, caption: str, project: Project | None = None) -> None:
     st.title(title, anchor=False)
-    text = caption if project is None else f"**{sup.md_escape(project['name'])}** · {caption}"
+    text = caption if project is None else f"**{md_escape(project.name)}** · {caption}"
     st.caption(text)
 
 
-def require_project(project: dict | None) -> dict:
+def require_project(project: Project | None) -> Project:
     """The current project, or a hint to create one (and the page stops)."""
     if project is None:
         who = identity()

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpsl.tags import span_labels
+from gpsl.annotation import accept_candidates, queue_strategy
 from pages import _keys, _panels, _ui
-from pages import _view as sup
+from pages._chips import (
+    chip_css,
+    label_button_css,
+    label_colors,
+    legend_html,
+    token_button_label,
+    token_help,
+)
+from pages._format import code_span, md_escape, safe_markdown
 from pages._labeling import CLICK_ACTIONS, Labeling
+from pages._text import queue_caption
 
 ORDERS = {"uncertainty": "Most uncertain first", "sequential": "In file order"}
 SHORTCUTS = [
@@ -64,15 +73,14 @@ typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"}
               for kind in types]
 _keys.render(typeahead, exact=["tok_prev", "tok_next", *CLICK_ACTIONS],
              prefixes=["tok_", "lab_", "span_"])
-sentence = store.sentence_view(state["current"], page.annotator) \
-    if state["current"] is not None else None
-if sentence is None or sentence["project_id"] != pid:
+sentence = page.view(state["current"]) if state["current"] is not None else None
+if sentence is None or sentence.project_id != pid:
     state.update(current=None, back=[], fwd=[], anchor=None)
-    first = sup.next_sentence(store, pid, page.order(), page.annotator, None, state["seen"],
-                              lease=page.team)
+    first = store.next_to_annotate(pid, page.annotator, page.order(), None, state["seen"],
+                                   team=page.team)
     if first is not None:
         page.go_to(first)
-        sentence = store.sentence_view(first, page.annotator)
+        sentence = page.view(first)
 
 _ui.header("Annotate", "Pick a token, then its label. Unlabeled tokens may stay unlabeled: "
                        "the model learns from partial annotation.", project)
@@ -88,20 +96,17 @@ if sentence is None:
                      icon=":material/download:")
     st.stop()
 
-sid = sentence["id"]
-version = store.active_model(pid)
-marginals = store.get_predictions(version["id"], [sid]).get(sid) if version else None
-query = store.get_query_scores(version["id"], [sid]).get(sid) if version else None
-views = sup.sentence_view(sentence, marginals, version["classes"] if version else None, scheme,
-                          query)
+sid = sentence.id
+version = sentence.version
+views = sentence.tokens
 if state["sel_sid"] != sid or state["sel"] is None or state["sel"] >= len(views):
-    state["sel"], state["sel_sid"], state["anchor"] = sup.opening_token(views), sid, None
+    state["sel"], state["sel_sid"], state["anchor"] = sentence.opening, sid, None
 sel = state["sel"]
 anchor = state["anchor"] if state["anchor"] is not None and state["anchor"] < len(views) else None
 span = (min(anchor, sel), max(anchor, sel)) if anchor is not None and anchor != sel else None
-colors = sup.label_colors(labels)
-n_labeled = sum(v.label is not None for v in views)
-flags = sup.flagged_tokens(views, scheme)
+colors = label_colors(labels)
+n_labeled = sentence.n_labeled
+flags = sentence.flagged
 
 # ----------------------------------------------------------------------------- layout
 
@@ -109,21 +114,21 @@ main, side = st.columns([4, 1.25], gap="medium")
 with main:
     top = st.columns([3, 2], vertical_alignment="bottom")
     with top[0]:
-        where = f"Sentence {sentence['position'] + 1}"
-        if sentence.get("doc"):
-            where += f" · {sup.md_escape(sentence['doc'])}"
-            if sentence.get("line"):
-                where += f" line {sentence['line']}"
-        model_note = (f"suggestions from model {sup.version_name(version)}" if version
+        where = f"Sentence {sentence.position + 1}"
+        if sentence.doc:
+            where += f" · {md_escape(sentence.doc)}"
+            if sentence.line:
+                where += f" line {sentence.line}"
+        model_note = (f"suggestions from model {version.name}" if version
                       else "no model yet: suggestions appear after training")
         st.markdown(f"**{where}** · {n_labeled} of {len(views)} tokens labeled · "
                     f"{model_note}")
     with top[1]:
         with st.container(horizontal=True, vertical_alignment="bottom", gap="small"):
             with st.popover("Guidelines", icon=":material/menu_book:"):
-                guidelines = str(project.get("guidelines") or "").strip()
+                guidelines = project.guidelines.strip()
                 if guidelines:
-                    st.markdown(sup.safe_markdown(guidelines))
+                    st.markdown(safe_markdown(guidelines))
                 else:
                     st.caption("No guidelines yet.")
             st.segmented_control("Queue", list(ORDERS), format_func=ORDERS.get,
@@ -133,35 +138,35 @@ with main:
                                       "model, or file order.",
                                  label_visibility="collapsed", width="stretch")
     if version and page.order() == "uncertainty":
-        st.caption(sup.queue_caption(sup.queue_strategy(version)))
+        st.caption(queue_caption(queue_strategy(version)))
 
-    st.html(sup.chip_css(views, colors, sel, span=span, flagged=flags)
-            + sup.label_button_css(labels, colors))
+    st.html(chip_css(views, colors, sel, span=span, flagged=flags)
+            + label_button_css(labels, colors))
     with st.container(horizontal=True, gap="small", key="chips"):
         for v in views:
-            st.button(sup.token_button_label(v), key=f"tok_{v.index}",
-                      help=sup.token_help(v), on_click=page.apply_events,
+            st.button(token_button_label(v), key=f"tok_{v.index}",
+                      help=token_help(v), on_click=page.apply_events,
                       args=click(f"tok_{v.index}"))
-    st.html(sup.legend_html())
+    st.html(legend_html())
     if flags:
         st.caption(":red[**Breaks " + scheme + ":**] " + " · ".join(
-            f"token {t + 1}: {sup.md_escape(why)}" for t, why in sorted(flags.items())))
+            f"token {t + 1}: {md_escape(why)}" for t, why in sorted(flags.items())))
 
     current = views[sel]
     if span:
         text = " ".join(v.text for v in views[span[0]:span[1] + 1])
-        detail = (f"**{sup.md_escape(text)}** · tokens {span[0] + 1}–{span[1] + 1} of "
+        detail = (f"**{md_escape(text)}** · tokens {span[0] + 1}–{span[1] + 1} of "
                   f"{len(views)} · " + ("pick the entity type below (keys 1 … 9, 0 = O)"
                                         if scheme else "pick a label for every token"))
     else:
-        detail = f"**{sup.md_escape(current.text)}** · token {sel + 1} of {len(views)}"
+        detail = f"**{md_escape(current.text)}** · token {sel + 1} of {len(views)}"
         if current.label is not None:
             who = "accepted suggestion" if current.source == "accepted" else "labeled"
-            detail += f" · {who} {sup.code_span(current.label)}"
+            detail += f" · {who} {code_span(current.label)}"
         elif not current.top:
             detail += " · unlabeled"
         if current.top:
-            detail += " · model: " + ", ".join(f"{sup.md_escape(lab)} {p:.2f}"
+            detail += " · model: " + ", ".join(f"{md_escape(lab)} {p:.2f}"
                                                for lab, p in current.top)
     with st.container(horizontal=True, gap="small", vertical_alignment="center",
                       key="selection"):
@@ -178,17 +183,17 @@ with main:
                           key="spans"):
             st.caption("Entity" if not span else "Span as", width="content")
             for k, (kind, key) in enumerate(choices):
-                name = "O (outside)" if kind == "O" else sup.md_escape(kind)
+                name = "O (outside)" if kind == "O" else md_escape(kind)
                 st.button(f"{name} :gray[{key}]" if key else name, key=f"span_{k}",
                           on_click=page.apply_events, args=click(f"span_{k}"),
                           help=f"Label the selection as one {kind} entity "
-                               f"({' '.join(span_labels(kind, 2, scheme))} …) in one step."
+                               f"({' '.join(page.span_scheme.span(kind, 2))} …) in one step."
                           if kind != "O" else "Label every selected token O.")
 
     with st.container(horizontal=True, gap="small", key="labels"):
         for i, lab in enumerate(labels):
             key = hints.get(lab)
-            st.button(f"{sup.md_escape(lab)} :gray[{key}]" if key else sup.md_escape(lab),
+            st.button(f"{md_escape(lab)} :gray[{key}]" if key else md_escape(lab),
                       key=f"lab_{i}", on_click=page.apply_events, args=click(f"lab_{i}"),
                       help=None if key else "Type / and part of the label to set it "
                                             "from the keyboard.",
@@ -214,7 +219,7 @@ with main:
         st.slider("Accept threshold", 0.5, 1.0, step=0.01, key="accept_thr", width=220,
                   help="Suggestions at or above this confidence are accepted by the button.",
                   disabled=version is None)
-        n_acc = len(sup.accept_candidates(views, float(st.session_state["accept_thr"]), labels))
+        n_acc = len(accept_candidates(views, float(st.session_state["accept_thr"]), labels))
         st.button(f"Accept {n_acc} suggestion{'s' if n_acc != 1 else ''}", key="accept",
                   icon=":material/done_all:", on_click=page.apply_events,
                   args=click("accept"), disabled=version is None or n_acc == 0,
@@ -224,7 +229,7 @@ with main:
 
     # lazy expanders: their content runs only while they are open
     _panels.shortcuts(SHORTCUTS)
-    _panels.go_to(page, sentence["position"] + 1)
+    _panels.go_to(page, sentence.position + 1)
     _panels.find(page)
 
 with side:

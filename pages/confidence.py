@@ -6,12 +6,24 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from gpsl.annotation import queue_strategy
 from pages import _ui
-from pages import _view as sup
+from pages._charts import figure, styled
+from pages._chips import label_colors, sentence_html
+from pages._format import fmt_int, fmt_pct
+from pages._text import (
+    calibration_note,
+    calibration_plain,
+    least_sure_caption,
+    noise_floor_note,
+    queue_caption,
+    version_names,
+)
 
 store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
-pid = project["id"]
+pid = project.id
+reports = store.reports
 
 _ui.header("Confidence", "The model's token confidence (largest marginal probability), its "
                          "calibration on held-out gold labels, and where it is least sure.",
@@ -20,29 +32,29 @@ _ui.header("Confidence", "The model's token confidence (largest marginal probabi
 
 @st.cache_data(max_entries=4, show_spinner="Loading predictions ...")
 def load_tokens(db: str, project_id: int, version_id: int, label_stamp: int):
-    return sup.token_table(store, project_id, store.get_model_version(version_id))
+    return reports.token_table(project_id, reports.version(version_id))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def load_calibration(db: str, project_id: int, version_id: int):
-    return sup.calibration(store, project_id, store.get_model_version(version_id))
+    return reports.calibration(project_id, reports.version(version_id))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def load_activity(db: str, project_id: int, label_stamp: int):
-    return sup.annotator_activity(store, project_id)
+    return reports.activity(project_id)
 
 
 with _ui.guard("Cannot load the model's predictions", stop=True):
-    versions = store.list_model_versions(pid)
-    usable = sup.versions_with_predictions(store, pid, versions)
+    versions = reports.versions(pid)
+    usable = reports.with_predictions(versions)
     if not usable:
         st.info("No model yet: train one on the Train page to see its confidence here.",
                 icon=":material/info:")
         st.page_link(_ui.PAGES["train"], label="Go to Train", icon=":material/model_training:")
         st.stop()
 
-    active = next((v["id"] for v in versions if v["active"]), None)
+    active = next((v.id for v in versions if v.active), None)
     # follow the active version: when another version became active since the last run,
     # show it (a version picked by hand stays until then)
     if st.session_state.get("conf_version") not in usable or \
@@ -50,38 +62,39 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
         st.session_state["conf_version"] = active if active in usable else usable[-1]
     st.session_state["conf_active_seen"] = active
     st.selectbox("Model version", usable[::-1], key="conf_version", width=220,
-                 format_func=lambda i: sup.version_names(versions)[i]
+                 format_func=lambda i: version_names(versions)[i]
                  + (" (active)" if i == active else ""),
                  help="Dashboards of this version's stored predictions.")
-    version = next(v for v in versions if v["id"] == st.session_state["conf_version"])
-    stamp = (store.history(project_id=pid, limit=1) or [{"id": 0}])[0]["id"]
-    tokens = load_tokens(store.where, pid, version["id"], stamp)
-    calib = load_calibration(store.where, pid, version["id"])
+    version = next(v for v in versions if v.id == st.session_state["conf_version"])
+    stamp = reports.label_stamp(pid)
+    tokens = load_tokens(store.where, pid, version.id, stamp)
+    calib = load_calibration(store.where, pid, version.id)
 
-colors = sup.label_colors(project["labels"])
-free = tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
+colors = label_colors(project.labels)
+free = reports.unlabeled(tokens)
+mean_free = reports.mean_confidence(free)
 
-st.caption(sup.calibration_plain(version), help=sup.calibration_note(version))
+st.caption(calibration_plain(version), help=calibration_note(version))
 cols = st.columns(6)
-cols[0].metric("Unlabeled tokens", sup.fmt_int(len(free)),
+cols[0].metric("Unlabeled tokens", fmt_int(len(free)),
                help="Training tokens without a label: what the histogram and box plot "
                     "describe.")
-cols[1].metric("Mean confidence (unlabeled)", f"{free['confidence'].mean():.3f}" if len(free)
+cols[1].metric("Mean confidence (unlabeled)", f"{mean_free:.3f}" if mean_free is not None
                else "–")
-cols[2].metric("Held-out accuracy", sup.fmt_pct(calib["accuracy"]) if calib else "–",
+cols[2].metric("Held-out accuracy", fmt_pct(calib.accuracy) if calib else "–",
                help="Token accuracy on the held-out gold labels." if calib else
                "The project has no held-out gold labels.")
-cols[3].metric("Held-out confidence", f"{calib['mean_confidence']:.3f}" if calib else "–",
+cols[3].metric("Held-out confidence", f"{calib.mean_confidence:.3f}" if calib else "–",
                help="Mean confidence of the held-out tokens: calibrated confidences average "
                     "to the accuracy, so compare it with the held-out accuracy.")
-cols[4].metric("ECE", f"{calib['ece']:.3f}" if calib else "–",
+cols[4].metric("ECE", f"{calib.ece:.3f}" if calib else "–",
                help="Expected calibration error over 10 equal-width confidence bins (0 = "
                     "perfectly calibrated).")
-cols[5].metric("ECE (equal-mass)", f"{calib['ece_mass']:.3f}" if calib else "–",
+cols[5].metric("ECE (equal-mass)", f"{calib.ece_mass:.3f}" if calib else "–",
                help="ECE over 15 bins holding as many tokens each: the crowded top bin is "
                     "split, so errors there show.")
 if calib:
-    st.caption(sup.noise_floor_note(calib))
+    st.caption(noise_floor_note(calib))
 
 left, right = st.columns(2, gap="large")
 with left:
@@ -89,25 +102,25 @@ with left:
         fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1], log_y=True,
                            title="Confidence of unlabeled tokens (log scale)",
                            color_discrete_sequence=["#f59e0b"])
-        sup.styled(fig, height=330, bargap=0.05, yaxis_title="tokens (log scale)")
+        styled(fig, height=330, bargap=0.05, yaxis_title="tokens (log scale)")
         st.plotly_chart(fig, config={"displayModeBar": False})
     else:
         st.success("Every training token is labeled.")
 with right:
     if len(free):
-        order = [lab for lab in project["labels"] if lab in set(free["predicted"])]
+        order = [lab for lab in project.labels if lab in set(free["predicted"])]
         fig = px.box(free, x="predicted", y="confidence", color="predicted",
                      category_orders={"predicted": order}, color_discrete_map=colors,
                      title="Confidence by predicted label", points=False)
-        sup.styled(fig, height=330, showlegend=False, xaxis_title="predicted label")
+        styled(fig, height=330, showlegend=False, xaxis_title="predicted label")
         st.plotly_chart(fig, config={"displayModeBar": False})
 
 left, right = st.columns(2, gap="large")
 with left:
     if calib:
-        table = calib["table"].dropna(subset=["accuracy"])
-        fig = sup.figure()
-        fig.add_trace(go.Bar(x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["accuracy"],
+        table = calib.table
+        fig = figure()
+        fig.add_trace(go.Bar(x=table["bin_mid"], y=table["accuracy"],
                              width=0.095, name="accuracy", marker_color="#4f46e5",
                              customdata=table["count"], text=table["count"],
                              textposition="outside", texttemplate="%{text}",
@@ -117,16 +130,15 @@ with left:
                                  line={"dash": "dash", "color": "#94a3b8"}))
         # consistency bars: where a perfectly calibrated model's accuracy would fall (95%)
         fig.add_trace(go.Scatter(
-            x=(table["bin_lo"] + table["bin_hi"]) / 2, y=table["mean_confidence"],
+            x=table["bin_mid"], y=table["mean_confidence"],
             mode="markers", name="a calibrated model's range (95%)",
             marker={"color": "#f59e0b", "size": 7, "symbol": "line-ew-open"},
             error_y={"type": "data", "symmetric": False, "color": "#f59e0b", "thickness": 2,
-                     "array": table["band_hi"] - table["mean_confidence"],
-                     "arrayminus": table["mean_confidence"] - table["band_lo"]},
+                     "array": table["band_up"], "arrayminus": table["band_down"]},
             customdata=table[["band_lo", "band_hi"]],
             hovertemplate="a calibrated model: accuracy %{customdata[0]:.3f}–"
                           "%{customdata[1]:.3f}<extra></extra>"))
-        sup.styled(fig, title=f"Reliability on {sup.fmt_int(calib['tokens'])} held-out "
+        styled(fig, title=f"Reliability on {fmt_int(calib.tokens)} held-out "
                                 "tokens", height=380,
                           xaxis_title="confidence", yaxis_title="accuracy",
                           xaxis_range=[-0.02, 1.02], yaxis_range=[0, 1.12],
@@ -140,7 +152,7 @@ with left:
                 "projects with a held-out share, or import held-out sentences on the Data "
                 "page.")
 with right:
-    curve = sup.learning_curve(versions)
+    curve = reports.learning_curve(versions)
     if len(curve):
         long = curve.melt(id_vars=["version", "labeled tokens"],
                           value_vars=["accuracy", "mean confidence"], var_name="figure",
@@ -150,7 +162,7 @@ with right:
                       title="Every version: held-out accuracy and mean confidence",
                       color_discrete_map={"accuracy": "#16a34a",
                                           "mean confidence": "#f59e0b"})
-        sup.styled(fig, height=330, yaxis_tickformat=".1%", xaxis_type="category",
+        styled(fig, height=330, yaxis_tickformat=".1%", xaxis_type="category",
                    yaxis_title="held-out", xaxis_title="model version",
                    legend={"orientation": "h", "y": -0.35, "title": {"text": ""}})
         if long.empty:
@@ -165,52 +177,51 @@ if calib:
                "most confident tokens.")
     left, right = st.columns(2, gap="large")
     with left:
-        sel = calib["selective"]
+        sel = calib.selective
         fig = px.line(sel, x="coverage", y="accuracy", markers=True,
                       hover_data=["count", "min_confidence"],
                       title="Selective accuracy: the k% most confident tokens")
         fig.update_traces(line_color="#4f46e5")
-        sup.styled(fig, height=300, xaxis_tickformat=".0%", yaxis_tickformat=".1%",
+        styled(fig, height=300, xaxis_tickformat=".0%", yaxis_tickformat=".1%",
                    xaxis_title="share of tokens kept (most confident first)")
         st.plotly_chart(fig, config={"displayModeBar": False})
     with right:
-        st.dataframe(calib["thresholds"], hide_index=True, column_config={
+        st.dataframe(calib.thresholds, hide_index=True, column_config={
             "threshold": st.column_config.NumberColumn("accept ≥", format="%.2f"),
             "count": st.column_config.NumberColumn("tokens"),
             "share": st.column_config.ProgressColumn("share of tokens", min_value=0.0,
                                                      max_value=1.0, format="percent"),
             "accuracy": st.column_config.NumberColumn("accuracy", format="%.4f")})
-        if not calib["bands"].empty:
+        if not calib.bands.empty:
             st.caption("By label frequency (rare: under 5% of the labeled training tokens)")
-            st.dataframe(calib["bands"], hide_index=True, column_config={
+            st.dataframe(calib.bands, hide_index=True, column_config={
                 "accuracy": st.column_config.NumberColumn(format="%.4f"),
                 "mean confidence": st.column_config.NumberColumn(format="%.4f"),
                 "ECE (15 equal-mass bins)": st.column_config.NumberColumn(format="%.4f")})
 
 st.subheader("Where the model is least sure", anchor=False)
-queue_note = sup.queue_caption(sup.queue_strategy(next((v for v in versions if v["active"]),
-                                                       None)))
+queue_note = queue_caption(queue_strategy(next((v for v in versions if v.active), None)))
 st.caption("Training sentences in the order of the annotation queue under the active model "
            "(the highest query score of their unlabeled tokens first); open one to annotate "
            "it." + (f" {queue_note}." if queue_note else ""))
-top = sup.uncertain_sentences(store, pid, tokens, 8)
-if top.empty:
+top = reports.ranked(pid, tokens, 8)
+if not top:
     st.success("No unlabeled training tokens left.")
-for row in top.itertuples():
-    sent = tokens[tokens["sentence_id"] == row.sentence_id]
+for row in top:
+    sent = reports.sentence_tokens(tokens, row.sentence_id)
     with st.container(border=True):
         with st.container(horizontal=True, vertical_alignment="center"):
-            st.caption(sup.least_sure_caption(row))
+            st.caption(least_sure_caption(row))
             st.space("stretch")
             if st.button("Annotate", key=f"open_{row.sentence_id}", icon=":material/edit_note:",
                          type="tertiary"):
                 st.session_state["goto_sentence"] = int(row.sentence_id)
                 st.switch_page(_ui.PAGES["annotate"])
-        st.html(sup.sentence_html(list(sent["token"]), list(sent["label"]),
+        st.html(sentence_html(list(sent["token"]), list(sent["label"]),
                                   list(sent["confidence"]), list(sent["predicted"]), colors))
 
 with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
-    st.dataframe(sup.uncertain_tokens(tokens, 30), hide_index=True, column_config={
+    st.dataframe(reports.uncertain_tokens(tokens, 30), hide_index=True, column_config={
         "confidence": st.column_config.ProgressColumn("confidence", min_value=0.0,
                                                       max_value=1.0, format="%.2f")})
 
@@ -223,5 +234,5 @@ with _ui.guard("Cannot show the annotator progress"):
         fig = px.bar(activity, x="day", y="labels", color="annotator",
                      title="Labels set per annotator per day")
         fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
-        sup.styled(fig, height=300, xaxis_type="category")
+        styled(fig, height=300, xaxis_type="category")
         st.plotly_chart(fig, config={"displayModeBar": False})

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gpsl.annotation import exports as exp
-from gpsl.annotation import imports as imp
-from gpsl.errors import GpslError, InputError
+from gpsl.annotation import (
+    UPLOAD_TYPES,
+    GpslError,
+    InputError,
+    import_credit,
+    safe_filename,
+    summarize,
+    unknown_labels,
+)
 from pages import _ui
-from pages import _view as sup
+from pages._format import code_span
+from pages._text import upload_limits_text, upload_summary, version_names
 
 store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
-pid = project["id"]
-base = exp.safe_filename(project["name"])
+pid = project.id
+base = safe_filename(project.name)
 SPLITS = {"train": "Training sentences", "heldout": "Held-out sentences", "all": "All sentences"}
 EXPORT_FORMATS = {"conll": "CoNLL (.conll)", "jsonl": "JSONL (.jsonl)"}
 MIME = {"conll": "text/plain", "jsonl": "application/jsonl"}
@@ -47,7 +54,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         ann_data, ann_error = None, None
         if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
             try:
-                ann_data = exp.export_annotations(store, pid, fmt, split)
+                ann_data = store.export_annotations(pid, fmt, split)
             except InputError as exc:
                 ann_error = str(exc)
         if ann_error:
@@ -55,17 +62,20 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
         st.download_button(
             "Download annotations", icon=":material/download:", type="primary",
             data=ann_data if ann_data is not None else
-            _ui.on_click_data(lambda: exp.export_annotations(store, pid, fmt, split),
+            _ui.on_click_data(lambda: store.export_annotations(pid, fmt, split),
                               "Annotations not exported"),
             file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
             on_click="ignore", disabled=ann_error is not None)
-        preview = store.get_sentences(pid, split=split, limit=2)
-        if preview:
+        try:
+            preview, preview_error = store.preview(pid, split, fmt), None
+        except InputError as exc:
+            preview, preview_error = None, str(exc)
+        if preview or preview_error:
             st.caption("Preview of the first two sentences:")
-            try:
-                st.code(exp.preview_text(preview, fmt), language=None, height=180)
-            except InputError as exc:
-                st.error(str(exc))
+            if preview_error:
+                st.error(preview_error)
+            else:
+                st.code(preview, language=None, height=180)
         with st.expander("For other tools", icon=":material/swap_horiz:"):
             st.caption("Entity spans on the sentence text (tokens joined by spaces; BIO/IOB "
                        "labels, a missing label counts as outside), or CoNLL-2003 columns.")
@@ -75,22 +85,22 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 st.download_button(
                     "Download", icon=":material/download:",
                     data=_ui.on_click_data(
-                        lambda: exp.export_annotations(store, pid, tool, split),
+                        lambda: store.export_annotations(pid, tool, split),
                         "Annotations not exported"),
                     file_name=f"{base}-{tool}{TOOL_SUFFIX[tool]}", mime="text/plain",
                     key="dl_tool", on_click="ignore")
 
     with right:
         st.subheader("Export predictions", anchor=False)
-        versions = store.list_model_versions(pid)
-        vnames = sup.version_names(versions)
-        usable = sup.versions_with_predictions(store, pid, versions)
+        versions = store.reports.versions(pid)
+        vnames = version_names(versions)
+        usable = store.reports.with_predictions(versions)
         if not usable:
             st.caption("Predictions can be exported once a model is trained.")
         else:
             st.caption("CoNLL: token columns, current label, predicted label and its probability. "
                        "JSONL: adds every label's marginal probability per token.")
-            active = next((v["id"] for v in versions if v["active"]), usable[-1])
+            active = next((v.id for v in versions if v.active), usable[-1])
             with st.container(horizontal=True):
                 vid = st.selectbox("Model version", usable[::-1], key="pred_version", width=160,
                                    index=usable[::-1].index(active) if active in usable else 0,
@@ -100,12 +110,11 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                                             required=True)
                 st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="pred_split",
                              width=220)
-            version = store.get_model_version(vid)
             psplit = _split("pred_split")
             pred_data, pred_error = None, None
             if pfmt == "conll":
                 try:
-                    pred_data = exp.export_predictions(store, pid, version, pfmt, psplit)
+                    pred_data = store.export_predictions(pid, vid, pfmt, psplit)
                 except InputError as exc:
                     pred_error = str(exc)
             if pred_error:
@@ -114,14 +123,14 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 "Download predictions", icon=":material/download:",
                 data=pred_data if pred_data is not None else
                 _ui.on_click_data(
-                    lambda: exp.export_predictions(store, pid, version, pfmt, psplit),
+                    lambda: store.export_predictions(pid, vid, pfmt, psplit),
                     "Predictions not exported"),
                 file_name=f"{base}-predictions-{vnames[vid]}.{pfmt}", mime=MIME[pfmt],
                 key="dl_pred",
                 on_click="ignore", disabled=pred_error is not None)
 
         st.subheader("Download a model", anchor=False)
-        saved = [v for v in versions if v["status"] == "done" and v.get("path")]
+        saved = [v for v in versions if v.status == "done" and v.path]
         if not saved:
             st.caption("Trained models can be downloaded here as a zip of the model directory "
                        "(JSON + NPZ; load it with `GPSL.load` or `python -m gpsl test -m DIR`).")
@@ -129,16 +138,15 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             st.caption("A zip of the model directory (JSON + NPZ, no pickle); load it with "
                        "`GPSL.load(dir)` or `python -m gpsl test -m DIR`.")
             with st.container(horizontal=True, vertical_alignment="bottom"):
-                mv = st.selectbox("Model version", [v["id"] for v in saved][::-1],
+                mv = st.selectbox("Model version", [v.id for v in saved][::-1],
                                   format_func=vnames.get, key="zip_version", width=160)
-                path = next(v["path"] for v in saved if v["id"] == mv)
                 try:  # a damaged model is never offered for download
-                    exp.check_model(path)
+                    store.check_model(mv)
                     damage = None
                 except InputError as exc:
                     damage = str(exc)
                 st.download_button("Download model (.zip)", icon=":material/deployed_code:",
-                                   data=_ui.on_click_data(lambda: exp.model_zip(path),
+                                   data=_ui.on_click_data(lambda: store.model_zip(mv),
                                                           "Model not exported"),
                                    file_name=f"{base}-model-{vnames[mv]}.zip",
                                    mime="application/zip",
@@ -151,35 +159,31 @@ st.divider()
 st.subheader("Import sentences", anchor=False)
 st.caption("Append sentences to this project: CoNLL / CRF++ columns, plain text or JSONL, with "
            "the same number of feature columns as the project. Labels in the file are kept.")
-upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="imp_file",
-                          help=sup.upload_limits_text())
+upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="imp_file",
+                          help=upload_limits_text())
 if upload is not None:
     fid = upload.file_id
-    names = list(sup.FORMATS)
     c1, c2 = st.columns(2)
-    fmt_in = c1.selectbox("Format", names, index=names.index(sup.guess_format(upload.name)),
-                          format_func=sup.FORMATS.get, key=f"imp_fmt_{fid}")
+    fmt_in = _ui.upload_format(upload, f"imp_fmt_{fid}", c1)
     target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
                           format_func={"train": "training sentences (labels = annotations)",
                                        "heldout": "held-out sentences (labels = gold)"}.get)
     sentences = _ui.parse_upload(upload, fmt_in)
     if sentences:
-        summary = imp.summarize(sentences)
-        new_labels = imp.unknown_labels(sentences, project["labels"])
-        st.markdown(f"**{sup.fmt_int(summary.sentences)}** sentences · "
-                    f"**{sup.fmt_int(summary.tokens)}** tokens · "
-                    f"**{sup.fmt_int(summary.labeled)}** labeled")
+        summary = summarize(sentences)
+        new_labels = unknown_labels(sentences, project.labels)
+        st.markdown(upload_summary(summary))
         add_labels = False
         if new_labels:
             add_labels = st.checkbox(
-                "Add the new labels " + " ".join(sup.code_span(x) for x in new_labels)
+                "Add the new labels " + " ".join(code_span(x) for x in new_labels)
                 + " to the project", key=f"imp_add_{fid}",
                 help="Otherwise the import is refused: every label must be in the label set.")
         if st.button("Import", type="primary", icon=":material/upload:", key=f"imp_go_{fid}"):
             try:
-                n = imp.import_sentences(store, pid, sentences, split=target, doc=upload.name,
-                                         annotator=_ui.import_credit(upload.name),
-                                         add_labels=new_labels if add_labels else ())
+                n = store.import_sentences(pid, sentences, split=target, doc=upload.name,
+                                           annotator=import_credit(upload.name),
+                                           add_labels=new_labels if add_labels else ())
             except GpslError as exc:
                 st.error(str(exc), icon=":material/error:")
             else:

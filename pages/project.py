@@ -8,83 +8,101 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from gpsl.annotation import imports as imp
-from gpsl.errors import GpslError, InputError
+from gpsl.annotation import (
+    PRESET_HELP,
+    PRESETS,
+    TRAIN_PARAMS,
+    UPLOAD_TYPES,
+    GpslError,
+    InputError,
+    check_template,
+    default_template_text,
+    import_credit,
+    parse_offsets,
+    summarize,
+)
 from pages import _ui
-from pages import _view as sup
+from pages._charts import styled
+from pages._chips import label_chips_html, label_colors
+from pages._format import fmt_int, fmt_pct, fmt_time, md_escape, offsets_text, parse_label_text
+from pages._text import (
+    model_summary,
+    preset_name,
+    upload_limits_text,
+    upload_summary,
+    widget_help,
+)
 
 store, project = _ui.setup(role="lead")
-pid = project["id"] if project else None
+pid = project.id if project else None
 
 _ui.header("Project", "Overview, settings and new annotation projects.", project)
 _ui.show_flash()
 
 
-def dependency_picker(key: str, offsets, label: str = "Dependency set") -> tuple[int, ...] | None:
+def dependency_picker(key: str, offsets, label: str = TRAIN_PARAMS["offsets"].label
+                      ) -> tuple[int, ...] | None:
     """Segmented GPSL1/2/4/Custom + custom offsets; None (and an error shown) when invalid."""
-    preset = sup.preset_of(offsets)
+    preset = preset_name(offsets)
     choice = st.segmented_control(
-        label, ["GPSL1", "GPSL2", "GPSL4", "Custom"], default=preset, key=f"{key}_preset",
-        required=True,
-        help="Which neighbouring labels each label depends on: GPSL1 the previous one, GPSL2 "
-             "previous and next, GPSL4 two either side, or your own offsets.")
+        label, [*PRESETS, "Custom"], default=preset, key=f"{key}_preset", required=True,
+        help=widget_help(TRAIN_PARAMS["offsets"]))
     if choice == "Custom":
-        text = st.text_input("Offsets", value=sup.offsets_text(offsets), key=f"{key}_custom",
+        text = st.text_input("Offsets", value=offsets_text(offsets), key=f"{key}_custom",
                              help="Comma-separated non-zero integers, e.g. -3, -1, 1.")
         try:
-            return sup.parse_offsets(text)
+            return parse_offsets(text)
         except InputError as exc:
             st.error(str(exc))
             return None
-    st.caption(f"{choice or preset}: {sup.PRESET_HELP.get(choice or preset, '')}")
-    return sup.PRESETS.get(choice or preset, tuple(offsets))
+    st.caption(f"{choice or preset}: {PRESET_HELP.get(choice or preset, '')}")
+    return PRESETS.get(choice or preset, tuple(offsets))
 
 
 # ----------------------------------------------------------------------------- overview
 
 with _ui.guard("Cannot show the project overview"):  # the new-project form still shows
     if project is not None:
-        progress = store.progress(pid)
-        train = store.progress(pid, split="train")  # held-out sentences are never annotated
-        version = store.active_model(pid)
-        acc = (version or {}).get("metrics", {}) or {}
+        progress = store.reports.progress(pid)
+        # held-out sentences are never annotated
+        train = store.reports.progress(pid, split="train")
+        version = store.reports.active_version(pid)
         cols = st.columns(6)
-        cols[0].metric("Sentences", sup.fmt_int(progress["sentences"]),
+        cols[0].metric("Sentences", fmt_int(progress.sentences),
                        help="All sentences, training and held-out.")
-        cols[1].metric("Labeled tokens", sup.fmt_int(progress["labeled_tokens"]),
-                       help=f"of {sup.fmt_int(train['tokens'])} training tokens")
-        cols[2].metric("Complete", f"{train['pct_complete']:.1f}%",
+        cols[1].metric("Labeled tokens", fmt_int(progress.labeled_tokens),
+                       help=f"of {fmt_int(train.tokens)} training tokens")
+        cols[2].metric("Complete", f"{train.pct_complete:.1f}%",
                        help="Share of the training tokens that have a label (held-out sentences "
                             "carry gold labels for evaluation instead).")
-        cols[3].metric("Annotators", len([a for a in progress["annotators"]
-                                          if not sup.is_import_credit(a)]),
+        cols[3].metric("Annotators", len(progress.people),
                        help="People who set labels (labels from imported files are credited "
                             "to the import, “import:<file>”).")
-        cols[4].metric("Model", sup.version_name(version) if version else "none",
-                       help=sup.model_summary(version))
-        cols[5].metric("Held-out accuracy", sup.fmt_pct(acc.get("heldout_accuracy")),
+        cols[4].metric("Model", version.name if version else "none",
+                       help=model_summary(version))
+        cols[5].metric("Held-out accuracy",
+                       fmt_pct(version.metrics.get("heldout_accuracy") if version else None),
                        help="Token accuracy of the active model on the held-out gold labels.")
 
-        colors = sup.label_colors(project["labels"])
+        colors = label_colors(project.labels)
         left, right = st.columns([3, 2], gap="large")
         with left:
-            counts = progress["label_counts"]
-            shown = [lab for lab in project["labels"] if counts.get(lab) and lab != "O"]
+            counts = progress.label_counts
+            shown = [lab for lab in project.labels if counts.get(lab) and lab != "O"]
             if shown:
                 fig = px.bar(pd.DataFrame({"label": shown, "tokens": [counts[x] for x in shown]}),
                              x="label", y="tokens", color="label", color_discrete_map=colors,
                              title="Labeled tokens per label")
-                sup.styled(fig, height=320,
-                                  showlegend=False, xaxis_title=None)
+                styled(fig, height=320, showlegend=False, xaxis_title=None)
                 st.plotly_chart(fig, config={"displayModeBar": False})
                 if counts.get("O"):
-                    st.caption(f"Not in the chart: {sup.fmt_int(counts['O'])} tokens labeled O.")
+                    st.caption(f"Not in the chart: {fmt_int(counts['O'])} tokens labeled O.")
             else:
                 st.info("No entity labels yet. Open the Annotate page to start labeling.")
         with right:
             status = pd.DataFrame({
-                "sentences": [train["complete_sentences"], train["partial_sentences"],
-                              train["unlabeled_sentences"]],
+                "sentences": [train.complete_sentences, train.partial_sentences,
+                              train.unlabeled_sentences],
                 "status": ["complete", "partly labeled", "unlabeled"]})
             fig = px.pie(status, names="status", values="sentences", hole=0.55,
                          title="Training sentences by annotation status",
@@ -92,47 +110,47 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                                                              "partly labeled": "#f59e0b",
                                                              "unlabeled": "#cbd5e1"})
             # the legend under the ring: the template's legend sits above a plot, on the title
-            sup.styled(fig, height=340, legend={"orientation": "h", "x": 0.5, "xanchor": "center",
+            styled(fig, height=340, legend={"orientation": "h", "x": 0.5, "xanchor": "center",
                                                 "y": -0.05, "yanchor": "top"})
             st.plotly_chart(fig, config={"displayModeBar": False})
 
         details = st.columns([3, 2], gap="large")
         with details[0]:
-            st.markdown(f"**Labels ({len(project['labels'])})**")
-            st.html(sup.label_chips_html(project["labels"], colors))
-            st.markdown(f"**Dependency set** {sup.preset_of(project['offsets'])} "
-                        f"(offsets {sup.offsets_text(project['offsets'])}) · **Model** "
-                        f"{sup.md_escape(sup.model_summary(version))}")
+            st.markdown(f"**Labels ({len(project.labels)})**")
+            st.html(label_chips_html(project.labels, colors))
+            st.markdown(f"**Dependency set** {preset_name(project.offsets)} "
+                        f"(offsets {offsets_text(project.offsets)}) · **Model** "
+                        f"{md_escape(model_summary(version))}")
         with details[1]:
-            annotators = progress["annotators"]
+            annotators = progress.annotators
             if annotators:
                 st.markdown("**Current labels by annotator**  \n" + " · ".join(
-                    f"{sup.md_escape(a)}: {sup.fmt_int(n)}" for a, n in annotators.items()))
-            if progress["skipped_sentences"]:
-                st.markdown(f"**Skipped sentences** {progress['skipped_sentences']}")
+                    f"{md_escape(a)}: {fmt_int(n)}" for a, n in annotators.items()))
+            if progress.skipped_sentences:
+                st.markdown(f"**Skipped sentences** {progress.skipped_sentences}")
 
         with st.expander("Project settings", icon=":material/settings:"):
             st.caption("Changes apply to the next training run. Labels in use cannot be removed.")
             with st.form("settings"):
                 labels_text = st.text_input(
-                    "Labels", value=" ".join(project["labels"]),
+                    "Labels", value=" ".join(project.labels),
                     help="Space-separated, in the order of the label buttons (keys 1-9). Add "
                          "entity types here, e.g. B-MISC I-MISC.")
-                template_text = st.text_area("Feature template (CRF++)", value=project["template"],
+                template_text = st.text_area("Feature template (CRF++)", value=project.template,
                                              height=220, help="U lines define features; an empty "
                                              "template uses gpsl's default window template.")
                 offsets_text = st.text_input(
-                    "Dependency set", value=sup.offsets_text(project["offsets"]),
+                    "Dependency set", value=offsets_text(project.offsets),
                     help="Default for training: GPSL1, GPSL2, GPSL4 or offsets such as -1, 1.")
-                new_name = st.text_input("Name", value=project["name"])
+                new_name = st.text_input("Name", value=project.name)
                 saved = st.form_submit_button("Save settings", type="primary")
             if saved:
                 with _ui.guard("Settings not saved"):
-                    labels = sup.parse_label_text(labels_text)
-                    offsets = sup.parse_offsets(offsets_text)
-                    first = store.get_sentences(pid, limit=1)
-                    if template_text.strip() and first:
-                        sup.check_template(template_text, len(first[0]["tokens"][0]))
+                    labels = parse_label_text(labels_text)
+                    offsets = parse_offsets(offsets_text)
+                    n_columns = store.reports.columns(pid)
+                    if template_text.strip() and n_columns:
+                        check_template(template_text, n_columns)
                     store.update_project(pid, labels=labels, template=template_text, name=new_name,
                                          offsets=list(offsets))
                     _ui.flash("info", "Project settings saved.")
@@ -144,13 +162,12 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                 with _ui.guard("Project not deleted"):
                     store.delete_project(pid)
                     st.session_state.pop("project_id", None)
-                    _ui.flash("info", f"Deleted project “{project['name']}”.")
+                    _ui.flash("info", f"Deleted project “{project.name}”.")
                     st.rerun()
 
         with st.expander("All projects", icon=":material/list:"):
-            rows = [{"project": p["name"], "sentences": p["n_sentences"],
-                     "labels": len(p["labels"]), "created": sup.fmt_time(p["created_at"])}
-                    for p in store.list_projects()]
+            rows = [{"project": p.name, "sentences": p.n_sentences, "labels": len(p.labels),
+                     "created": fmt_time(p.created_at)} for p in store.reports.projects()]
             st.dataframe(pd.DataFrame(rows), hide_index=True)
             st.caption("Switch projects with the selector in the sidebar.")
 
@@ -163,23 +180,16 @@ upload_tab, sample_tab = st.tabs(["From a file", "Copy of the sample"])
 with upload_tab:
     st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
                "whitespace-tokenised sentence per line) or JSONL (`tokens`, optional `labels`).")
-    upload = st.file_uploader("Data file", type=sup.UPLOAD_TYPES, key="new_file",
-                              help=sup.upload_limits_text())
+    upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="new_file",
+                              help=upload_limits_text())
     if upload is not None:
         fid = upload.file_id
-        fmt_names = list(sup.FORMATS)
-        guessed = fmt_names.index(sup.guess_format(upload.name))
-        fmt = st.selectbox("Format", fmt_names, index=guessed, format_func=sup.FORMATS.get,
-                           key=f"new_fmt_{fid}", width=300,
-                           help="Guessed from the file extension.")
+        fmt = _ui.upload_format(upload, f"new_fmt_{fid}", width=300,
+                                help="Guessed from the file extension.")
         sentences = _ui.parse_upload(upload, fmt)
         if sentences:
-            summary = imp.summarize(sentences)
-            st.markdown(
-                f"**{sup.fmt_int(summary.sentences)}** sentences · "
-                f"**{sup.fmt_int(summary.tokens)}** tokens · "
-                f"**{sup.fmt_int(summary.labeled)}** labeled · {summary.n_columns} feature "
-                f"column{'s' if summary.n_columns != 1 else ''}")
+            summary = summarize(sentences)
+            st.markdown(upload_summary(summary, columns=True))
             form_left, form_right = st.columns(2, gap="large")
             with form_left:
                 name = st.text_input("Project name", value=Path(upload.name).stem,
@@ -200,17 +210,17 @@ with upload_tab:
             with form_right:
                 template_text = st.text_area(
                     "Feature template (CRF++)",
-                    value=sup.default_template_text(summary.n_columns), height=300,
+                    value=default_template_text(summary.n_columns), height=300,
                     key=f"new_tpl_{fid}",
                     help="Default: a window of ±2 tokens over every column.")
             if st.button("Create project", type="primary", key=f"create_upload_{fid}",
                          icon=":material/add:"):
                 try:
                     new_pid = store.create_project_from_sentences(
-                        name, sentences, sup.parse_label_text(labels_text),
+                        name, sentences, parse_label_text(labels_text),
                         template_text, offsets or (-1, 1), "linear",
                         heldout_fraction=heldout / 100, doc=upload.name,
-                        annotator=_ui.import_credit(upload.name))
+                        annotator=import_credit(upload.name))
                 except GpslError as exc:
                     st.error(str(exc), icon=":material/error:")
                 else:

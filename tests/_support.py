@@ -7,12 +7,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from _limits import limit
 
 from gpsl.annotation import Store
 
@@ -40,18 +42,21 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = ROOT / "tests" / "artifacts"
+#: where the browser tests put their screenshots: outside the checkout (no test writes into
+#: it), ``$GPSL_TEST_ARTIFACTS`` or ``<temporary directory>/gpsl-test-artifacts``
+ARTIFACTS = Path(os.environ.get("GPSL_TEST_ARTIFACTS")
+                 or Path(tempfile.gettempdir()) / "gpsl-test-artifacts")
 
 
 def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
     """Poll ``predicate`` until it returns a true value (returned); fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit(timeout)
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
+    raise AssertionError(f"condition not met within {limit(timeout):.0f} s")
 
 
 def app_store_env(tmp_path: Path, monkeypatch) -> Path:
@@ -79,7 +84,7 @@ def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health",
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + limit(60)
         while http_status(url + ready_path) != 200:
             if proc.poll() is not None:
                 pytest.fail(f"streamlit exited with {proc.returncode}:\n{log_path.read_text()}")
@@ -91,7 +96,7 @@ def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health",
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=limit(15))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -1,20 +1,78 @@
-"""Shared fixtures: a real PostgreSQL server for the store tests that run on both back ends.
+"""Shared fixtures and the suite's hygiene.
 
-The server (Debian's ``postgresql``, started by :class:`bench.postgres.TempPostgres` as the
-``postgres`` user in a temporary directory on a free loopback port) is started once per
-session when a test asks for it and stopped at the end.  Without PostgreSQL the PostgreSQL
-half is skipped and the summary says so; under CI (``CI=true``) that is a failure.
+- A real PostgreSQL server for the store tests that run on both back ends (Debian's
+  ``postgresql``, started by :class:`bench.postgres.TempPostgres` as the ``postgres`` user in
+  a temporary directory on a free loopback port), started once per session when a test asks
+  for it and stopped at the end.  Without PostgreSQL the PostgreSQL half is skipped and the
+  summary says so; under CI (``CI=true``) that is a failure.
+- No test writes into the checkout: the run fails with the list of files created, modified
+  or deleted in it (``_checkout.py``; tool caches aside).  Hypothesis keeps its example
+  database in the temporary directory, and ``sys.modules["__main__"]`` is put back after
+  every test (an AppTest run leaves ``app.py`` there, and a process that multiprocessing
+  spawns later, e.g. a Dask worker, would run the app again, creating its default store in
+  the checkout).
+- Wall-clock limits follow the machine's speed and load (``_limits.py``): every
+  ``pytest.mark.timeout`` (and the ini ``timeout``) is scaled at the start of its test.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench` for the helpers
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `bench` for the helpers
+sys.path.insert(0, str(ROOT / "tests"))  # `_limits`, `_checkout`, `_support`
+
+import _checkout  # noqa: E402
+import _limits  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+
+set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "gpsl-hypothesis")
+_MAIN = sys.modules["__main__"]
+_CHECKOUT: dict = {"before": None, "changes": []}
+
+
+def _is_controller(config) -> bool:
+    """True in the process that runs the session (not in a pytest-xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if _is_controller(session.config):
+        _CHECKOUT["before"] = _checkout.snapshot(ROOT)
+
+
+def pytest_report_header(config):
+    return _limits.describe()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Scale the test's timeout (its marker, else the ini ``timeout``) by the machine's
+    current factor; pytest-timeout reads the closest marker after this."""
+    marker = item.get_closest_marker("timeout")
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    if marker is not None and marker.args:
+        seconds = marker.args[0]
+    else:  # --timeout, $PYTEST_TIMEOUT or the ini value, as pytest-timeout resolved them
+        seconds = kwargs.pop("timeout", getattr(item.config, "_env_timeout", None))
+    if seconds:
+        item.add_marker(pytest.mark.timeout(_limits.limit(float(seconds)), **kwargs),
+                        append=False)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _main_module_restored():
+    """Put ``sys.modules["__main__"]`` back after the test (AppTest replaces it)."""
+    yield
+    if sys.modules.get("__main__") is not _MAIN:
+        sys.modules["__main__"] = _MAIN
 
 _PG: dict = {"server": None, "error": None, "skipped": 0}
 BACKENDS = ["sqlite", "postgresql"]
@@ -44,6 +102,10 @@ def postgres_server():
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if _is_controller(session.config) and _CHECKOUT["before"] is not None:
+        _CHECKOUT["changes"] = _checkout.changes(_CHECKOUT["before"], _checkout.snapshot(ROOT))
+        if _CHECKOUT["changes"]:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     server = _PG.get("server")
     if server is not None:
         server.stop()
@@ -92,6 +154,12 @@ def store(store_target):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _CHECKOUT["changes"]:
+        terminalreporter.write_sep(
+            "!", f"the run wrote into the checkout {ROOT} (no test may; files edited by hand "
+            "during the run show here too)", red=True, bold=True)
+        for line in _CHECKOUT["changes"]:
+            terminalreporter.write_line(f"  {line}", red=True)
     if _PG["error"] is not None:
         terminalreporter.write_sep(
             "!", f"PostgreSQL half SKIPPED ({_PG['skipped']} tests): {_PG['error']}",

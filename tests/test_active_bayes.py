@@ -299,8 +299,11 @@ def test_supervised_start_is_the_fit_of_the_complete_sentences():
     from gpsl.likelihood import Problem
 
     prob = Problem.build(lengths, y_idx, sup.offsets_, len(sup.classes_))
-    start = sup._supervised_start(sup.kernel_, "meanfield", Xf, lengths, y_idx, prob,
-                                  sup.offsets_, sup.state_.theta[0])
+    from gpsl.engines import SparseEngine
+    from gpsl.params import check_params
+
+    engine = SparseEngine(sup.kernel_, check_params(sup.get_params()))
+    start = engine.supervised_start(Xf, lengths, prob, sup.state_.theta[0])
     alone = GPSL(**kw).fit(X[:6], part[:6])
     rows = np.arange(int(np.sum(lengths[:6])))
     mean_start = (Xf[rows] @ start.W) * np.exp(0.5 * start.theta[:, 0])

@@ -15,13 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from gpsl.annotation import Store  # noqa: E402
-from pages import _keys  # noqa: E402
-from pages import _view as sup  # noqa: E402
+from pages import (  # noqa: E402
+    _chips,
+    _format,
+    _keys,  # noqa: E402
+    _text,
+)
 
 
 @pytest.fixture
@@ -30,7 +35,7 @@ def db(tmp_path, monkeypatch) -> Path:
 
 
 def app(goto: int | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     if goto is not None:
         at.session_state["goto_sentence"] = goto
     at.switch_page("pages/annotate.py").run()
@@ -106,7 +111,7 @@ def test_keys_for_more_than_nine_labels_and_unknown_events(db):
     store = Store(db)
     labels = [f"{p}-{t}" for t in ("PER", "LOC", "ORG", "MISC", "DATE") for p in "BI"] + ["O"]
     pid = store.create_project("big", labels, sentences=[{"tokens": list("abcdef")}])
-    hints = sup.key_hints(labels)
+    hints = _chips.key_hints(labels)
     assert hints["O"] == "0" and hints["B-PER"] == "1" and "I-DATE" not in hints
     at = app()
     sid = page_state(at, pid)["current"]
@@ -284,49 +289,51 @@ def test_guidelines_and_token_history(db, monkeypatch):
 
 
 def test_view_helpers():
-    assert sup.safe_markdown("a <b> & ![i](u)") == "a &lt;b&gt; &amp; !\\[i](u)"
-    assert sup.marked_text(["a", "*b*", "c"], [1]) == "a **\\*b\\*** c"
-    assert sup.next_unlabeled(["O", None, "O", None], 3) == 1
-    assert sup.next_unlabeled(["O", "O"], 0) == 1
-    assert sup.span_choices(["PER"]) == [("PER", "1"), ("O", "0")]
-    views = [sup.TokenView(i, "t", ("t",), lab, None, None, None, conf, [])
-             for i, (lab, conf) in enumerate([(None, 0.9), ("O", 0.1), (None, 0.5),
-                                              (None, 0.5)])]
-    assert sup.opening_token(views) == 2  # least sure unlabeled, first on a tie
-    assert sup.opening_token(views[1:2]) == 0
+    from gpsl.annotation.rules import next_unlabeled, opening_token
+
+    assert _format.safe_markdown("a <b> & ![i](u)") == "a &lt;b&gt; &amp; !\\[i](u)"
+    assert _format.marked_text(["a", "*b*", "c"], [1]) == "a **\\*b\\*** c"
+    assert next_unlabeled(["O", None, "O", None], 3) == 1
+    assert next_unlabeled(["O", "O"], 0) == 1
+    assert _chips.span_choices(["PER"]) == [("PER", "1"), ("O", "0")]
+    labels = [None, "O", None, None]
+    least = [1 - conf for conf in (0.9, 0.1, 0.5, 0.5)]  # least confidence, the fallback score
+    assert opening_token(labels, least) == 2  # least sure unlabeled, first on a tie
+    assert opening_token(labels[1:2], least[1:2]) == 0
     # with the queue's query scores: the highest-scored unlabeled token, first on a tie
-    for v, q in zip(views, [0.1, 0.9, 0.3, 0.3]):
-        v.query = q
-    assert sup.opening_token(views) == 2  # token 1 scores more but is labeled
-    views[0].query = 0.4
-    assert sup.opening_token(views) == 0  # not the least confident one (token 2)
+    assert opening_token(labels, [0.1, 0.9, 0.3, 0.3]) == 2  # token 1 scores more: labeled
+    assert opening_token(labels, [0.4, 0.9, 0.3, 0.3]) == 0  # not the least confident one
 
 
 def test_the_queue_names_its_strategy():
     from gpsl.active import QUERY_SCORES
+    from gpsl.annotation import Version, queue_strategy
+    from gpsl.annotation.reports import token_views
+    from gpsl.annotation.rules import opening_token
 
-    assert sup.queue_caption("bald") == f"Queue: BALD — {QUERY_SCORES['bald']}"
-    assert sup.queue_caption("least_confidence") == \
+    assert _text.queue_caption("bald") == f"Queue: BALD — {QUERY_SCORES['bald']}"
+    assert _text.queue_caption("least_confidence") == \
         f"Queue: least confidence — {QUERY_SCORES['least_confidence']}"
     for name, about in QUERY_SCORES.items():  # every name the library offers
-        assert sup.queue_caption(name).endswith(f" — {about}")
-    assert sup.queue_caption(None) == ""
-    assert sup.queue_strategy(None) is None
-    assert sup.queue_strategy({"query_strategy": None}) == "least_confidence"  # schema 3
-    assert sup.queue_strategy({"query_strategy": "lookahead"}) == "lookahead"
+        assert _text.queue_caption(name).endswith(f" — {about}")
+    assert _text.queue_caption(None) == ""
+    assert queue_strategy(None) is None
+    assert queue_strategy(Version.from_row({"query_strategy": None})) == \
+        "least_confidence"  # schema 3
+    assert queue_strategy(Version.from_row({"query_strategy": "lookahead"})) == "lookahead"
     row = type("Row", (), {"position": 4, "score": 0.4217, "strategy": "bald",
                            "min_confidence": 0.55, "unlabeled": 3})
-    assert sup.least_sure_caption(row) == ("Sentence 5 · BALD score 0.422 · lowest "
-                                           "confidence 0.55 · 3 unlabeled tokens")
+    assert _text.least_sure_caption(row) == ("Sentence 5 · BALD score 0.422 · lowest "
+                                             "confidence 0.55 · 3 unlabeled tokens")
     # the view takes the scores of visible tokens only (blind mode hides the rest)
     sentence = {"tokens": [("a",), ("b",), ("c",)], "labels": [None] * 3,
                 "sources": [None] * 3, "annotators": [None] * 3, "hidden": [1]}
     marg = np.full((3, 2), 0.5)
-    views = sup.sentence_view(sentence, marg, ["X", "O"], None, np.array([0.1, 0.9, 0.2]))
+    views = token_views(sentence, marg, ["X", "O"], None, np.array([0.1, 0.9, 0.2]))
     assert [v.query for v in views] == [pytest.approx(0.1), None, pytest.approx(0.2)]
-    assert sup.opening_token(views) == 2
-    assert all(v.query is None for v in sup.sentence_view(sentence, marg, ["X", "O"], None,
-                                                         np.zeros(2)))  # wrong length
+    assert opening_token([v.label for v in views], [v.score for v in views]) == 2
+    assert all(v.query is None for v in token_views(sentence, marg, ["X", "O"], None,
+                                                    np.zeros(2)))  # wrong length
 
 
 def test_the_cursor_opens_at_the_highest_query_score(db):

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -25,7 +26,7 @@ from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline  # noqa: 
 from gpsl.annotation import exports as exp  # noqa: E402
 from gpsl.annotation import imports as imp  # noqa: E402
 from gpsl.io import read_conll  # noqa: E402
-from pages import _view as sup  # noqa: E402
+from pages import _chips, _format, _text  # noqa: E402
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "**bold**", "a_b_c",
@@ -38,7 +39,7 @@ def db(tmp_path, monkeypatch) -> Path:
 
 
 def app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     assert not at.exception, at.exception
     if page:
         at.switch_page(f"pages/{page}.py").run()
@@ -194,7 +195,7 @@ def test_training_changes_highlights_queue_and_accept(db):
     assert any("suggestions from model v" in m.value for m in fresh.markdown)
     # the queue says what ordered it; the cursor is on the highest-scored unlabeled token
     assert version["query_strategy"] == active.DEFAULT_QUERY
-    assert sup.queue_caption(active.DEFAULT_QUERY) in [c.value for c in fresh.caption]
+    assert _text.queue_caption(active.DEFAULT_QUERY) in [c.value for c in fresh.caption]
     q = store.get_query_scores(version["id"], [sid])[sid]
     free = [t for t, lab in enumerate(store.get_sentence(sid)["labels"]) if lab is None]
     assert fresh.session_state[f"annotate_{pid}"]["sel"] == free[int(np.argmax(q[free]))]
@@ -231,7 +232,7 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
     assert versions[0]["settings"]["inference"] == "full"
     assert versions[0]["settings"]["max_sentences"] is None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + limit(120)
     while jobs.running_version(store, pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     version = store.get_model_version(versions[0]["id"])
@@ -270,8 +271,8 @@ def test_confidence_page_with_a_model_and_click_through(db):
     assert not at.exception
     assert at.session_state["conf_version"] == second["id"]
     # the least-sure sentences: in queue order, scored by the strategy that says so
-    name = sup.query_name(active.DEFAULT_QUERY)
-    assert any(sup.queue_caption(active.DEFAULT_QUERY) in c.value for c in at.caption)
+    name = _format.query_name(active.DEFAULT_QUERY)
+    assert any(_text.queue_caption(active.DEFAULT_QUERY) in c.value for c in at.caption)
     assert sum(f" · {name} score " in c.value for c in at.caption) >= 1
     most = store.queue(pid, "uncertainty")[0]
     at.button(key=f"open_{most}").click().run()
@@ -357,10 +358,10 @@ def test_hostile_token_text_is_escaped(db):
     assert "<script" not in rendered and "<img" not in rendered
 
     # the helpers themselves
-    assert sup.esc("<b a='1'>&") == "&lt;b a=&#x27;1&#x27;&gt;&amp;"
-    html = sup.sentence_html(HOSTILE, [None] * len(HOSTILE), [0.5] * len(HOSTILE))
+    assert _format.esc("<b a='1'>&") == "&lt;b a=&#x27;1&#x27;&gt;&amp;"
+    html = _chips.sentence_html(HOSTILE, [None] * len(HOSTILE), [0.5] * len(HOSTILE))
     assert "<script" not in html and "&lt;script&gt;" in html
-    assert "<" not in sup.md_escape("<img src=x onerror=alert(1)>")
+    assert "<" not in _format.md_escape("<img src=x onerror=alert(1)>")
 
 
 def test_delete_project_then_pages_ask_for_one(db):
@@ -385,45 +386,58 @@ def test_db_flag_overrides_the_environment(db, tmp_path, monkeypatch):
 
 
 def test_noise_floor_note_reads_the_ece_against_chance():
-    calib = {"tokens": 1234, "ece": 0.011, "ece_floor": 0.014, "ece_mass": 0.012,
-             "ece_mass_floor": 0.016}
-    note = sup.noise_floor_note(calib)
+    from dataclasses import replace
+
+    from gpsl.annotation import CalibrationReport
+
+    calib = CalibrationReport(table=None, accuracy=0.9, ece=0.011, ece_floor=0.014,
+                              ece_mass=0.012, ece_mass_floor=0.016, mean_confidence=0.9,
+                              nll=0.3, tokens=1234, selective=None, thresholds=None, bands=None)
+    note = _text.noise_floor_note(calib)
     assert "1,234 held-out tokens" in note and "0.014 (equal-width)" in note
     assert "0.016 (equal-mass)" in note and "within what chance alone gives" in note
-    over = sup.noise_floor_note({**calib, "ece_mass": 0.03})
+    over = _text.noise_floor_note(replace(calib, ece_mass=0.03))
     assert "more than chance alone gives" in over and "0.030" in over
 
 
 def test_versions_table_says_how_each_version_was_calibrated():
-    assert sup.calibration_short(None) == "none"
-    assert sup.calibration_short({"kind": "temperature", "temperature": 1.234,
-                                  "source": "3-fold labels"}) == "T 1.23 (3-fold labels)"
-    assert sup.calibration_short({"kind": "structured", "t_unary": 0.871, "t_pair": 0.27,
-                                  "source": "held-out gold"}) == \
+    from gpsl.annotation import Calibration, Version
+
+    def short(row):
+        return _text.calibration_short(Calibration.from_row(row))
+
+    assert short(None) == "none"
+    assert short({"kind": "temperature", "temperature": 1.234,
+                  "source": "3-fold labels"}) == "T 1.23 (3-fold labels)"
+    assert short({"kind": "structured", "t_unary": 0.871, "t_pair": 0.27,
+                  "source": "held-out gold"}) == \
         "T_U 0.87 · T_S 0.27 (held-out gold)"
-    assert sup.calibration_short({"kind": "structured+vector", "t_unary": 2.5, "t_pair": 9.0,
-                                  "source": "3-fold labels"}) == \
+    assert short({"kind": "structured+vector", "t_unary": 2.5, "t_pair": 9.0,
+                  "source": "3-fold labels"}) == \
         "T_U 2.50 · T_S 9.00 + vector (3-fold labels)"
     ens = {"kind": "ensemble",
            "summary": "0.70 × [T_U 1.30 · T_S 10.11] + 0.30 × [T 0.81 (probit)]",
            "source": "3-fold labels"}
-    assert sup.calibration_short(ens) == \
+    assert short(ens) == \
         "0.70 × [T_U 1.30 · T_S 10.11] + 0.30 × [T 0.81 (probit)] (3-fold labels)"
-    plain = sup.calibration_plain({"metrics": {"calibration": {**ens, "tokens": 1606}}})
+    plain = _text.calibration_plain(Version.from_row(
+        {"metrics": {"calibration": {**ens, "tokens": 1606}}}))
     assert plain.startswith("Confidences are calibrated on 1,606 labeled tokens") \
         and "(3 folds)" in plain and "9 times in 10" in plain and "T_U" not in plain
-    held = sup.calibration_plain({"metrics": {"calibration": {
-        "kind": "temperature", "temperature": 1.5, "source": "held-out gold", "tokens": 80}}})
+    held = _text.calibration_plain(Version.from_row({"metrics": {"calibration": {
+        "kind": "temperature", "temperature": 1.5, "source": "held-out gold", "tokens": 80}}}))
     assert "on 80 held-out gold tokens" in held and "not in-sample" in held
-    assert sup.calibration_plain({"metrics": {}}).startswith("Not calibrated yet")
-    note = sup.calibration_note({"metrics": {"calibration": {**ens, "tokens": 1606}}})
+    assert _text.calibration_plain(Version.from_row({"metrics": {}})).startswith(
+        "Not calibrated yet")
+    note = _text.calibration_note(Version.from_row(
+        {"metrics": {"calibration": {**ens, "tokens": 1606}}}))
     assert "mixture of calibrators" in note and "0.30 × [T 0.81 (probit)]" in note \
         and "1,606 tokens (3-fold labels)" in note and "temperature 1.00" not in note
-    row = sup.versions_table([{"id": 4, "number": 2, "active": True, "status": "done",
-                               "created_at": None, "settings": {"offsets": [-1, 1]},
-                               "metrics": {"calibration": {"kind": "temperature",
-                                                           "temperature": 2.0,
-                                                           "source": "held-out gold"},
-                                           "missing_weight": 0.25}}])[0]
+    row = _text.versions_table([Version.from_row(
+        {"id": 4, "number": 2, "active": True, "status": "done",
+         "created_at": None, "settings": {"offsets": [-1, 1]},
+         "metrics": {"calibration": {"kind": "temperature", "temperature": 2.0,
+                                     "source": "held-out gold"},
+                     "missing_weight": 0.25}})])[0]
     assert row["version"] == 2 and row["calibration"] == "T 2.00 (held-out gold)"
     assert row["missing-label weight"] == 0.25

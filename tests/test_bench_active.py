@@ -114,9 +114,11 @@ def test_cold_check_fits_each_round_again_from_scratch(tmp_path):
     assert "warm time / cold time" in (out / "active_learning.md").read_text()
 
 
-def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_labels():
+def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_labels(
+        monkeypatch):
     """Complete labels: alpha and lambda follow each kept sentence (reordered, grown set; new
     sentences start cold). Missing labels: only theta is carried over."""
+    from gpsl.engines import FullEngine
     from gpsl.model import GPSL
 
     X, y, template = AL.load_dataset(AL.DEFAULT_DATA, "basenp")
@@ -127,13 +129,15 @@ def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_l
     starts = np.cumsum(m.lengths_) - m.lengths_
     seen = {}
 
-    def spy(prev, problem, classes, keys, lengths, offsets, kernel):
-        s = GPSL._warm_state(m, prev, problem, classes, keys, lengths, offsets, kernel)
+    warm = FullEngine._warm
+
+    def spy(engine, prev, problem, classes, keys, lengths):
+        s = warm(engine, prev, problem, classes, keys, lengths)
         seen.update(alpha=s.alpha.copy(), lam=s.lam.copy(), lengths=lengths, theta=s.theta,
                     m_S=s.m_S.copy())
         return s
 
-    m._warm_state = spy
+    monkeypatch.setattr(FullEngine, "_warm", spy)
     order = [8, 5, 4, 3, 2, 1, 0, 9]  # the same sentences reversed, two new ones around them
     m_S = m.state_.m_S.copy()
     m.fit([X[i] for i in order], [y[i] for i in order])

@@ -2,7 +2,8 @@
 project with HTML/script tokens is opened on the same server and must show them as text.
 
 Skipped when Debian's Chromium (/usr/bin/chromium) is missing.  The screenshot is saved to
-tests/artifacts/ (gitignored).
+$GPSL_TEST_ARTIFACTS
+(default <tmp>/gpsl-test-artifacts, outside the checkout).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _limits import limit, ms
 from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 from gpsl.annotation import Store
@@ -39,10 +41,11 @@ def test_label_a_token_in_the_browser(server):
                                      args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(ms(30))  # Playwright's default, scaled
             page.goto(url)
             nav = page.get_by_test_id("stSidebarNav")
-            nav.get_by_role("link", name="Annotate").click(timeout=60_000)
-            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+            nav.get_by_role("link", name="Annotate").click(timeout=ms(60))
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
 
             store = Store(db)
             pid = store.list_projects()[0]["id"]
@@ -53,12 +56,12 @@ def test_label_a_token_in_the_browser(server):
 
             # click the token chip, then the label button
             chip = page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
-            chip.click(timeout=30_000)
+            chip.click(timeout=ms(30))
             page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
-                timeout=30_000)
+                timeout=ms(30))
             page.locator(f".st-key-lab_{label}[data-stale='false'] button").first.click()
 
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + limit(30)
             while store.get_sentence(sid)["labels"][t] is None:
                 assert time.monotonic() < deadline, "the label never reached the store"
                 time.sleep(0.2)
@@ -66,7 +69,7 @@ def test_label_a_token_in_the_browser(server):
             assert saved["labels"][t] == "B-ORG"
             assert saved["sources"][t] == "human"
             assert saved["annotators"][t] == "browser-test"
-            chip.filter(has_text="B-ORG").wait_for(timeout=30_000)  # the chip shows it
+            chip.filter(has_text="B-ORG").wait_for(timeout=ms(30))  # the chip shows it
 
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "browser_annotate.png"), full_page=True)
@@ -75,13 +78,13 @@ def test_label_a_token_in_the_browser(server):
             hostile = store.create_project("Hostile tokens", ["B-X", "O"], sentences=[
                 {"tokens": HOSTILE + ["end"], "labels": [None, "O", None]}])
             page.reload()
-            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").click()
-            page.get_by_role("option", name="Hostile tokens").click(timeout=30_000)
-            page.get_by_text("token 1 of 3").wait_for(timeout=30_000)  # its first token
+            page.get_by_role("option", name="Hostile tokens").click(timeout=ms(30))
+            page.get_by_text("token 1 of 3").wait_for(timeout=ms(30))  # its first token
             for i, tok in enumerate(HOSTILE):  # the chips carry the literal text
                 page.locator(f".st-key-tok_{i}[data-stale='false'] button").filter(
-                    has_text=tok).first.wait_for(timeout=30_000)
+                    has_text=tok).first.wait_for(timeout=ms(30))
             assert page.evaluate("window.__pwned") is None
             for frame in page.frames:  # st.html / components may use iframes
                 assert frame.evaluate("typeof window.__pwned") == "undefined", frame.url
@@ -110,15 +113,16 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             pages = []
             for name in ("first", "second"):
                 page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                page.set_default_timeout(ms(30))  # Playwright's default, scaled
                 page.goto(url)
-                page.get_by_role("heading", name="Project", exact=True).wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Project", exact=True).wait_for(timeout=ms(60))
                 field = page.get_by_test_id("stSidebar").get_by_test_id("stTextInputField")
                 field.fill(name)
                 field.press("Enter")
-                page.wait_for_timeout(2000)  # the rerun that takes the new name
+                page.wait_for_timeout(ms(2))  # the rerun that takes the new name
                 page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
-                    timeout=60_000)
-                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+                    timeout=ms(60))
+                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
                 pages.append(page)
             pid = store.list_projects()[0]["id"]
             sid = store.queue(pid, "sequential")[0]
@@ -128,17 +132,17 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
 
             def label(page, name):
                 page.locator(f".st-key-tok_{t}[data-stale='false'] button").first.click(
-                    timeout=30_000)
+                    timeout=ms(30))
                 page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
-                    timeout=30_000)
+                    timeout=ms(30))
                 page.locator(f".st-key-lab_{labels.index(name)}[data-stale='false'] button"
-                             ).first.click(timeout=30_000)
+                             ).first.click(timeout=ms(30))
 
             def votes():
                 return store.get_sentence(sid)["votes"][t]
 
             def wait_for(expected):
-                deadline = time.monotonic() + 30
+                deadline = time.monotonic() + limit(30)
                 while votes() != expected:
                     assert time.monotonic() < deadline, votes()
                     time.sleep(0.2)
@@ -149,7 +153,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             wait_for({"first": "B-ORG", "second": "B-PER"})
             assert store.get_sentence(sid)["labels"][t] is None  # a tie: left unlabeled
             pages[1].locator(".st-key-undo[data-stale='false'] button").first.click(
-                timeout=30_000)
+                timeout=ms(30))
             wait_for({"first": "B-ORG"})
             assert store.get_sentence(sid)["labels"][t] == "B-ORG"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)

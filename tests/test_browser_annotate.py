@@ -8,7 +8,8 @@ Chromium (Playwright), one server shared by the tests of this module.
 * a token and a span clicked with the mouse (Shift+click) go through the same queue, and
   clicks 100 ms apart (token, label, token, label) all land, in order.
 
-Skipped when /usr/bin/chromium is missing.  Screenshots go to tests/artifacts/ (gitignored).
+Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFACTS
+(default <tmp>/gpsl-test-artifacts, outside the checkout).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _limits import limit, ms
 from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 from gpsl.annotation import Store
@@ -60,24 +62,25 @@ def browser():
 
 def open_annotate(browser, url: str, project: str):
     page = browser.new_context(viewport={"width": 1400, "height": 950}).new_page()
+    page.set_default_timeout(ms(30))  # Playwright's default, scaled
     page.goto(url)
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
-        timeout=60_000)
-    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+        timeout=ms(60))
+    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
     box = page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox")
     if project not in box.inner_text():
         box.click()
-        page.get_by_role("option", name=project).click(timeout=30_000)
-    page.get_by_text(f"**{project}**".strip("*")).first.wait_for(timeout=30_000)
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=30_000)
+        page.get_by_role("option", name=project).click(timeout=ms(30))
+    page.get_by_text(f"**{project}**".strip("*")).first.wait_for(timeout=ms(30))
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=ms(30))
     page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
-                           timeout=30_000)
+                           timeout=ms(30))
     return page
 
 
 def wait_for(get, expected, timeout: float = 30.0) -> None:
     """Poll ``get()`` until it equals ``expected`` (fails with the last value)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit(timeout)
     while (value := get()) != expected:
         assert time.monotonic() < deadline, f"{value!r} != {expected!r}"
         time.sleep(0.2)
@@ -89,7 +92,7 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     page = open_annotate(browser, url, "Keys")
     sid = store.sentence_ids(pids["Keys"])[0]
     page.locator(".st-key-tok_0[data-stale='false'] button").first.click()  # focus the page
-    page.get_by_text(f"token 1 of {len(KEYS_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"token 1 of {len(KEYS_TOKENS)}").wait_for(timeout=ms(30))
     keys = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "0"]
     for key in keys:  # each key labels the selected token and moves to the next one
         page.keyboard.press(key)
@@ -100,11 +103,11 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     assert saved["labels"] == expected + [None, None]
     assert set(saved["annotators"][:10]) == {"keyboard-test"}
     page.locator(".st-key-tok_9[data-stale='false'] button").filter(has_text="O").first.wait_for(
-        timeout=30_000)
+        timeout=ms(30))
     # the type-ahead reaches every label: `/`, part of a name, Enter (token 11 is next)
     page.keyboard.press("/")
     page.keyboard.type("date")
-    page.get_by_test_id("gpslTypeAhead").wait_for(timeout=10_000)
+    page.get_by_test_id("gpslTypeAhead").wait_for(timeout=ms(10))
     assert page.get_by_test_id("gpslTypeAhead").inner_text().split("\n")[1:4] == [
         "DATE: entity (span)", "B-DATE (9)", "I-DATE"]  # exact match, then the others
     page.keyboard.press("ArrowDown")
@@ -117,9 +120,9 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     # just before it (a click during a slow rerun used to be lost or applied out of order)
     store.set_labels(sid, {0: None, 1: None}, "keyboard-test")
     page.reload()
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=30_000)
+    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=ms(30))
     page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
-                           timeout=30_000)
+                           timeout=ms(30))
     for key in ("tok_1", "lab_2", "tok_0", "lab_4"):  # B-LOC on "two", B-ORG on "one"
         page.locator(f".st-key-{key} button").first.click()
         page.wait_for_timeout(100)
@@ -133,10 +136,10 @@ def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
     page = open_annotate(browser, url, "Spans")
     sid = store.sentence_ids(pids["Spans"])[0]
     page.locator(".st-key-tok_2[data-stale='false'] button").first.click()  # "New"
-    page.get_by_text(f"token 3 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"token 3 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
     page.keyboard.press("Shift+ArrowRight")
     page.keyboard.press("Shift+ArrowRight")
-    page.get_by_text(f"tokens 3–5 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"tokens 3–5 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_span_selected.png"), full_page=True)
     page.keyboard.press("2")  # the second entity type: LOC
@@ -145,14 +148,14 @@ def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
     assert len(history) == 3 and {h["at"] for h in history} == {history[0]["at"]}
     # a one-token entity with the mouse: click "Anna", then the PER type button
     page.locator(".st-key-tok_0[data-stale='false'] button").first.click()
-    page.get_by_text(f"token 1 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"token 1 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
     page.locator(".st-key-span_0[data-stale='false'] button").first.click()
     wait_for(lambda: store.get_sentence(sid)["labels"][0], "B-PER")
     # Shift+click selects a span with the mouse; O for both tokens is one step too
     page.locator(".st-key-tok_5[data-stale='false'] button").first.click()
-    page.get_by_text(f"token 6 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"token 6 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
     page.locator(".st-key-tok_6[data-stale='false'] button").first.click(modifiers=["Shift"])
-    page.get_by_text(f"tokens 6–7 of {len(SPAN_TOKENS)}").wait_for(timeout=30_000)
+    page.get_by_text(f"tokens 6–7 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
     page.keyboard.press("0")
     wait_for(lambda: store.get_sentence(sid)["labels"][5:7], ["O", "O"])
     # one undo per step, newest first: the O span, the PER token, the LOC span

@@ -5,7 +5,8 @@ page shows the conflict, one's undo never changes the other's vote); an annotato
 cannot reach a lead's page by its URL; a tab left open across a server restart that keeps
 crediting the same person.  One server (restarted once, on the same port) for all three.
 
-Skipped when /usr/bin/chromium is missing.  Screenshots go to tests/artifacts/ (gitignored).
+Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFACTS
+(default <tmp>/gpsl-test-artifacts, outside the checkout).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _limits import limit, ms
 from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, serve_app
 
 from gpsl.annotation import Store
@@ -63,13 +65,14 @@ def _browser(pw):
 
 def _open_as(browser, url, token):
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    page.set_default_timeout(ms(30))  # Playwright's default, scaled
     page.goto(f"{url}?token={token}")
-    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+    page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
     return page
 
 
 def _wait(predicate, what, timeout=30):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit(timeout)
     while not predicate():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
@@ -93,17 +96,17 @@ def test_two_annotators_blind_on_one_sentence(team):
             ann = _open_as(browser, url, team["links"]["Ann"])
             bob = _open_as(browser, url, team["links"]["Bob"])
             for page, name in ((ann, "Ann"), (bob, "Bob")):
-                page.get_by_test_id("stSidebar").get_by_text(name).wait_for(timeout=30_000)
+                page.get_by_test_id("stSidebar").get_by_text(name).wait_for(timeout=ms(30))
                 assert "token=" not in page.url and "session=" in page.url
-                page.get_by_text(f"of {n} tokens labeled").wait_for(timeout=30_000)
-                _chip(page, 0).filter(has_text="Ada").wait_for(timeout=30_000)  # both: k = 2
+                page.get_by_text(f"of {n} tokens labeled").wait_for(timeout=ms(30))
+                _chip(page, 0).filter(has_text="Ada").wait_for(timeout=ms(30))  # both: k = 2
             assert {x["annotator"] for x in store.leases(pid)} == {"Ann", "Bob"}
 
             def label(page, t, name):
-                _chip(page, t).click(timeout=30_000)
-                page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=30_000)
+                _chip(page, t).click(timeout=ms(30))
+                page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(30))
                 page.locator(f".st-key-lab_{LABELS.index(name)}[data-stale='false'] button"
-                             ).first.click(timeout=30_000)
+                             ).first.click(timeout=ms(30))
 
             def votes():
                 return store.get_sentence(sid)["votes"][0]
@@ -114,27 +117,28 @@ def test_two_annotators_blind_on_one_sentence(team):
             _wait(lambda: votes() == {"Ann": "B-PER", "Bob": "B-LOC"}, "both votes")
             # each sees only their own label, also after a reload (identity kept in the URL)
             ann.reload()
-            ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
-            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=30_000)
-            _chip(bob, 0).filter(has_text="B-LOC").wait_for(timeout=30_000)
+            ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
+            _chip(bob, 0).filter(has_text="B-LOC").wait_for(timeout=ms(30))
             assert "B-LOC" not in _chip(ann, 0).inner_text()
             assert "B-PER" not in _chip(bob, 0).inner_text()
             assert "Bob" not in ann.locator("body").inner_text()
 
             # the lead signs in with the password and finds the conflict on the Team page
             lead = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            lead.set_default_timeout(ms(30))  # Playwright's default, scaled
             lead.goto(url)
-            lead.get_by_role("heading", name="Sign in").wait_for(timeout=60_000)
+            lead.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
             lead.get_by_role("textbox", name="Name").fill("Lea")
             lead.get_by_role("textbox", name="Password").fill(PASSWORD)
             lead.get_by_role("button", name="Sign in").click()
-            lead.get_by_role("heading", name="Project", exact=True).wait_for(timeout=60_000)
+            lead.get_by_role("heading", name="Project", exact=True).wait_for(timeout=ms(60))
             lead.get_by_test_id("stSidebarNav").get_by_role("link", name="Team").click()
-            lead.get_by_role("heading", name="Team", exact=True).wait_for(timeout=60_000)
+            lead.get_by_role("heading", name="Team", exact=True).wait_for(timeout=ms(60))
             lead.get_by_role("tab", name="Conflicts").click()
-            lead.get_by_text("1 of 1 conflicting tokens").wait_for(timeout=30_000)
+            lead.get_by_text("1 of 1 conflicting tokens").wait_for(timeout=ms(30))
             panel = lead.get_by_role("tabpanel", name="Conflicts")
-            panel.get_by_test_id("stDataFrame").wait_for(timeout=30_000)
+            panel.get_by_test_id("stDataFrame").wait_for(timeout=ms(30))
             lead.get_by_role("tab", name="People and agreement").click()
             people = lead.get_by_role("tabpanel", name="People and agreement")
             metric = people.get_by_test_id("stMetric").filter(has_text="Conflicting tokens")
@@ -143,9 +147,9 @@ def test_two_annotators_blind_on_one_sentence(team):
             lead.screenshot(path=str(ARTIFACTS / "browser_team_conflicts.png"), full_page=True)
 
             # Bob's undo removes his vote only
-            bob.locator(".st-key-undo[data-stale='false'] button").first.click(timeout=30_000)
+            bob.locator(".st-key-undo[data-stale='false'] button").first.click(timeout=ms(30))
             _wait(lambda: votes() == {"Ann": "B-PER"}, "Bob's undo")
-            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=30_000)
+            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
             assert store.get_sentence(sid)["labels"][0] == "B-PER"
             ann.screenshot(path=str(ARTIFACTS / "browser_team_ann.png"))
         finally:
@@ -168,17 +172,17 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             session = page.url.split("session=")[1].split("&")[0]
             for path in ("team", "train", "data", "project"):
                 page.goto(f"{url}{path}?session={session}")
-                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
                 body = page.locator("body").inner_text()
                 for heading in ("Team", "Train", "Data", "Project"):
                     assert page.get_by_role("heading", name=heading, exact=True).count() == 0
                 assert "Start training" not in body and "Create account" not in body
             # still signed in as Ann after all that, and nothing was started
-            page.get_by_test_id("stSidebar").get_by_text("Ann").wait_for(timeout=30_000)
+            page.get_by_test_id("stSidebar").get_by_text("Ann").wait_for(timeout=ms(30))
             assert store.list_model_versions(team["pid"]) == before
             # a made-up session is no one: the sign-in form, never a fallback name
             page.goto(f"{url}annotate?session=forged")
-            page.get_by_role("heading", name="Sign in").wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
             assert page.get_by_role("heading", name="Annotate", exact=True).count() == 0
         finally:
             browser.close()
@@ -200,23 +204,23 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
             n = len(store.get_sentence(sid)["tokens"])
             # the page fully drawn first (a script chunk the browser fails to fetch while
             # the server is down stays broken in that tab: a test artefact, not the app's)
-            _chip(page, n - 1).wait_for(timeout=30_000)
+            _chip(page, n - 1).wait_for(timeout=ms(30))
             page.locator(".st-key-undo[data-stale='false'] button").first.wait_for()
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").wait_for()
             page.wait_for_load_state("networkidle")
             team["restart"]()
-            page.get_by_test_id("stSidebar").get_by_text("Bob").wait_for(timeout=60_000)
-            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=60_000)
+            page.get_by_test_id("stSidebar").get_by_text("Bob").wait_for(timeout=ms(60))
+            page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
             t = n - 1
             before = store.get_sentence(sid)["votes"][t]
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + limit(60)
             while store.get_sentence(sid)["votes"][t] == before:  # a click right after the
                 assert time.monotonic() < deadline, "no label after the restart"  # reconnect
                 try:                                                 # may be dropped: again
-                    _chip(page, t).click(timeout=10_000)
-                    page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=5_000)
+                    _chip(page, t).click(timeout=ms(10))
+                    page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(5))
                     page.locator(f".st-key-lab_{LABELS.index('O')}[data-stale='false'] button"
-                                 ).first.click(timeout=10_000)
+                                 ).first.click(timeout=ms(10))
                 except PlaywrightTimeout:
                     continue
                 time.sleep(1.0)

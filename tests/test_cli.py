@@ -12,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _limits import limit
 
 from gpsl import cli
+from gpsl.cli import common
+from gpsl.cli import train as cli_train
 
 TRAIN = (
     "the DT B\ndog NN I\nruns VBZ O\n\n"
@@ -79,7 +82,7 @@ def test_parse_offsets_arg_rejects(text):
     ],
 )
 def test_offsets_option_forms(argv, offsets):
-    args = cli.build_parser().parse_args(cli._join_offsets(["train", *argv, "t.data", "m"]))
+    args = cli.build_parser().parse_args(common.normalise_argv(["train", *argv, "t.data", "m"]))
     assert args.offsets == offsets
     assert args.train_file == "t.data" and args.model_dir == "m"
 
@@ -95,7 +98,14 @@ def test_offsets_option_forms(argv, offsets):
         (["train", "--kernel", "poly", "x", "m"], "invalid choice: 'poly'"),
         (["train", "--max-iter", "0", "x", "m"], "positive integer"),
         (["train", "-f", "x2", "x", "m"], "positive integer"),
-        (["train", "--tol", "-1", "x", "m"], ">= 0"),
+        (["train", "--tol", "-1", "x", "m"], "a number in [0, 1]"),
+        (["train", "--tol", "nan", "x", "m"], "a number in [0, 1]"),
+        (["train", "-d", "99999999999999999999", "x", "m"], "too far"),
+        (["train", "-d=-9999999999", "x", "m"], "too far"),
+        (["train", "--max-iter", "99999999999999999999", "x", "m"], "positive integer"),
+        (["train", "--variance", "inf", "x", "m"], "(0, 1e6]"),
+        (["train", "--min-votes", "3", "x", "m"], "--min-votes needs --crowd"),
+        (["query", "-m", "m", "--seed", "-1", "x"], "argument --seed"),
         (["train", "--missing-weight", "2", "x", "m"], "'auto' or a number in [0, 1]"),
         (["train", "--missing-weight", "some", "x", "m"], "'auto' or a number in [0, 1]"),
         (["train", "--encoding", "klingon", "x", "m"], "unknown encoding"),
@@ -204,7 +214,7 @@ def fake(monkeypatch):
     module = types.ModuleType("gpsl.model")
     module.GPSL = FakeModel
     monkeypatch.setitem(sys.modules, "gpsl.model", module)
-    monkeypatch.setattr(cli, "_load_model", lambda path: FakeModel())
+    monkeypatch.setattr(common, "load_model", lambda path: FakeModel())
     return FakeModel
 
 
@@ -220,7 +230,7 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
                                variance=2.5, inference="sparse", inducing=30,
                                lse_bound="auto", missing_start="supervised",
-                               missing_weight=0.25)
+                               missing_weight=0.25, cluster=None)
     X, y = fake.fit_args
     assert X[0] == [("the", "DT"), ("dog", "NN"), ("runs", "VBZ")]
     assert y[3] == ["B", None, "O"]
@@ -255,6 +265,12 @@ def test_test_marginals_and_output_file(files, fake, capsys, tmp_path):
     assert code == 0 and out == expected
     code, out, _ = run(["test", "-m", tmp_path, "-v1", data], capsys)
     assert out == expected
+    # a bare -v is level 1 and leaves the file name alone, before or after it
+    for argv in (["-v", data], [data, "-v"], ["-v", "1", data], ["-v", "0", "--marginals", data]):
+        code, out, err = run(["test", "-m", tmp_path, *argv], capsys)
+        assert (code, out, err) == (0, expected, ""), argv
+    code, out, _ = run(["test", "-m", tmp_path, "-v", "0", data], capsys)
+    assert code == 0 and "/" not in out
     dest = tmp_path / "out.txt"
     code, out, _ = run(["test", "-m", tmp_path, data, "-o", dest], capsys)
     assert code == 0 and out == ""
@@ -391,7 +407,7 @@ def test_real_ragged_test_file_and_viterbi_error(trained, capsys):
 def test_python_dash_m_entry_point(tmp_path):
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "gpsl", "test", "-m", str(tmp_path / "none"),
-                           "x.data"], cwd=root, capture_output=True, text=True, timeout=60)
+                           "x.data"], cwd=root, capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr == f"gpsl: error: {tmp_path / 'none'}: model directory not found\n"
@@ -423,7 +439,7 @@ def test_unexpected_errors_are_one_line_with_status_1(files, capsys, monkeypatch
     def boom(args):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(cli, "_cmd_train", boom)
+    monkeypatch.setattr(cli_train, "run", boom)
     monkeypatch.delenv("GPSL_DEBUG", raising=False)
     code, _, err = run(["train", str(files[1]), str(files[0] / "m")], capsys)
     assert code == 1
@@ -459,3 +475,82 @@ def test_real_calibrate_from_a_file_and_by_folds(files, capsys):
     assert_one_line_error(code, err, "bad.data", "feature columns")
     code, _, err = run(["train", "--calibrate-folds", "3", train, tmp / "mb2"], capsys)
     assert_one_line_error(code, err, "too few for 3 calibration folds")
+
+
+# --------------------------------------------------------------------------- train --crowd
+
+
+CROWD = [
+    {"tokens": ["the", "dog", "runs"],
+     "annotations": [{"annotator": "a", "labels": ["B", "I", "O"]},
+                     {"annotator": "b", "labels": ["B", "I", "O"]}]},
+    {"tokens": ["a", "cat", "sleeps"],
+     "annotations": [{"annotator": "a", "labels": ["B", "I", "O"]},
+                     {"annotator": "b", "labels": ["B", "O", "O"]}]},
+    {"tokens": ["the", "cat", "runs"],
+     "annotations": [{"annotator": "a", "labels": ["B", "I", None]}]},
+    {"tokens": ["a", "dog", "sleeps"],
+     "annotations": [{"annotator": "b", "labels": ["B", None, "O"]}]},
+]
+
+
+@pytest.fixture
+def crowd_file(tmp_path):
+    path = tmp_path / "crowd.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in CROWD), encoding="utf-8")
+    held = tmp_path / "held.data"
+    held.write_text("the B\ndog I\nsleeps O\n\na B\ncat I\nruns O\n", encoding="utf-8")
+    return path, held
+
+
+@real
+def test_train_crowd_honours_the_tagger_options_and_calibrate(crowd_file, capsys, tmp_path,
+                                                              monkeypatch):
+    import functools
+
+    from gpsl import model as gm
+
+    made = []
+    real_init = gm.GPSL.__init__
+
+    @functools.wraps(real_init)  # GPSL.param_names reads the signature
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(gm.GPSL, "__init__", spy)
+    src, held = crowd_file
+    code, _, err = run(["train", "--crowd", "-q", "--max-iter", "3", "--missing-weight", "0.3",
+                        "--lse-bound", "bohning", "--missing-start", "supervised",
+                        "--calibrate", held, src, tmp_path / "m"], capsys)
+    assert code == 0, err
+    assert "gpsl: calibrated on 6 tokens (held.data)" in err
+    assert made and all((m.missing_weight, m.lse_bound, m.missing_start)
+                        == (0.3, "bohning", "supervised") for m in made)
+    saved = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert saved["calibration"]["source"] == "held.data"
+    assert saved["config"]["missing_weight"] == 0.3 and saved["config"]["lse_bound"] == "bohning"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--calibrate-folds", "2"], "--calibrate-folds needs labeled training sentences"),
+    (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler does not run the crowd model"),
+])
+def test_train_crowd_refuses_what_it_cannot_honour(crowd_file, capsys, tmp_path, extra, needle):
+    src, _ = crowd_file
+    code, out, err = run(["train", "--crowd", *extra, src, tmp_path / "m"], capsys)
+    assert out == ""
+    assert_one_line_error(code, err, needle)
+    assert not (tmp_path / "m").exists()
+
+
+def test_huge_offsets_are_refused_fast_on_the_command_line(files):
+    import time
+
+    tmp, train, _ = files
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "gpsl", "train", "-d=-9999999999", str(train),
+                           str(tmp / "m")], capture_output=True, text=True,
+                          timeout=limit(120))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "too far" in proc.stderr and time.perf_counter() - t0 < limit(60)

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from _limits import limit
 from _support import BL, OUT, free_port, tiny_store, wait_until
 
 from gpsl.errors import InputError
@@ -37,7 +38,7 @@ def cluster():
                                   host="127.0.0.1", dashboard_address=None, env=env,
                                   silence_logs=50)
     client = distributed.Client(lc, set_as_default=False)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=limit(60))
     yield client
     for c in list(dask_jobs._CLIENTS.values()):
         c.close()
@@ -135,7 +136,7 @@ def test_train_on_a_scheduler_from_the_command_line(cluster, tmp_path):
     model_dir = tmp_path / "model"
     out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler",
                           _address(cluster), "--max-iter", "3", str(data), str(model_dir)],
-                         capture_output=True, text=True, timeout=120,
+                         capture_output=True, text=True, timeout=limit(120),
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr
     assert "sparse inference" in out.stderr.splitlines()[-1]
@@ -156,7 +157,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
     data = _write_conll(tmp_path / "train.data", X, y)
     out = subprocess.run([sys.executable, "-m", "gpsl", "train", "--scheduler", address,
                           str(data), str(tmp_path / "model")], capture_output=True, text=True,
-                         env={**os.environ, "GPSL_DASK_TIMEOUT": "1"}, timeout=120)
+                         env={**os.environ, "GPSL_DASK_TIMEOUT": "1"}, timeout=limit(120))
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0], out.stderr
@@ -178,34 +179,12 @@ def test_dask_is_not_imported_without_a_scheduler(tmp_path):
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
             "print(bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+                         timeout=limit(120), cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------- training jobs
-
-
-def _setenv(key, value):
-    """Run on a worker (a bound method of ``os.environ`` would set a pickled copy of it)."""
-    if value is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = value
-    return os.environ.get(key)
-
-
-def _set_hook(client, value):
-    """The test hook in the workers' environment (None removes it); retried while the
-    scheduler still holds a connection to a worker that was killed."""
-
-    def done():
-        try:
-            return set(client.run(_setenv, pipeline.TEST_HOOK_ENV, value).values()) == {value}
-        except OSError:  # CommClosedError: the killed worker's connection
-            return False
-
-    wait_until(done, timeout=30, step=0.5)
 
 
 def _labels(store, pid):
@@ -217,9 +196,8 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
-    _set_hook(cluster, "pause-in-fit")
+    vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
     try:
-        vid = jobs.start_training(store, pid, TINY, models_root=root)
         # reported: the job claimed the version and writes the same progress file
         prog = wait_until(lambda: (p := pipeline.read_progress(root, pid, vid))
                           and p.get("iteration", 0) >= 1 and p)
@@ -237,7 +215,7 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
         if fut is not None:
             wait_until(lambda: fut.done())
     finally:
-        _set_hook(cluster, None)
+        jobs.stop_training(store, vid)
     version = store.get_model_version(vid)
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None and store.get_predictions(vid) == {}
@@ -251,10 +229,9 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
-    _set_hook(cluster, "pause-in-fit")
     worker_pid = None
     try:
-        vid = jobs.start_training(store, pid, TINY, models_root=root)
+        vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("iteration", 0)
                    >= 1)
         # an annotator labels while the job runs
@@ -274,7 +251,6 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
         wait_until(lambda: len(pids := [w.get("pid") for w in
                                         cluster.scheduler_info()["workers"].values()]) == 2
                    and worker_pid not in pids, timeout=60)
-        _set_hook(cluster, None)
     failed = store.get_model_version(vid)
     assert failed["status"] == "failed", failed
     assert "Dask worker" in failed["error"] and str(worker_pid) in failed["error"]

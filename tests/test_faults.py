@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import tiny_store  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -122,7 +123,7 @@ def test_a_write_lock_held_past_the_timeout_is_one_line(tmp_path):
         t0 = time.monotonic()
         with pytest.raises(StoreBusyError) as info:
             busy.skip(sid, "alice")
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < limit(5)
         assert "busy" in _one_line(info.value)
     finally:
         holder.execute("ROLLBACK")
@@ -168,7 +169,7 @@ def test_app_pages_show_a_full_disk_as_one_line(tmp_path, monkeypatch):
         db = disk / "gpsl.sqlite3"
         store, pid = tiny_store(db)
         monkeypatch.setenv("GPSL_DB", str(db))
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
         assert not at.exception
         at.switch_page("pages/annotate.py").run()
         assert not at.exception
@@ -205,7 +206,7 @@ def test_a_worker_that_runs_out_of_disk_records_why(tmp_path):
         vid = jobs.start_training(store, pid, pipeline.TrainConfig(max_iter=3), disk / "models")
         filler = _fill(disk)
         proc = jobs._WORKERS[vid][0]
-        proc.wait(timeout=120)
+        proc.wait(timeout=limit(120))
         assert proc.returncode == errno.ENOSPC
         jobs.reap_workers()  # the disk is still full: nothing can be written yet
         assert vid in jobs._WORKERS
@@ -233,7 +234,7 @@ def test_app_pages_when_postgresql_goes_away_and_comes_back(monkeypatch):
         store, pid = tiny_store(url)
         sid = store.queue(pid, "sequential")[0]
         monkeypatch.setenv("GPSL_DB", url)
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(60)).run()
         at.switch_page("pages/annotate.py").run()
         assert not at.exception, at.exception
         server.pg_ctl("stop")

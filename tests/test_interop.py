@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _limits import limit
 
 from gpsl.annotation import Store
 from gpsl.annotation import exports as exp
@@ -111,7 +112,7 @@ def test_the_data_page_offers_the_other_tools_formats(tmp_path, monkeypatch):
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     monkeypatch.setenv("GPSL_DB", str(tmp_path / "gpsl.sqlite3"))
-    at = AppTest.from_file(str(root / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=limit(60)).run()
     at.switch_page("pages/data.py").run()
     assert not at.exception, at.exception
     box = at.selectbox(key="exp_tool_fmt")

@@ -285,7 +285,11 @@ def test_params_are_listed_once_and_a_saved_model_records_its_mode(tmp_path):
     GPSL(inference="full", max_iter=3).fit(X, y).save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta["inference"] == "full" and meta["format_version"] == 2
-    assert set(meta["config"]) == set(names) - set(GPSL._NOT_PERSISTED)
+    from gpsl.params import PARAMS
+
+    assert set(meta["config"]) == {n for n in names if PARAMS[n].persisted}
+    assert set(meta["config"]).isdisjoint({"offsets", "template", "warm_start", "n_jobs",
+                                           "callback", "verbose", "cluster"})
 
 
 def test_a_model_directory_of_format_1_still_loads_as_a_full_model(tmp_path):

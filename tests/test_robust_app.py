@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
+from _limits import limit  # noqa: E402
 from _support import BL, BP, IP, OUT  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -30,7 +31,7 @@ from gpsl.annotation import exports as exp  # noqa: E402
 from gpsl.annotation import jobs, pipeline  # noqa: E402
 from gpsl.errors import InputError  # noqa: E402
 from gpsl.io import read_jsonl  # noqa: E402
-from pages import _view as sup  # noqa: E402
+from pages import _format  # noqa: E402
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 HOSTILE = [
@@ -71,7 +72,7 @@ def hostile(db):
 
 
 def app(page: str | None = None, goto: int | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     assert not at.exception, at.exception
     if page:
         if goto is not None:
@@ -145,11 +146,11 @@ def test_annotate_page_shows_hostile_tokens_as_text(hostile):
     # every token chip's label starts with the Markdown-escaped token text
     for i, tok in enumerate(HOSTILE):
         label = at.button(key=f"tok_{i}").label
-        assert label.startswith(sup.md_escape(tok)), (tok, label)
+        assert label.startswith(_format.md_escape(tok)), (tok, label)
         assert "<" not in label and ">" not in label
     assert at.button(key="tok_1").label.endswith(f"`{BP}`")  # labeled: label as code
-    assert sup.md_escape(ANNOTATOR) in at.button(key="tok_1").help  # who labeled it
-    assert any(sup.md_escape(PROJECT) in c.value for c in at.caption)  # page header
+    assert _format.md_escape(ANNOTATOR) in at.button(key="tok_1").help  # who labeled it
+    assert any(_format.md_escape(PROJECT) in c.value for c in at.caption)  # page header
     assert_markdown_literal(markdown_texts(at))
     assert_html_escaped(html_texts(at))
     # select each token: the detail line shows it escaped too
@@ -157,7 +158,7 @@ def test_annotate_page_shows_hostile_tokens_as_text(hostile):
         at.button(key=f"tok_{i}").click().run()
         assert not at.exception
         detail = next(m.value for m in at.markdown if f"token {i + 1} of" in m.value)
-        assert detail.startswith(f"**{sup.md_escape(HOSTILE[i])}**")
+        assert detail.startswith(f"**{_format.md_escape(HOSTILE[i])}**")
         assert_markdown_literal(markdown_texts(at))
     # labeling a hostile token from the page stores the plain label, the text unchanged
     at.button(key="tok_0").click().run()
@@ -235,12 +236,12 @@ def test_app_restarted_after_a_killed_writer_shows_every_saved_label(db, tmp_pat
     proc = multiprocessing.get_context("spawn").Process(
         target=_label_writer, args=(str(db), str(report), 0), daemon=True)
     proc.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + limit(60)
     while not (report.exists() and report.read_text().count("\n") > 30):
         assert time.monotonic() < deadline and proc.is_alive()
         time.sleep(0.05)
     proc.kill()
-    proc.join(30)
+    proc.join(limit(30))
     last: dict = {}  # (sentence, token) -> the last label reported for it
     history = {h["id"]: h for h in store.history(project_id=pid, limit=None)}
     for line in report.read_text().splitlines()[1:]:

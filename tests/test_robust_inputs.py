@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy.exc
+from _limits import limit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -493,7 +494,7 @@ def run_cli(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedPr
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     full_env.pop("GPSL_DEBUG", None)
     return subprocess.run([sys.executable, "-m", "gpsl", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=limit(120))
 
 
 def assert_one_line_exit_2(proc, needle: str) -> None:
@@ -629,7 +630,7 @@ def test_imports_interrupted_mid_write_leave_nothing(tmp_path, monkeypatch):
 def _apptest(page: str):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
     at.switch_page(f"pages/{page}.py").run()
     assert not at.exception, at.exception
     return at
@@ -666,7 +667,7 @@ def test_app_conll_export_of_a_spaced_token_shows_the_problem(tmp_path, monkeypa
     pid = store.create_project_from_sentences("spaced", sents, ["O", "B-LOC"], "", (-1, 1))
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30))
     at.session_state["project_id"] = pid
     at.run()
     at.switch_page("pages/data.py").run()

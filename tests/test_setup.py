@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _limits import limit
 from _support import http_status as get
 from _support import serve_app
 
@@ -16,7 +17,8 @@ from gpsl.io import read_conll
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt"])
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt",
+                                  "requirements-bench.txt"])
 def test_requirements_are_pinned(name):
     lines = [ln.strip() for ln in (ROOT / name).read_text().splitlines()]
     specs = [ln for ln in lines if ln and not ln.startswith(("#", "-r "))]
@@ -31,7 +33,7 @@ def test_app_opens_on_the_sample_project(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("GPSL_DB", str(tmp_path / "gpsl.sqlite3"))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(60)).run()
     assert not at.exception
     assert at.title[0].value == "Project"
     sentences = read_conll(ROOT / "sample_data" / "sample.conll")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy.exc
+from _limits import limit
 
 from gpsl.annotation import (
     SAMPLE_PROJECT_NAME,
@@ -329,7 +330,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(store):
 
 
 def test_derive_labels_policy():
-    from gpsl.annotation.labels import Vote, derive_labels
+    from gpsl.annotation.rules import Vote, derive_labels
 
     v = Vote
     got = derive_labels({0: [v("a", "B", "human", "1")],
@@ -360,9 +361,9 @@ def test_failed_write_leaves_nothing_behind(store, monkeypatch):
     def boom(*args):
         raise RuntimeError("disk on fire")
 
-    from gpsl.annotation import queue
+    from gpsl.annotation import scoring
 
-    monkeypatch.setattr(queue, "refresh_scores", boom)
+    monkeypatch.setattr(scoring, "refresh_scores", boom)
     with pytest.raises(RuntimeError):
         store.set_labels(s1, {0: "O", 1: None}, "alice")
     assert store.get_sentence(s1)["labels"] == ["B", "I", "O"]
@@ -681,7 +682,7 @@ def test_processes_share_one_store(store, tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(limit(60))
     errors = [tmp_path / f"p{k}.err" for k in range(2)]
     assert [p.exitcode for p in procs] == [0, 0], [e.read_text() for e in errors if e.exists()]
     _check_all_written(store, pid, ids, ["p0", "p1"])
@@ -699,7 +700,7 @@ def test_performance_5000_sentences(store):
               "labels": [LABELS[c] if c < 3 else None for c in row]} for row in choice]
     t0 = time.perf_counter()
     assert store.add_sentences(pid, sents) == 5000
-    assert time.perf_counter() - t0 < 30
+    assert time.perf_counter() - t0 < limit(30)
     ids = store.sentence_ids(pid)
     vid = done_version(store, pid)
     conf = rng.uniform(0.4, 1.0, size=(5000, 25))  # > 1/3: the row maximum
@@ -712,10 +713,10 @@ def test_performance_5000_sentences(store):
         fn()
         return time.perf_counter() - t
 
-    assert timed(lambda: store.get_sentence(sid)) < 0.5
-    assert timed(lambda: store.set_label(sid, 3, "O", "a")) < 0.5
-    assert timed(lambda: store.queue(pid, annotator="a", limit=20)) < 0.5
-    assert timed(lambda: store.get_sentences(pid, offset=2000, limit=50)) < 0.5
+    assert timed(lambda: store.get_sentence(sid)) < limit(0.5)
+    assert timed(lambda: store.set_label(sid, 3, "O", "a")) < limit(0.5)
+    assert timed(lambda: store.queue(pid, annotator="a", limit=20)) < limit(0.5)
+    assert timed(lambda: store.get_sentences(pid, offset=2000, limit=50)) < limit(0.5)
     expected = min(range(5000), key=lambda k: min(
         c for c, lab in zip(conf[k], choice[k]) if lab >= 3) if (choice[k] >= 3).any() else 9)
     assert store.queue(pid, limit=1) == [ids[expected]]
@@ -762,7 +763,7 @@ def test_processes_opening_a_new_file_at_once_never_see_locked(tmp_path):
         for p in procs:
             p.start()
         for p in procs:
-            p.join(60)
+            p.join(limit(60))
         assert [o.read_text() for o in outs] == ["ok"] * 4
 
 
@@ -779,7 +780,7 @@ def test_a_lock_held_past_the_timeout_is_a_clear_error(tmp_path):
         started = time.monotonic()
         with pytest.raises(StoreBusyError) as info:
             store.set_label(sid, 0, "B", "ann")
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < limit(5)
         assert "database is locked" not in str(info.value) and "busy" in str(info.value)
         assert isinstance(info.value, GpslError)
         assert store.get_sentence(sid)["labels"] == [None] * 3  # readers are not blocked

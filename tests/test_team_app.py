@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
+from _limits import limit  # noqa: E402
 from _support import BL, BP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -26,7 +27,7 @@ def db(tmp_path, monkeypatch) -> Path:
 
 
 def run(params: dict | None = None, page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30))
     for k, v in (params or {}).items():
         at.query_params[k] = v
     at.run()
@@ -109,7 +110,7 @@ def test_annotator_by_link_labels_as_themselves_and_no_lead_page(db):
     for page in ("train", "team", "data", "project", "confidence"):
         with pytest.raises(ValueError, match="Known pages: .*annotate.py'\\]"):
             run({"session": session}).switch_page(f"pages/{page}.py")
-        alone = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=30)
+        alone = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=limit(30))
         alone.query_params["session"] = session
         alone.run()
         assert not alone.exception, page

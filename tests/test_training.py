@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _limits import limit
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 
 from gpsl.annotation import Store, jobs, pipeline
@@ -24,7 +26,7 @@ def kill_worker(vid: int) -> None:
     proc = (jobs._WORKERS.get(vid) or (None,))[0]
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=limit(30))
 
 
 @pytest.mark.timeout(180)
@@ -89,8 +91,7 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
     assert first["status"] == "done" and store.active_model(pid)["id"] == first["id"]
 
     # the worker stops after saving the model into its staging dir, before the rename
-    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
-    vid = jobs.start_training(store, pid, TINY)
+    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
@@ -121,15 +122,14 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
 def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
-    vid = jobs.start_training(store, pid, TINY)
+    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
         assert jobs.stop_training(store, vid)
         proc = (jobs._WORKERS.get(vid) or (None,))[0]
         if proc is not None:
-            assert proc.wait(timeout=30) == -signal.SIGTERM
+            assert proc.wait(timeout=limit(30)) == -signal.SIGTERM
     finally:
         kill_worker(vid)
     version = store.get_model_version(vid)
@@ -241,8 +241,7 @@ def test_a_reused_pid_is_not_taken_for_a_live_worker_and_is_never_signalled(tmp_
 def test_a_dying_worker_records_why(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    monkeypatch.setenv(pipeline.TEST_HOOK_ENV, "pause-after-staging")
-    vid = jobs.start_training(store, pid, TINY)
+    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
@@ -387,9 +386,9 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
         flat = np.concatenate(scores)
         assert np.isfinite(flat).all() and flat.min() >= 0 and flat.max() > 0, name
         assert np.all(flat[clamp >= 0] == 0), name
-    # the pipeline reads the default when it runs (the lead may change it)
-    monkeypatch.setattr(active, "DEFAULT_QUERY", "entropy")
-    second = jobs.train_now(store, pid, TINY)
+    # the strategy is the run's config value (TrainConfig.query), recorded on the version
+    assert TINY.query == active.DEFAULT_QUERY
+    second = jobs.train_now(store, pid, dataclasses.replace(TINY, query="entropy"))
     assert second["query_strategy"] == "entropy" == store.queue_strategy(pid)
     ids, X, y = store.training_data(pid, split=None, with_ids=True)
     P2 = store.get_predictions(second["id"], ids)

@@ -4,10 +4,10 @@
 
 **Training worker** (``kind="training"``).  A project with an active model (trained once
 in-process) starts the real background worker (start_training`, a
-separate ``python -m gpsl worker`` process) and kills it with ``SIGKILL`` after a random
+separate ``python -m gpsl.annotation.worker`` process) and kills it with ``SIGKILL`` after a random
 delay drawn over the worker's whole run (start-up, fitting, saving, predicting, finishing);
 one trial in four instead stops the worker at a fixed point right after the model was
-written to its staging directory (the ``GPSL_TRAINING_TEST_HOOK`` pause) and kills it
+written to its staging directory (``start_training(pause_at="after-staging")``) and kills it
 there.  Then a new :class:`~gpsl.annotation.Store` is opened on the file, as a restarted app
 does, and the trial is *intact* when
 
@@ -176,12 +176,8 @@ def run_training_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
     for k in range(n_trials):
         before = store.active_model(pid)
         paused = k % 4 == 3
-        if paused:
-            os.environ[pipeline.TEST_HOOK_ENV] = "pause-after-staging"
-        try:
-            vid = jobs.start_training(store, pid, CONFIG, root)
-        finally:
-            os.environ.pop(pipeline.TEST_HOOK_ENV, None)
+        vid = jobs.start_training(store, pid, CONFIG, root,
+                                  pause_at="after-staging" if paused else None)
         started = time.monotonic()
         if paused:
             _wait(lambda v=vid: (pipeline.read_progress(root, pid, v) or {}).get("phase")

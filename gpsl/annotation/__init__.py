@@ -1,27 +1,90 @@
 """The annotation back end: projects, sentences, votes per annotator, model versions,
 predictions, the queue, imports/exports and training jobs, on SQLite or PostgreSQL.
 
-No Streamlit and no HTML here; the pages use :class:`Store` (the facade) and the modules
-below.  See docs/ARCHITECTURE.md for the module table.
+No Streamlit and no HTML here.  This package's namespace is what the pages (and scripts) use:
+the facade :class:`Store` (its :attr:`Store.reports` give the typed records of
+:mod:`gpsl.annotation.records`), the errors, the training settings and the stateless helpers
+of uploads, templates and dependency sets.  See docs/ARCHITECTURE.md for the layers.
 """
 
-from gpsl.annotation.db import (
+from gpsl.annotation.accounts import Identity
+from gpsl.annotation.db import default_db_url
+from gpsl.annotation.errors import (
+    STORE_ERRORS,
+    GpslError,
+    InputError,
     NotFoundError,
     StoreBusyError,
     StoreUnavailableError,
-    default_db_url,
+    TrainingBusyError,
+    one_line,
 )
+from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename
 from gpsl.annotation.facade import Store, default_models_root
+from gpsl.annotation.imports import (
+    FORMATS,
+    LIMIT_SETTINGS,
+    UPLOAD_TYPES,
+    UploadSummary,
+    guess_format,
+    parse_upload,
+    summarize,
+    unknown_labels,
+    upload_limits,
+)
+from gpsl.annotation.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
 from gpsl.annotation.projects import SAMPLE_PROJECT_NAME
+from gpsl.annotation.queue import ORDERS as QUEUE_ORDERS
+from gpsl.annotation.records import (
+    Account,
+    AnnotatorRow,
+    Calibration,
+    CalibrationReport,
+    Conflict,
+    CrowdSummary,
+    Decision,
+    HistoryEntry,
+    Lease,
+    Progress,
+    Project,
+    RankedSentence,
+    Reliability,
+    Scheme,
+    SearchHit,
+    SearchResult,
+    SentenceView,
+    TeamFigures,
+    TeamSettings,
+    TokenView,
+    TrainingProgress,
+    Version,
+)
+from gpsl.annotation.reports import query_description, queue_strategy
+from gpsl.annotation.rules import accept_candidates, next_unlabeled
 from gpsl.annotation.schema import SCHEMA_VERSION
+from gpsl.annotation.search import STATUSES as SEARCH_STATUSES
+from gpsl.annotation.team import MAX_OVERLAP, RESOLVE
+from gpsl.annotation.validate import (
+    default_template_text,
+    import_credit,
+    is_import,
+)
+from gpsl.annotation.validate import template as check_template
+from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
+from gpsl.tags import entity_type
 
 __all__ = [
-    "SAMPLE_PROJECT_NAME",
-    "SCHEMA_VERSION",
-    "NotFoundError",
-    "Store",
-    "StoreBusyError",
-    "StoreUnavailableError",
-    "default_db_url",
-    "default_models_root",
+    "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",
+    "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "SAMPLE_PROJECT_NAME", "SCHEMA_VERSION",
+    "SEARCH_STATUSES", "STORE_ERRORS", "TRAIN_PARAMS", "UPLOAD_TYPES", "Account", "AnnotatorRow",
+    "Calibration", "CalibrationReport", "Conflict", "CrowdSummary", "Decision", "GpslError",
+    "HistoryEntry", "Identity", "InputError", "Lease", "NotFoundError", "Progress", "Project",
+    "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
+    "Store", "StoreBusyError", "StoreUnavailableError", "TeamFigures", "TeamSettings", "TokenView",
+    "TrainConfig", "TrainingBusyError", "TrainingProgress", "UploadSummary", "Version",
+    "accept_candidates", "check_template", "default_db_url", "default_models_root",
+    "default_template_text", "entity_type", "guess_format", "import_credit", "is_import",
+    "next_unlabeled", "one_line", "parse_offsets", "parse_upload", "preset_of",
+    "query_description", "queue_strategy", "safe_filename", "summarize", "unknown_labels",
+    "upload_limits",
 ]

@@ -28,7 +28,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import text
 
-from gpsl.annotation.db import Database, NotFoundError, now
+from gpsl.annotation.db import Database, now
+from gpsl.annotation.errors import NotFoundError
 from gpsl.errors import InputError
 
 ROLES = ("lead", "annotator")
@@ -115,12 +116,6 @@ def list_all(db: Database) -> list[dict]:
                 for r in rows]
 
     return db.read(tx)
-
-
-def get(db: Database, account_id: int) -> dict | None:
-    r = db.read(lambda conn: conn.execute(text("SELECT * FROM accounts WHERE id = :i"),
-                                          {"i": account_id}).first())
-    return None if r is None else _as_dict(r._mapping)
 
 
 def create(db: Database, name: str, role: str, password: str | None = None) -> int:
@@ -261,12 +256,6 @@ def issue_link(db: Database, account_id: int, days: float = LINK_DAYS) -> str:
         return _new_token(conn, account_id, "link", days)
 
     return db.write(tx)
-
-
-def revoke_links(db: Database, account_id: int) -> int:
-    return db.write(lambda conn: conn.execute(text(
-        "DELETE FROM auth_tokens WHERE account_id = :a AND kind = 'link'"),
-        {"a": account_id}).rowcount)
 
 
 def _identity(conn, token: str | None, kind: str) -> Identity | None:

@@ -20,7 +20,10 @@ same path on every worker (the model bytes are not stored in the database).
   sees the status after its current sweep or prediction chunk and ends (``should_stop`` of
   :func:`pipeline.run`), since Dask cannot interrupt a running task.
 
-Dask is imported only here, and this module only when the variable is set.
+Dask (an optional dependency, ``dask[distributed]``) is imported only here, and only when a
+client is opened: the variable is set.  The job gets the store itself (a
+:class:`gpsl.annotation.Store` pickles as its address, timeout and models root, and opens
+again in the worker), so this module never opens one.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import uuid
 from pathlib import Path
 
 from gpsl.annotation import pipeline
+from gpsl.annotation.errors import one_line
+from gpsl.annotation.processes import process_started
 from gpsl.errors import InputError
 
 SCHEDULER_ENV = "GPSL_DASK_SCHEDULER"
@@ -59,16 +64,18 @@ def client(address: str):
     try:
         c = Client(address, timeout=timeout, set_as_default=False)
     except Exception as exc:  # noqa: BLE001 - any failure to connect is one line
-        raise InputError(f"cannot reach the Dask scheduler at {address} ({SCHEDULER_ENV}): "
-                         f"{pipeline.one_line(exc)}", source="<train>") from None
+        raise InputError(one_line(exc, f"cannot reach the Dask scheduler at {address} "
+                                       f"({SCHEDULER_ENV})"), source="<train>") from None
     _CLIENTS[address] = c
     return c
 
 
-def submit(store, version_id: int, models_root, address: str) -> None:
-    """Submit the job of a ``'running'`` version to the scheduler at ``address``."""
+def submit(store, version_id: int, models_root, address: str, *,
+           pause_at: str | None = None) -> None:
+    """Submit the job of a ``'running'`` version to the scheduler at ``address``
+    (``pause_at``: where the run waits, :data:`gpsl.annotation.pipeline.PAUSES`)."""
     c = client(address)
-    fut = c.submit(run_job, int(version_id), store.target, str(models_root), pure=False,
+    fut = c.submit(run_job, int(version_id), store, str(models_root), pause_at, pure=False,
                    key=f"gpsl-train-{int(version_id)}-{uuid.uuid4().hex[:8]}")
     _FUTURES[int(version_id)] = (fut, store)
     log = pipeline.log_file(models_root, store.get_model_version(version_id)["project_id"],
@@ -100,7 +107,7 @@ def reap() -> None:
                 exc = fut.exception(timeout=1)
             except Exception as err:  # noqa: BLE001
                 exc = err
-            reason = f"the Dask job failed: {pipeline.one_line(exc)}" if exc is not None \
+            reason = one_line(exc, "the Dask job failed") if exc is not None \
                 else "the Dask job failed"
         elif status in ("cancelled", "lost"):
             reason = f"the Dask job was {status}"
@@ -112,12 +119,9 @@ def reap() -> None:
         _FUTURES.pop(vid, None)
 
 
-def run_job(version_id: int, db: str, models_root: str) -> str:
-    """The job, in a Dask worker: claim the version, run its pipeline; returns the status."""
-    from gpsl.annotation import jobs
-    from gpsl.annotation.facade import Store
-
-    store = Store(db, models_root=models_root)
+def run_job(version_id: int, store, models_root: str, pause_at: str | None = None) -> str:
+    """The job, in a Dask worker: claim the version, run its pipeline; returns the status.
+    ``store`` arrives pickled (its address) and is opened here; it is closed at the end."""
     try:
         v = store.get_model_version(version_id)
         if v is None or v["status"] != "running":
@@ -132,7 +136,7 @@ def run_job(version_id: int, db: str, models_root: str) -> str:
             return "failed"
         pid = os.getpid()
         address = _worker_address()
-        store.set_model_worker(version_id, pid, jobs.process_started(pid), runner="dask",
+        store.set_model_worker(version_id, pid, process_started(pid), runner="dask",
                                host=socket.gethostname(), dask_worker=address)
         _append(log, f"version {version_id}: started on Dask worker {address} (pid {pid})")
 
@@ -141,7 +145,8 @@ def run_job(version_id: int, db: str, models_root: str) -> str:
             return cur is None or cur["status"] != "running"
 
         try:
-            out = pipeline.run(store, version_id, Path(models_root), should_stop=stopped)
+            out = pipeline.run(store, version_id, Path(models_root), should_stop=stopped,
+                               pause_at=pause_at)
         except pipeline.UnrecordedFailure as exc:
             _append(log, f"version {version_id}: failed: {exc}")
             raise
@@ -154,7 +159,7 @@ def run_job(version_id: int, db: str, models_root: str) -> str:
 
 def _worker_address() -> str:
     try:
-        from distributed import get_worker
+        from distributed import get_worker  # the optional dependency: only in a Dask worker
 
         return get_worker().address
     except Exception:  # noqa: BLE001 - called outside a worker (tests)

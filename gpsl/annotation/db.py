@@ -16,16 +16,17 @@ modules is plain SQL text (SQLAlchemy Core ``text()``), written to run on both.
   :class:`StoreUnavailableError`; "database is locked" never reaches a user.
 * The schema is created on first open and migrated on open: ``schema_version`` records the
   applied version; stores of schema 1 (``PRAGMA user_version = 1``, one label per token)
-  are migrated to votes per annotator (:func:`_migrate_1_to_2`) and stores of schema 2 get
-  the team tables, the project guidelines and per-project model version numbers
-  (:func:`_migrate_2_to_3`); stores of schema 3 get the per-token query scores of the queue
-  (:func:`_migrate_3_to_4`), all in one transaction.
+  are migrated to votes per annotator, stores of schema 2 get the team tables, the project
+  guidelines and per-project model version numbers, stores of schema 3 get the per-token
+  query scores of the queue, all in one transaction (:mod:`gpsl.annotation.migrations`,
+  each migration frozen with its own code).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -43,7 +44,12 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gpsl.annotation import schema
+from gpsl.annotation import migrations, schema
+from gpsl.annotation.errors import (
+    NotFoundError,
+    StoreBusyError,
+    StoreUnavailableError,
+)
 from gpsl.errors import GpslError, InputError
 
 __all__ = [
@@ -60,18 +66,6 @@ __all__ = [
 T = TypeVar("T")
 SERVER_RETRY_SECONDS = 3.0  # how long a call waits for a database server that went away
 _DATABASES: weakref.WeakSet = weakref.WeakSet()
-
-
-class NotFoundError(GpslError, LookupError):
-    """A project, sentence or model version id that is not in the store."""
-
-
-class StoreBusyError(GpslError):
-    """Another process kept the store locked for longer than the store's timeout."""
-
-
-class StoreUnavailableError(GpslError):
-    """The store cannot be read or written: full disk, read-only file, server down ..."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -316,7 +310,6 @@ class Database:
         """Switch the file to WAL (persistent in the file), outside any transaction, on the
         raw autocommit connection.  A new file being switched by another process answers
         SQLITE_BUSY at once (no busy handler): retried like every lock."""
-        import sqlite3
 
         def busy(exc: BaseException) -> bool:
             if isinstance(exc, DBAPIError):
@@ -363,14 +356,7 @@ class Database:
                             f"this gpsl supports ({schema.SCHEMA_VERSION}); upgrade gpsl")
         if version == schema.SCHEMA_VERSION:
             return version
-        if version == 1:
-            _migrate_1_to_2(conn)
-        if version in (1, 2):
-            _migrate_2_to_3(conn)
-        if version in (1, 2, 3):
-            _migrate_3_to_4(conn)
-        if version == 0:
-            schema.metadata.create_all(conn)
+        migrations.run(conn, version)
         conn.execute(text("INSERT INTO schema_version (version, applied_at) VALUES (:v, :at)"),
                      {"v": schema.SCHEMA_VERSION, "at": now()})
         if self.dialect == "sqlite":
@@ -400,79 +386,6 @@ def _pg_connection_problem(exc: DBAPIError) -> bool:
     return any(s in t for s in ("connection refused", "server closed the connection",
                                 "terminating connection", "could not connect",
                                 "connection failed", "the database system is"))
-
-
-def _migrate_1_to_2(conn: Connection) -> None:
-    """Schema 1 (one label per token in ``annotations``) -> 2 (votes per annotator).
-
-    Every annotation becomes its annotator's vote and the token's derived label; the
-    history rows stay as they are; predictions get their queue score.  One transaction."""
-    from gpsl.annotation.queue import queue_score
-
-    schema.metadata.create_all(conn)  # votes, adjudications, derived_labels, schema_version
-    conn.execute(text(
-        "INSERT INTO votes (sentence_id, token_index, annotator, label, source, updated_at)"
-        " SELECT sentence_id, token_index, annotator, label, source, updated_at"
-        " FROM annotations"))
-    conn.execute(text(  # labels that came with a file: the imports' votes
-        "UPDATE votes SET source = 'import' WHERE source = 'human' AND EXISTS (SELECT 1 FROM"
-        " annotation_history h WHERE h.sentence_id = votes.sentence_id AND h.token_index ="
-        " votes.token_index AND h.annotator = votes.annotator AND h.action = 'import'"
-        " AND h.new_label = votes.label) AND NOT EXISTS (SELECT 1 FROM annotation_history h"
-        " WHERE h.sentence_id = votes.sentence_id AND h.token_index = votes.token_index"
-        " AND h.action <> 'import')"))
-    conn.execute(text(
-        "INSERT INTO derived_labels (sentence_id, token_index, label, source, annotator)"
-        " SELECT sentence_id, token_index, label, source, annotator FROM annotations"))
-    conn.execute(text("ALTER TABLE predictions ADD COLUMN queue_score REAL"))
-    conn.execute(text("CREATE INDEX IF NOT EXISTS predictions_by_score"
-                      " ON predictions (model_version_id, sentence_id, queue_score)"))
-    labeled: dict[int, list[int]] = {}
-    for sid, t in conn.execute(text("SELECT sentence_id, token_index FROM annotations")):
-        labeled.setdefault(sid, []).append(t)
-    rows = conn.execute(text("SELECT model_version_id, sentence_id, marginals"
-                             " FROM predictions")).fetchall()
-    from gpsl.annotation.predictions import decode_marginals
-
-    updates = [{"v": v, "s": s, "q": queue_score(decode_marginals(m), labeled.get(s, ()))}
-               for v, s, m in rows]
-    if updates:
-        conn.execute(text("UPDATE predictions SET queue_score = :q WHERE model_version_id = :v"
-                          " AND sentence_id = :s"), updates)
-    conn.execute(text("DROP TABLE annotations"))
-
-
-def _migrate_2_to_3(conn: Connection) -> None:
-    """Schema 2 -> 3: the team tables (accounts, sign-in tokens, leases, adjudication
-    history), ``projects.guidelines`` and ``model_versions.number`` (the versions of each
-    project numbered 1, 2, ... in the order of their ids).  Every row is kept."""
-    from sqlalchemy import inspect
-
-    schema.metadata.create_all(conn)  # the new tables only (create_all skips existing ones)
-    insp = inspect(conn)
-    if "guidelines" not in {c["name"] for c in insp.get_columns("projects")}:
-        conn.execute(text("ALTER TABLE projects ADD COLUMN guidelines TEXT NOT NULL"
-                          " DEFAULT ''"))
-    if "number" not in {c["name"] for c in insp.get_columns("model_versions")}:
-        conn.execute(text("ALTER TABLE model_versions ADD COLUMN number INTEGER"))
-    conn.execute(text(
-        "UPDATE model_versions SET number = (SELECT COUNT(*) FROM model_versions m"
-        " WHERE m.project_id = model_versions.project_id AND m.id <= model_versions.id)"))
-
-
-def _migrate_3_to_4(conn: Connection) -> None:
-    """Schema 3 -> 4: ``predictions.query_scores`` (the per-token query scores of the queue)
-    and ``model_versions.query_strategy`` (their name), both NULL for the rows already there,
-    whose stored queue scores keep the old rule (:func:`gpsl.annotation.queue.queue_score`
-    without query scores).  Every row is kept."""
-    from sqlalchemy import inspect
-
-    blob = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
-    insp = inspect(conn)
-    if "query_scores" not in {c["name"] for c in insp.get_columns("predictions")}:
-        conn.execute(text(f"ALTER TABLE predictions ADD COLUMN query_scores {blob}"))
-    if "query_strategy" not in {c["name"] for c in insp.get_columns("model_versions")}:
-        conn.execute(text("ALTER TABLE model_versions ADD COLUMN query_strategy TEXT"))
 
 
 def run_in_child_after_fork() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from gpsl.errors import InputError
 from gpsl.io import Sentence, format_conll, format_jsonl
 from gpsl.metrics import chunks
+from gpsl.model import GPSL
 from gpsl.tags import is_prefixed
 
 EXPORT_FORMATS = {"conll": "CoNLL columns", "jsonl": "JSONL",
@@ -140,8 +141,6 @@ def export_predictions(store, project_id: int, version: dict, fmt: str = "conll"
 def check_model(path: str | os.PathLike) -> None:
     """Raise :class:`gpsl.errors.ModelFormatError` (one line) unless the saved model at
     ``path`` loads cleanly (checksums, array headers, description)."""
-    from gpsl.model import GPSL
-
     path = Path(path)
     if not path.is_dir():
         raise InputError("the model directory is missing", source=str(path))

@@ -1,6 +1,10 @@
 """The thin facade the pages (and scripts) use: one :class:`Store` object whose methods
 delegate to the modules of :mod:`gpsl.annotation`.  It holds no connection of its own
-beyond the engine's pool, so one instance may be shared by Streamlit's script threads."""
+beyond the engine's pool, so one instance may be shared by Streamlit's script threads.
+
+Its read methods return the store's rows (dicts); :attr:`Store.reports` returns what the
+pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls with
+itself (training jobs, imports, exports, reports) take any object with these methods."""
 
 from __future__ import annotations
 
@@ -12,17 +16,26 @@ import numpy as np
 
 from gpsl.annotation import (
     accounts,
+    exports,
+    imports,
+    jobs,
     predictions,
     projects,
     queue,
+    reports,
+    scoring,
     search,
     sentences,
     stats,
     team,
     versions,
+    votes,
 )
-from gpsl.annotation import labels as label_votes
+from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
+from gpsl.annotation.pipeline import TrainConfig
+from gpsl.annotation.processes import worker_alive
+from gpsl.io import Sentence
 
 
 def default_models_root(db: Database) -> Path:
@@ -77,6 +90,11 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.where!r})"
 
+    @property
+    def reports(self) -> reports.Reports:
+        """What the pages show, as typed records."""
+        return reports.Reports(self)
+
     # projects
     def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
                        settings=None, **kw) -> int:
@@ -107,7 +125,7 @@ class Store:
 
     # sentences
     def add_sentences(self, project_id: int, items, **kw) -> int:
-        return sentences.add(self.db, project_id, items, **kw)
+        return projects.add_sentences(self.db, project_id, items, **kw)
 
     def set_gold(self, sentence_id: int, gold: Sequence[str | None]) -> None:
         sentences.set_gold(self.db, sentence_id, gold)
@@ -140,15 +158,13 @@ class Store:
         return sentences.view(self.db, sentence_id, annotator, blind)
 
     def export_sentences(self, project_id: int, split: str | None = None) -> list:
-        from gpsl.io import Sentence
-
         return [Sentence(tokens=s["tokens"], labels=s["labels"], line=s["line"] or 1)
                 for s in self.get_sentences(project_id, split=split)]
 
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        return label_votes.set_labels(self.db, sentence_id, labels, annotator, source)
+        return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -159,23 +175,23 @@ class Store:
         return self.set_label(sentence_id, token_index, None, annotator)
 
     def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        return label_votes.undo(self.db, project_id, annotator)
+        return labeling.undo(self.db, project_id, annotator)
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        label_votes.adjudicate(self.db, sentence_id, token_index, label, lead)
+        labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
-        return label_votes.adjudication_history(self.db, sentence_id, project_id, limit)
+        return votes.adjudication_history(self.db, sentence_id, project_id, limit)
 
     def votes(self, sentence_id: int) -> list[dict]:
-        return label_votes.votes_of(self.db, sentence_id)
+        return votes.votes_of(self.db, sentence_id)
 
     def history(self, sentence_id=None, project_id=None, annotator=None, limit=100):
-        return label_votes.history(self.db, sentence_id, project_id, annotator, limit)
+        return votes.history(self.db, sentence_id, project_id, annotator, limit)
 
     def skip(self, sentence_id: int, annotator: str) -> None:
-        label_votes.skip(self.db, sentence_id, annotator)
+        labeling.skip(self.db, sentence_id, annotator)
 
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:
@@ -215,10 +231,8 @@ class Store:
 
     def mark_stale_running_failed(self, project_id: int | None = None, *, alive=None,
                                   reason=None) -> list[int]:
-        from gpsl.annotation import jobs
-
         return versions.mark_stale_failed(
-            self.db, alive or jobs.worker_alive,
+            self.db, alive or worker_alive,
             reason or (lambda v: f"worker process {v['settings'].get('pid')} is gone"),
             project_id)
 
@@ -240,7 +254,7 @@ class Store:
     # predictions and queue
     def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray],
                          query_scores: Mapping[int, np.ndarray] | None = None) -> int:
-        return predictions.save(self.db, version_id, marginals, query_scores)
+        return scoring.save_predictions(self.db, version_id, marginals, query_scores)
 
     def get_predictions(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get(self.db, version_id, sentence_ids)
@@ -273,6 +287,16 @@ class Store:
         """The next sentence for a team member, leased to them (:func:`queue.route`)."""
         return queue.route(self.db, project_id, annotator, order, current, exclude)
 
+    def next_to_annotate(self, project_id: int, annotator: str, order: str = "uncertainty",
+                         current: int | None = None, seen=(), *, team: bool = False
+                         ) -> int | None:
+        """The next sentence to annotate: for a team member the store's routing, which
+        leases it (:meth:`next_sentence`); alone, the first of the queue not seen in this
+        session (:func:`queue.next_unseen`)."""
+        if team:
+            return self.next_sentence(project_id, annotator, order, current, seen)
+        return queue.next_unseen(self.db, project_id, order, annotator, current, seen)
+
     def release_lease(self, annotator: str, sentence_id: int | None = None) -> int:
         return queue.release(self.db, annotator, sentence_id)
 
@@ -285,9 +309,6 @@ class Store:
 
     def list_accounts(self) -> list[dict]:
         return accounts.list_all(self.db)
-
-    def get_account(self, account_id: int) -> dict | None:
-        return accounts.get(self.db, account_id)
 
     def create_account(self, name: str, role: str, password: str | None = None) -> int:
         return accounts.create(self.db, name, role, password)
@@ -306,9 +327,6 @@ class Store:
 
     def issue_sign_in_link(self, account_id: int, days: float = accounts.LINK_DAYS) -> str:
         return accounts.issue_link(self.db, account_id, days)
-
-    def revoke_sign_in_links(self, account_id: int) -> int:
-        return accounts.revoke_links(self.db, account_id)
 
     def redeem_sign_in_link(self, token: str):
         return accounts.redeem_link(self.db, token)
@@ -344,3 +362,40 @@ class Store:
 
     def conflicts(self, project_id: int, votes=None) -> list[dict]:
         return team.conflicts(self.db, project_id, votes)
+
+    # training (gpsl.annotation.jobs)
+    def start_training(self, project_id: int, config: TrainConfig) -> int:
+        """Start a background training run; returns its version id."""
+        return jobs.start_training(self, project_id, config)
+
+    def stop_training(self, version_id: int) -> bool:
+        return jobs.stop_training(self, version_id)
+
+    def recover(self) -> dict:
+        """After a crash: dead workers' versions failed, their leftovers removed."""
+        return jobs.recover(self)
+
+    # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
+    def import_sentences(self, project_id: int, sentences_, **kw) -> int:
+        return imports.import_sentences(self, project_id, sentences_, **kw)
+
+    def export_annotations(self, project_id: int, fmt: str = "conll",
+                           split: str | None = "train") -> str:
+        return exports.export_annotations(self, project_id, fmt, split)
+
+    def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
+                           split: str | None = "train") -> str:
+        return exports.export_predictions(self, project_id, self.get_model_version(version_id),
+                                          fmt, split)
+
+    def preview(self, project_id: int, split: str | None, fmt: str, n: int = 2) -> str:
+        """The export text of the first ``n`` sentences ("" without sentences)."""
+        first = self.get_sentences(project_id, split=split, limit=n)
+        return exports.preview_text(first, fmt) if first else ""
+
+    def check_model(self, version_id: int) -> None:
+        """Raise a one-line error unless the version's saved model loads cleanly."""
+        exports.check_model(self.get_model_version(version_id)["path"])
+
+    def model_zip(self, version_id: int) -> bytes:
+        return exports.model_zip(self.get_model_version(version_id)["path"])

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpsl import limits
 from gpsl.annotation import validate
 from gpsl.errors import InputError
 from gpsl.io import Sentence, read_any
@@ -183,8 +184,6 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     """Read uploaded bytes as ``fmt`` (None: by extension).  Refused with one InputError
     line naming the file (and line): too large (:func:`gpsl.limits.max_upload_bytes`), a
     sentence too long (``max_tokens``), and every problem of the readers."""
-    from gpsl import limits
-
     source = filename or "<upload>"
     if data is None:
         raise InputError("no file data", source=source)
@@ -207,7 +206,18 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     return read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
 
 
-@dataclass
+def upload_limits() -> tuple[float | None, int | None]:
+    """``(megabytes per upload, tokens per sentence)`` as configured (None: no limit;
+    :mod:`gpsl.limits`, set by :data:`LIMIT_SETTINGS`); a bad setting raises InputError."""
+    size = limits.max_upload_bytes()
+    return (size / limits.MB if size else None), limits.max_tokens() or None
+
+
+#: the environment variables that set the upload limits (megabytes, tokens per sentence)
+LIMIT_SETTINGS = (limits.ENV_MAX_UPLOAD_MB, limits.ENV_MAX_TOKENS)
+
+
+@dataclass(frozen=True)
 class UploadSummary:
     sentences: int
     tokens: int

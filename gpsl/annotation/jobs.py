@@ -5,20 +5,26 @@ Two runners, chosen by the environment: a local subprocess (the default, below) 
 (:mod:`gpsl.annotation.dask_jobs`); progress, stop, failure and the model folder work the same
 way with either.
 
-A worker is ``python -m gpsl worker --version ID --models-root DIR`` in its own session
-(one BLAS thread, ``nice`` 5); the store it works on is passed in its environment
-(``GPSL_DB``), never on the command line (a PostgreSQL URL may hold a password).  A
-version records its worker's pid *and the process's start time*: a process is only taken
-for that worker when both match (a reused pid is another process), and Stop only ever
-signals a process that passes this check and is a gpsl worker of that version.  A worker
-that dies records why: itself when it can, else the app process that started it (its exit
-status), else the next recovery (the last line of its log).
+A worker is ``python -m gpsl.annotation.worker --version ID --models-root DIR`` in its own
+session (one BLAS thread, ``nice`` 5, :mod:`gpsl.annotation.worker`); the store it works on is
+passed in its environment (``GPSL_DB``), never on the command line (a PostgreSQL URL may hold
+a password).
+A version records its worker's pid *and the process's start time*
+(:mod:`gpsl.annotation.processes`): a process is only taken for that worker when both match
+(a reused pid is another process), and Stop only ever signals a process that passes this
+check and is a gpsl worker of that version.  A worker that dies records why: itself when it
+can, else the app process that started it (its exit status), else the next recovery (the last
+line of its log).
+
+The functions take the store (:class:`gpsl.annotation.Store`, or anything with its methods)
+as their first argument; they never open one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -31,67 +37,18 @@ from pathlib import Path
 
 import psutil
 
-from gpsl.annotation import pipeline
+from gpsl.annotation import dask_jobs, pipeline
+from gpsl.annotation.errors import TrainingBusyError, one_line
 from gpsl.annotation.pipeline import TrainConfig
+from gpsl.annotation.processes import is_worker_of, process_of, process_started, worker_alive
 from gpsl.errors import GpslError, InputError
 
 _WORKERS: dict[int, tuple[subprocess.Popen, object]] = {}  # version -> (process, store)
 _LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
-_START_SLACK = 0.05  # seconds: psutil's create_time is rounded to the clock tick
 # exit statuses of a worker that could not record its failure (pipeline.UnrecordedFailure)
 _EXIT_REASONS = {errno.ENOSPC: "out of disk space (ENOSPC)",
                  errno.EROFS: "read-only file system (EROFS)", errno.EIO: "I/O error (EIO)",
                  errno.ENOMEM: "out of memory (ENOMEM)"}
-
-
-class TrainingBusyError(GpslError):
-    """A training job of the project is still running."""
-
-
-def process_started(pid: int) -> float | None:
-    """The start time of process ``pid`` (None when there is no such process)."""
-    try:
-        return psutil.Process(int(pid)).create_time()
-    except (psutil.Error, ValueError, TypeError):
-        return None
-
-
-def _process(settings: dict) -> psutil.Process | None:
-    """The version's worker process if it is alive and is the same process (pid and start
-    time), else None."""
-    try:
-        proc = psutil.Process(int(settings.get("pid")))
-    except (psutil.Error, ValueError, TypeError):
-        return None
-    try:
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        started = settings.get("pid_started")
-        if started is None or abs(proc.create_time() - float(started)) > _START_SLACK:
-            return None
-    except psutil.Error:
-        return None
-    return proc
-
-
-def worker_alive(settings: dict) -> bool | None:
-    """True when the recorded worker (pid + start time) is alive, False when it is gone,
-    None when the version records no pid."""
-    if not settings.get("pid"):
-        return None
-    host = settings.get("host")
-    if host and host != socket.gethostname():  # a Dask job on another machine: cannot tell
-        return None
-    return _process(settings) is not None
-
-
-def _is_worker_of(proc: psutil.Process, version_id: int) -> bool:
-    try:
-        cmd = proc.cmdline()
-    except psutil.Error:
-        return False
-    return "worker" in cmd and "--version" in cmd and \
-        cmd[cmd.index("--version") + 1:cmd.index("--version") + 2] == [str(int(version_id))]
 
 
 def _gone_reason(models_root: Path, version: dict) -> str:
@@ -110,9 +67,7 @@ def reap_workers() -> None:
     """Collect the workers this process started; a worker that exited without recording
     its end gets its exit status recorded as the reason (kept until the store can be
     written, e.g. once there is disk space again). Dask jobs: :func:`dask_jobs.reap`."""
-    dask_jobs = sys.modules.get("gpsl.annotation.dask_jobs")  # imported only by its runner
-    if dask_jobs is not None:
-        dask_jobs.reap()
+    dask_jobs.reap()
     for vid, (proc, store) in list(_WORKERS.items()):
         code = proc.poll()
         if code is None:
@@ -155,8 +110,6 @@ def running_version(store, project_id: int, models_root=None) -> dict | None:
 @contextlib.contextmanager
 def start_lock(models_root, project_id: int) -> Iterator[None]:
     """An exclusive lock per project so that two starts cannot both pass the busy check."""
-    import fcntl
-
     path = Path(models_root) / str(int(project_id)) / ".train.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
@@ -217,10 +170,14 @@ def _worker_env(store) -> dict:
     return env
 
 
-def start_training(store, project_id: int, config: TrainConfig, models_root=None) -> int:
+def start_training(store, project_id: int, config: TrainConfig, models_root=None, *,
+                   pause_at: str | None = None) -> int:
     """Start a background worker for a project; returns the new version id.
     :class:`TrainingBusyError` while a run of the project is going, InputError when there is
-    nothing to train on."""
+    nothing to train on.  ``pause_at`` (tests, demonstrations): the run waits there
+    (:data:`gpsl.annotation.pipeline.PAUSES`) until it is stopped or killed."""
+    if pause_at is not None and pause_at not in pipeline.PAUSES:
+        raise ValueError(f"pause_at must be one of {', '.join(pipeline.PAUSES)}")
     root = Path(models_root or store.models_root)
     if store.get_project(project_id) is None:
         raise InputError(f"no project with id {project_id}", source="<train>")
@@ -234,13 +191,14 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
             raise InputError("no labeled tokens yet: label some tokens before training",
                              source="<train>")
         cleanup_staging(store, project_id, root)
-        address = os.environ.get("GPSL_DASK_SCHEDULER", "").strip()
+        address = dask_jobs.scheduler_address()
         if address:
-            return _start_dask(store, project_id, config, root, address)
+            return _start_dask(store, project_id, config, root, address, pause_at)
         vid = store.start_model_version(project_id, config.to_settings())
         log = pipeline.log_file(root, project_id, vid)
-        cmd = [sys.executable, "-m", "gpsl", "worker", "--version", str(vid),
+        cmd = [sys.executable, "-m", "gpsl.annotation.worker", "--version", str(vid),
                "--models-root", str(root)]
+        cmd += ["--pause-at", pause_at] if pause_at else []
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "wb") as out:
@@ -248,32 +206,29 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
                                         stderr=subprocess.STDOUT, env=_worker_env(store),
                                         start_new_session=True, close_fds=True)
         except OSError as exc:
-            store.fail_model_version(vid, f"could not start the training worker: "
-                                          f"{pipeline.one_line(exc)}")
-            raise InputError(f"could not start the training worker: {pipeline.one_line(exc)}",
+            store.fail_model_version(vid, one_line(exc, "could not start the training worker"))
+            raise InputError(one_line(exc, "could not start the training worker"),
                              source="<train>") from exc
         store.set_model_worker(vid, proc.pid, process_started(proc.pid))
         _WORKERS[vid] = (proc, store)
     return vid
 
 
-def _start_dask(store, project_id: int, config: TrainConfig, root: Path, address) -> int:
+def _start_dask(store, project_id: int, config: TrainConfig, root: Path, address,
+                pause_at: str | None) -> int:
     """The Dask runner's start: the version (its worker identity is this process until the
     job claims it) and its job on the scheduler."""
-    from gpsl.annotation import dask_jobs
-
     dask_jobs.client(address)  # an unreachable scheduler: one line, no version recorded
     # until the job claims it, the version's process is this one, on this host (another app
     # server sharing the store cannot check it and leaves it alone)
     vid = store.start_model_version(project_id, {**config.to_settings(), "scheduler": address,
                                                  "host": socket.gethostname()})
     try:
-        dask_jobs.submit(store, vid, root, address)
+        dask_jobs.submit(store, vid, root, address, pause_at=pause_at)
     except Exception as exc:
-        store.fail_model_version(vid, f"could not submit the training job: "
-                                      f"{pipeline.one_line(exc)}")
-        raise InputError(f"could not submit the training job to {address}: "
-                         f"{pipeline.one_line(exc)}", source="<train>") from exc
+        store.fail_model_version(vid, one_line(exc, "could not submit the training job"))
+        raise InputError(one_line(exc, f"could not submit the training job to {address}"),
+                         source="<train>") from exc
     return vid
 
 
@@ -286,13 +241,11 @@ def stop_training(store, version_id: int) -> bool:
         return False
     ok = store.fail_model_version(version_id, "stopped by the user", status="killed")
     if v["settings"].get("scheduler") or v["settings"].get("runner") == "dask":
-        dask_jobs = sys.modules.get("gpsl.annotation.dask_jobs")
-        if dask_jobs is not None:  # the job ends itself at its next sweep (should_stop)
-            dask_jobs.cancel(version_id)
+        dask_jobs.cancel(version_id)  # the job ends itself at its next sweep (should_stop)
         reap_workers()
         return ok
-    proc = _process(v["settings"])
-    if proc is not None and proc.pid != os.getpid() and _is_worker_of(proc, version_id):
+    proc = process_of(v["settings"])
+    if proc is not None and proc.pid != os.getpid() and is_worker_of(proc, version_id):
         with contextlib.suppress(psutil.Error):
             proc.terminate()  # psutil checks the pid was not reused since _process()
     reap_workers()
@@ -309,23 +262,4 @@ def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
             raise TrainingBusyError(f"model version {busy['id']} is still training")
         vid = store.start_model_version(project_id, config.to_settings())
     return pipeline.run(store, vid, root, raise_errors=raise_errors)
-
-
-def worker_main(version_id: int, models_root: str | None, db: str | None = None) -> int:
-    """The worker process: run one version's pipeline (``python -m gpsl worker``)."""
-    from gpsl.annotation.facade import Store
-
-    target = db or os.environ.get("GPSL_DB", "")
-    if not target:
-        raise InputError("no store given (GPSL_DB is not set)", source="worker")
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(5)
-    store = Store(target, models_root=models_root)
-    try:
-        version = pipeline.run(store, version_id, store.models_root)
-    except pipeline.UnrecordedFailure as exc:
-        return exc.exit_code
-    print(f"version {version_id}: {version['status']}"
-          + (f" ({version['error']})" if version.get("error") else ""), flush=True)
-    return 0 if version["status"] == "done" else 1
 

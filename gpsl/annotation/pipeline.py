@@ -1,85 +1,107 @@
-"""The training pipeline of one model version: fit → evaluate → save → predict.
+"""The training pipeline of one model version: fit → calibrate → evaluate → save → predict.
 
-Runs in a worker process (:mod:`gpsl.annotation.jobs`) or in the caller (:func:`train_now`).
+Runs in a worker process (:mod:`gpsl.annotation.jobs`, :mod:`gpsl.annotation.dask_jobs`) or in
+the caller (:func:`gpsl.annotation.jobs.train_now`); :func:`run` calls the steps in order:
 
-1. Every ``'train'`` sentence with at least one labeled token is used (no cap unless the
+1. :func:`_load`: every ``'train'`` sentence with at least one labeled token (no cap unless the
    run's :class:`TrainConfig` sets ``max_sentences``); the labels are read when the run
    starts, so a label made before the run is counted in its labeled-token figure.
-2. :class:`~gpsl.model.GPSL` is fitted with the run's ``inference`` mode; after every sweep
-   the progress file gets the iteration, bound and seconds (the Train page shows an ETA).
-3. It is calibrated (:func:`calibrate`: a temperature fitted on the project's held-out gold
-   when it has at least :data:`MIN_CALIBRATION_TOKENS` gold tokens, otherwise on out-of-fold
-   predictions of folds of the labeled sentences, :func:`gpsl.calibration.calibration_folds`),
-   evaluated on the
-   held-out gold labels (:func:`evaluate`, the one held-out evaluation: the Confidence page uses
-   it too), saved to ``.staging-<version>`` and renamed to ``<root>/<project>/<version>``.
-   When the held-out gold is the calibration data, the held-out sentences' marginals (figures
-   and stored predictions) are calibrated by a temperature fitted on the *other* half of the
+2. :func:`_fit`: :class:`~gpsl.model.GPSL` with the run's settings; after every sweep the
+   progress file gets the iteration, bound and seconds (the Train page shows an ETA).
+3. :func:`calibrate`: a calibrator fitted on the project's held-out gold when it has at
+   least :data:`MIN_CALIBRATION_TOKENS` gold tokens, otherwise on out-of-fold predictions of
+   folds of the labeled sentences (:func:`gpsl.calibration.calibration_folds`). When the
+   held-out gold is the calibration data, the held-out sentences' marginals (figures and
+   stored predictions) are calibrated by a calibrator fitted on the *other* half of the
    held-out sentences, so no held-out figure is in-sample.
-4. Predictions for every sentence are made in chunks (progress written per chunk) and
-   stored with the annotation queue's per-token query scores (:func:`query_scores`, the
-   strategy :data:`gpsl.active.DEFAULT_QUERY`, recorded on the version); then the version
-   is marked ``'done'`` and becomes the active model in one transaction.  Any exception
-   marks the version ``'failed'`` with a one-line reason.
+4. :func:`_evaluate`: the held-out figures (:func:`gpsl.annotation.evaluation.heldout`, the one
+   held-out evaluation: the Confidence page uses it too).
+5. :func:`_save`: the model is saved to ``.staging-<version>`` and renamed to
+   ``<root>/<project>/<version>`` (:mod:`gpsl.annotation.runs`).
+6. :func:`_predict`: predictions for every sentence in chunks (progress written per chunk),
+   stored with the annotation queue's per-token query scores (:func:`query_scores`, the run's
+   ``query`` strategy, recorded on the version);
+7. :func:`_finish`: the version is marked ``'done'`` and becomes the active model in one
+   transaction.  Any exception marks the version ``'failed'`` with a one-line reason.
 
-A run killed at any point leaves the previously active model active.
+A run killed at any point leaves the previously active model active.  ``pause_at`` makes a
+run wait at one of :data:`PAUSES` until it is stopped (tests and demonstrations kill a worker
+there); it is passed explicitly, never read from the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gpsl import active, params
+from gpsl.annotation.errors import one_line
+from gpsl.annotation.evaluation import heldout
+from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here for callers)
+    Progress,
+    eta_seconds,
+    log_file,
+    model_dir,
+    progress_file,
+    read_progress,
+    staging_dir,
+    worker_log,
+)
+from gpsl.calibration import Calibrator, calibration_folds, cross_calibrate
 from gpsl.errors import InputError
+from gpsl.model import GPSL
 
 PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the kernel block)
-# "pause-after-staging" / "pause-in-fit" (after the first sweep): tests kill a worker there
-TEST_HOOK_ENV = "GPSL_TRAINING_TEST_HOOK"
-INFERENCE_MODES = ("auto", "full", "sparse")
-KERNELS = ("linear", "rbf")
+#: where a run can be made to wait (``pause_at``): after saving the model into its staging
+#: folder, before the rename; in the fit, after the first sweep
+PAUSES = ("after-staging", "in-fit")
+PAUSE_SECONDS = 600.0  # a paused run waits at most this long
+#: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
+MIN_CALIBRATION_TOKENS = 50
+
+#: the settings of a run that are parameters of :mod:`gpsl.params` (constraints, defaults
+#: where the app starts a fit, labels and help of the Train page's widgets)
+TRAIN_PARAMS = {name: params.param(name) for name in (
+    "offsets", "kernel", "learn_hyper", "max_iter", "tol", "inference", "max_sentences")}
+_APP = params.defaults("app", TRAIN_PARAMS)
+INFERENCE_MODES = TRAIN_PARAMS["inference"].options
+KERNELS = TRAIN_PARAMS["kernel"].options
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Settings of one training run (stored in the version's ``settings``)."""
+    """Settings of one training run (stored in the version's ``settings``): the parameters
+    of :data:`TRAIN_PARAMS`, checked against :mod:`gpsl.params` (their defaults are the
+    table's for a fit started in the app), and the queue's ``query`` strategy."""
 
-    offsets: tuple[int, ...] = (-1, 1)
-    kernel: str = "linear"
-    learn_hyper: bool = False
-    max_iter: int = 50
-    tol: float = 1e-3  # the library default
-    inference: str = "auto"  # GPSL(inference=...): "auto", "full" or "sparse"
-    max_sentences: int | None = None  # optional cap (the most labeled sentences first)
-    extra: dict = field(default_factory=dict)
+    offsets: tuple[int, ...] = _APP["offsets"]
+    kernel: str = _APP["kernel"]
+    learn_hyper: bool = _APP["learn_hyper"]
+    max_iter: int = _APP["max_iter"]
+    tol: float = _APP["tol"]
+    inference: str = _APP["inference"]  # GPSL(inference=...): "auto", "full" or "sparse"
+    max_sentences: int | None = _APP["max_sentences"]  # a cap (the most labeled first)
+    #: the query score that orders the annotation queue (a key of
+    #: :data:`gpsl.active.QUERY_SCORES`; its name is recorded on the version)
+    query: str = active.DEFAULT_QUERY
 
     def __post_init__(self):
-        from gpsl.model import parse_offsets
-
-        object.__setattr__(self, "offsets", tuple(parse_offsets(self.offsets)))
-        if self.kernel not in KERNELS:
-            raise InputError(f"kernel must be linear or rbf, got {self.kernel!r}",
-                             source="<train>")
-        if self.inference not in INFERENCE_MODES:
-            raise InputError(f"inference must be auto, full or sparse, got {self.inference!r}",
-                             source="<train>")
-        if int(self.max_iter) < 1:
-            raise InputError("max iterations must be at least 1", source="<train>")
-        object.__setattr__(self, "max_iter", int(self.max_iter))
-        if self.max_sentences is not None and int(self.max_sentences) < 1:
-            raise InputError("max sentences must be at least 1", source="<train>")
+        for name in TRAIN_PARAMS:
+            object.__setattr__(self, name, params.check(name, getattr(self, name), "<train>"))
+        if self.query not in active.QUERY_SCORES:
+            raise InputError(f"query must be one of {', '.join(active.QUERY_SCORES)}, got "
+                             f"{self.query!r}", source="<train>")
 
     @property
     def preset(self) -> str:
-        return preset_of(self.offsets)
+        return params.preset_of(self.offsets)
 
     def to_settings(self) -> dict:
         d = asdict(self)
@@ -93,118 +115,21 @@ class TrainConfig:
         return cls(**{k: v for k, v in settings.items() if k in names})
 
 
-def preset_of(offsets: Sequence[int]) -> str:
-    """``"GPSL1"``/``"GPSL2"``/``"GPSL4"`` (the presets of :mod:`gpsl.model`) or ``"custom"``."""
-    from gpsl.model import PRESETS
-
-    offs = tuple(int(o) for o in offsets)
-    for name, value in PRESETS.items():
-        if tuple(value) == offs:
-            return name
-    return "custom"
+class Stopped(Exception):
+    """The run's version is no longer running (stopped by the user): :func:`run` ends it."""
 
 
-# --------------------------------------------------------------------------- model folders
+class UnrecordedFailure(Exception):
+    """A run failed and its reason could not be written to the store (e.g. the disk is
+    full): the worker exits with ``exit_code`` (the errno when there is one) so that the
+    process that started it can record why."""
+
+    def __init__(self, reason: str, exit_code: int):
+        super().__init__(reason)
+        self.exit_code = exit_code
 
 
-def model_dir(models_root, project_id: int, version_id: int) -> Path:
-    return Path(models_root) / str(int(project_id)) / str(int(version_id))
-
-
-def staging_dir(models_root, project_id, version_id) -> Path:
-    return Path(models_root) / str(int(project_id)) / f".staging-{int(version_id)}"
-
-
-def progress_file(models_root, project_id, version_id) -> Path:
-    return Path(models_root) / str(int(project_id)) / f".progress-{int(version_id)}.json"
-
-
-def log_file(models_root, project_id, version_id) -> Path:
-    return Path(models_root) / str(int(project_id)) / f".worker-{int(version_id)}.log"
-
-
-def read_progress(models_root, project_id: int, version_id: int) -> dict | None:
-    """The run's progress: ``dict(phase, iteration, max_iter, bounds, seconds, updated,
-    inference, eta_seconds, done, total, ...)`` or None before the first write.  ``phase``
-    is loading, fitting, evaluating, saving, predicting, done, failed or stopped."""
-    try:
-        return json.loads(progress_file(models_root, project_id, version_id)
-                          .read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def worker_log(models_root, project_id: int, version_id: int, tail: int = 4000) -> str:
-    try:
-        return log_file(models_root, project_id, version_id).read_text(
-            encoding="utf-8", errors="replace")[-tail:]
-    except OSError:
-        return ""
-
-
-def eta_seconds(progress: dict | None) -> float | None:
-    """Seconds left by the progress so far: the mean sweep time times the sweeps left while
-    fitting (an upper bound: the fit may converge earlier), the chunks left while
-    predicting."""
-    if not progress:
-        return None
-    phase = progress.get("phase")
-    if phase == "fitting":
-        secs = progress.get("seconds") or []
-        if not secs:
-            return None
-        per = float(secs[-1]) / max(1, len(secs))
-        return per * max(0, int(progress.get("max_iter", 0)) - int(progress.get("iteration", 0)))
-    if phase == "predicting":
-        done, total = progress.get("done", 0), progress.get("total", 0)
-        started = progress.get("phase_started")
-        if done and total and started:
-            return (time.time() - float(started)) / done * (total - done)
-    return None
-
-
-class Progress:
-    """Atomically rewritten JSON progress file (temp file, then rename)."""
-
-    def __init__(self, path: Path, max_iter: int, inference: str):
-        self.path = path
-        self.data = {"phase": "loading", "iteration": 0, "max_iter": int(max_iter),
-                     "bounds": [], "seconds": [], "inference": inference,
-                     "updated": time.time(), "phase_started": time.time()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.write()
-
-    def write(self) -> None:
-        self.data["updated"] = time.time()
-        self.data["eta_seconds"] = eta_seconds(self.data)
-        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.data, f)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    def phase(self, name: str, **extra) -> None:
-        self.data["phase"] = name
-        self.data["phase_started"] = time.time()
-        self.data.update(extra)
-        self.write()
-
-    def sweep(self, info: dict) -> None:
-        self.data["iteration"] = int(info.get("iteration", 0))
-        self.data["bounds"].append(float(info.get("bound", float("nan"))))
-        self.data["seconds"].append(float(info.get("seconds", 0.0)))
-        self.write()
-
-    def chunk(self, done: int, total: int) -> None:
-        self.data["done"], self.data["total"] = int(done), int(total)
-        self.write()
-
-
-# --------------------------------------------------------------------------- the steps
+# --------------------------------------------------------------------------- helpers
 
 
 def pick_sentences(ids, X, y, max_sentences):
@@ -247,78 +172,12 @@ def query_scores(model, X, y, marginals, strategy: str, seed: int = 0) -> list[n
     (:meth:`~gpsl.model.GPSL.calibration_scores` with the predictive variances), the known
     labels ``y`` clamped, and ``marginals`` (the stored ones) for the scores that read
     marginals; known tokens score 0.  ``bald`` draws with ``seed``."""
-    from gpsl import active
-
     sc = model.calibration_scores(X, with_variance=True)
     idx = model.gold_index(y) if y is not None else []
     clamp = np.concatenate(idx) if idx else None
     P = np.concatenate([np.asarray(m, dtype=float) for m in marginals])
     out = active.score_tokens(sc, strategy, clamp, seed=seed, marginals=P)
     return np.split(out, np.cumsum(sc.lengths)[:-1])
-
-
-def evaluate(classes: Sequence[str], marginals: Sequence[np.ndarray],
-             gold: Sequence[Sequence[str | None]]) -> dict:
-    """Held-out figures of predictions against gold labels (None: no gold for that token):
-    ``heldout_tokens, heldout_accuracy, heldout_ece`` (10 equal-width bins),
-    ``heldout_ece_mass`` (15 equal-mass bins), ``heldout_mean_confidence``, ``heldout_nll``,
-    ``heldout_brier`` (+ ``heldout_chunk_f1`` for complete BIO gold), and ``confidence``,
-    ``correct`` and ``gold_label`` per gold token; {} without gold."""
-    from gpsl import metrics
-
-    classes = list(classes)
-    index = {c: j for j, c in enumerate(classes)}
-    conf, correct, y_true, y_pred, rows, gold_idx, gold_lab = [], [], [], [], [], [], []
-    for p, g in zip(marginals, gold):
-        if p is None or p.shape != (len(g), len(classes)):
-            continue
-        pred = [classes[j] for j in p.argmax(axis=1)]
-        y_pred.append(pred)
-        y_true.append(list(g))
-        for t, lab in enumerate(g):
-            if lab is not None:
-                conf.append(float(p[t].max()))
-                correct.append(pred[t] == lab)
-                rows.append(p[t])
-                gold_idx.append(index.get(lab, -1))
-                gold_lab.append(lab)
-    if not conf:
-        return {}
-    P = np.asarray(rows, dtype=float)
-    seen = np.asarray(gold_idx) >= 0  # a gold label the model never saw has probability 0
-    nll = (metrics.negative_log_likelihood(P[seen], np.asarray(gold_idx)[seen])
-           if seen.any() else float("nan"))
-    out = {"heldout_sentences": len(y_true), "heldout_tokens": len(conf),
-           "heldout_accuracy": float(np.mean(correct)),
-           "heldout_ece": float(metrics.expected_calibration_error(conf, correct)),
-           "heldout_ece_mass": float(metrics.ece_equal_mass(conf, correct)),
-           "heldout_mean_confidence": float(np.mean(conf)),
-           "heldout_nll": float(nll),
-           "heldout_brier": (float(metrics.brier_score(P[seen], np.asarray(gold_idx)[seen]))
-                             if seen.any() else float("nan")),
-           "confidence": conf, "correct": correct, "gold_label": gold_lab}
-    if all(lab is not None for g in y_true for lab in g) and \
-            metrics.is_chunk_label_set(lab for g in y_true for lab in g):
-        with contextlib.suppress(ValueError):
-            out["heldout_chunk_f1"] = float(metrics.chunk_f1(y_true, y_pred))
-    return out
-
-
-def evaluate_heldout(model, store, project_id: int, marginals: dict | None = None) -> dict:
-    """:func:`evaluate` of a fitted model on the project's held-out gold labels
-    (``marginals``: the held-out sentences' marginals by sentence id, when already made)."""
-    ids, X, gold = store.gold_data(project_id)
-    if not ids:
-        return {}
-    P = [marginals[i] for i in ids] if marginals else predict(model, X)
-    out = evaluate(model.classes_, P, gold)
-    for key in ("confidence", "correct", "gold_label"):
-        out.pop(key, None)
-    return out
-
-
-#: held-out gold tokens needed to calibrate on the held-out gold (else: folds of the labels)
-MIN_CALIBRATION_TOKENS = 50
 
 
 def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
@@ -332,8 +191,6 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
     sentences, 3 above; no marginals returned). With neither, the
     model stays uncalibrated. Returns ``(figures for the version's metrics, marginals)``.
     """
-    from gpsl.calibration import Calibrator, calibration_folds, cross_calibrate
-
     ids, Xg, gold = store.gold_data(project_id)
     gold_idx = model.gold_index(gold) if ids else []
     n_gold = sum(int((g >= 0).sum()) for g in gold_idx)
@@ -359,150 +216,202 @@ def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
                             "summary": cal.describe()}}, held
 
 
-class Stopped(Exception):
-    """The run's version is no longer running (stopped by the user): :func:`run` ends it."""
+# --------------------------------------------------------------------------- the steps
 
 
-class UnrecordedFailure(Exception):
-    """A run failed and its reason could not be written to the store (e.g. the disk is
-    full): the worker exits with ``exit_code`` (the errno when there is one) so that the
-    process that started it can record why."""
+@dataclass
+class _Run:
+    """One run's context: its store, version, config, folders, progress and how it may be
+    stopped or paused."""
 
-    def __init__(self, reason: str, exit_code: int):
-        super().__init__(reason)
-        self.exit_code = exit_code
+    store: object
+    version_id: int
+    project_id: int
+    root: Path
+    config: TrainConfig
+    should_stop: Callable[[], bool] | None
+    pause_at: str | None
+    progress: Progress | None = None
+
+    @property
+    def staging(self) -> Path:
+        return staging_dir(self.root, self.project_id, self.version_id)
+
+    @property
+    def final(self) -> Path:
+        return model_dir(self.root, self.project_id, self.version_id)
+
+    def check_stop(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise Stopped()
+
+    def pause(self, where: str) -> None:
+        """Wait here when the run was asked to (``pause_at``), until stopped."""
+        if self.pause_at != where:
+            return
+        if where == "after-staging":
+            self.progress.phase("paused")
+        deadline = time.monotonic() + PAUSE_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            self.check_stop()
 
 
-def one_line(exc: BaseException) -> str:
-    if isinstance(exc, InputError):
-        return str(exc)
-    if isinstance(exc, OSError) and exc.errno is not None:
-        text = f"{os.strerror(exc.errno)}" + (f": {exc.filename}" if exc.filename else "")
-        return f"{type(exc).__name__}: {text}"
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+def _load(run: _Run):
+    """Step 1: the labeled training sentences (at most ``max_sentences``)."""
+    ids, X, y = run.store.training_data(run.project_id, "train", only_labeled=True,
+                                        with_ids=True)
+    if not X:
+        raise InputError("no labeled tokens yet: label some tokens before training",
+                         source="<train>")
+    return pick_sentences(ids, X, y, run.config.max_sentences)
+
+
+def _fit(run: _Run, X, y) -> GPSL:
+    """Step 2: the model, with the progress file written after every sweep."""
+    config = run.config
+    project = run.store.get_project(run.project_id)
+    model = GPSL(offsets=config.offsets, kernel=config.kernel,
+                 template=project["template"] or None, max_iter=config.max_iter,
+                 tol=config.tol, learn_hyper=config.learn_hyper, inference=config.inference)
+    run.progress.phase("fitting", sentences=len(X),
+                       labeled_tokens=sum(lab is not None for labs in y for lab in labs))
+
+    def on_sweep(info):
+        run.progress.sweep(info)
+        run.check_stop()
+        run.pause("in-fit")
+
+    return model.fit(X, y, callback=on_sweep)
+
+
+def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
+    """Steps 3 and 4: calibrate, then the held-out figures; returns ``(the version's
+    metrics, the held-out sentences' cross-calibrated marginals)``."""
+    mode = getattr(model, "inference_", run.config.inference)
+    run.progress.phase("calibrating", inference_used=mode)
+    cal_info, held = calibrate(model, run.store, run.project_id, X, y)
+    run.progress.phase("evaluating", inference_used=mode)
+    ids, Xg, gold = run.store.gold_data(run.project_id)
+    figures = {}
+    if ids:
+        P = [held[i] for i in ids] if held else predict(model, Xg)
+        result = heldout(model.classes_, P, gold)
+        figures = result.figures() if result is not None else {}
+    figures.update(cal_info)
+    figures.update({"train_sentences": len(X),
+                    "train_labeled_tokens": sum(lab is not None for labs in y for lab in labs),
+                    "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
+                    "inference": mode, "train_missing_labels": int(model.n_missing_),
+                    "missing_weight": float(model.missing_weight_)})
+    return figures, held
+
+
+def _save(run: _Run, model: GPSL) -> None:
+    """Step 5: the model saved to the staging folder, then renamed into place."""
+    run.progress.phase("saving")
+    if run.staging.exists():
+        shutil.rmtree(run.staging)
+    model.save(run.staging)
+    run.pause("after-staging")
+    if run.final.exists():
+        # left by another store that used this models folder (e.g. a deleted database
+        # file): never this store's (version ids are unique), kept aside, never deleted
+        os.rename(run.final, run.final.with_name(f".orphan-{run.final.name}-{time.time_ns()}"))
+    os.rename(run.staging, run.final)
+
+
+def _predict(run: _Run, model: GPSL, held: dict) -> None:
+    """Step 6: every sentence's marginals (the current labels clamped; a held-out sentence
+    without labels: its cross-calibrated marginals) and query scores, stored per chunk."""
+    ids, X, y = run.store.training_data(run.project_id, split=None, with_ids=True)
+    strategy = run.config.query
+    run.progress.phase("predicting", done=0, total=len(ids), query_strategy=strategy)
+    for a, b in chunks([len(s) for s in X], PREDICT_CHUNK_TOKENS):
+        P = model.predict_marginals(X[a:b], y=y[a:b])
+        for k, sid in enumerate(ids[a:b]):
+            if sid in held and not any(v is not None for v in y[a + k]):
+                P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
+        Q = query_scores(model, X[a:b], y[a:b], P, strategy, seed=run.version_id)
+        run.store.save_predictions(run.version_id, dict(zip(ids[a:b], P)),
+                                   dict(zip(ids[a:b], Q)))
+        run.progress.chunk(b, len(ids))
+        run.check_stop()
+
+
+def _finish(run: _Run, model: GPSL, figures: dict) -> None:
+    """Step 7: done and active in one transaction (or, stopped meanwhile, nothing kept)."""
+    done = run.store.finish_model_version(
+        run.version_id, run.final, model.bound_trace_, figures,
+        figures["train_labeled_tokens"], classes=model.classes_, activate=True,
+        query_strategy=run.config.query)
+    if not done:  # stopped meanwhile: keep nothing of it active
+        raise Stopped()
+    run.store.prune_predictions(run.project_id, keep=2)
+    run.progress.phase("done")
+
+
+def _stopped(run: _Run) -> None:
+    with contextlib.suppress(Exception):
+        run.store.delete_predictions(run.version_id)
+    if run.progress is not None:
+        with contextlib.suppress(Exception):
+            run.progress.phase("stopped")
+    shutil.rmtree(run.staging, ignore_errors=True)
+
+
+def _failed(run: _Run, exc: BaseException, raise_errors: bool) -> None:
+    """Record why the run failed (or, when the store cannot be written, raise
+    :class:`UnrecordedFailure` for the worker's exit status)."""
+    reason = one_line(exc) if isinstance(exc, Exception) else \
+        f"worker interrupted ({type(exc).__name__})"
+    recorded = False
+    with contextlib.suppress(Exception):
+        run.store.fail_model_version(run.version_id, reason)
+        recorded = True
+    if run.progress is not None:
+        with contextlib.suppress(Exception):
+            run.progress.phase("failed", error=reason)
+    if not recorded:  # e.g. the disk is full: the parent records the exit status
+        with contextlib.suppress(Exception):
+            print(f"gpsl worker: version {run.version_id} failed: {reason}", flush=True)
+    shutil.rmtree(run.staging, ignore_errors=True)
+    if raise_errors or not isinstance(exc, Exception):
+        raise exc
+    if not recorded:
+        code = getattr(exc, "errno", None)  # an exit status is 1 ... 125
+        raise UnrecordedFailure(reason, code if isinstance(code, int) and code in range(1, 126)
+                                else 1) from exc
 
 
 def run(store, version_id: int, models_root, *, raise_errors: bool = False,
-        should_stop=None) -> dict:
+        should_stop: Callable[[], bool] | None = None, pause_at: str | None = None) -> dict:
     """Run the ``'running'`` model version ``version_id`` to the end (module docstring);
     returns the version dict.  Errors are recorded in the version (and re-raised when
     ``raise_errors``).  ``should_stop()`` (optional) is asked after every sweep and every
     prediction chunk; when it says so the run ends as ``'stopped'`` (a runner that cannot
-    signal its worker, e.g. a Dask job, stops it this way)."""
-
-    def check_stop():
-        if should_stop is not None and should_stop():
-            raise Stopped()
-
-    def on_sweep(info):
-        progress.sweep(info)
-        check_stop()
-        if os.environ.get(TEST_HOOK_ENV) == "pause-in-fit":
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                time.sleep(0.1)
-                check_stop()
-
-    from gpsl import active
-    from gpsl.model import GPSL
-
+    signal its worker, e.g. a Dask job, stops it this way).  ``pause_at``: one of
+    :data:`PAUSES`, where the run waits until it is stopped."""
+    if pause_at is not None and pause_at not in PAUSES:
+        raise ValueError(f"pause_at must be one of {', '.join(PAUSES)}, got {pause_at!r}")
     version = store.get_model_version(version_id)
     if version is None:
         raise InputError(f"no model version {version_id}", source=store.where)
     if version["status"] != "running":
         return version
-    project_id = version["project_id"]
-    root = Path(models_root)
-    config = TrainConfig.from_settings(version["settings"])
-    staging = staging_dir(root, project_id, version_id)
-    final = model_dir(root, project_id, version_id)
-    progress = None
+    r = _Run(store, version_id, version["project_id"], Path(models_root),
+             TrainConfig.from_settings(version["settings"]), should_stop, pause_at)
     try:
-        progress = Progress(progress_file(root, project_id, version_id), config.max_iter,
-                            config.inference)
-        project = store.get_project(project_id)
-        ids, X, y = store.training_data(project_id, "train", only_labeled=True, with_ids=True)
-        if not X:
-            raise InputError("no labeled tokens yet: label some tokens before training",
-                             source="<train>")
-        ids, X, y = pick_sentences(ids, X, y, config.max_sentences)
-        n_labeled = sum(lab is not None for labs in y for lab in labs)
-        model = GPSL(offsets=config.offsets, kernel=config.kernel,
-                     template=project["template"] or None, max_iter=config.max_iter,
-                     tol=config.tol, learn_hyper=config.learn_hyper,
-                     inference=config.inference)
-        progress.phase("fitting", sentences=len(X), labeled_tokens=n_labeled)
-        model.fit(X, y, callback=on_sweep)
-        mode = getattr(model, "inference_", config.inference)
-        progress.phase("calibrating", inference_used=mode)
-        cal_info, held = calibrate(model, store, project_id, X, y)
-        progress.phase("evaluating", inference_used=mode)
-        metrics = evaluate_heldout(model, store, project_id, held)
-        metrics.update(cal_info)
-        metrics.update({"train_sentences": len(X), "train_labeled_tokens": n_labeled,
-                        "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
-                        "inference": mode, "train_missing_labels": int(model.n_missing_),
-                        "missing_weight": float(model.missing_weight_)})
-        progress.phase("saving")
-        if staging.exists():
-            shutil.rmtree(staging)
-        model.save(staging)
-        if os.environ.get(TEST_HOOK_ENV) == "pause-after-staging":
-            progress.phase("paused")
-            time.sleep(600)
-        if final.exists():
-            # left by another store that used this models folder (e.g. a deleted database
-            # file): never this store's (version ids are unique), kept aside, never deleted
-            os.rename(final, final.with_name(f".orphan-{final.name}-{time.time_ns()}"))
-        os.rename(staging, final)
-        all_ids, all_X, all_y = store.training_data(project_id, split=None, with_ids=True)
-        strategy = active.DEFAULT_QUERY  # read now: the lead may change the default
-        progress.phase("predicting", done=0, total=len(all_ids), query_strategy=strategy)
-        for a, b in chunks([len(s) for s in all_X], PREDICT_CHUNK_TOKENS):
-            P = model.predict_marginals(all_X[a:b], y=all_y[a:b])
-            for k, sid in enumerate(all_ids[a:b]):
-                if sid in held and not any(v is not None for v in all_y[a + k]):
-                    P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
-            Q = query_scores(model, all_X[a:b], all_y[a:b], P, strategy, seed=version_id)
-            store.save_predictions(version_id, dict(zip(all_ids[a:b], P)),
-                                   dict(zip(all_ids[a:b], Q)))
-            progress.chunk(b, len(all_ids))
-            check_stop()
-        done = store.finish_model_version(version_id, final, model.bound_trace_, metrics,
-                                          n_labeled, classes=model.classes_, activate=True,
-                                          query_strategy=strategy)
-        if not done:  # stopped meanwhile: keep nothing of it active
-            store.delete_predictions(version_id)
-            progress.phase("stopped")
-            return store.get_model_version(version_id)
-        store.prune_predictions(project_id, keep=2)
-        progress.phase("done")
+        r.progress = Progress(progress_file(r.root, r.project_id, version_id),
+                              r.config.max_iter, r.config.inference)
+        _, X, y = _load(r)
+        model = _fit(r, X, y)
+        figures, held = _evaluate(r, model, X, y)
+        _save(r, model)
+        _predict(r, model, held)
+        _finish(r, model, figures)
     except Stopped:
-        with contextlib.suppress(Exception):
-            store.delete_predictions(version_id)
-        with contextlib.suppress(Exception):
-            progress.phase("stopped")
-        shutil.rmtree(staging, ignore_errors=True)
-        return store.get_model_version(version_id)
-    except BaseException as exc:
-        reason = one_line(exc) if isinstance(exc, Exception) else \
-            f"worker interrupted ({type(exc).__name__})"
-        recorded = False
-        with contextlib.suppress(Exception):
-            store.fail_model_version(version_id, reason)
-            recorded = True
-        if progress is not None:
-            with contextlib.suppress(Exception):
-                progress.phase("failed", error=reason)
-        if not recorded:  # e.g. the disk is full: the parent records the exit status
-            with contextlib.suppress(Exception):
-                print(f"gpsl worker: version {version_id} failed: {reason}", flush=True)
-        shutil.rmtree(staging, ignore_errors=True)
-        if raise_errors or not isinstance(exc, Exception):
-            raise
-        if not recorded:
-            code = getattr(exc, "errno", None)
-            raise UnrecordedFailure(reason, code if isinstance(code, int) and 0 < code < 126
-                                    else 1) from exc
+        _stopped(r)
+    except BaseException as exc:  # noqa: BLE001 - every failure is recorded (or re-raised)
+        _failed(r, exc, raise_errors)
     return store.get_model_version(version_id)

@@ -1,6 +1,9 @@
 """Stored predictions of a model version: per-sentence marginals (float32 NPY blobs, never
 pickled), per-token confidences, per-token query scores (float32 NPY blobs; schema 4, NULL
-before) and the sentence's queue score (:func:`gpsl.annotation.queue.queue_score`)."""
+before) and the sentence's queue score.
+
+A repository: the queue score is computed by :func:`gpsl.annotation.rules.queue_score` and
+written with the prediction by :mod:`gpsl.annotation.scoring`, in one transaction."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from io import BytesIO
 import numpy as np
 from sqlalchemy import bindparam, text
 
-from gpsl.annotation import queue
-from gpsl.annotation.db import Database, NotFoundError
+from gpsl.annotation.db import Database
+from gpsl.annotation.errors import NotFoundError
 
 
 def encode_marginals(arr: np.ndarray) -> bytes:
@@ -24,65 +27,88 @@ def decode_marginals(blob: bytes) -> np.ndarray:
     return np.load(BytesIO(bytes(blob)), allow_pickle=False)
 
 
-def save(db: Database, version_id: int, marginals: Mapping[int, np.ndarray],
-         query_scores: Mapping[int, np.ndarray] | None = None) -> int:
-    """Store ``{sentence_id: (L, J) array}`` of a version in one transaction (replacing
-    earlier ones of the same sentence), with ``query_scores`` ``{sentence_id: (L,) array}``
-    (the queue's per-token scores, :func:`gpsl.active.score_tokens`) when given; returns the
-    count."""
+def check(marginals: Mapping[int, np.ndarray],
+          query_scores: Mapping[int, np.ndarray] | None = None
+          ) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray]]:
+    """``marginals`` ``{sentence_id: (L, J) array}`` and ``query_scores`` ``{sentence_id:
+    (L,) array}`` as float32 items; query scores of a sentence without marginals raise."""
     items = [(int(sid), np.asarray(m, dtype=np.float32)) for sid, m in marginals.items()]
-    if not items:
-        return 0
     scores = {int(sid): np.asarray(q, dtype=np.float32)
               for sid, q in (query_scores or {}).items()}
     if set(scores) - {sid for sid, _ in items}:
         raise ValueError("query scores of sentences without marginals: "
                          f"{sorted(set(scores) - {sid for sid, _ in items})[:5]}")
+    return items, scores
 
-    def tx(conn):
-        from gpsl.annotation.versions import row as version_row
 
-        project_id = version_row(conn, version_id)._mapping["project_id"]
-        ids = [sid for sid, _ in items]
-        info = {r[0]: (r[1], r[2]) for r in conn.execute(text(
-            "SELECT id, project_id, n_tokens FROM sentences WHERE id IN :ids")
-            .bindparams(bindparam("ids", expanding=True)), {"ids": ids})}
-        labeled: dict[int, list[int]] = {}
-        for sid, t in conn.execute(text(
-                "SELECT sentence_id, token_index FROM derived_labels WHERE sentence_id IN :ids")
-                .bindparams(bindparam("ids", expanding=True)), {"ids": ids}):
-            labeled.setdefault(sid, []).append(t)
-        rows = []
-        for sid, arr in items:
-            if sid not in info or info[sid][0] != project_id:
-                raise NotFoundError(f"no sentence {sid} in the project of model version "
-                                    f"{version_id}")
-            n = info[sid][1]
-            if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
-                raise ValueError(f"sentence {sid}: marginals of shape {arr.shape}, "
-                                 f"expected ({n}, n_classes)")
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"sentence {sid}: marginals are not finite")
-            q = scores.get(sid)
-            if q is not None and (q.shape != (n,) or not np.all(np.isfinite(q))):
-                raise ValueError(f"sentence {sid}: query scores must be {n} finite numbers, "
-                                 f"got shape {q.shape}")
-            conf = arr.max(axis=1).astype("<f4")
-            rows.append({"v": version_id, "s": sid, "m": encode_marginals(arr),
-                         "c": conf.tobytes(), "mc": float(conf.min()),
-                         "qs": None if q is None else encode_marginals(q),
-                         "q": queue.queue_score(arr, labeled.get(sid, ()), q)})
-        conn.execute(text(
-            "INSERT INTO predictions (model_version_id, sentence_id, marginals, confidence,"
-            " min_confidence, queue_score, query_scores) VALUES (:v, :s, :m, :c, :mc, :q, :qs)"
-            " ON CONFLICT (model_version_id, sentence_id) DO UPDATE SET"
-            " marginals = excluded.marginals, confidence = excluded.confidence,"
-            " min_confidence = excluded.min_confidence, queue_score = excluded.queue_score,"
-            " query_scores = excluded.query_scores"),
-            rows)
-        return len(rows)
+def check_shapes(conn, version_id: int, items: list[tuple[int, np.ndarray]],
+                 scores: Mapping[int, np.ndarray]) -> None:
+    """Every sentence is in the version's project, its marginals are ``(n_tokens, J)`` finite
+    numbers and its query scores ``n_tokens`` finite numbers (else NotFoundError /
+    ValueError)."""
+    r = conn.execute(text("SELECT project_id FROM model_versions WHERE id = :v"),
+                     {"v": version_id}).first()
+    if r is None:
+        raise NotFoundError(f"no model version with id {version_id}")
+    project_id = r[0]
+    info = {r[0]: (r[1], r[2]) for r in conn.execute(text(
+        "SELECT id, project_id, n_tokens FROM sentences WHERE id IN :ids")
+        .bindparams(bindparam("ids", expanding=True)), {"ids": [sid for sid, _ in items]})}
+    for sid, arr in items:
+        if sid not in info or info[sid][0] != project_id:
+            raise NotFoundError(f"no sentence {sid} in the project of model version "
+                                f"{version_id}")
+        n = info[sid][1]
+        if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
+            raise ValueError(f"sentence {sid}: marginals of shape {arr.shape}, "
+                             f"expected ({n}, n_classes)")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"sentence {sid}: marginals are not finite")
+        q = scores.get(sid)
+        if q is not None and (q.shape != (n,) or not np.all(np.isfinite(q))):
+            raise ValueError(f"sentence {sid}: query scores must be {n} finite numbers, "
+                             f"got shape {q.shape}")
 
-    return db.write(tx)
+
+def write(conn, version_id: int, items: list[tuple[int, np.ndarray]],
+          scores: Mapping[int, np.ndarray], queue_scores: Mapping[int, float | None]) -> int:
+    """Store the checked items of a version (replacing earlier ones of the same sentences)
+    with their per-token confidences, query scores and queue scores; returns the count."""
+    rows = []
+    for sid, arr in items:
+        q = scores.get(sid)
+        conf = arr.max(axis=1).astype("<f4")
+        rows.append({"v": version_id, "s": sid, "m": encode_marginals(arr),
+                     "c": conf.tobytes(), "mc": float(conf.min()),
+                     "qs": None if q is None else encode_marginals(q), "q": queue_scores[sid]})
+    conn.execute(text(
+        "INSERT INTO predictions (model_version_id, sentence_id, marginals, confidence,"
+        " min_confidence, queue_score, query_scores) VALUES (:v, :s, :m, :c, :mc, :q, :qs)"
+        " ON CONFLICT (model_version_id, sentence_id) DO UPDATE SET"
+        " marginals = excluded.marginals, confidence = excluded.confidence,"
+        " min_confidence = excluded.min_confidence, queue_score = excluded.queue_score,"
+        " query_scores = excluded.query_scores"), rows)
+    return len(rows)
+
+
+def stored_arrays(conn, sentence_id: int
+                  ) -> list[tuple[int, np.ndarray | None, np.ndarray | None]]:
+    """``(version id, query scores, marginals)`` of every prediction of a sentence: the query
+    scores where they were stored (then the marginals are not read: None), else None and the
+    marginals."""
+    return [(vid, decode_marginals(scores), None) if scores is not None
+            else (vid, None, decode_marginals(blob))
+            for vid, scores, blob in conn.execute(text(
+                "SELECT model_version_id, query_scores, marginals FROM predictions"
+                " WHERE sentence_id = :s"), {"s": sentence_id})]
+
+
+def set_queue_scores(conn, sentence_id: int, scores: Mapping[int, float | None]) -> None:
+    """``scores``: version id -> the sentence's new queue score under that version."""
+    if scores:
+        conn.execute(text("UPDATE predictions SET queue_score = :q WHERE model_version_id = :v"
+                          " AND sentence_id = :s"),
+                     [{"q": q, "v": vid, "s": sentence_id} for vid, q in scores.items()])
 
 
 def get(db: Database, version_id: int,
@@ -148,5 +174,5 @@ def prune(db: Database, project_id: int, keep: int = 2) -> int:
     return db.write(tx)
 
 
-__all__ = ["decode_marginals", "delete", "encode_marginals", "get", "get_query_scores",
-           "has_any", "prune", "save"]
+__all__ = ["check", "check_shapes", "decode_marginals", "delete", "encode_marginals", "get",
+           "get_query_scores", "has_any", "prune", "set_queue_scores", "stored_arrays", "write"]

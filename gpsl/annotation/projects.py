@@ -12,8 +12,10 @@ from sqlalchemy import text
 
 from gpsl.annotation import sentences as sents
 from gpsl.annotation import validate
-from gpsl.annotation.db import Database, NotFoundError, dumps, loads, now
+from gpsl.annotation.db import Database, dumps, loads, now
+from gpsl.annotation.errors import NotFoundError
 from gpsl.errors import InputError
+from gpsl.io import read_conll
 from gpsl.tags import sort_labels
 
 SAMPLE_PROJECT_NAME = "Sample (news entities)"
@@ -44,6 +46,7 @@ def insert(conn, name, labels, template, offsets, kernel, settings) -> int:
     name = validate.project_name(name)
     labels = validate.label_set(labels)
     offsets = validate.offsets(offsets)
+    kernel = validate.kernel(kernel)
     if conn.execute(text("SELECT 1 FROM projects WHERE name = :n"), {"n": name}).first():
         raise InputError(f"a project named {name!r} already exists", source="<project>")
     return conn.execute(text(
@@ -70,6 +73,27 @@ def create(db: Database, name: str, labels: Sequence[str], template: str = "",
         if heldout:
             sents.insert(conn, pid, list(heldout), "heldout", doc, annotator, heldout_gold)
         return pid
+
+    return db.write(tx)
+
+
+def add_sentences(db: Database, project_id: int, items, *, split: str = "train",
+                  doc: str | None = None, annotator: str = "import", gold=None,
+                  add_labels: Sequence[str] = ()) -> int:
+    """Append sentences in one transaction; ``add_labels`` join the project's label set in
+    the same transaction (both or neither).  Returns how many sentences."""
+    split = validate.split(split)
+    annotator = validate.annotator(annotator)
+    if isinstance(add_labels, str):
+        raise InputError("add_labels must be a list of strings", source=doc or "<import>")
+    add_labels = [str(x) for x in add_labels]
+    items = list(items)
+
+    def tx(conn):
+        row(conn, project_id, db.for_update())
+        if add_labels:
+            extend_labels(conn, project_id, add_labels)
+        return sents.insert(conn, project_id, items, split, doc, annotator, gold)
 
     return db.write(tx)
 
@@ -103,8 +127,6 @@ def create_from_sentences(db: Database, name: str, sentences: Sequence, labels: 
 def read_sample(sample_dir: str | os.PathLike) -> dict:
     """The bundled sample as create() arguments: its labels (sorted), template, the last
     20 % held out with gold labels from ``sample_gold.conll`` (matched by tokens)."""
-    from gpsl.io import read_conll
-
     sample_dir = Path(sample_dir)
     conll, gold_file = sample_dir / "sample.conll", sample_dir / "sample_gold.conll"
     template_file = sample_dir / "template"
@@ -214,7 +236,7 @@ def update(db: Database, project_id: int, **fields) -> dict:
         if "offsets" in fields:
             values["offsets"] = dumps(validate.offsets(fields["offsets"]))
         if "kernel" in fields:
-            values["kernel"] = str(fields["kernel"])
+            values["kernel"] = validate.kernel(fields["kernel"])
         if "settings" in fields:
             values["settings"] = dumps(dict(fields["settings"] or {}))
         if "guidelines" in fields:
@@ -245,3 +267,23 @@ def delete(db: Database, project_id: int) -> bool:
     """Delete a project and everything in it; saved model folders are left alone."""
     return db.write(lambda conn: conn.execute(text("DELETE FROM projects WHERE id = :id"),
                                               {"id": project_id}).rowcount > 0)
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def settings_of(conn, project_id: int, lock: str = "") -> dict:
+    """The project's settings (JSON: the team settings, the crowd model, ...)."""
+    return loads(row(conn, project_id, lock)._mapping["settings"], {})
+
+
+def write_settings(conn, project_id: int, settings: Mapping) -> None:
+    conn.execute(text("UPDATE projects SET settings = :s WHERE id = :p"),
+                 {"s": dumps(dict(settings)), "p": project_id})
+
+
+def settings_of_sentence(conn, sentence_id: int) -> dict:
+    """The settings of the project a sentence belongs to ({} for an unknown sentence)."""
+    r = conn.execute(text("SELECT p.settings FROM sentences s JOIN projects p ON"
+                          " p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
+    return loads(r[0], {}) if r else {}

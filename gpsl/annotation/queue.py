@@ -1,15 +1,14 @@
 """The annotation queue: the one source of the order in which sentences are offered.
 
 A sentence's score is the largest *query score* of its unlabeled tokens under a model
-version: the per-token scores the training run stored with the prediction
-(``predictions.query_scores``, :func:`gpsl.active.score_tokens` with the strategy named in
-``model_versions.query_strategy``, :data:`gpsl.active.DEFAULT_QUERY` at the time of the run).
-Predictions stored before schema 4 have no query scores: for them the score is the old rule,
-:func:`gpsl.active.sentence_scores` (:data:`STRATEGY`, the largest least confidence
-``1 - max_j p_tj``) over the unlabeled tokens of the stored marginals.  The score is stored
+version (:func:`gpsl.annotation.rules.queue_score`): the per-token scores the training run
+stored with the prediction (``predictions.query_scores``, :func:`gpsl.active.score_tokens`
+with the strategy named in ``model_versions.query_strategy``), or for predictions stored
+before schema 4 the old rule, least confidence (:data:`FALLBACK_QUERY`).  The score is stored
 with the prediction (``predictions.queue_score``) and recomputed from the stored arrays
-whenever a label of the sentence changes (no model is loaded), so the queue is one indexed
-SQL query that sorts by it.  The Confidence page shows the same ranking (:func:`ranked`).
+whenever a label of the sentence changes (:mod:`gpsl.annotation.scoring`, no model is
+loaded), so the queue is one indexed SQL query that sorts by it, in the one order of
+:func:`_order_by`.  The Confidence page shows the same ranking (:func:`ranked`).
 
 :func:`route` hands sentences to the members of a team: each annotator gets sentences they
 have not labeled, at most ``overlap`` (k, a project setting) people hold one sentence at a
@@ -22,66 +21,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 from sqlalchemy import bindparam, text
 
-from gpsl import active
 from gpsl.annotation import validate
 from gpsl.annotation.db import Database, loads, now
 
 LEASE_SECONDS = 15 * 60
-STRATEGY = "sentence_least_confidence"
-AGGREGATE = "max"
-#: the query score named for predictions without stored query scores (the old rule: the
-#: token score of :data:`STRATEGY`, aggregated by :data:`AGGREGATE`)
-FALLBACK_QUERY = "least_confidence"
 ORDERS = ("uncertainty", "sequential")
+#: the query score named for predictions without stored query scores (schema 3 and older):
+#: the old rule, least confidence (:func:`gpsl.annotation.rules.token_scores`)
+FALLBACK_QUERY = "least_confidence"
 
 
-def queue_score(marginals: np.ndarray, labeled: Iterable[int],
-                query_scores: np.ndarray | None = None) -> float | None:
-    """The active-learning score of one sentence (higher: asked first), None when all of
-    its tokens are labeled: the largest of ``query_scores`` (one per token) over the
-    unlabeled tokens, or without them the old rule, the largest least confidence
-    ``1 - max_j p_tj`` of the ``marginals`` over the unlabeled tokens."""
-    if query_scores is not None:
-        q = np.asarray(query_scores, dtype=float).reshape(-1)
-        mask = np.zeros(q.shape[0], dtype=bool)
-        mask[[t for t in labeled if 0 <= t < q.shape[0]]] = True
-        free = q[~mask]
-        return float(free.max()) if free.size else None
-    m = np.asarray(marginals, dtype=float)
-    sums = m.sum(axis=1, keepdims=True)
-    m = np.where(sums > 0, m / np.where(sums > 0, sums, 1.0), 1.0 / max(1, m.shape[1]))
-    mask = np.zeros(m.shape[0], dtype=bool)
-    idx = [t for t in labeled if 0 <= t < m.shape[0]]
-    mask[idx] = True
-    score = active.sentence_scores([m], [mask], strategy=STRATEGY, aggregate=AGGREGATE)[0]
-    return None if np.isnan(score) else float(score)
+def _order_by(score: str | None, holders: str | None = None) -> str:
+    """The one annotation order, as SQL over ``s`` (sentences) and ``k`` (the annotator's
+    skips): sentences the annotator skipped last, least recently skipped first; with a
+    team's ``holders`` (k > 1) the sentences more people already hold first (an overlap is
+    completed before a new one starts); then the queue ``score`` under the active model,
+    highest first, sentences without one after; then file order."""
+    terms = ["k.at IS NOT NULL", "k.at"]
+    if holders:
+        terms.append(f"{holders} DESC")
+    if score:
+        terms += [f"{score} IS NULL", f"{score} DESC"]
+    return " ORDER BY " + ", ".join(terms + ["s.position"])
 
 
-def refresh_scores(conn, sentence_id: int) -> None:
-    """Recompute the queue score of every prediction of one sentence (after a label
-    change, inside its transaction) from the stored query scores, or the stored marginals
-    where there are none; no model is loaded."""
-    from gpsl.annotation.predictions import decode_marginals
-
-    preds = conn.execute(text("SELECT model_version_id, query_scores, marginals FROM"
-                              " predictions WHERE sentence_id = :s"),
-                         {"s": sentence_id}).fetchall()
-    if not preds:
-        return
-    labeled = [r[0] for r in conn.execute(text(
-        "SELECT token_index FROM derived_labels WHERE sentence_id = :s"), {"s": sentence_id})]
-    updates = []
-    for vid, scores, blob in preds:
-        if scores is not None:
-            q = queue_score(None, labeled, decode_marginals(scores))
-        else:
-            q = queue_score(decode_marginals(blob), labeled)
-        updates.append({"q": q, "v": vid, "s": sentence_id})
-    conn.execute(text("UPDATE predictions SET queue_score = :q WHERE model_version_id = :v"
-                      " AND sentence_id = :s"), updates)
+def _active_version(conn, project_id: int) -> int | None:
+    r = conn.execute(text("SELECT id FROM model_versions WHERE project_id = :p AND"
+                          " active = 1"), {"p": project_id}).first()
+    return r[0] if r else None
 
 
 def strategy(db: Database, project_id: int) -> str | None:
@@ -109,28 +78,36 @@ def queue(db: Database, project_id: int, order: str = "uncertainty",
     args = {"a": annotator, "p": project_id, "limit": 2 ** 62 if limit is None else int(limit)}
 
     def tx(conn):
-        version = None
-        if order == "uncertainty":
-            r = conn.execute(text("SELECT id FROM model_versions WHERE project_id = :p AND"
-                                  " active = 1"), {"p": project_id}).first()
-            version = r[0] if r else None
-        if version is None:
-            sql = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id"
-                   " AND k.annotator = :a WHERE s.project_id = :p AND s.split = 'train' AND"
-                   " s.n_labeled < s.n_tokens ORDER BY k.at IS NOT NULL, k.at, s.position"
-                   " LIMIT :limit")
-        else:
+        version = _active_version(conn, project_id) if order == "uncertainty" else None
+        base = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id"
+                " AND k.annotator = :a")
+        if version is not None:
             args["v"] = version
             hint = " INDEXED BY predictions_by_score" if db.dialect == "sqlite" else ""
-            sql = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id"
-                   f" AND k.annotator = :a LEFT JOIN predictions p{hint}"
-                   " ON p.sentence_id = s.id AND p.model_version_id = :v"
-                   " WHERE s.project_id = :p AND s.split = 'train' AND s.n_labeled < s.n_tokens"
-                   " ORDER BY k.at IS NOT NULL, k.at, p.queue_score IS NULL,"
-                   " p.queue_score DESC, s.position LIMIT :limit")
+            base += (f" LEFT JOIN predictions p{hint} ON p.sentence_id = s.id AND"
+                     " p.model_version_id = :v")
+        sql = (base + " WHERE s.project_id = :p AND s.split = 'train' AND"
+               " s.n_labeled < s.n_tokens"
+               + _order_by("p.queue_score" if version is not None else None) + " LIMIT :limit")
         return [r[0] for r in conn.execute(text(sql), args)]
 
     return db.read(tx)
+
+
+def next_unseen(db: Database, project_id: int, order: str, annotator: str,
+                current: int | None, seen: Iterable[int]) -> int | None:
+    """The next sentence for someone annotating alone: the first one of the queue not seen
+    in this session (then the first that is not ``current``); None when the queue is
+    empty."""
+    seen = set(seen)
+    ids = queue(db, project_id, order=order, annotator=annotator, limit=len(seen) + 5)
+    for sid in ids:
+        if sid not in seen and sid != current:
+            return sid
+    for sid in ids:
+        if sid != current:
+            return sid
+    return ids[0] if ids else None
 
 
 def ranked(db: Database, project_id: int, n: int = 10) -> list[dict]:
@@ -213,33 +190,26 @@ def route(db: Database, project_id: int, annotator: str, order: str = "uncertain
                 conn.execute(text("UPDATE leases SET expires_at = :u WHERE sentence_id = :s"
                                   " AND annotator = :a"), {"u": until, "s": sid, "a": annotator})
                 return sid
-        version = None
-        if order == "uncertainty":
-            r = conn.execute(text("SELECT id FROM model_versions WHERE project_id = :p AND"
-                                  " active = 1"), {"p": project_id}).first()
-            version = r[0] if r else None
+        version = _active_version(conn, project_id) if order == "uncertainty" else None
         holders = _holders_sql(db)
         if k == 1:
             need = "s.n_labeled < s.n_tokens"
-            rank = ""
         else:
             need = ("NOT EXISTS (SELECT 1 FROM votes m WHERE m.sentence_id = s.id AND"
                     " m.annotator = :a AND m.source <> 'import') AND (s.n_labeled < s.n_tokens"
                     " OR EXISTS (SELECT 1 FROM votes o WHERE o.sentence_id = s.id AND"
                     " o.annotator <> :a AND o.source <> 'import'))")
-            rank = f"{holders} DESC, "
         join = ""
-        score = ""
         args = {"a": annotator, "p": project_id, "now": at, "k": k}
         if version is not None:
             join = (" LEFT JOIN predictions pr ON pr.sentence_id = s.id AND"
                     " pr.model_version_id = :v")
-            score = "pr.queue_score IS NULL, pr.queue_score DESC, "
             args["v"] = version
         base = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id AND"
                 f" k.annotator = :a{join} WHERE s.project_id = :p AND s.split = 'train' AND"
                 f" {need} AND {holders} < :k")
-        tail = f" ORDER BY k.at IS NOT NULL, k.at, {rank}{score}s.position LIMIT 1"
+        tail = _order_by("pr.queue_score" if version is not None else None,
+                         holders if k > 1 else None) + " LIMIT 1"
         pick = None
         if exclude:
             pick = conn.execute(text(base + " AND s.id NOT IN :ex" + tail).bindparams(

@@ -8,19 +8,22 @@ from collections.abc import Sequence
 from sqlalchemy import bindparam, text
 
 from gpsl.annotation import validate
-from gpsl.annotation.db import Database, NotFoundError, dumps, loads, now
+from gpsl.annotation.db import Database, dumps, loads, now
+from gpsl.annotation.errors import NotFoundError
+from gpsl.errors import InputError
 
 
 def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, gold) -> int:
     """Append checked sentences (inside a write transaction); labels in the items become
     ``annotator``'s votes (history action ``'import'``), ``gold`` the gold labels."""
-    from gpsl.annotation import projects
-
-    project = projects.row(conn, project_id)._mapping
+    project = conn.execute(text("SELECT labels FROM projects WHERE id = :p"),
+                           {"p": project_id}).first()
+    if project is None:
+        raise NotFoundError(f"no project with id {project_id}")
     first = conn.execute(text("SELECT tokens FROM sentences WHERE project_id = :p LIMIT 1"),
                          {"p": project_id}).first()
     n_cols = len(loads(first[0])[0]) if first else None
-    checked = validate.sentences(items, loads(project["labels"]), n_columns=n_cols,
+    checked = validate.sentences(items, loads(project[0]), n_columns=n_cols,
                                  source=doc, gold=gold)
     if not checked:
         return 0
@@ -61,32 +64,8 @@ def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, 
     return len(rows)
 
 
-def add(db: Database, project_id: int, items, *, split: str = "train", doc: str | None = None,
-        annotator: str = "import", gold=None, add_labels: Sequence[str] = ()) -> int:
-    """Append sentences in one transaction; ``add_labels`` join the project's label set in
-    the same transaction (both or neither).  Returns how many sentences."""
-    from gpsl.annotation import projects
-    from gpsl.errors import InputError
-
-    split = validate.split(split)
-    annotator = validate.annotator(annotator)
-    if isinstance(add_labels, str):
-        raise InputError("add_labels must be a list of strings", source=doc or "<import>")
-    add_labels = [str(x) for x in add_labels]
-    items = list(items)
-
-    def tx(conn):
-        projects.row(conn, project_id, db.for_update())
-        if add_labels:
-            projects.extend_labels(conn, project_id, add_labels)
-        return insert(conn, project_id, items, split, doc, annotator, gold)
-
-    return db.write(tx)
-
-
 def set_gold(db: Database, sentence_id: int, labels: Sequence[str | None]) -> None:
     """Replace the gold labels of one sentence (``None`` = no gold for that token)."""
-    from gpsl.errors import InputError
 
     def tx(conn):
         info = info_row(conn, sentence_id)
@@ -119,6 +98,13 @@ def info_row(conn, sentence_id: int, lock: str = ""):
     if lock:  # PostgreSQL: serialise the label writers of one sentence
         conn.execute(text("SELECT id FROM sentences WHERE id = :s" + lock), {"s": sentence_id})
     return r._mapping
+
+
+def tokens_in(conn, sentence_ids: list[int]) -> dict[int, list[list[str]]]:
+    """``{sentence id: its tokens (lists of columns)}`` of some sentences."""
+    return {sid: loads(toks) for sid, toks in conn.execute(text(
+        "SELECT id, tokens FROM sentences WHERE id IN :ids").bindparams(
+        bindparam("ids", expanding=True)), {"ids": list(sentence_ids)})}
 
 
 def _as_dict(m, labels) -> dict:
@@ -281,12 +267,6 @@ def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
     return out_ids, tokens, labels
 
 
-def is_import(annotator: str | None, source: str | None = None) -> bool:
-    """A vote that came with an imported file (annotator ``import`` or ``import:<file>``)."""
-    return source == "import" or (annotator or "") == "import" or \
-        (annotator or "").startswith("import:")
-
-
 def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = None) -> dict | None:
     """One sentence as ``annotator`` may see it: the shape of :func:`get` plus ``mine``
     (``{token: label}`` of the annotator's own votes, None = cleared), ``blind`` and
@@ -326,7 +306,7 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     for t, ann, lab, src in rows:
         if ann == annotator:
             votes[t][ann] = lab
-        elif is_import(ann, src):
+        elif validate.is_import(ann, src):
             votes[t][ann] = lab
             if t not in d["mine"] and lab is not None:
                 labels[t], sources[t], annotators[t] = lab, "human", ann

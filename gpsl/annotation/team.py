@@ -14,19 +14,20 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
-from sqlalchemy import text
 
 from gpsl import agreement
-from gpsl.annotation.db import Database, dumps, loads, now
-from gpsl.annotation.sentences import is_import
+from gpsl.annotation import labels, projects, sentences, validate, votes
+from gpsl.annotation.db import Database, now
+from gpsl.annotation.errors import NotFoundError
+from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
 DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority"}
 RESOLVE = ("majority", "crowd")
 MAX_OVERLAP = 20
-UNKNOWN_SKILL = 0.8  # one-coin accuracy assumed for an annotator the crowd model has not seen
 ACTIVE_GAP = 300.0  # seconds: a longer pause between two labels is not labeling time
 
 
@@ -37,30 +38,6 @@ def settings_of(project: dict) -> dict:
             "blind": bool(s.get("blind", DEFAULTS["blind"])),
             "resolve": s.get("resolve", DEFAULTS["resolve"]) or "majority",
             "crowd": s.get("crowd")}
-
-
-def _disputed(conn, project_id: int) -> dict[int, list[int]]:
-    """Sentence id -> tokens with more than one person's vote."""
-    rows = conn.execute(text(
-        "SELECT v.sentence_id, v.token_index FROM votes v JOIN sentences s ON s.id ="
-        " v.sentence_id WHERE s.project_id = :p AND v.source <> 'import'"
-        " GROUP BY v.sentence_id, v.token_index HAVING COUNT(*) > 1"), {"p": project_id})
-    out: dict[int, list[int]] = defaultdict(list)
-    for sid, t in rows:
-        out[sid].append(t)
-    return out
-
-
-def _rederive(conn, project_id: int) -> int:
-    """Derive the training label of every disputed token again (after the resolve rule or
-    the crowd model changed); returns how many tokens."""
-    from gpsl.annotation.labels import _refresh_derived
-
-    n = 0
-    for sid, tokens in _disputed(conn, project_id).items():
-        _refresh_derived(conn, sid, tokens)
-        n += len(tokens)
-    return n
 
 
 def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
@@ -80,9 +57,7 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
                          source="<project>")
 
     def tx(conn):
-        from gpsl.annotation.projects import row
-
-        settings = loads(row(conn, project_id, db.for_update())._mapping["settings"], {})
+        settings = projects.settings_of(conn, project_id, db.for_update())
         old_resolve = settings.get("resolve", "majority")
         if overlap is not None:
             settings["overlap"] = overlap
@@ -92,10 +67,9 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
             if resolve == "crowd" and not settings.get("crowd"):
                 raise InputError("fit the crowd model first (Team page)", source="<project>")
             settings["resolve"] = resolve
-        conn.execute(text("UPDATE projects SET settings = :s WHERE id = :p"),
-                     {"s": dumps(settings), "p": project_id})
+        projects.write_settings(conn, project_id, settings)
         if settings.get("resolve", "majority") != old_resolve:
-            _rederive(conn, project_id)
+            labels.rederive(conn, project_id)
         return settings_of({"settings": settings})
 
     return db.write(tx)
@@ -104,61 +78,10 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
 # ----------------------------------------------------------------------------- crowd model
 
 
-def crowd_posterior(model: dict):
-    """The ``posterior(token, votes)`` hook of :func:`gpsl.annotation.labels.derive_labels`
-    from a stored crowd model: Dawid-Skene's E-step (:mod:`gpsl.crowd`, eq. E),
-
-        ``argmax_y  log rho[y] + sum_v log pi_{a_v}[y, l_v]``,
-
-    over the votes with a label; an annotator the model has not seen counts with the
-    one-coin matrix of accuracy :data:`UNKNOWN_SKILL`, a label it does not know is left out.
-    An exact tie, or no usable vote, leaves the token missing (None)."""
-    classes = list(model["classes"])
-    index = {c: i for i, c in enumerate(classes)}
-    who = {a: i for i, a in enumerate(model["annotators"])}
-    log_pi = np.asarray(model["log_pi"], dtype=float)
-    log_prior = np.asarray(model["log_prior"], dtype=float)
-    J = len(classes)
-    off = np.log((1.0 - UNKNOWN_SKILL) / max(1, J - 1)) if J > 1 else 0.0
-    unknown = np.full((J, J), off)
-    np.fill_diagonal(unknown, np.log(UNKNOWN_SKILL) if J > 1 else 0.0)
-
-    def posterior(_t, votes) -> str | None:
-        score = log_prior.copy()
-        used = 0
-        for v in votes:
-            if v.label is None or v.label not in index:
-                continue
-            m = log_pi[who[v.annotator]] if v.annotator in who else unknown
-            score += m[:, index[v.label]]
-            used += 1
-        if not used:
-            return None
-        best = np.flatnonzero(score >= score.max() - 1e-12)
-        return classes[int(best[0])] if best.size == 1 else None
-
-    return posterior
-
-
-def posterior_of(conn, sentence_id: int):
-    """The posterior hook of the sentence's project (None: the majority decides)."""
-    r = conn.execute(text("SELECT p.settings FROM sentences s JOIN projects p ON"
-                          " p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
-    settings = loads(r[0], {}) if r else {}
-    if settings.get("resolve") != "crowd" or not settings.get("crowd"):
-        return None
-    return crowd_posterior(settings["crowd"])
-
-
 def project_votes(db: Database, project_id: int) -> list[dict]:
     """Every person's vote of a project (imported labels left out): ``dict(sentence_id,
     position, token_index, annotator, label, source, updated_at)``."""
-    rows = db.read(lambda conn: conn.execute(text(
-        "SELECT v.sentence_id, s.position, v.token_index, v.annotator, v.label, v.source,"
-        " v.updated_at FROM votes v JOIN sentences s ON s.id = v.sentence_id"
-        " WHERE s.project_id = :p AND v.source <> 'import'"
-        " ORDER BY s.position, v.token_index, v.annotator"), {"p": project_id}).fetchall())
-    return [dict(r._mapping) for r in rows if not is_import(r[3], r[5])]
+    return votes.of_project(db, project_id)
 
 
 def fit_crowd(db: Database, project_id: int, **dawid_skene) -> dict:
@@ -168,53 +91,43 @@ def fit_crowd(db: Database, project_id: int, **dawid_skene) -> dict:
     model, derive the disputed tokens again.  Returns the stored model, whose ``report``
     has per annotator the votes, accuracy (eq. A of :mod:`gpsl.crowd`) and confusion
     matrix."""
-    from gpsl.annotation.projects import get as get_project
-    from gpsl.crowd import DawidSkene, Votes, annotator_report
-
-    project = get_project(db, project_id)
+    project = projects.get(db, project_id)
     if project is None:
-        from gpsl.annotation.db import NotFoundError
-
         raise NotFoundError(f"no project with id {project_id}")
-    votes = [v for v in project_votes(db, project_id) if v["label"] is not None]
-    if not votes:
+    cast = [v for v in project_votes(db, project_id) if v["label"] is not None]
+    if not cast:
         raise InputError("no votes to fit the crowd model on", source=project["name"])
-    adjudicated = {(r[0], r[1]): r[2] for r in db.read(lambda conn: conn.execute(text(
-        "SELECT a.sentence_id, a.token_index, a.label FROM adjudications a JOIN sentences s"
-        " ON s.id = a.sentence_id WHERE s.project_id = :p"), {"p": project_id}).fetchall())}
-    classes = sorted(set(project["labels"]) | {v["label"] for v in votes}
+    adjudicated = votes.adjudications_of_project(db, project_id)
+    classes = sorted(set(project["labels"]) | {v["label"] for v in cast}
                      | set(adjudicated.values()))
     ci = {c: i for i, c in enumerate(classes)}
-    items = list(dict.fromkeys([(v["sentence_id"], v["token_index"]) for v in votes]
+    items = list(dict.fromkeys([(v["sentence_id"], v["token_index"]) for v in cast]
                                + list(adjudicated)))
     ii = {it: i for i, it in enumerate(items)}
-    names = list(dict.fromkeys(v["annotator"] for v in votes))
+    names = list(dict.fromkeys(v["annotator"] for v in cast))
     ai = {a: i for i, a in enumerate(names)}
     observed = np.full(len(items), -1, dtype=np.int64)
     for it, lab in adjudicated.items():
         observed[ii[it]] = ci[lab]
     data = Votes(lengths=np.array([len(items)]),
-                 token=np.array([ii[(v["sentence_id"], v["token_index"])] for v in votes]),
-                 annotator=np.array([ai[v["annotator"]] for v in votes]),
-                 label=np.array([ci[v["label"]] for v in votes]),
+                 token=np.array([ii[(v["sentence_id"], v["token_index"])] for v in cast]),
+                 annotator=np.array([ai[v["annotator"]] for v in cast]),
+                 label=np.array([ci[v["label"]] for v in cast]),
                  annotators=names, classes=classes, observed=observed)
     ds = DawidSkene(**dawid_skene).fit_votes(data)
     report = annotator_report(ds, data)
     model = {"classes": classes, "annotators": names,
              "log_pi": np.maximum(ds.model_.log_pi, -700.0).tolist(),
              "log_prior": np.log(np.maximum(ds.class_prior_, 1e-300)).tolist(),
-             "fitted_at": now(), "n_votes": len(votes), "n_tokens": len(items),
+             "fitted_at": now(), "n_votes": len(cast), "n_tokens": len(items),
              "report": report}
 
     def tx(conn):
-        from gpsl.annotation.projects import row
-
-        settings = loads(row(conn, project_id, db.for_update())._mapping["settings"], {})
+        settings = projects.settings_of(conn, project_id, db.for_update())
         settings["crowd"] = model
-        conn.execute(text("UPDATE projects SET settings = :s WHERE id = :p"),
-                     {"s": dumps(settings), "p": project_id})
+        projects.write_settings(conn, project_id, settings)
         if settings.get("resolve") == "crowd":
-            _rederive(conn, project_id)
+            labels.rederive(conn, project_id)
 
     db.write(tx)
     return model
@@ -230,14 +143,15 @@ def _items(votes: Sequence[dict]) -> dict[tuple[int, int], dict[str, str | None]
     return items
 
 
-def agreement_figures(db: Database, project_id: int, votes: Sequence[dict] | None = None) -> dict:
+def agreement_figures(db: Database, project_id: int, cast: Sequence[dict] | None = None
+                      ) -> dict:
     """Agreement over the tokens two or more people labeled (a cleared vote, "no label",
     is left out): ``annotators``, ``kappa`` and ``shared`` (pairwise Cohen's kappa and the
     tokens each pair shares, :func:`gpsl.agreement.pairwise_kappa`), ``alpha``
     (Krippendorff's nominal alpha over the project) and ``alpha_by_label``, ``n_tokens``
     (tokens with two or more labels)."""
-    votes = project_votes(db, project_id) if votes is None else votes
-    items = _items(votes)
+    cast = project_votes(db, project_id) if cast is None else cast
+    items = _items(cast)
     annotators, kappa, shared = agreement.pairwise_kappa(items)
     units = [[lab for lab in v.values()] for v in items.values()]
     multi = [u for u in units if sum(lab is not None for lab in u) >= 2]
@@ -247,7 +161,7 @@ def agreement_figures(db: Database, project_id: int, votes: Sequence[dict] | Non
             "n_tokens": len(multi)}
 
 
-def annotator_stats(db: Database, project_id: int, votes: Sequence[dict] | None = None,
+def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None = None,
                     figures: dict | None = None) -> list[dict]:
     """One row per person: ``annotator, votes`` (current, with a label), ``sentences``,
     ``changes`` (label actions in the history, undone ones included), ``active_minutes``
@@ -255,19 +169,14 @@ def annotator_stats(db: Database, project_id: int, votes: Sequence[dict] | None 
     ``labels_per_hour`` (changes per active hour), ``median_seconds`` (median gap between
     consecutive actions, long pauses left out), ``kappa`` (mean pairwise kappa with the
     others, weighted by shared tokens) and ``last`` (time of the latest action)."""
-    from datetime import UTC, datetime
-
-    votes = project_votes(db, project_id) if votes is None else votes
-    figures = agreement_figures(db, project_id, votes) if figures is None else figures
-    hist = db.read(lambda conn: conn.execute(text(
-        "SELECT annotator, at FROM annotation_history WHERE project_id = :p AND action IN"
-        " ('set', 'clear') ORDER BY annotator, id"), {"p": project_id}).fetchall())
+    cast = project_votes(db, project_id) if cast is None else cast
+    figures = agreement_figures(db, project_id, cast) if figures is None else figures
     times: dict[str, list[float]] = defaultdict(list)
-    for who, at in hist:
-        if not is_import(who):
+    for who, at in votes.action_times(db, project_id):
+        if not validate.is_import(who):
             times[who].append(datetime.fromisoformat(at).timestamp())
-    n_votes = Counter(v["annotator"] for v in votes if v["label"] is not None)
-    n_sent = {a: len({v["sentence_id"] for v in votes if v["annotator"] == a})
+    n_votes = Counter(v["annotator"] for v in cast if v["label"] is not None)
+    n_sent = {a: len({v["sentence_id"] for v in cast if v["annotator"] == a})
               for a in n_votes}
     index = {a: i for i, a in enumerate(figures["annotators"])}
     names = sorted(set(n_votes) | set(times))
@@ -296,39 +205,25 @@ def annotator_stats(db: Database, project_id: int, votes: Sequence[dict] | None 
     return rows
 
 
-def conflicts(db: Database, project_id: int, votes: Sequence[dict] | None = None) -> list[dict]:
+def conflicts(db: Database, project_id: int, cast: Sequence[dict] | None = None) -> list[dict]:
     """Tokens on which people disagree (two or more different votes, "no label" included):
     ``sentence_id, position, token_index, token, votes {annotator: label}, labels`` (the
     distinct labels voted), ``derived`` (the training label now, None when left missing),
     ``adjudicated`` (the lead's decision or None) and ``status`` (``'adjudicated'``,
     ``'resolved'`` by the majority or crowd model, or ``'open'``)."""
-    votes = project_votes(db, project_id) if votes is None else votes
-    items = _items(votes)
+    cast = project_votes(db, project_id) if cast is None else cast
+    items = _items(cast)
     disputed = {k: v for k, v in items.items() if len(v) > 1 and len(set(v.values())) > 1}
     if not disputed:
         return []
     sids = sorted({sid for sid, _ in disputed})
-
-    def tx(conn):
-        from sqlalchemy import bindparam
-
-        toks = dict(conn.execute(text("SELECT id, tokens FROM sentences WHERE id IN :ids")
-                                 .bindparams(bindparam("ids", expanding=True)),
-                                 {"ids": sids}).fetchall())
-        derived = {(r[0], r[1]): r[2] for r in conn.execute(text(
-            "SELECT sentence_id, token_index, label FROM derived_labels WHERE sentence_id IN"
-            " :ids").bindparams(bindparam("ids", expanding=True)), {"ids": sids})}
-        adj = {(r[0], r[1]): r[2] for r in conn.execute(text(
-            "SELECT sentence_id, token_index, label FROM adjudications WHERE sentence_id IN"
-            " :ids").bindparams(bindparam("ids", expanding=True)), {"ids": sids})}
-        return toks, derived, adj
-
-    toks, derived, adj = db.read(tx)
-    position = {(v["sentence_id"], v["token_index"]): v["position"] for v in votes}
+    toks, (derived, adj) = db.read(lambda conn: (sentences.tokens_in(conn, sids),
+                                                  votes.decisions_of(conn, sids)))
+    position = {(v["sentence_id"], v["token_index"]): v["position"] for v in cast}
     out = []
     for key in sorted(disputed, key=lambda k: (position[k], k[1])):
         sid, t = key
-        tokens = loads(toks[sid])
+        tokens = toks[sid]
         status = "adjudicated" if key in adj else ("resolved" if derived.get(key) else "open")
         out.append({"sentence_id": sid, "position": position[key], "token_index": t,
                     "token": tokens[t][0], "votes": dict(sorted(disputed[key].items())),

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gpsl import params
 from gpsl.errors import InputError
+from gpsl.features import Template, default_template
 
 SPLITS = ("train", "heldout")
 SOURCES = ("human", "accepted")
+IMPORT = "import"  # the annotator of labels that came with a file (also "import:<file>")
 
 
 def annotator(name) -> str:
@@ -17,6 +20,19 @@ def annotator(name) -> str:
     if not text:
         raise InputError("annotator name is empty", source="<annotator>")
     return text
+
+
+def is_import(annotator: str | None, source: str | None = None) -> bool:
+    """A vote that came with an imported file (source ``import``, or annotator ``import`` or
+    ``import:<file>``), not a person's: it takes part in no agreement figure and counts
+    for a token only while no one has voted on it."""
+    name = annotator or ""
+    return source == IMPORT or name == IMPORT or name.startswith(IMPORT + ":")
+
+
+def import_credit(file_name: str) -> str:
+    """Who labels that come with an imported file are credited to: ``import:<file name>``."""
+    return f"{IMPORT}:{' '.join(str(file_name).split()) or 'file'}"
 
 
 def project_name(name) -> str:
@@ -43,15 +59,15 @@ def label_set(labels) -> list[str]:
 
 
 def offsets(values) -> list[int]:
-    try:
-        out = [int(x) for x in values]
-        ok = all(float(x) == int(x) for x in values)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise InputError(f"offsets must be a list of integers, got {values!r}",
-                         source="<project>")
-    return out
+    """A project's default dependency set, checked by the parameter table
+    (:func:`gpsl.params.check`: non-zero, distinct, bounded integers), so that a project
+    never holds offsets its training would refuse."""
+    return list(params.check("offsets", values, source="<project>"))
+
+
+def kernel(value) -> str:
+    """A project's default kernel, checked by the parameter table (``"linear"``, ``"rbf"``)."""
+    return params.check("kernel", value, source="<project>")
 
 
 def split(value) -> str:
@@ -153,6 +169,9 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
 
 def template(text: str, n_columns: int) -> None:
     """Parse and validate CRF++ template text against the data's column count."""
-    from gpsl.features import Template
-
     Template.parse(text, source="<template>").validate(int(n_columns))
+
+
+def default_template_text(n_columns: int) -> str:
+    """gpsl's default window template over ``n_columns`` token columns (CRF++ text)."""
+    return default_template(max(1, int(n_columns))).text

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sqlalchemy import text
 
-from gpsl.annotation.db import Database, NotFoundError, dumps, loads, now
+from gpsl.annotation.db import Database, dumps, loads, now
+from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.processes import process_started
 from gpsl.errors import InputError
-
-STATUSES = ("running", "done", "failed", "killed")
 
 
 def as_dict(r) -> dict:
@@ -40,17 +40,16 @@ def start(db: Database, project_id: int, settings: Mapping | None = None, *,
           pid: int | None = None, pid_started: float | None = None) -> int:
     """Record a training run (status ``'running'``); returns its id.  ``settings['pid']``
     and ``settings['pid_started']`` (the process's start time) identify its worker."""
-    from gpsl.annotation import jobs
-    from gpsl.annotation.projects import row as project_row
-
     settings = dict(settings or {})
     settings["pid"] = int(pid if pid is not None else settings.get("pid") or os.getpid())
     if pid_started is None:
-        pid_started = jobs.process_started(settings["pid"])
+        pid_started = process_started(settings["pid"])
     settings["pid_started"] = pid_started
 
     def tx(conn):
-        project_row(conn, project_id, db.for_update())  # serialises the numbering
+        if conn.execute(text("SELECT id FROM projects WHERE id = :p" + db.for_update()),
+                        {"p": project_id}).first() is None:  # the lock serialises the numbering
+            raise NotFoundError(f"no project with id {project_id}")
         number = conn.execute(text("SELECT COALESCE(MAX(number), 0) + 1 FROM model_versions"
                                    " WHERE project_id = :p"), {"p": project_id}).scalar_one()
         return conn.execute(text(

@@ -1,26 +1,6 @@
-r"""Post-hoc calibration of per-token marginals: temperature (and vector) scaling.
-
-A fitted tagger's marginals ``p_t`` (rows summing to one) are turned into calibrated ones by
-treating ``log p_t`` as logits (they are, up to a per-token constant, which a softmax ignores):
-
-.. math::
-
-   \tilde p_{ty} = \operatorname{softmax}_y\big(w_y \log p_{ty} + c_y\big),
-
-with ``w_y = 1/T, c_y = 0`` for **temperature scaling** (Guo et al. 2017; one parameter, the
-argmax never changes) and a free per-label ``w, c`` for **vector scaling**. The parameters
-minimise the mean negative log-likelihood of held-out labeled tokens,
-
-.. math::
-
-   \mathrm{NLL}(w, c) = -\frac1N \sum_t \Big[w_{y_t} \ell_{t y_t} + c_{y_t}
-                        - \log \sum_y e^{w_y \ell_{ty} + c_y}\Big], \qquad \ell = \log p,
-
-whose gradient is ``d/dw_y = -(1/N) sum_t ([y = y_t] - p~_ty) l_ty`` and
-``d/dc_y = -(1/N) sum_t ([y = y_t] - p~_ty)``. Temperature scaling is a one-dimensional
-problem in ``log T`` (bounded Brent search); vector scaling adds a small ridge
-``(lambda/2)(||w - 1||^2 + ||c||^2)`` so that rare labels stay near the identity, and is solved by
-L-BFGS with the exact gradient.
+r"""The calibrator of per-token marginals: fitting, choosing and applying the scalings of
+:mod:`gpsl.calibration.scores` (temperature and vector scaling, derived there) and the
+structured ones below.
 
 **Structured temperature** (``kind="structured"``; not in the paper). Algorithm 2 combines a
 token's own score ``b = m`` with its neighbours' pair scores ``g = m_S + v_S/2``; on the paper's
@@ -50,6 +30,7 @@ structured marginals themselves). The pair scores and the own scores miscalibrat
 per label (a label that mostly begins a chunk leans on its neighbours more than one inside it);
 a per-label scale and shift after the fixed point corrects what two global temperatures
 cannot. ``w = 1, c = 0`` is the structured temperature.
+
 
 **Selection by cross-validated NLL.** The candidates are nested (a vector scaling contains its
 temperature, the structured kind with vector scaling contains the structured kind), so the
@@ -97,8 +78,7 @@ cross-validated NLL; with ``ensemble="stack"`` (:data:`ENSEMBLE`, the default of
 :meth:`gpsl.model.GPSL.calibrate`) the stacked ensemble of the candidates joins them, and as its
 weights maximise the same cross-validated log score it is the one kept by NLL
 (``ensemble="uniform"``: equal weights, kept only when its cross-validated NLL is the lowest;
-``None``: no ensemble). The inputs of Algorithm 2 travel as :class:`Scores`.
-"""
+``None``: no ensemble). The inputs of Algorithm 2 travel as :class:`Scores`."""
 
 from __future__ import annotations
 
@@ -108,161 +88,36 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
+from gpsl.calibration.scores import (
+    _LOG_FLOOR,
+    _LOG_T_STRUCTURED,
+    _T_BOUNDS,
+    DEFAULT_KINDS,
+    ENSEMBLE,
+    ENSEMBLES,
+    KINDS,
+    METHODS,
+    SELECT_CRITERIA,
+    STACK_MIN_WEIGHT,
+    STRUCTURED_KINDS,
+    STRUCTURED_MAX_TOKENS,
+    Scores,
+    _logits,
+    _softmax,
+    fold_indices,
+    leave_out_groups,
+    nll_and_grad,
+    stack,
+    stacking_weights,
+    temperature_nll,
+)
 from gpsl.errors import InputError
-from gpsl.predict import rns_marginals
-
-#: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
-METHODS = ("mean", "probit")
-KINDS = ("temperature", "vector", "structured", "structured+vector", "ensemble")
-#: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
-STRUCTURED_KINDS = ("structured", "structured+vector")
-#: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers
-DEFAULT_KINDS = ("temperature", "structured", "structured+vector")
-#: groups a single held-out set is split into to cross-validate the choice of calibrator
-SELECT_GROUPS = 3
-#: what :meth:`Calibrator.select` can choose by (cross-validated): NLL, Brier score, ECE
-SELECT_CRITERIA = ("nll", "brier", "ece")
-#: how the candidates' ensemble weighs them (module docstring); ``None`` = no ensemble
-ENSEMBLES = ("uniform", "stack")
-ENSEMBLE = "stack"
-#: a stacked member with a smaller weight is dropped (the rest renormalised)
-STACK_MIN_WEIGHT = 1e-3
-_LOG_FLOOR = 1e-300
-_T_BOUNDS = (1e-2, 1e2)
-_LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply switched off
-#: tokens the structured temperature is fitted on at most (a random subset of sentences above)
-STRUCTURED_MAX_TOKENS = 20_000
-
-
-@dataclass
-class Scores:
-    """Algorithm 2's inputs for some sentences under one fitted model: predictive means and
-    variances of ``f^U`` (``var`` may be ``None`` for the mean method), the pair functions'
-    ``m_S``, ``v_S``, sentence lengths, offsets, the RNS settings and ``rns_variance``."""
-
-    mean: np.ndarray
-    var: np.ndarray | None
-    m_S: np.ndarray
-    v_S: np.ndarray
-    lengths: np.ndarray
-    offsets: tuple
-    rns: dict = field(default_factory=dict)
-    rns_variance: bool = False
-    passes: int = 0  # Algorithm 2's passes in the last call of marginals()
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.mean.shape[0])
-
-    def marginals(self, method: str = "mean", t_unary: float = 1.0, t_pair: float = 1.0,
-                  clamp=None) -> np.ndarray:
-        """``(n_tokens, J)`` RNS marginals (:func:`gpsl.predict.rns_marginals`)."""
-        P, self.passes = rns_marginals(self.mean, self.var, self.m_S, self.v_S, self.lengths,
-                                       self.offsets, method=method,
-                                       rns_variance=self.rns_variance, t_unary=t_unary,
-                                       t_pair=t_pair, clamp=clamp, **self.rns)
-        return P
-
-    def rows(self, sentences: Sequence[int]) -> np.ndarray:
-        """The token rows of the given sentences (indices into ``lengths``), in that order."""
-        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
-        if not len(sentences):
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
-                               for i in sentences])
-
-    def take(self, sentences: Sequence[int]) -> Scores:
-        """The scores of the given sentences (indices into ``lengths``), in that order."""
-        rows = self.rows(sentences)
-        return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
-                      self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
-                      self.rns_variance)
-
-
-def _logits(P: np.ndarray) -> np.ndarray:
-    return np.log(np.clip(np.asarray(P, dtype=float), _LOG_FLOOR, None))
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def stack(marginals, gold) -> tuple[np.ndarray, np.ndarray]:
-    """``(N, J)`` marginals and ``(N,)`` gold indices of the labeled tokens (gold ``< 0`` or
-    ``None`` = missing, dropped)."""
-    if isinstance(marginals, np.ndarray) and marginals.ndim == 2:
-        P = marginals
-        g = np.asarray([-1 if v is None else v for v in gold], dtype=np.int64)
-    else:
-        P = np.concatenate([np.asarray(m, dtype=float) for m in marginals], axis=0) \
-            if len(marginals) else np.zeros((0, 0))
-        g = np.asarray([-1 if v is None else v for seq in gold for v in seq], dtype=np.int64)
-    if P.shape[0] != g.size:
-        raise ValueError(f"{P.shape[0]} marginal rows but {g.size} gold labels")
-    keep = g >= 0
-    return P[keep], g[keep]
-
-
-def nll_and_grad(params: np.ndarray, L: np.ndarray, g: np.ndarray, ridge: float = 0.0):
-    """Mean NLL of vector scaling ``params = [w (J), c (J)]`` on logits ``L`` and gold ``g``,
-    plus the ridge ``(ridge/2)(||w - 1||^2 + ||c||^2)``; returns ``(value, gradient)``."""
-    N, J = L.shape
-    w, c = params[:J], params[J:]
-    Z = L * w + c
-    Zm = Z.max(axis=1, keepdims=True)
-    E = np.exp(Z - Zm)
-    S = E.sum(axis=1, keepdims=True)
-    P = E / S
-    rows = np.arange(N)
-    value = -np.mean(Z[rows, g] - (Zm[:, 0] + np.log(S[:, 0])))
-    R = P.copy()
-    R[rows, g] -= 1.0  # p~ - onehot
-    gw = (R * L).sum(axis=0) / N
-    gc = R.sum(axis=0) / N
-    value += 0.5 * ridge * (np.sum((w - 1.0) ** 2) + np.sum(c ** 2))
-    gw += ridge * (w - 1.0)
-    gc += ridge * c
-    return float(value), np.concatenate([gw, gc])
-
-
-def stacking_weights(Q: np.ndarray, *, max_iter: int = 5000, tol: float = 1e-12,
-                     history: list | None = None) -> np.ndarray:
-    """Stacking weights (module docstring): ``pi`` on the simplex maximising
-    ``(1/N) sum_t log sum_k pi_k Q_tk``, where ``Q`` is ``(N, K)``: the held-out probability
-    each of K candidates gave token t's gold label. EM for mixture weights from the uniform
-    start, ``pi_k <- (1/N) sum_t pi_k Q_tk / sum_j pi_j Q_tj``, until a step gains less than
-    ``tol``. ``history`` (a list) receives the objective after every step; it never decreases
-    (EM for the weights of a mixture with fixed components)."""
-    Q = np.clip(np.asarray(Q, dtype=float), _LOG_FLOOR, None)
-    if Q.ndim != 2 or Q.shape[0] == 0 or Q.shape[1] == 0:
-        raise ValueError(f"stacking needs an (N, K) array with N, K >= 1, not {Q.shape}")
-    K = Q.shape[1]
-    w = np.full(K, 1.0 / K)
-    prev = float(np.mean(np.log(Q @ w)))
-    for _ in range(int(max_iter)):
-        R = Q * w
-        w = (R / R.sum(axis=1, keepdims=True)).mean(axis=0)
-        w /= w.sum()
-        val = float(np.mean(np.log(Q @ w)))
-        if history is not None:
-            history.append(val)
-        if val - prev < tol:
-            break
-        prev = val
-    return w
-
-
-def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
-    """Mean NLL of the tokens ``(L, g)`` after temperature ``T``."""
-    J = L.shape[1]
-    return nll_and_grad(np.r_[np.full(J, 1.0 / T), np.zeros(J)], L, g)[0]
 
 
 @dataclass
 class Calibrator:
-    """Temperature, vector or structured scaling of marginals (see the module docstring).
+    """Temperature, vector or structured scaling of marginals (:mod:`gpsl.calibration.scores`
+    and the module docstring).
 
     ``method`` names the marginals it applies to; ``kind`` is ``"temperature"``, ``"vector"``,
     ``"structured"`` or ``"structured+vector"``; ``w``/``c`` are the per-label scale and shift
@@ -472,25 +327,6 @@ class Calibrator:
                              f"{list(kinds)}")
         return fits
 
-    @staticmethod
-    def _groups(scores: Sequence[Scores], gold: Sequence[np.ndarray], seed: int = 0):
-        """The groups :meth:`select` leaves out one at a time: the given ``Scores`` when there
-        are two or more (the fold models' held-out folds), else :data:`SELECT_GROUPS` groups of
-        the one ``Scores``' sentences; ``[]`` when there are not two groups with labels."""
-        if len(scores) == 1:
-            sc, g = scores[0], gold[0]
-            n = int(sc.lengths.size)
-            if n < 2:
-                return []
-            parts = [sorted(part.tolist()) for part in fold_indices(n, min(SELECT_GROUPS, n),
-                                                                    seed)]
-            groups = [(sc.take(part), g[sc.rows(part)]) for part in parts]
-        else:
-            groups = list(zip(scores, gold))
-        if sum(bool((g >= 0).any()) for _, g in groups) < 2:
-            return []
-        return groups
-
     @classmethod
     def select_all(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                    methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
@@ -517,7 +353,7 @@ class Calibrator:
         fits = cls._fit_candidates(scores, gold, methods, kinds, source)
         none = {"nll": None, "brier": None, "ece": None}
         cv = {name: dict(none) for name in fits}
-        groups = cls._groups(scores, gold, seed) if len(fits) > 1 else []
+        groups = leave_out_groups(scores, gold, seed) if len(fits) > 1 else []
         if not groups:
             return fits, cv
         st = [c for c in fits.values() if c.kind in STRUCTURED_KINDS]
@@ -724,40 +560,7 @@ class Calibrator:
         return out
 
 
-# --------------------------------------------------------------------------- K-fold
-
-
-#: folds for calibrating on the training sentences themselves (:func:`calibration_folds`)
-FOLDS_SMALL, FOLDS_LARGE = 5, 3
-#: sentences up to which :func:`calibration_folds` gives :data:`FOLDS_SMALL` folds
-FOLDS_SMALL_MAX_SENTENCES = 1000
-
-
-def calibration_folds(n_sentences: int) -> int | None:
-    """How many folds to calibrate on when the training sentences are the calibration data.
-
-    The fold models see ``(K-1)/K`` of the sentences and are less sure than the model fitted on
-    all of them, so a calibration fitted on their out-of-fold marginals leaves that model a
-    little over-confident; the gap is largest where the learning curve is steepest (few
-    sentences) and shrinks as K grows. Five folds (scikit-learn's default ``cv``) up to
-    :data:`FOLDS_SMALL_MAX_SENTENCES` sentences, where a fit is cheap (on seg's 20 training
-    sentences: GPSL2's ECE15 0.0437 at 3 folds, 0.0398 at 5; ``python -m bench.calibration``),
-    three above it; fewer than two sentences per fold: three folds if there are six sentences,
-    else ``None`` (too few to calibrate)."""
-    n = int(n_sentences)
-    if FOLDS_SMALL * 2 <= n <= FOLDS_SMALL_MAX_SENTENCES:
-        return FOLDS_SMALL
-    return FOLDS_LARGE if n >= 2 * FOLDS_LARGE else None
-
-
-def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
-    """``folds`` disjoint index sets covering ``range(n)`` (a seeded permutation, split)."""
-    folds = int(folds)
-    if folds < 2 or n < folds:
-        raise ValueError(f"need at least 2 folds and one sentence per fold (n={n}, "
-                         f"folds={folds})")
-    order = np.random.default_rng(seed).permutation(n)
-    return [np.sort(part) for part in np.array_split(order, folds)]
+# --------------------------------------------------------------------------- held-out data
 
 
 def cross_calibrate(scores: Scores, gold: Sequence[np.ndarray], folds: int = 2, seed: int = 0,

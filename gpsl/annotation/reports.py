@@ -1,0 +1,392 @@
+"""What the pages show, as typed records (:mod:`gpsl.annotation.records`).
+
+:class:`Reports` reads through the store it is given (``store.reports``: the facade's) and
+turns its rows into records, with the figures the pages draw already computed: the Annotate
+page's view of a sentence (suggestions, confidences, the queue's token scores, the opening
+token), the Confidence page's token table, reliability report and ranked queue, the Team
+page's figures, the Train page's versions and progress.  The pages format and draw them; they
+compute nothing and never see a row dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from gpsl import active, metrics, tags
+from gpsl.annotation import jobs, rules, runs, validate
+from gpsl.annotation.evaluation import heldout
+from gpsl.annotation.queue import FALLBACK_QUERY
+from gpsl.annotation.records import (
+    Account,
+    AnnotatorRow,
+    CalibrationReport,
+    Conflict,
+    CrowdSummary,
+    Decision,
+    HistoryEntry,
+    Lease,
+    Progress,
+    Project,
+    RankedSentence,
+    Reliability,
+    Scheme,
+    SearchHit,
+    SearchResult,
+    SentenceView,
+    TeamFigures,
+    TeamSettings,
+    TokenView,
+    TrainingProgress,
+    Version,
+)
+
+__all__ = ["Reports", "query_description", "queue_strategy"]
+
+TOKEN_COLUMNS = ["sentence_id", "position", "split", "token_index", "token", "label", "source",
+                 "predicted", "confidence", "labeled"]
+
+
+def queue_strategy(version: Version | None) -> str | None:
+    """The query score that orders the queue under an active ``version``: the one its run
+    stored, else the old rule's (:data:`gpsl.annotation.queue.FALLBACK_QUERY`); None
+    without a version."""
+    if version is None:
+        return None
+    return version.query_strategy or FALLBACK_QUERY
+
+
+def query_description(strategy: str) -> str | None:
+    """What a query score asks for (:data:`gpsl.active.QUERY_SCORES`)."""
+    return active.QUERY_SCORES.get(strategy)
+
+
+def scheme(labels: Sequence[str]) -> Scheme:
+    """The span scheme of a label set and its entity types (:mod:`gpsl.tags`)."""
+    name = tags.scheme_of(labels)
+    return Scheme(name, tuple(tags.entity_types(labels)) if name else ())
+
+
+def token_views(sentence: dict, marginals: np.ndarray | None, classes: Sequence[str] | None,
+                scheme_name: str | None = None, query_scores: np.ndarray | None = None
+                ) -> list[TokenView]:
+    """Per-token view of one sentence (a :meth:`Store.get_sentence` or
+    :meth:`Store.sentence_view` dict) with the active model's marginals (columns in
+    ``classes`` order) and the queue's query scores (one per token) when there are any; no
+    model output on the view's ``hidden`` tokens (a blind view: their stored marginals were
+    computed with other people's labels clamped).  With a span ``scheme_name`` (BIO,
+    BILOU) the suggestions are the most probable scheme-valid sequence given the labels
+    already set (:func:`gpsl.tags.valid_decode`; hidden tokens count as uninformative
+    there), not each token's argmax; ``confidence`` stays the token's largest marginal;
+    ``score`` is the token's queue score (:func:`gpsl.annotation.rules.token_scores`)."""
+    n = len(sentence["tokens"])
+    use = marginals is not None and classes is not None and \
+        marginals.shape == (n, len(classes))
+    hidden = set(sentence.get("hidden") or ())
+    scored = query_scores is not None and np.shape(query_scores) == (n,)
+    valid = None
+    if use and scheme_name is not None:
+        m = marginals
+        if hidden:
+            m = np.array(marginals, dtype=float)
+            m[sorted(hidden)] = 1.0 / len(classes)
+        valid = tags.valid_decode(m, classes, scheme_name, fixed=sentence["labels"])
+    score = None
+    if use or scored:
+        score = rules.token_scores(marginals if use else None,
+                                   query_scores if scored else None)
+    views = []
+    for t, tok in enumerate(sentence["tokens"]):
+        sug, conf, top, sug_p = None, None, (), None
+        if use and t not in hidden:
+            row = marginals[t]
+            order = np.argsort(-row)[:3]
+            top = tuple((classes[j], float(row[j])) for j in order)
+            sug, conf = top[0][0], top[0][1]
+            if valid is not None and valid[t] in classes:
+                sug = valid[t]
+            sug_p = float(row[list(classes).index(sug)])
+        votes = sentence["votes"][t] if sentence.get("votes") else {}
+        query = float(query_scores[t]) if scored and t not in hidden else None
+        views.append(TokenView(
+            t, tok[0], tuple(tok), sentence["labels"][t], sentence["sources"][t],
+            sentence["annotators"][t], sug, conf, top, dict(votes), sug_p, query,
+            None if score is None or t in hidden else float(score[t])))
+    return views
+
+
+def _calibration_report(result, train_labels, n_bins: int = 10) -> CalibrationReport:
+    conf, correct = result.confidence, result.correct
+    band_of = metrics.frequency_bands(result.gold_label, train_labels)
+    bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
+              "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
+              "which": ", ".join(r["labels"])}
+             for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
+    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
+    table = table.dropna(subset=["accuracy"])  # the bins with tokens
+    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
+    table["band_up"] = table["band_hi"] - table["mean_confidence"]
+    table["band_down"] = table["mean_confidence"] - table["band_lo"]
+    return CalibrationReport(
+        table=table,
+        accuracy=result.accuracy, ece=result.ece,
+        ece_floor=metrics.ece_noise_floor(conf, n_bins, binning="width"),
+        ece_mass=result.ece_mass, ece_mass_floor=metrics.ece_noise_floor(conf, 15, binning="mass"),
+        mean_confidence=result.mean_confidence, nll=result.nll, tokens=result.tokens,
+        selective=pd.DataFrame(metrics.selective_accuracy(conf, correct)),
+        thresholds=pd.DataFrame(metrics.threshold_table(conf, correct)),
+        bands=pd.DataFrame(bands))
+
+
+class Reports:
+    """The pages' reads of a store (``store.reports``), as records."""
+
+    def __init__(self, store):
+        self.store = store
+
+    # projects
+    def project(self, project_id: int | None) -> Project | None:
+        row = self.store.get_project(project_id) if project_id is not None else None
+        return None if row is None else Project.from_row(row)
+
+    def projects(self) -> list[Project]:
+        return [Project.from_row(p) for p in self.store.list_projects()]
+
+    def progress(self, project_id: int, split: str | None = None, *,
+                 detail: bool = True) -> Progress:
+        p = dict(self.store.progress(project_id, split=split, detail=detail))
+        people = tuple(a for a in p.get("annotators", {}) if not validate.is_import(a))
+        return Progress(**p, people=people)
+
+    def columns(self, project_id: int) -> int | None:
+        """How many columns the project's tokens have (None: no sentence yet)."""
+        first = self.store.get_sentences(project_id, limit=1)
+        return len(first[0]["tokens"][0]) if first else None
+
+    # model versions
+    def versions(self, project_id: int) -> list[Version]:
+        return [Version.from_row(v) for v in self.store.list_model_versions(project_id)]
+
+    def version(self, version_id: int) -> Version | None:
+        row = self.store.get_model_version(version_id)
+        return None if row is None else Version.from_row(row)
+
+    def active_version(self, project_id: int) -> Version | None:
+        row = self.store.active_model(project_id)
+        return None if row is None else Version.from_row(row)
+
+    def with_predictions(self, versions: Sequence[Version]) -> list[int]:
+        """Ids of the done versions that still have stored predictions (old ones are pruned)."""
+        return [v.id for v in versions if v.status == "done" and self.store.has_predictions(v.id)]
+
+    def running(self, project_id: int) -> Version | None:
+        """The project's running version whose worker is alive (versions whose worker died
+        are marked failed first)."""
+        row = jobs.running_version(self.store, project_id)
+        return None if row is None else Version.from_row(row)
+
+    def training_progress(self, version: Version) -> TrainingProgress:
+        row = runs.read_progress(self.store.models_root, version.project_id, version.id)
+        prog = TrainingProgress.from_row(row, version.settings.get("inference", "auto"))
+        return prog if row is None else replace(prog, eta_seconds=runs.eta_seconds(row))
+
+    # annotating
+    def scheme(self, labels: Sequence[str]) -> Scheme:
+        return scheme(labels)
+
+    def sentence(self, sentence_id: int, annotator: str,
+                 labels: Sequence[str] | None = None) -> SentenceView | None:
+        """A sentence as ``annotator`` may see it under the project's active model
+        (``labels``: the project's label set, when the caller has it)."""
+        row = self.store.sentence_view(sentence_id, annotator)
+        if row is None:
+            return None
+        if labels is None:
+            labels = (self.store.get_project(row["project_id"]) or {}).get("labels") or []
+        name = tags.scheme_of(labels)
+        version = self.active_version(row["project_id"])
+        marginals = query = None
+        if version is not None:
+            marginals = self.store.get_predictions(version.id, [sentence_id]).get(sentence_id)
+            query = self.store.get_query_scores(version.id, [sentence_id]).get(sentence_id)
+        views = token_views(row, marginals, version.classes if version else None, name, query)
+        current = [v.label for v in views]
+        return SentenceView(
+            id=row["id"], project_id=row["project_id"], position=row["position"],
+            doc=row.get("doc"), line=row.get("line"), split=row["split"], tokens=tuple(views),
+            version=version, scheme=name, blind=bool(row.get("blind")),
+            opening=rules.opening_token(current, [v.score for v in views]),
+            flagged=tags.violations(current, name) if name else {})
+
+    def labels(self, sentence_id: int, annotator: str) -> list[str | None]:
+        """The labels of a sentence as ``annotator`` sees them (blind mode applied)."""
+        return list(self.store.sentence_view(sentence_id, annotator)["labels"])
+
+    def token_history(self, sentence_id: int, token_index: int, limit: int | None = 20, *,
+                      only: str | None = None) -> list[HistoryEntry]:
+        """A token's history, newest first; ``only``: that annotator's changes and the
+        imported labels (what a blind view may show)."""
+        out = []
+        for h in self.store.token_history(sentence_id, token_index, limit):
+            imported = validate.is_import(h["annotator"], h.get("source"))
+            if only is not None and h["annotator"] != only and not imported:
+                continue
+            out.append(HistoryEntry(h["id"], h["annotator"], h["action"], h["old_label"],
+                                    h["new_label"], h["source"], h["at"], h["undone"],
+                                    imported))
+        return out
+
+    def search(self, project_id: int, **filters) -> SearchResult:
+        found = self.store.find_sentences(project_id, **filters)
+        return SearchResult(found["total"], tuple(
+            SearchHit(h["sentence_id"], h["number"], h["split"], h["n_tokens"],
+                      h["n_labeled"], tuple(h["tokens"]), tuple(h["marks"]))
+            for h in found["hits"]))
+
+    # dashboards
+    def token_table(self, project_id: int, version: Version, split: str | None = None):
+        """One row per token with the version's prediction: ``sentence_id, position, split,
+        token_index, token, label, source, predicted, confidence, labeled`` (pandas)."""
+        classes = list(version.classes)
+        preds = self.store.get_predictions(version.id)
+        rows = []
+        for s in self.store.get_sentences(project_id, split=split):
+            p = preds.get(s["id"])
+            if p is None or p.shape[0] != len(s["tokens"]) or p.shape[1] != len(classes):
+                continue
+            arg, conf = p.argmax(axis=1), p.max(axis=1)
+            for t, tok in enumerate(s["tokens"]):
+                rows.append((s["id"], s["position"], s["split"], t, tok[0], s["labels"][t],
+                             s["sources"][t], classes[arg[t]], float(conf[t]),
+                             s["labels"][t] is not None))
+        return pd.DataFrame(rows, columns=TOKEN_COLUMNS)
+
+    @staticmethod
+    def unlabeled(tokens):
+        """The unlabeled training tokens of a :meth:`token_table`."""
+        return tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
+
+    @staticmethod
+    def mean_confidence(tokens) -> float | None:
+        return float(tokens["confidence"].mean()) if len(tokens) else None
+
+    def calibration(self, project_id: int, version: Version) -> CalibrationReport | None:
+        """Reliability of the version on the held-out gold labels, or None without gold or
+        predictions (:func:`gpsl.annotation.evaluation.heldout`, the one held-out
+        evaluation)."""
+        ids, _, gold = self.store.gold_data(project_id)
+        if not ids:
+            return None
+        preds = self.store.get_predictions(version.id, ids)
+        result = heldout(version.classes, [preds.get(sid) for sid in ids], gold)
+        if result is None:
+            return None
+        _, train_y = self.store.training_data(project_id, "train", only_labeled=True)
+        return _calibration_report(result, train_y)
+
+    def ranked(self, project_id: int, tokens, n: int = 10) -> list[RankedSentence]:
+        """The first ``n`` sentences of the annotation queue (the one ranking,
+        :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences."""
+        free = self.unlabeled(tokens)
+        out = []
+        for r in self.store.ranked_queue(project_id, n):
+            conf = free.loc[free["sentence_id"] == r["sentence_id"], "confidence"]
+            if conf.empty:
+                continue
+            out.append(RankedSentence(r["sentence_id"], r["position"], r["score"],
+                                      r["strategy"], float(conf.min()), float(conf.mean()),
+                                      int(conf.size)))
+        return out
+
+    @staticmethod
+    def sentence_tokens(tokens, sentence_id: int):
+        return tokens[tokens["sentence_id"] == sentence_id]
+
+    def uncertain_tokens(self, tokens, n: int = 20):
+        top = self.unlabeled(tokens).sort_values(["confidence", "position"]).head(n)
+        return pd.DataFrame({"sentence": top["position"] + 1, "token #": top["token_index"] + 1,
+                             "token": top["token"], "predicted": top["predicted"],
+                             "confidence": top["confidence"]})
+
+    @staticmethod
+    def learning_curve(versions: Sequence[Version]):
+        """Every done version in training order: labeled tokens, held-out accuracy, mean
+        confidence and ECE (None where the project has no held-out gold) (pandas)."""
+        rows = [{"version": v.name, "id": v.id, "labeled tokens": v.n_labeled_tokens or 0,
+                 "accuracy": v.metrics.get("heldout_accuracy"),
+                 "mean confidence": v.metrics.get("heldout_mean_confidence"),
+                 "ECE": v.metrics.get("heldout_ece"), "finished": v.finished_at}
+                for v in sorted(versions, key=lambda v: v.id) if v.status == "done"]
+        return pd.DataFrame(rows, columns=["version", "id", "labeled tokens", "accuracy",
+                                           "mean confidence", "ECE", "finished"])
+
+    def activity(self, project_id: int):
+        """Labels set per annotator per day (history action 'set', not undone) as pandas
+        ``day, annotator, labels``."""
+        counts: dict[tuple[str, str], int] = {}
+        for h in self.store.history(project_id=project_id, limit=None):
+            if h["action"] == "set" and not h["undone"]:
+                key = (h["at"][:10], h["annotator"])
+                counts[key] = counts.get(key, 0) + 1
+        rows = [{"day": d, "annotator": a, "labels": c} for (d, a), c in sorted(counts.items())]
+        return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
+
+    def label_stamp(self, project_id: int) -> int:
+        """The id of the project's newest history row: changes whenever a label does."""
+        return (self.store.history(project_id=project_id, limit=1) or [{"id": 0}])[0]["id"]
+
+    # teams
+    def team_settings(self, project_id: int) -> TeamSettings:
+        s = self.store.team_settings(project_id)
+        return TeamSettings(s["overlap"], s["blind"], s["resolve"])
+
+    def crowd(self, project_id: int) -> CrowdSummary | None:
+        model = self.store.team_settings(project_id)["crowd"]
+        return None if not model else crowd_summary(model)
+
+    def team(self, project_id: int) -> TeamFigures | None:
+        """Agreement, the people's rows and the conflicts (None: nobody has voted)."""
+        cast = self.store.team_votes(project_id)
+        if not cast:
+            return None
+        figures = self.store.agreement(project_id, cast)
+        stats = self.store.annotator_stats(project_id, cast, figures)
+        return TeamFigures(
+            tuple(figures["annotators"]), figures["kappa"], figures["shared"],
+            figures["alpha"], figures["alpha_by_label"], figures["n_tokens"],
+            tuple(AnnotatorRow(**r) for r in stats),
+            tuple(conflict(c) for c in self.store.conflicts(project_id, cast)))
+
+    def conflicts(self, project_id: int) -> list[Conflict]:
+        return [conflict(c) for c in self.store.conflicts(project_id)]
+
+    def decisions(self, sentence_id: int, token_index: int) -> list[Decision]:
+        """The leads' decisions on one token, newest first."""
+        return [Decision(h["at"], h["annotator"], h["old_label"], h["new_label"])
+                for h in self.store.adjudication_history(sentence_id=sentence_id)
+                if h["token_index"] == token_index]
+
+    def tokens(self, sentence_id: int) -> list[str]:
+        """A sentence's tokens (their first column)."""
+        return [tok[0] for tok in self.store.get_sentence(sentence_id)["tokens"]]
+
+    def accounts(self) -> list[Account]:
+        return [Account(**a) for a in self.store.list_accounts()]
+
+    def leases(self, project_id: int) -> list[Lease]:
+        return [Lease(**x) for x in self.store.leases(project_id)]
+
+
+def conflict(c: dict) -> Conflict:
+    return Conflict(c["sentence_id"], c["position"], c["token_index"], c["token"],
+                    dict(c["votes"]), tuple(c["labels"]), c["derived"], c["adjudicated"],
+                    c["status"])
+
+
+def crowd_summary(model: dict) -> CrowdSummary:
+    return CrowdSummary(model["n_votes"], model["n_tokens"], model["fitted_at"], tuple(
+        Reliability(r["annotator"], r["accuracy"], r["votes"], r["model"],
+                    r.get("confusion") or {}) for r in model["report"]))

@@ -1,0 +1,194 @@
+"""The annotation store's rules, as pure functions: no SQL, no store, no state.
+
+* **The training label** of a token (:func:`derive_labels`): labels imported with a file
+  count only while nobody has voted on the token; one vote gives that label; with several, a
+  lead's adjudicated label wins, else the ``posterior`` hook (the project's crowd model,
+  :func:`crowd_posterior`), else the majority (:func:`majority_label`). Both decide by
+  :func:`gpsl.crowd.decide`, the library's one rule: a tie leaves the token missing.
+* **The queue**: a token's query score (:func:`token_scores`: the score the training run
+  stored, else least confidence ``1 - max_j p_tj``); a sentence's queue score, its unlabeled
+  tokens' largest (:func:`queue_score`); the token the cursor opens on, the unlabeled token
+  with the largest score (:func:`opening_token`). The SQL that sorts sentences by the stored
+  queue score and applies the team's k rule is :mod:`gpsl.annotation.queue`'s.
+* **The cursor**: where it moves after a label (:func:`next_unlabeled`) and which
+  suggestions "accept" takes (:func:`accept_candidates`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from gpsl import active, crowd
+from gpsl.annotation.records import Derived, TokenView, Vote
+
+__all__ = ["NO_LABEL", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote", "accept_candidates",
+           "crowd_posterior", "derive_labels", "majority_label", "next_unlabeled",
+           "opening_token", "queue_score", "token_scores"]
+
+#: one-coin accuracy assumed for an annotator the crowd model has not seen
+UNKNOWN_SKILL = 0.8
+#: the class a cleared vote ("no label") counts as in a majority (no label can be empty)
+NO_LABEL = ""
+
+
+Posterior = Callable[[int, Sequence[Vote]], str | None]
+
+
+# ----------------------------------------------------------------------------- labels
+
+
+def _one_token_votes(labels: Sequence[str], classes: Sequence[str],
+                     annotators: Sequence[int] | None = None,
+                     names: Sequence[str] = ()) -> crowd.Votes:
+    index = {c: i for i, c in enumerate(classes)}
+    who = list(range(len(labels))) if annotators is None else list(annotators)
+    return crowd.Votes(lengths=np.array([1]), token=np.zeros(len(labels), dtype=np.int64),
+                       annotator=np.array(who, dtype=np.int64),
+                       label=np.array([index[lab] for lab in labels], dtype=np.int64),
+                       annotators=list(names) or [str(i) for i in range(len(labels))],
+                       classes=list(classes))
+
+
+def majority_label(labels: Sequence[str | None]) -> str | None:
+    """The majority of one token's votes (None: a cleared vote, "no label"), by the library's
+    rule: the vote fractions (:func:`gpsl.crowd.majority_posteriors`) decided by
+    :func:`gpsl.crowd.decide`, so a tie leaves the token missing (None), as does a majority
+    for "no label"."""
+    if not labels:
+        return None
+    votes = [NO_LABEL if lab is None else lab for lab in labels]
+    classes = sorted(set(votes))
+    r = crowd.majority_posteriors(_one_token_votes(votes, classes))
+    got = crowd.decide(r, classes)[0]
+    return None if got in (None, NO_LABEL) else got
+
+
+def derive_labels(votes: Mapping[int, Sequence[Vote]], adjudicated: Mapping[int, str],
+                  posterior: Posterior | None = None) -> dict[int, Derived | None]:
+    """The training label of each token in ``votes`` (token index -> its votes, oldest
+    first) given the lead's ``adjudicated`` labels.  ``posterior(token, votes)`` (a crowd
+    model) decides disputed tokens when given; otherwise the majority
+    (:func:`majority_label`; a tie leaves the token missing, None)."""
+    out: dict[int, Derived | None] = {}
+    for t, vs in votes.items():
+        if t in adjudicated:
+            out[t] = Derived(adjudicated[t], "human", "adjudicated")
+            continue
+        vs = [v for v in vs if v.source != "import"] or list(vs)
+        if not vs:
+            out[t] = None
+            continue
+        if len(vs) == 1:
+            source = "human" if vs[0].source == "import" else vs[0].source
+            out[t] = None if vs[0].label is None else \
+                Derived(vs[0].label, source, vs[0].annotator)
+            continue
+        lab = posterior(t, vs) if posterior is not None else \
+            majority_label([v.label for v in vs])
+        if lab is None:
+            out[t] = None
+            continue
+        voters = [v for v in vs if v.label == lab]
+        source = "accepted" if voters and all(v.source == "accepted" for v in voters) \
+            else "human"
+        out[t] = Derived(lab, source, ", ".join(v.annotator for v in voters) or "model")
+    return out
+
+
+def crowd_posterior(model: Mapping) -> Posterior:
+    """The ``posterior(token, votes)`` hook of :func:`derive_labels` from a stored crowd
+    model (``classes``, ``annotators``, ``log_pi``, ``log_prior``): the library's E-step
+    (:func:`gpsl.crowd.e_step`, eq. E) on the token's votes with a label, decided by
+    :func:`gpsl.crowd.decide`.  An annotator the model has not seen counts with the one-coin
+    matrix of accuracy :data:`UNKNOWN_SKILL`, a label it does not know is left out; an exact
+    tie, or no usable vote, leaves the token missing (None)."""
+    classes = list(model["classes"])
+    names = list(model["annotators"])
+    J = len(classes)
+    off = np.log((1.0 - UNKNOWN_SKILL) / max(1, J - 1)) if J > 1 else 0.0
+    unknown = np.full((J, J), off)
+    np.fill_diagonal(unknown, np.log(UNKNOWN_SKILL) if J > 1 else 0.0)
+    log_pi = np.asarray(model["log_pi"], dtype=float).reshape(-1, J, J)
+    log_prior = np.asarray(model["log_prior"], dtype=float)
+    who = {a: i for i, a in enumerate(names)}
+    known = set(classes)
+
+    def posterior(_t, votes: Sequence[Vote]) -> str | None:
+        used = [v for v in votes if v.label is not None and v.label in known]
+        if not used:
+            return None
+        strangers = [v.annotator for v in used if v.annotator not in who]
+        index = {**who, **{a: len(names) + k for k, a in enumerate(strangers)}}
+        params = crowd.CrowdModel(  # each annotator the model has not seen: the one-coin
+            log_pi=np.concatenate([log_pi, np.repeat(unknown[None], len(strangers), 0)]),
+            one_coin=np.zeros(len(index), dtype=bool), prior_diag=0.0, prior_off=0.0)
+        token = _one_token_votes([v.label for v in used], classes,
+                                 [index[v.annotator] for v in used], names + strangers)
+        return crowd.decide(crowd.e_step(params, token, log_prior), classes)[0]
+
+    return posterior
+
+
+# ----------------------------------------------------------------------------- the queue
+
+
+def token_scores(marginals: np.ndarray | None, query_scores: np.ndarray | None = None
+                 ) -> np.ndarray:
+    """Each token's query score: the ``query_scores`` a training run stored, else the least
+    confidence ``1 - max_j p_tj`` of the stored ``marginals`` (rows normalised to sum to 1;
+    :func:`gpsl.active.least_confidence`)."""
+    if query_scores is not None:
+        return np.asarray(query_scores, dtype=float).reshape(-1)
+    m = np.asarray(marginals, dtype=float)
+    sums = m.sum(axis=1, keepdims=True)
+    m = np.where(sums > 0, m / np.where(sums > 0, sums, 1.0), 1.0 / max(1, m.shape[1]))
+    return active.least_confidence(m)
+
+
+def _free(n: int, labeled: Iterable[int]) -> np.ndarray:
+    mask = np.ones(n, dtype=bool)
+    mask[[t for t in labeled if 0 <= t < n]] = False
+    return mask
+
+
+def queue_score(marginals: np.ndarray | None, labeled: Iterable[int],
+                query_scores: np.ndarray | None = None) -> float | None:
+    """The active-learning score of one sentence (higher: asked first): the largest
+    :func:`token_scores` of its unlabeled tokens; None when every token is labeled."""
+    scores = token_scores(marginals, query_scores)
+    free = scores[_free(scores.shape[0], labeled)]
+    return float(free.max()) if free.size else None
+
+
+def opening_token(labels: Sequence[str | None], scores: Sequence[float | None]) -> int:
+    """The token the cursor opens on: the unlabeled token with the largest score (the
+    :func:`token_scores` of the token; None where there is none, e.g. a token a blind view
+    hides), the first one on a tie; else the first unlabeled token, else the first token."""
+    free = [t for t, lab in enumerate(labels) if lab is None]
+    scored = [t for t in free if scores[t] is not None]
+    if scored:
+        return min(scored, key=lambda t: (-float(scores[t]), t))
+    return free[0] if free else 0
+
+
+def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
+    """Where the cursor moves after a label: the next unlabeled token after ``after``
+    (wrapping); ``after + 1`` when every token is labeled (clamped to the last token)."""
+    n = len(labels)
+    for k in range(1, n + 1):
+        t = (after + k) % n
+        if labels[t] is None:
+            return t
+    return min(after + 1, n - 1)
+
+
+def accept_candidates(views: Sequence[TokenView], threshold: float,
+                      label_set: Sequence[str]) -> dict[int, str]:
+    """"Accept suggestions": the unlabeled tokens whose suggestion is in the label set with
+    probability >= ``threshold`` -> that suggestion."""
+    ok = set(label_set)
+    return {v.index: v.suggestion for v in views
+            if v.label is None and v.suggestion in ok and v.suggestion_p is not None
+            and v.suggestion_p >= threshold}

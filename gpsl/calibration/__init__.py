@@ -1,0 +1,34 @@
+"""Post-hoc calibration of the marginals (:meth:`gpsl.model.GPSL.calibrate`): temperature and
+vector scaling, the structured temperature inside Algorithm 2, their stacked ensemble, chosen by
+cross-validated NLL. :mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
+objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`."""
+
+from gpsl.calibration.calibrator import Calibrator, cross_calibrate
+from gpsl.calibration.scores import (
+    DEFAULT_KINDS,
+    ENSEMBLE,
+    ENSEMBLES,
+    FOLDS_LARGE,
+    FOLDS_SMALL,
+    FOLDS_SMALL_MAX_SENTENCES,
+    KINDS,
+    METHODS,
+    SELECT_CRITERIA,
+    SELECT_GROUPS,
+    STACK_MIN_WEIGHT,
+    STRUCTURED_KINDS,
+    STRUCTURED_MAX_TOKENS,
+    Scores,
+    calibration_folds,
+    fold_indices,
+    nll_and_grad,
+    stack,
+    stacking_weights,
+    temperature_nll,
+)
+
+__all__ = ["Calibrator", "Scores", "cross_calibrate", "calibration_folds", "fold_indices",
+           "nll_and_grad", "stack", "stacking_weights", "temperature_nll", "METHODS", "KINDS",
+           "STRUCTURED_KINDS", "DEFAULT_KINDS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
+           "ENSEMBLE", "STACK_MIN_WEIGHT", "STRUCTURED_MAX_TOKENS", "FOLDS_SMALL",
+           "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES"]

@@ -1,0 +1,107 @@
+"""``gpsl test`` and ``gpsl eval``: label a CRF++ column file with a saved model (like
+``crf_test``), and score it against the file's gold labels.
+
+``test`` writes every input token line (columns joined by tabs, a gold label column kept as
+is) with the predicted label appended, and a blank line after each sentence, exactly like
+``crf_test``; ``--marginals`` (or ``-v``/``-v1``) writes ``label/0.987654`` like
+``crf_test -v1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpsl import metrics
+from gpsl.cli import common
+from gpsl.errors import InputError
+
+_DECODER_HELP = "decoder (default: the model's, normally rns)"
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("test", help="label a CRF++ column file (like crf_test)",
+                       description="Append the predicted label to every token line.")
+    p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
+    common.add_params(p, ("decoder",), decoder={"default": None, "help": _DECODER_HELP})
+    p.add_argument("--marginals", action="store_true",
+                   help="write label/probability (RNS marginal), like crf_test -v1")
+    p.add_argument("-v", dest="verbose_level", type=int, default=0, metavar="LEVEL",
+                   help="-v or -v1 is --marginals (crf_test compatibility)")
+    common.add_encoding(p)
+    common.add_output(p)
+    common.add_max_tokens(p)
+    p.add_argument("test_file", metavar="TEST_FILE")
+    p.set_defaults(func=run_test)
+
+    p = sub.add_parser("eval", help="token accuracy, Hamming loss and (BIO/IOB labels) "
+                                    "conlleval per-type P/R/F1 on a labeled file")
+    p.add_argument("-m", "--model", required=True, metavar="MODEL_DIR")
+    common.add_params(p, ("decoder",), decoder={"default": None, "help": _DECODER_HELP})
+    common.add_encoding(p)
+    common.add_missing(p, "gold label marking a missing label, not scored (default _)")
+    common.add_max_tokens(p)
+    p.add_argument("test_file", metavar="TEST_FILE")
+    p.set_defaults(func=run_eval)
+
+
+def run_test(args: argparse.Namespace) -> int:
+    from gpsl.io import format_conll
+
+    model = common.load_model(args.model)
+    sents, X, _ = common.read_for_model(model, args.test_file, args.encoding, args.max_tokens)
+    pred = model.predict(X, decoder=args.decoder)
+    if args.marginals or args.verbose_level >= 1:
+        index = {c: i for i, c in enumerate(model.classes_)}
+        marg = model.predict_marginals(X)
+        extra = [
+            [[f"{lab}/{float(P[j, index[lab]]):.6f}"] for j, lab in enumerate(labs)]
+            for labs, P in zip(pred, marg, strict=True)
+        ]
+    else:
+        extra = [[[lab] for lab in labs] for labs in pred]
+    text = format_conll(sents, extra_columns=extra, label=False)
+    common.write_output(text, args.output, args.encoding)
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    model = common.load_model(args.model)
+    sents, X, has_gold = common.read_for_model(model, args.test_file, args.encoding,
+                                               args.max_tokens)
+    if not has_gold:
+        raise InputError(
+            f"no gold label column: the file has {model.n_columns_} columns, the model's feature "
+            f"columns only", source=args.test_file, line=sents[0].line)
+    pred = model.predict(X, decoder=args.decoder)
+    marg = model.predict_marginals(X)
+    total = right = missing = 0
+    for s, labs in zip(sents, pred, strict=True):
+        for tok, p in zip(s.tokens, labs, strict=True):
+            gold = tok[-1]
+            if gold == args.missing:
+                missing += 1
+                continue
+            total += 1
+            right += gold == p
+    if total == 0:
+        raise InputError(f"no gold labels to score (every label is {args.missing!r})",
+                         source=args.test_file)
+    acc = 100.0 * right / total
+    print(f"tokens: {total + missing} (scored {total}, missing {missing})")
+    print(f"accuracy: {acc:.2f}%")
+    print(f"hamming loss: {100.0 - acc:.2f}%")
+    gold = [[tok[-1] for tok in s.tokens] for s in sents]
+    index = {c: i for i, c in enumerate(model.classes_)}
+    gidx = [[index.get(g, -1) if g != args.missing else -1 for g in labs] for labs in gold]
+    cal = metrics.calibration_summary(marg, gidx)
+    state = "calibrated" if getattr(model, "calibrator_", None) is not None else "uncalibrated"
+    print(f"marginals ({state}, labels known to the model): mean confidence "
+          f"{cal['mean_confidence']:.4f}, accuracy {cal['accuracy']:.4f}, ECE (15 equal-mass "
+          f"bins) {cal['ece_mass']:.4f}, ECE (10 bins) {cal['ece_width']:.4f}, NLL "
+          f"{cal['nll']:.4f}, Brier {cal['brier']:.4f}")
+    if metrics.is_chunk_label_set(lab for g in gold for lab in g if lab != args.missing):
+        keep = [i for i, g in enumerate(gold) if args.missing not in g]
+        print(f"chunks (conlleval, seqeval): {len(keep)} of {len(gold)} sentences with "
+              "complete gold labels")
+        print(metrics.conlleval_report([gold[i] for i in keep], [list(pred[i]) for i in keep]))
+    return 0

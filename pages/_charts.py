@@ -1,0 +1,69 @@
+"""Charts of the pages: the one plotly template ``gpsl`` every figure uses, the heatmap of
+the Team page and the bound curve of the Train page.  No Streamlit calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from pages._chips import PALETTE
+
+PLOT_TEMPLATE = "gpsl"
+
+
+def _register_plot_template() -> None:
+    """One plotly template for every figure of the app (margins, fonts, colours), instead
+    of a layout dict repeated per figure."""
+    if PLOT_TEMPLATE in pio.templates:
+        return
+    base = pio.templates["plotly_white"]
+    tmpl = go.layout.Template(base)
+    tmpl.layout.update(margin=dict(l=10, r=10, t=30, b=10), height=300,
+                       font=dict(size=12), colorway=PALETTE,
+                       legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    pio.templates[PLOT_TEMPLATE] = tmpl
+
+
+def figure(**layout):
+    """A plotly figure with the app's template (and any extra layout)."""
+    _register_plot_template()
+    return go.Figure(layout={"template": PLOT_TEMPLATE, **layout})
+
+
+def styled(fig, **layout):
+    """Apply the app's template (and extra layout) to a plotly express figure."""
+    _register_plot_template()
+    fig.update_layout(template=PLOT_TEMPLATE, **layout)
+    return fig
+
+
+def heatmap(matrix, x: Sequence[str], y: Sequence[str], title: str, *, zmin: float = 0.0,
+            zmax: float = 1.0, digits: int = 2, height: int | None = None,
+            x_title: str | None = None, y_title: str | None = None):
+    """A plotly heatmap with the app's template and the values written in the cells (an
+    empty cell where the value is NaN)."""
+    z = [[float(v) if math.isfinite(float(v)) else None for v in row] for row in matrix]
+    cells = [["" if v is None else f"{v:.{digits}f}" for v in row] for row in z]
+    fig = figure(title=title, height=height or max(260, 60 + 38 * len(y)),
+                 xaxis_title=x_title, yaxis_title=y_title)
+    fig.add_heatmap(z=z, x=list(x), y=list(y), zmin=zmin, zmax=zmax, text=cells,
+                    texttemplate="%{text}", colorscale="Blues", hoverongaps=False,
+                    colorbar={"thickness": 12})
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category", side="bottom")
+    return fig
+
+
+def bound_figure(bounds: Sequence[float], title: str, first: int = 1, height: int = 300):
+    """The bound per iteration (``first``: the iteration of ``bounds[0]``; a stored trace
+    starts with the initial bound, iteration 0)."""
+    fig = figure(title=title, height=height, xaxis_title="iteration",
+                 yaxis_title="variational lower bound", showlegend=False)
+    fig.add_scatter(x=list(range(first, first + len(bounds))), y=list(bounds),
+                    mode="lines+markers", line={"color": "#4f46e5"})
+    fig.update_xaxes(dtick=max(1, len(bounds) // 10))
+    return fig

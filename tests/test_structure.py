@@ -1,0 +1,207 @@
+"""The shape of the code: imports run one way, the pages see only the facade, modules stay small.
+
+The import graph is read from the source (``ast``: every ``import`` and ``from ... import``,
+in functions too) of ``gpsl/``, ``pages/`` and ``app.py``; ``from P import name`` is an import
+of ``P.name`` when that is a module, else of ``P``.  A submodule's implicit import of its parent
+package is not an edge (as import-linter counts it).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 600
+
+# The layers of gpsl/annotation, bottom first: a module imports modules of its own layer or
+# lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
+LAYERS = {
+    "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
+    "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
+                     "accounts", "search", "stats", "runs"},
+    "rules": {"rules", "evaluation"},
+    "services": {"labels", "scoring", "team", "imports", "exports", "pipeline", "jobs",
+                 "dask_jobs", "reports"},
+    "facade": {"facade", "__init__"},
+    "entry": {"worker"},  # a process's main (python -m gpsl.annotation.worker), like app.py
+}
+#: what the rules may import of the back end: values, nothing that reads or writes
+PURE_ALLOWED = {"gpsl.annotation.records"}
+#: imports inside functions that gpsl/annotation and pages/ may make: optional dependencies
+#: only a runner that uses them needs (Dask, for GPSL_DASK_SCHEDULER)
+LAZY_ALLOWED = {"distributed"}
+#: what pages/ and app.py may import besides the standard library and each other
+PAGE_ALLOWED = {"gpsl.annotation", "streamlit", "pandas", "plotly"}
+
+# Modules over MAX_LINES that this wave leaves to their owners, to be split and then removed
+# from this list (the lead empties it); an entry that is no longer over the limit fails too.
+TOO_LONG = {
+    "gpsl/crowd.py": "crowd (#27): one aggregator a file",
+    "gpsl/io.py": "crowd (#27): the readers may become a package",
+    "gpsl/active.py": "not assigned in wave 1",
+}
+# Import loops this wave leaves to their owners (the lead empties this too; a loop that is
+# gone fails until its entry is removed).
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file of every module of gpsl/, pages/ and app.py."""
+    out = {"app": ROOT / "app.py"}
+    for top in ("gpsl", "pages"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, bool]]:
+    """``(imported module, inside a function)`` of one module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[str, bool]] = []
+
+    def visit(node, nested: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                out.extend((a.name, inner) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[:len(package.split(".")) - child.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                for a in child.names:
+                    full = f"{base}.{a.name}"
+                    out.append((full if full in MODULES else base, inner))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return found
+
+
+def _layer(module: str) -> int | None:
+    if not module.startswith("gpsl.annotation"):
+        return None
+    short = module.removeprefix("gpsl.annotation").lstrip(".") or "__init__"
+    for k, members in enumerate(LAYERS.values()):
+        if short in members:
+            return k
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+
+
+def test_the_import_graph_has_no_cycle():
+    """No loop of imports, those made inside functions included (a lazy import hides a
+    loop from the interpreter, not from the reader)."""
+    internal = {name: {m for m, _ in imps if m in MODULES and m != name}
+                for name, imps in GRAPH.items()}
+    found = {frozenset(c) for c in _cycles(internal)}
+    assert not found - set(KNOWN_CYCLES), sorted(sorted(c) for c in found - set(KNOWN_CYCLES))
+    stale = [sorted(c) for c in set(KNOWN_CYCLES) - found]
+    assert not stale, f"no longer a loop: remove {stale} from KNOWN_CYCLES"
+
+
+def test_the_annotation_back_end_imports_run_down_its_layers():
+    names = list(LAYERS)
+    for name, imps in GRAPH.items():
+        here = _layer(name)
+        if here is None:
+            continue
+        for module, _ in imps:
+            there = _layer(module)
+            if there is not None and module != name:
+                assert there <= here, (f"{name} ({names[here]}) imports {module} "
+                                       f"({names[there]}): imports run down the layers")
+            if names[here] == "rules" and there is not None and module != name:
+                assert module in PURE_ALLOWED, f"the rule module {name} imports {module}"
+        if names[here] == "rules":
+            assert not any(m.split(".")[0] == "sqlalchemy" for m, _ in imps), name
+
+
+def test_no_import_inside_a_function_but_optional_dependencies():
+    for name, imps in GRAPH.items():
+        if not name.startswith(("gpsl.annotation", "pages", "app")):
+            continue
+        lazy = {m for m, nested in imps if nested}
+        assert {m.split(".")[0] for m in lazy} <= LAZY_ALLOWED, (name, sorted(lazy))
+
+
+def test_the_pages_see_only_the_facade():
+    """pages/ and app.py import ``gpsl.annotation`` (the facade, its records, errors and
+    helpers), Streamlit, pandas, plotly, the standard library and each other: no back-end
+    module, no other gpsl module, no database library, no numerics."""
+    for name, imps in GRAPH.items():
+        if not (name == "app" or name.startswith("pages")):
+            continue
+        for module, _ in imps:
+            top = module.split(".")[0]
+            if (top == "pages" and module in MODULES) or module in PAGE_ALLOWED or \
+                    top in ("streamlit", "plotly") or top in sys.stdlib_module_names:
+                continue
+            pytest.fail(f"{name} imports {module}: the pages see only gpsl.annotation")
+
+
+def test_the_library_imports_no_streamlit_and_no_page():
+    for name, imps in GRAPH.items():
+        if name.startswith("gpsl"):
+            bad = sorted(m for m, _ in imps if m.split(".")[0] in ("streamlit", "pages", "app"))
+            assert not bad, (name, bad)
+
+
+def test_no_module_is_over_600_lines():
+    long = {}
+    for path in sorted(MODULES.values()):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_LINES:
+            long[str(path.relative_to(ROOT))] = n
+    unexpected = {p: n for p, n in long.items() if p not in TOO_LONG}
+    assert not unexpected, f"modules over {MAX_LINES} lines: {unexpected}"
+    stale = sorted(set(TOO_LONG) - set(long))
+    assert not stale, f"no longer over {MAX_LINES} lines: remove {stale} from TOO_LONG"
