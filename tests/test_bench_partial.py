@@ -44,3 +44,26 @@ def test_partial_benchmark_tiny_run(tmp_path, monkeypatch):
 def test_bad_fractions_are_refused(capsys):
     assert partial.main(["--hidden", "1.0"]) == 2
     assert "--hidden" in capsys.readouterr().err
+
+
+@needs_data
+@pytest.mark.timeout(300)
+def test_the_diagnosis_records_every_sweep_of_every_variant(tmp_path, monkeypatch):
+    monkeypatch.setattr(partial, "_diagnose_child", partial.diagnose_job)
+    assert partial.main(["--diagnose", "--train", "25", "--hidden", "0.6", "--out",
+                         str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "partial_diagnosis.json").read_text())
+    assert [f["name"] for f in report["fits"]] == [n for n, _ in partial.DIAGNOSIS]
+    by = {f["name"]: f for f in report["fits"]}
+    prev = by[partial.DIAGNOSIS[0][0]]
+    default = by[partial.DIAGNOSIS[3][0]]
+    assert prev["lse_bound"] == "jensen" and default["lse_bound"] == "bohning"
+    assert by[partial.DIAGNOSIS[4][0]]["missing_weight"] == 1.0
+    for f in report["fits"]:
+        assert len(f["rows"]) == f["sweeps"] >= 1
+        cpu = [x["cpu_s"] for x in f["rows"]]
+        assert cpu == sorted(cpu) and all(0 <= x["loss"] <= 100 for x in f["rows"])
+        assert f["rows"][0]["r_changed"] is None
+        assert all(0 <= x["r_changed"] <= 1 for x in f["rows"][1:])
+    md = (tmp_path / "partial_diagnosis.md").read_text()
+    assert "## 60% of the tokens hidden" in md and "argmax r changed" in md
