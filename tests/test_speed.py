@@ -228,3 +228,19 @@ def test_the_estimate_on_a_real_fit_counts_down_to_the_stop():
     assert all(e >= 1 for e in est)  # never "done" before the stop rule fires
     # the last sweeps (the geometric tail) within two sweeps
     assert all(abs(e - a) <= 2 for e, a in zip(est[-4:], actual[-4:])), (est, actual)
+
+
+def test_the_labeled_tokens_start_is_taken_with_bohnings_bound_only():
+    """missing_start="labels" under Jensen's bound is the uniform start (the weight-0 sweep
+    does not recover there, bench.partial --diagnose); the default differs from it."""
+    from gpsl.model import GPSL
+    from gpsl.synthetic import UNIGRAM_TEMPLATE, hide_labels, make_chain_task
+
+    X, y = make_chain_task(40, n_labels=4, seed=4)
+    part = hide_labels(y, 0.6, seed=1)
+    kw = dict(template=UNIGRAM_TEMPLATE, inference="sparse", max_iter=4)
+    jensen = GPSL(lse_bound="jensen", **kw).fit(X, part)
+    uniform = GPSL(lse_bound="jensen", missing_start="uniform", **kw).fit(X, part)
+    assert jensen.bound_trace_ == uniform.bound_trace_
+    labels = GPSL(**kw).fit(X, part)
+    assert labels.bound_trace_ != GPSL(missing_start="uniform", **kw).fit(X, part).bound_trace_
