@@ -243,8 +243,10 @@ class SparseEngine(Engine):
         does not recover (chunking 800, 50% / 90% hidden: 18.1% / 22.2% test loss against
         8.1% / 10.9% from the uniform start, ``python -m bench.partial --diagnose``), so with
         ``lse_bound="jensen"`` the start is the uniform one."""
-        if (self.settings.get("missing_start", "labels") == "labels"
-                and self.lse_bound_ != "jensen"):
+        if self.settings.get("missing_start", "labels") == "labels" and self.lse_bound_ != "jensen":
+            # evidence (the crowd model's votes) informs r from the start: no labeled-tokens
+            # sweep then (SparseGPSLInference._labels_first_applies), one mean round as a
+            # complete-label fit (a perfectly reliable annotator gives today's fit exactly)
             return {"labels_first": True, "mean_rounds": 1}
         return {"labels_first": False, "mean_rounds": 3}
 
