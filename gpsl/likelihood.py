@@ -43,7 +43,16 @@ they are never dropped and never replaced by a guess, and they inform their neig
 factors through ``r`` at full weight. :func:`missing_weight` gives ``lambda``; its ``"auto"``
 rule, ``min(1, n_observed / n_missing)``, keeps the plain bound while at most half the labels
 are missing (the paper's Figure 3) and lets the self-targets weigh no more than the labels
-otherwise.
+otherwise. (The scalable mode now starts a fit with missing labels by an M-step at weight 0,
+:meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`, which removes most of that pull
+from the uniform start; ``lambda`` then changes its fits by 0.1 point or less,
+``docs/speed.md``.)
+
+Remaining time
+--------------
+:func:`fit_eta` and :func:`remaining_sweeps` estimate how long a fit still runs from the
+bounds it has reported and the stop rule of :meth:`PseudoLikelihoodBound.fit`
+(:func:`_converged`), for a progress display that does not assume the sweep cap.
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ the means; the mean-field family over-states them. The sparse mode therefore use
 bound by default (``GPSL(lse_bound="auto")``): ``V`` enters as ``(1 - 1/J)/4 sum_q V_q``, the
 means no longer depend on the covariance, and on chunking, basenp and JapaneseNE at 600-800
 training sentences its loss was 0.4-0.8 points lower than with Jensen's bound, below
-CRFsuite's (README, "Scale"). On the synthetic sticky-chain corpus Jensen's bound did better.
+CRFsuite's (``bench.scale``). With missing labels too (below, "Missing labels: two sweeps,
+not eight"). On the synthetic sticky-chain corpus Jensen's bound did better.
 
 The bound (with Jensen's step; Boehning's replaces ``V/2`` as said above)
 ------------------------------------------------------------------
