@@ -255,7 +255,7 @@ _P = [
               "``docs/speed.md`` (``python -m bench.partial``): ``\"labels\"`` with "
               "Boehning's bound is as accurate or more on chunking, JapaneseNE and basenp up "
               "to half the tokens hidden at a fifth of the time or less; on basenp with "
-              "85-95% hidden ``\"uniform\"`` with ``lse_bound=\"jensen\"`` was 0.7-2 points "
+              "85-95% hidden ``\"uniform\"`` with ``lse_bound=\"jensen\"`` was 0.3-1.1 points "
               "better. ``\"supervised\"`` was better than ``\"uniform\"`` on basenp and "
               "worse on chunking (700-sentence pools, the plain bound)."),
     Param("missing_weight", "auto",
