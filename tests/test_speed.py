@@ -10,7 +10,8 @@ import pytest
 from _support import random_task
 
 from gpsl.kernels import make_kernel
-from gpsl.likelihood import Problem, _converged, fit_eta, remaining_sweeps
+from gpsl.likelihood import Problem
+from gpsl.progress import _converged, fit_eta, remaining_sweeps
 from gpsl.sparse import SparseGPSLInference, lbfgs_min
 
 
