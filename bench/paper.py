@@ -185,6 +185,7 @@ class Config:
     max_iter: int = 100
     tol: float | None = None  # None = the GPSL default
     learn_hyper: bool | None = None  # None = the GPSL default
+    inference: str = "full"  # Table 1 is the full GP's; "sparse" for the scalable mode
     sizes: dict = field(default_factory=lambda: dict(PAPER_SIZES))
     data_dir: str = str(DATA_DIR)
     out_dir: str = str(RESULTS_DIR)
@@ -206,8 +207,10 @@ def make_gpsl(name: str, template, cfg: Config):
     kw = {} if cfg.learn_hyper is None else {"learn_hyper": cfg.learn_hyper}
     if cfg.tol is not None:
         kw["tol"] = cfg.tol
+    # the full GP explicitly (cfg.inference, "full" unless --inference sparse): Table 1 is the
+    # paper's model, and inference="auto" is the scalable mode since gpsl.auto
     return GPSL(offsets=GPSL_OFFSETS[name], kernel="linear", template=template,
-                max_iter=cfg.max_iter, decoder="rns", **kw)
+                max_iter=cfg.max_iter, decoder="rns", inference=cfg.inference, **kw)
 
 
 def gpsl_settings(cfg: Config) -> dict:
@@ -1247,6 +1250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learn-hyper", action="store_true",
                    help="learn GPSL's kernel hyper-parameters (Algorithm 1's EM step; default: "
                         "the library default, off)")
+    p.add_argument("--inference", choices=("full", "sparse"), default="full",
+                   help="GPSL's inference mode (default full: Table 1 is the full GP's; "
+                        "sparse: the scalable mode, inference='auto''s choice)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
     p.add_argument("--sizes", help=argparse.SUPPRESS)  # e.g. "4/3" or "seg=4/3"
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -1284,7 +1290,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(datasets=datasets, methods=list(dict.fromkeys(methods)), fractions=fractions,
                   n_partitions=n_part, missing_partitions=args.missing_partitions,
                   seed=args.seed, max_iter=max_iter,
-                  learn_hyper=True if args.learn_hyper else None, sizes=sizes,
+                  learn_hyper=True if args.learn_hyper else None, inference=args.inference,
+                  sizes=sizes,
                   data_dir=args.data_dir, out_dir=args.out, quick=quick,
                   verbose=not args.quiet)
 

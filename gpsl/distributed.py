@@ -57,7 +57,14 @@ import scipy.sparse as sp
 from gpsl.errors import GpslError, InputError
 from gpsl.kernels import LinearFeatures
 from gpsl.likelihood import Problem, PseudoLikelihoodBound
-from gpsl.sparse import SparseGPSLInference, SparseState, _Cache, mean_combine, mean_data
+from gpsl.sparse import (
+    MEAN_FTOL,
+    SparseGPSLInference,
+    SparseState,
+    _Cache,
+    mean_combine,
+    mean_data,
+)
 
 
 class ShardProblem(Problem):
@@ -119,6 +126,8 @@ class Shard(PseudoLikelihoodBound):
     :meth:`get_r` at the end of the fit.
     """
 
+    lookup_neighbours = True  # as the single-process engine (gpsl.sparse)
+
     def __init__(self, data: ShardData):
         self.malloc_relaxed = relax_malloc()
         self.set_lse_bound(data.lse_bound)
@@ -130,6 +139,7 @@ class Shard(PseudoLikelihoodBound):
         self.s = SimpleNamespace(r=p.initial_r(), m_S=None, v_S=None)
         self.c = SimpleNamespace(M=None, Vd=None)
         self._base = None
+        self._counts = None
         self._busy, self._cpu, self._calls = 0.0, 0.0, 0
 
     def _qS(self, m_S, v_S) -> None:
@@ -158,6 +168,9 @@ class Shard(PseudoLikelihoodBound):
                 self._wsum(T["lse"]), self._wsum(self.c.Vd.sum(axis=0)), self.entropy(),
                 self.p.evidence_term(r))
 
+    def set_missing_weight(self, lam) -> None:
+        self.p.set_missing_weight(lam)
+
     def update_r_shard(self, m_S, v_S, rounds) -> None:
         self._qS(m_S, v_S)
         self.update_r(rounds=rounds)
@@ -184,10 +197,11 @@ class Shard(PseudoLikelihoodBound):
         """The pair counts ``N_d``; fixes the local part of ``a`` for the ``q(f^S)`` step."""
         self._qS(m_S, v_S)
         self._base = self.base_a()
-        return self.pair_counts()
+        self._counts = self.pair_counts()
+        return self._counts
 
     def S_eval(self, m_S, v_S) -> tuple:
-        return self.S_data(m_S, v_S, self._base)
+        return self.S_data(m_S, v_S, self._base, self._counts)
 
     def get_r(self) -> np.ndarray:
         return self.s.r
@@ -333,15 +347,20 @@ class ShardedSparseInference(SparseGPSLInference):
     tokens computed by shards (``LocalShards`` or ``DaskShards``) and added here."""
 
     def __init__(self, shards, *, J: int, offsets, n: int, any_missing: bool, D: int,
-                 theta0, lse_bound: str, mean_iter: int = 30, mean_rounds: int = 3,
-                 lambda_floor: float = 1e-8):
+                 theta0, lse_bound: str, mean_iter: int = 30, mean_rounds: int = 1,
+                 lambda_floor: float = 1e-8, missing_weight: float = 1.0,
+                 evidence: bool = False, labels_first: bool = True):
         self.set_lse_bound(lse_bound)
         self.shards = shards
-        self.p = SimpleNamespace(J=int(J), R=len(offsets), n=int(n), offsets=tuple(offsets))
+        self.p = SimpleNamespace(J=int(J), R=len(offsets), n=int(n), offsets=tuple(offsets),
+                                 missing_weight=float(missing_weight))
         self._missing = bool(any_missing)
+        self._evidence = bool(evidence)
+        self.labels_first = bool(labels_first)
         self.features = SimpleNamespace(D=int(D), scale_only=True)
         self.mean_iter = int(mean_iter)
         self.mean_rounds = int(mean_rounds)
+        self.mean_ftol = MEAN_FTOL
         self.lambda_floor = float(lambda_floor)
         R = len(offsets)
         self.s = SparseState(theta=np.tile(np.asarray(theta0, dtype=float), (J, 1)),
@@ -366,6 +385,13 @@ class ShardedSparseInference(SparseGPSLInference):
 
     def _any_missing(self) -> bool:
         return self._missing
+
+    def _labels_first_applies(self) -> bool:
+        return self.labels_first and self._missing and not self._evidence
+
+    def _set_missing_weight(self, lam: float) -> None:
+        self.p.missing_weight = float(lam)
+        self.shards.map("set_missing_weight", float(lam))
 
     def _kl_cache(self) -> None:
         P = self.s.cov

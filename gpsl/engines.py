@@ -44,7 +44,7 @@ from gpsl.inference import GPSLInference, VariationalState, initial_state
 from gpsl.likelihood import Problem
 from gpsl.predict import LatentPredictor, SparsePredictor
 from gpsl.sparse import SparseGPSLInference, SparseState
-from gpsl.warm import warm_state
+from gpsl.warm import carry_sparse_state, warm_state
 
 __all__ = ["Engine", "FullEngine", "SparseEngine", "ShardedEngine", "ENGINES", "make_engine",
            "initial_theta", "resolve_lse_bound"]
@@ -65,15 +65,12 @@ def initial_theta(kernel, X, variance) -> np.ndarray:
 
 def resolve_lse_bound(setting: str, auto: str, any_missing: bool) -> str:
     """The bound on the expected log-partition for ``lse_bound=setting``: with ``"auto"``,
-    the engine's ``auto`` (Jensen for the full GP, Boehning for the scalable mode) when every
-    training label is observed, Jensen's whenever a label is missing. With missing labels
-    Boehning's bound stopped the sparse fit after 2 sweeps far from its maximum (700-sentence
-    pools, 10% of the tokens labeled at random: test accuracy 77.2% on chunking and 72.3% on
-    basenp, against 88.3% and 85.0% with Jensen's in 11 and 16 sweeps; ``tol`` 1e-6 brought
-    Boehning's to 87.4% only after 54 sweeps). Tokens with evidence (the crowd model's votes,
-    :mod:`gpsl.crowd`) keep the rule of complete labels, as measured there."""
+    the engine's ``auto`` (Jensen for the full GP, Boehning for the scalable mode), with or
+    without missing labels (:func:`gpsl.auto.lse_bound`, where the measurements are;
+    ``any_missing`` no longer changes the choice: missing labels used to switch the scalable
+    mode to Jensen's bound, which was why a fit with them took 8 sweeps, ``docs/speed.md``)."""
     if setting == "auto":
-        return "jensen" if any_missing else auto
+        return auto
     return setting
 
 
@@ -135,7 +132,7 @@ class FullEngine(Engine):
     FLOAT_ARRAYS = _COMMON_FLOAT + ("alpha", "lam")
 
     def fit(self, X, lengths, problem: Problem, *, classes, keys, any_missing: bool,
-            prev=None, callback=None, on_sweep=None) -> list[float]:
+            prev=None, callback=None, on_sweep=None, extractor=None) -> list[float]:
         s, kernel = self.settings, self.kernel
         self.X = X
         self.lse_bound_ = resolve_lse_bound(s["lse_bound"], self.auto_lse_bound, any_missing)
@@ -226,8 +223,8 @@ class SparseEngine(Engine):
         return self._inducing
 
     def _theta0(self, X, prev, classes) -> np.ndarray:
-        """The kernel's start, or a previous scalable fit's ``theta`` (warm start: theta
-        only, see :mod:`gpsl.warm`)."""
+        """The kernel's start, or a previous scalable fit's ``theta`` (a warm start that
+        cannot carry the weights: theta only, see :mod:`gpsl.warm`)."""
         theta0 = initial_theta(self.kernel, X, self.settings["variance"])
         if (prev is not None and isinstance(prev.engine_, SparseEngine)
                 and prev.kernel_.name == self.kernel.name
@@ -235,18 +232,55 @@ class SparseEngine(Engine):
             theta0 = prev.state_.theta[0].copy()
         return theta0
 
+    def start_options(self) -> dict:
+        """The engine options for ``missing_start`` (:data:`gpsl.params`): ``"labels"`` (the
+        default) starts a fit with missing labels on the labeled tokens
+        (:meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`) and takes one mean round
+        a sweep; ``"uniform"`` and ``"supervised"`` keep the earlier fit (every missing label
+        uniform at the start, three mean rounds with an ``r`` update between them). The
+        labeled-tokens start needs Boehning's bound: under Jensen's the weight-0 sweep leaves
+        the variances of the features seen only at unlabeled tokens at their prior and the fit
+        does not recover (chunking 800, 50% / 90% hidden: 18.1% / 22.2% test loss against
+        8.1% / 10.9% from the uniform start, ``python -m bench.partial --diagnose``), so with
+        ``lse_bound="jensen"`` the start is the uniform one."""
+        if self.settings.get("missing_start", "labels") == "labels" and self.lse_bound_ != "jensen":
+            # evidence (the crowd model's votes) informs r from the start: no labeled-tokens
+            # sweep then (SparseGPSLInference._labels_first_applies), one mean round as a
+            # complete-label fit (a perfectly reliable annotator gives today's fit exactly)
+            return {"labels_first": True, "mean_rounds": 1}
+        return {"labels_first": False, "mean_rounds": 3}
+
+    def warm(self, prev, problem: Problem, classes, extractor, keys=None, lengths=None):
+        """The warm start (``warm_start=True``) of a mean-field fit of the linear kernel after
+        another such fit with the same offsets and no label lost:
+        :func:`gpsl.warm.carry_sparse_state` (weights, precisions, ``q(f^S)`` and ``theta``
+        by feature and label name, never ``r``), with or without missing labels; ``None``
+        otherwise. ``keys`` and ``lengths`` (the sentences' content keys and lengths) are not
+        read here (``bench.warm_start`` overrides this to carry ``r`` as well)."""
+        if (prev is None or extractor is None or not isinstance(prev.engine_, SparseEngine)
+                or self.family != "meanfield" or prev.state_.family != "meanfield"
+                or prev.kernel_.name != self.kernel.name or not self.kernel.scale_only
+                or tuple(prev.offsets_) != tuple(problem.offsets)
+                or not set(prev.classes_) <= set(classes)):
+            return None
+        return carry_sparse_state(prev.state_, prev.extractor_.feature_names_, problem,
+                                  extractor.feature_names_, len(extractor.feature_names_),
+                                  prev_classes=prev.classes_, classes=classes)
+
     def fit(self, X, lengths, problem: Problem, *, classes, keys, any_missing: bool,
-            prev=None, callback=None, on_sweep=None) -> list[float]:
+            prev=None, callback=None, on_sweep=None, extractor=None) -> list[float]:
         s, kernel, family = self.settings, self.kernel, self.family
         self.X = X
         self.lse_bound_ = resolve_lse_bound(s["lse_bound"], self.auto_lse_bound, any_missing)
         theta0 = self._theta0(X, prev, classes)
         features = kernel.weight_space(X, np.tile(theta0, (len(classes), 1)),
                                        inducing=s["inducing"], exact=family == "khan")
-        start = self.supervised_start(X, lengths, problem, theta0) if any_missing else None
+        start = self.warm(prev, problem, classes, extractor, keys, lengths)
+        if start is None and any_missing:
+            start = self.supervised_start(X, lengths, problem, theta0)
         inf = SparseGPSLInference(problem, features, state=start, family=family,
                                   theta0=theta0, lambda_floor=s["lambda_floor"],
-                                  lse_bound=self.lse_bound_)
+                                  lse_bound=self.lse_bound_, **self.start_options())
         trace = self._run(inf, callback, on_sweep)
         self.features = features
         self._inducing = np.asarray(getattr(features, "Z_idx", np.empty(0)), dtype=np.int64)
@@ -261,7 +295,7 @@ class SparseEngine(Engine):
         the weights towards flat scores that coordinate ascent leaves only slowly. ``None``
         (the cold start) when there is no complete sentence or the option is off."""
         s, family = self.settings, self.family
-        if s["missing_start"] == "uniform" or family != "meanfield":
+        if s["missing_start"] != "supervised" or family != "meanfield":
             return None
         y_idx = problem.y
         starts = np.r_[0, np.cumsum(lengths)[:-1]]
@@ -346,7 +380,7 @@ class ShardedEngine(SparseEngine):
     the sparse mode's (saved, loaded and predicted as such)."""
 
     def fit(self, X, lengths, problem: Problem, *, classes, keys, any_missing: bool,
-            prev=None, callback=None, on_sweep=None) -> list[float]:
+            prev=None, callback=None, on_sweep=None, extractor=None) -> list[float]:
         s, kernel = self.settings, self.kernel
         if not kernel.scale_only:
             raise InputError("cluster= supports the linear kernel only (the rbf kernel's "
@@ -377,7 +411,9 @@ class ShardedEngine(SparseEngine):
             inf = distributed.ShardedSparseInference(
                 shards, J=problem.J, offsets=problem.offsets, n=problem.n,
                 any_missing=bool(problem.missing.any()), D=X.shape[1], theta0=theta0,
-                lse_bound=self.lse_bound_, lambda_floor=s["lambda_floor"])
+                lse_bound=self.lse_bound_, lambda_floor=s["lambda_floor"],
+                missing_weight=problem.missing_weight,
+                evidence=problem.evidence is not None, **self.start_options())
             trace = inf.fit(max_iter=s["max_iter"], tol=s["tol"],
                             learn_hyper=s["learn_hyper"], callback=callback)
             inf.gather_r()

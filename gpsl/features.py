@@ -346,6 +346,18 @@ class NerFeatures(Template):
 FEATURE_SETS = {NerFeatures.NAME: NerFeatures}
 
 
+def _unique_sorted(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` for a 1-d integer array by sorting: numpy 2's hash-based ``unique``
+    took 0.26 s for the 355k (token, feature) keys of 800 chunking sentences, a sort 2 ms."""
+    s = np.sort(a, kind="stable")
+    if s.size == 0:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 class FeatureExtractor:
     """Turn sentences into a binary CSR matrix with one row per token.
 
@@ -427,7 +439,7 @@ class FeatureExtractor:
         """Binary CSR from (row, col) pairs, duplicates counted once."""
         if n_cols == 0 or rows.size == 0:
             return sp.csr_matrix((n_rows, n_cols), dtype=np.float64)
-        keys = np.unique(rows * np.int64(n_cols) + cols)
+        keys = _unique_sorted(rows * np.int64(n_cols) + cols)
         r = keys // n_cols
         c = (keys % n_cols).astype(np.int32 if n_cols < 2**31 else np.int64)
         indptr = np.zeros(n_rows + 1, dtype=np.int64)
@@ -458,7 +470,7 @@ class FeatureExtractor:
         )
         n_tmp = len(tmp)
         if n_tmp:
-            keys = np.unique(rows * np.int64(n_tmp) + ids)
+            keys = _unique_sorted(rows * np.int64(n_tmp) + ids)
             counts = np.bincount(keys % n_tmp, minlength=n_tmp)
         else:
             keys = np.zeros(0, dtype=np.int64)

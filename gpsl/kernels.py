@@ -213,26 +213,48 @@ class LinearFeatures:
             self.Phi = sp.hstack([X, eye], format="csr")
         else:
             self.Phi = X
-        self.PhiT = self.Phi.T.tocsr()
-        self.Phi2 = self.Phi.multiply(self.Phi).tocsr()
-        self.Phi2T = self.Phi2.T.tocsr()
         self.D = self.Phi.shape[1]
+        # One stored matrix serves both products. A sparse-times-dense product is fast when
+        # the dense array it reads or writes at random rows is the smaller one: for
+        # Phi W (n x J out, W of D x J) the CSC form writes the output at random rows, the
+        # CSR form reads W at random rows; for Phi' G the other way round. So with more
+        # features than tokens (a CRF++ template on text: chunking, 800 sentences, 62k
+        # features for 18.7k tokens) Phi is kept as CSC, whose transpose is CSR; with
+        # fewer (the synthetic corpus: 2.6k features, 200k tokens) as CSR. Measured 2.6x
+        # (Phi W) and 4.5x (Phi' G) faster than the wrong form.
+        if self.D >= self.n:
+            self.Phi = self.Phi.tocsc()
+        self.PhiT = self.Phi.T  # a view in the other format, no copy
+        binary = bool(np.all(self.Phi.data == 1.0))
+        self.Phi2 = self.Phi if binary else self.Phi.multiply(self.Phi).asformat(
+            self.Phi.format)
+        self.Phi2T = self.Phi2.T
 
     @staticmethod
     def scales(theta) -> np.ndarray:
         return np.exp(0.5 * np.asarray(theta)[:, 0])
 
+    # the products scale their result in place: a (D, J) temporary costs as much as the
+    # sparse product itself (gpsl.sparse.mean_data)
     def times(self, theta, W):
-        return (self.Phi @ W * self.scales(theta)).T
+        out = self.Phi @ W
+        out *= self.scales(theta)
+        return out.T
 
     def rtimes(self, theta, G):
-        return self.PhiT @ np.ascontiguousarray(G.T) * self.scales(theta)
+        out = self.PhiT @ np.ascontiguousarray(G.T)
+        out *= self.scales(theta)
+        return out
 
     def sq_times(self, theta, S):
-        return (self.Phi2 @ S * self.scales(theta) ** 2).T
+        out = self.Phi2 @ S
+        out *= self.scales(theta) ** 2
+        return out.T
 
     def sq_rtimes(self, theta, P):
-        return self.Phi2T @ np.ascontiguousarray(P.T) * self.scales(theta) ** 2
+        out = self.Phi2T @ np.ascontiguousarray(P.T)
+        out *= self.scales(theta) ** 2
+        return out
 
     def resid(self, theta):
         if self.exact:

@@ -43,144 +43,30 @@ they are never dropped and never replaced by a guess, and they inform their neig
 factors through ``r`` at full weight. :func:`missing_weight` gives ``lambda``; its ``"auto"``
 rule, ``min(1, n_observed / n_missing)``, keeps the plain bound while at most half the labels
 are missing (the paper's Figure 3) and lets the self-targets weigh no more than the labels
-otherwise.
+otherwise. (The scalable mode now starts a fit with missing labels by an M-step at weight 0,
+:meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`, which removes most of that pull
+from the uniform start; ``lambda`` then changes its fits by 0.1 point or less,
+``docs/speed.md``.)
+
+Remaining time
+--------------
+:func:`gpsl.progress.fit_eta` and :func:`gpsl.progress.remaining_sweeps` estimate how long
+a fit still runs from the bounds it has reported and the stop rule of
+:meth:`PseudoLikelihoodBound.fit` (:func:`gpsl.progress._converged`), for a progress display
+that does not assume the sweep cap. The problem's data (:class:`Problem`, the neighbour
+index, the missing weight) live in :mod:`gpsl.problem`, re-exported here.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-# --------------------------------------------------------------------------- problem
-
-
-def missing_weight(spec, n_observed: int, n_missing: int) -> float:
-    """``lambda`` for ``spec``: a number in ``[0, 1]``, or ``"auto"`` =
-    ``min(1, n_observed / n_missing)`` (1 without missing labels); see the module docstring."""
-    if isinstance(spec, str):
-        if spec.strip().lower() != "auto":
-            raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], "
-                             f"not {spec!r}")
-        return 1.0 if n_missing <= 0 else min(1.0, float(n_observed) / float(n_missing))
-    if isinstance(spec, bool) or not isinstance(spec, int | float | np.floating | np.integer):
-        raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], not {spec!r}")
-    lam = float(spec)
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"missing_weight must be 'auto' or a number in [0, 1], not {spec!r}")
-    return lam
-
-
-def neighbour_index(lengths, offsets) -> np.ndarray:
-    """``nb[t, d]`` = index of token ``t + offsets[d]`` in the same sentence, else -1."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = int(lengths.sum())
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    pos = np.arange(n) - starts
-    L = np.repeat(lengths, lengths)
-    nb = np.full((n, len(offsets)), -1, dtype=np.int64)
-    for d, o in enumerate(offsets):
-        ok = (pos + o >= 0) & (pos + o < L)
-        nb[ok, d] = np.arange(n)[ok] + o
-    return nb
-
-
-@dataclass
-class Problem:
-    """Fixed training data: label indices (-1 = missing) and neighbour structure."""
-
-    y: np.ndarray  # (n,) int, -1 for a missing label
-    nb: np.ndarray  # (n, R) neighbour index or -1
-    J: int
-    offsets: tuple
-    #: optional ``(n, J)`` log-potentials ``e_t(y)`` on the labels of tokens whose label is
-    #: missing (ignored where ``y >= 0``): extra evidence about a latent label, e.g. the
-    #: crowd model's ``sum_a log pi_a[y, l_ta]``. The bound gains ``sum_t sum_y r_t(y) e_t(y)``
-    #: and the ``r`` update adds ``e_t`` to its softmax argument.
-    evidence: np.ndarray | None = None
-    #: ``lambda``, the weight of a missing-label token's own factor in the M-steps (1 = the
-    #: plain bound; see :func:`missing_weight`). Set with :meth:`set_missing_weight`.
-    missing_weight: float = 1.0
-    #: ``(n,)`` per-token factor weights ``w_t`` (1 observed, ``lambda`` missing), or
-    #: ``None`` when every weight is 1.
-    weight: np.ndarray | None = None
-
-    @classmethod
-    def build(cls, lengths, y, offsets, J, evidence=None, missing_weight=1.0) -> Problem:
-        y = np.asarray(y, dtype=np.int64)
-        prob = cls(y=y, nb=neighbour_index(lengths, offsets), J=int(J), offsets=tuple(offsets))
-        prob.set_evidence(evidence)
-        prob.set_missing_weight(missing_weight)
-        return prob
-
-    def set_missing_weight(self, lam) -> None:
-        """Weight ``lambda`` in ``[0, 1]`` of the missing tokens' own factors (1 = none)."""
-        lam = float(lam)
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"missing_weight must be in [0, 1], not {lam}")
-        self.missing_weight = lam
-        if lam == 1.0 or not self.missing.any():
-            self.weight = None
-            return
-        w = np.ones(self.n)
-        w[self.missing] = lam
-        self.weight = w
-
-    @property
-    def w(self) -> np.ndarray:
-        """``(n,)`` factor weights ``w_t`` (ones without a missing weight)."""
-        return np.ones(self.n) if self.weight is None else self.weight
-
-    def set_evidence(self, evidence) -> None:
-        """Replace the evidence array (``None`` for none); checked against ``(n, J)``."""
-        if evidence is None:
-            self.evidence = None
-            return
-        e = np.asarray(evidence, dtype=float)
-        if e.shape != (self.n, self.J):
-            raise ValueError(f"evidence must have shape {(self.n, self.J)}, not {e.shape}")
-        if np.isnan(e).any() or np.isposinf(e).any():
-            raise ValueError("evidence must not contain NaN or +inf")
-        self.evidence = e
-
-    def evidence_term(self, r) -> float:
-        """``sum_{t missing} sum_y r_t(y) e_t(y)`` (0 without evidence; 0 * -inf = 0)."""
-        if self.evidence is None:
-            return 0.0
-        m = self.missing
-        rm, em = r[m], self.evidence[m]
-        pos = rm > 0
-        return float(np.sum(rm[pos] * em[pos]))
-
-    @property
-    def n(self) -> int:
-        return int(self.y.shape[0])
-
-    @property
-    def R(self) -> int:
-        return len(self.offsets)
-
-    @property
-    def missing(self) -> np.ndarray:
-        return self.y < 0
-
-    def initial_r(self) -> np.ndarray:
-        """``r`` at the start of a fit: one-hot at observed labels, uniform where missing."""
-        r = np.full((self.n, self.J), 1.0 / self.J)
-        obs = ~self.missing
-        r[obs] = 0.0
-        r[obs, self.y[obs]] = 1.0
-        return r
-
-    def colours(self) -> list[np.ndarray]:
-        """Colour classes of the missing tokens (no two share a factor)."""
-        span = 2 * max((abs(o) for o in self.offsets), default=0) + 1
-        idx = np.flatnonzero(self.missing)
-        return [c for c in (idx[idx % span == k] for k in range(span)) if c.size]
-
+from gpsl.problem import Problem, missing_weight, neighbour_index  # noqa: F401
+from gpsl.progress import DEFAULT_RATE, _converged, fit_eta, remaining_sweeps  # noqa: F401
 
 # --------------------------------------------------------------------------- the bound
 
@@ -213,6 +99,16 @@ class PseudoLikelihoodBound:
     """
 
     lse_bound = "jensen"
+    #: the scalable engines set this: an observed neighbour's term ``c_tdq = g_d[y_nb, q]`` is
+    #: looked up instead of computed as ``log sum_p r_nb(p) exp g_d[p, q]`` with a one-hot
+    #: ``r_nb`` (the same number up to rounding), the pair term is ``sum_d <N_d, m_S[d]>``
+    #: from the pair counts, and the ``r`` update works on the missing tokens' rows only.
+    #: The full GP keeps the general form, so its figures (the paper's Table 1) reproduce
+    #: to the last digit.
+    lookup_neighbours = False
+    #: relative decrease per L-BFGS-B step that ends the ``q(f^S)`` step (``None``: scipy's
+    #: default, 2.2e-9; the full GP keeps it)
+    S_ftol: float | None = None
 
     @property
     def kappa(self) -> float:
@@ -246,6 +142,15 @@ class PseudoLikelihoodBound:
         """c[d] (n, J): log E_{r_nb}[exp g_d(y_nb, q)], zero where no neighbour."""
         n, J, R = self.p.n, self.p.J, self.p.R
         c = np.zeros((R, n, J))
+        if self.lookup_neighbours:
+            for d, (t_obs, y_obs, _, t_mis, nb_mis, _) in enumerate(self.p.neighbour_split()):
+                c[d][t_obs] = gS[d][y_obs]
+                if t_mis.size:
+                    shift = gS[d].max(axis=0)
+                    E = np.exp(gS[d] - shift)
+                    with np.errstate(divide="ignore"):
+                        c[d][t_mis] = np.log(r[nb_mis] @ E) + shift
+            return c
         for d in range(R):
             nbd = self.p.nb[:, d]
             has = nbd >= 0
@@ -257,11 +162,40 @@ class PseudoLikelihoodBound:
                 c[d][has] = np.log(r[nbd[has]] @ E) + shift
         return c
 
+    def _neighbour_sum(self, gS: np.ndarray, r: np.ndarray, out: np.ndarray) -> list:
+        """``out += sum_d c_d`` without forming the ``(R, n, J)`` array (the lookup form of
+        :meth:`_c_terms`): an observed neighbour's term is a row of ``g_d``, gathered; a
+        missing one's ``log sum_p r_nb(p) exp g_d[p, :]``. Returns per offset ``None`` or
+        ``(c_mis, shift, E)``: the terms at the tokens whose neighbour is missing (in the order
+        of :meth:`Problem.neighbour_split`), the column shift and ``exp(g_d - shift)``."""
+        J = self.p.J
+        mis = []
+        for d, (_, _, _, t_mis, nb_mis, gidx) in enumerate(self.p.neighbour_split()):
+            table = np.zeros((J + 1, J))
+            table[:J] = gS[d]
+            out += table[gidx]
+            if t_mis.size:
+                shift = gS[d].max(axis=0)
+                E = np.exp(gS[d] - shift)
+                with np.errstate(divide="ignore"):
+                    cm = np.log(r[nb_mis] @ E) + shift
+                out[t_mis] += cm
+                mis.append((cm, shift, E))
+            else:
+                mis.append(None)
+        return mis
+
     def terms(self, M=None, Vd=None, gS=None, r=None) -> dict:
         M = self.c.M if M is None else M
         Vd = self.c.Vd if Vd is None else Vd
         gS = self.gS() if gS is None else gS
         r = self.s.r if r is None else r
+        if self.lookup_neighbours:
+            a = M.T + 0.5 * Vd.T if self.lse_bound == "jensen" else M.T.copy()
+            mis = self._neighbour_sum(gS, r, a)
+            lse, pi = _lse_softmax(a.copy())
+            # c: only at the tokens whose neighbour is missing (what update_r reads)
+            return {"a": a, "lse": lse, "pi": pi, "c": None, "c_mis": mis}
         c = self._c_terms(gS, r)
         if self.lse_bound == "jensen":
             a = M.T + 0.5 * Vd.T + c.sum(axis=0)  # this order: Table 1 reproduces exactly
@@ -279,9 +213,23 @@ class PseudoLikelihoodBound:
         """Expected label-pair counts N_d[p, q] = sum_t w_t r_nb(t,d)(p) r_t(q), (R, J, J)."""
         r = self.s.r if r is None else r
         own = self._own(r)
+        if self.lookup_neighbours:  # observed neighbours: a sparse 0/1 matrix
+            out = []
+            for _, _, A, t_mis, nb_mis, _ in self.p.neighbour_split():
+                N = np.asarray(A @ own)
+                if t_mis.size:
+                    N += r[nb_mis].T @ own[t_mis]
+                out.append(N)
+            return np.stack(out) if out else np.zeros((0, self.p.J, self.p.J))
         return np.stack([r[nb[nb >= 0]].T @ own[nb >= 0] for nb in self.p.nb.T])
 
-    def _pair_term(self, m_S, r) -> float:
+    def _pair_term(self, m_S, r, counts=None) -> float:
+        """``sum_t w_t sum_d r_nb(t,d)' m_S[d] r_t`` (``= sum_d <N_d, m_S[d]>`` from the pair
+        counts ``N_d`` when given)."""
+        if counts is None and self.lookup_neighbours:
+            counts = self.pair_counts(r)
+        if counts is not None:
+            return float(np.vdot(counts, m_S))
         tot = 0.0
         own = self._own(r)
         for d in range(self.p.R):
@@ -333,7 +281,8 @@ class PseudoLikelihoodBound:
         The sums over tokens are :meth:`S_data`; :meth:`S_combine` adds the rest.
         """
         m_S, v_S = self.S_unpack(x)
-        pair, lse_sum, soft = self.S_data(m_S, v_S, base_a)
+        pair, lse_sum, soft = self.S_data(
+            m_S, v_S, base_a, counts if self.lookup_neighbours else None)
         return self.S_combine(m_S, v_S, pair, lse_sum, soft, counts)
 
     def S_unpack(self, x):
@@ -341,18 +290,32 @@ class PseudoLikelihoodBound:
         R, J = self.p.R, self.p.J
         return x[: R * J * J].reshape(R, J, J), np.exp(x[R * J * J:].reshape(R, J, J))
 
-    def S_data(self, m_S, v_S, base_a):
+    def S_data(self, m_S, v_S, base_a, counts=None):
         """The token sums of the ``q(f^S)`` objective at ``(m_S, v_S)``: the pair term
         ``sum_t r_nb' m_S r_t``, ``sum_t lse_t`` and the soft counts ``s_d`` (see
-        :meth:`_S_objective`). Additive over sentences (a shard computes its own)."""
+        :meth:`_S_objective`). Additive over sentences (a shard computes its own). ``counts``
+        (the pair counts, optional) turns the pair term into ``sum_d <N_d, m_S[d]>``."""
         R, J = self.p.R, self.p.J
         gS = m_S + 0.5 * v_S
         r = self.s.r
+        soft = np.empty((R, J, J))
+        if self.lookup_neighbours:
+            a = base_a.copy()
+            mis = self._neighbour_sum(gS, r, a)
+            lse, pi = _lse_softmax(a)
+            pi = self._own(pi)
+            for d, (_, _, A, t_mis, nb_mis, _) in enumerate(self.p.neighbour_split()):
+                soft[d] = A @ pi  # observed neighbour p: sum of w_t pi_t over those tokens
+                if mis[d] is not None:
+                    cm, shift, E = mis[d]
+                    with np.errstate(over="ignore"):
+                        ratio = pi[t_mis] * np.exp(shift - cm)
+                    soft[d] += E * (r[nb_mis].T @ ratio)
+            return self._pair_term(m_S, r, counts), self._wsum(lse), soft
         c = self._c_terms(gS, r)
         a = base_a + c.sum(axis=0)
         lse = logsumexp(a, axis=1)
         pi = self._own(np.exp(a - lse[:, None]))  # w_t pi_t
-        soft = np.empty((R, J, J))
         for d in range(R):
             nbd = self.p.nb[:, d]
             has = nbd >= 0
@@ -387,8 +350,11 @@ class PseudoLikelihoodBound:
         x0 = np.concatenate([self.s.m_S.ravel(), np.log(self.s.v_S).ravel()])
         f0 = fun(x0, *args)[0]
         bounds = [(None, None)] * (R * J * J) + [(-30.0, 5.0)] * (R * J * J)
-        res = minimize(fun, x0, args=args, jac=True, method="L-BFGS-B",
-                       bounds=bounds, options={"maxiter": maxiter})
+        options = {"maxiter": maxiter}
+        if self.S_ftol is not None:
+            options["ftol"] = self.S_ftol
+        res = minimize(fun, x0, args=args, jac=True, method="L-BFGS-B", bounds=bounds,
+                       options=options)
         if res.fun <= f0:
             self.s.m_S = res.x[: R * J * J].reshape(R, J, J).copy()
             self.s.v_S = np.exp(res.x[R * J * J:]).reshape(R, J, J).copy()
@@ -402,6 +368,8 @@ class PseudoLikelihoodBound:
         classes = self.p.colours()
         if not classes:
             return
+        if self.lookup_neighbours:
+            return self._update_r_rows(classes, rounds)
         R = self.p.R
         for _ in range(rounds):
             for cls in classes:
@@ -431,6 +399,45 @@ class PseudoLikelihoodBound:
                 rc /= rc.sum(axis=1, keepdims=True)
                 self.s.r[cls] = rc
 
+    def _update_r_rows(self, classes, rounds) -> None:
+        """:meth:`update_r` computing the softmax argument ``G`` at the colour class's rows
+        only (the same minoriser; the tokens whose ``d``-th neighbour is in the class are
+        found from :meth:`Problem.neighbour_split`)."""
+        n = self.p.n
+        split = self.p.neighbour_split()
+        pos = np.full(n, -1, dtype=np.int64)
+        for _ in range(rounds):
+            for cls in classes:
+                gS = self.gS()
+                T = self.terms(gS=gS)
+                r = self.s.r
+                Gc = self.c.M.T[cls].copy()  # own local term
+                pos[cls] = np.arange(cls.size)
+                for d, (_, _, _, t_mis, nb_mis, _) in enumerate(split):
+                    nbd = self.p.nb[cls, d]
+                    has = nbd >= 0
+                    # own factor: sum_p r_nb(p) m_S[p, q]
+                    Gc[has] += r[nbd[has]] @ self.s.m_S[d]
+                    if T["c_mis"][d] is None:
+                        continue
+                    # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
+                    #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
+                    cm, shift, E = T["c_mis"][d]
+                    sel = pos[nb_mis] >= 0
+                    s_idx, at = t_mis[sel], pos[nb_mis[sel]]  # each row at most once
+                    contrib = r[s_idx] @ self.s.m_S[d].T
+                    with np.errstate(over="ignore"):
+                        ratio = T["pi"][s_idx] * np.exp(shift - cm[sel])
+                    contrib -= ratio @ E.T
+                    Gc[at] += contrib
+                pos[cls] = -1
+                if self.p.evidence is not None:
+                    Gc += self.p.evidence[cls]
+                Gc -= Gc.max(axis=1, keepdims=True)
+                rc = np.exp(Gc)
+                rc /= rc.sum(axis=1, keepdims=True)
+                self.s.r[cls] = rc
+
     # ----------------------------------------------------------------- Algorithm 1
 
     def sweep(self):
@@ -440,6 +447,11 @@ class PseudoLikelihoodBound:
         self.update_S()
         self.update_r()
         return self.elbo()
+
+    def sweep_number(self, k: int) -> float:
+        """Sweep ``k`` (1-based) of :meth:`fit`: :meth:`sweep` (an engine may start
+        differently, see :meth:`gpsl.sparse.SparseGPSLInference.sweep_number`)."""
+        return self.sweep()
 
     def fit(self, max_iter=100, tol=1e-4, learn_hyper=True, callback=None, inner_max=20,
             on_sweep=None):
@@ -460,7 +472,7 @@ class PseudoLikelihoodBound:
             # inner loop: coordinate ascent for fixed theta
             for _ in range(inner_max):
                 it += 1
-                trace.append(self.sweep())
+                trace.append(self.sweep_number(it))
                 stop = False
                 if on_sweep is not None:
                     extra = on_sweep(self)
@@ -483,9 +495,15 @@ class PseudoLikelihoodBound:
         return trace
 
 
-def _converged(old, new, tol) -> bool:
-    """Relative improvement of the bound below ``tol`` (never at a non-finite bound: a first
-    bound of -inf, e.g. from -inf evidence, is not convergence)."""
-    if not (np.isfinite(old) and np.isfinite(new)):
-        return False
-    return abs(new - old) <= tol * max(1.0, abs(old))
+def _lse_softmax(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(logsumexp(a, axis=1), softmax(a, axis=1))`` of an ``(n, J)`` array, one pass of
+    ``exp`` (scipy's ``logsumexp`` plus a second ``exp`` cost twice as much)."""
+    amax = a.max(axis=1, keepdims=True)
+    pi = a - amax
+    np.exp(pi, out=pi)
+    z = pi.sum(axis=1, keepdims=True)
+    pi /= z
+    lse = np.log(z[:, 0])
+    lse += amax[:, 0]
+    return lse, pi
+

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpsl import params
+from gpsl import auto, params
 from gpsl.calibration import ENSEMBLE, METHODS
 from gpsl.engines import make_engine
 from gpsl.errors import InputError
@@ -28,13 +28,10 @@ from gpsl.params import GPSL1, GPSL2, GPSL4, PRESETS, parse_offsets
 from gpsl.persist import read_model, save_model
 from gpsl.predict import pl_decode, viterbi
 
-__all__ = ["GPSL", "AUTO_SPARSE_TOKENS", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
+__all__ = ["GPSL", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
 
-#: ``inference="auto"`` uses the full GP up to this many training tokens and the scalable
-#: weight-space mode above it. Every partition of the paper's protocol (at most 3,600 tokens)
-#: stays full; the full GP's time grows as n^2.4-3 (about 50 s at 3,500 tokens on 2 cores)
-#: while the sparse mode's grows about linearly (README, "Scale").
-AUTO_SPARSE_TOKENS = 4000
+#: ``inference="auto"`` and ``lse_bound="auto"``: :mod:`gpsl.auto` (the rules and the
+#: measurements behind them)
 
 #: the per-token marginals :meth:`GPSL.predict_marginals` can give (``marginals=``)
 MARGINALS = METHODS
@@ -133,7 +130,7 @@ class GPSL:
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
-                 lse_bound="auto", marginals="auto", missing_start="uniform",
+                 lse_bound="auto", marginals="auto", missing_start="labels",
                  missing_weight="auto", n_jobs=None,
                  callback=None, verbose=False, cluster=None):
         self.offsets = offsets
@@ -248,6 +245,7 @@ class GPSL:
         with _single_threaded_blas():
             trace = engine.fit(
                 Xf, lengths, problem, classes=classes, keys=keys, prev=prev,
+                extractor=extractor,
                 # labels missing without evidence (the crowd model's votes are evidence,
                 # see gpsl.engines.resolve_lse_bound)
                 any_missing=bool(problem.missing.any()) and evidence is None,
@@ -299,20 +297,17 @@ class GPSL:
         return self.engine_.inducing_idx
 
     def _inference_mode(self, n_tokens: int) -> str:
-        """The inference mode for ``n_tokens`` training tokens (``auto``: see
-        :data:`AUTO_SPARSE_TOKENS`)."""
-        mode = str(self.inference).lower()
-        if mode not in ("auto", "full", "sparse"):
-            raise ValueError(f"inference must be 'auto', 'full' or 'sparse', not "
-                             f"{self.inference!r}")
+        """The inference mode for ``n_tokens`` training tokens (``auto``:
+        :func:`gpsl.auto.inference_mode`; with a cluster always the scalable mode)."""
+        mode = auto.inference_mode(self.inference, n_tokens,
+                                   kernel_scale_only=make_kernel(self.kernel).scale_only,
+                                   inducing=self.inducing)
         if self.cluster is not None:
-            if mode == "full":
+            if mode == "full" and str(self.inference).lower() == "full":
                 raise InputError("inference='full' does not run on a cluster: cluster= "
                                  "shards the scalable mode (inference='sparse' or 'auto')",
                                  source="cluster")
             return "sparse"
-        if mode == "auto":
-            return "sparse" if n_tokens > AUTO_SPARSE_TOKENS else "full"
         return mode
 
     # ------------------------------------------------------------------ predict

@@ -189,9 +189,12 @@ _P = [
               "11.3%. ``False`` uses the predictive means ``m``."),
     Param("warm_start", False, (_BOOL,), persisted=False,
           help="start fit from the previous fit",
-          doc="start ``fit`` from the previous fit (active learning, added labels): its "
-              "hyper-parameters always, its variational state of the kept sentences only when "
-              "no training label is missing (:mod:`gpsl.warm` says why)."),
+          doc="start ``fit`` from the previous fit (active learning, added labels): in the "
+              "scalable mode its weights, their precisions, ``q(f^S)`` and ``theta`` by "
+              "feature and label name, with or without missing labels (the fit then ends at "
+              "the cold fit's optimum); in the full GP its hyper-parameters always, its "
+              "variational state of the kept sentences only when no training label is "
+              "missing (:mod:`gpsl.warm` says why)."),
     Param("lambda_floor", 1e-8, (_real(0.0, 1.0, "right"),),
           help="Khan parameters below this are set to 0",
           doc="Khan parameters below this are set to 0 (see :mod:`gpsl.inference`). A large "
@@ -201,12 +204,14 @@ _P = [
           (_opts("auto", "full", "sparse", ignore_case=True,
                  labels={"auto": "Auto", "full": "Full GP", "sparse": "Scalable"}),),
           flags=("--inference",), label="Inference",
-          help="full GP, the scalable weight-space mode, or auto (full up to 4,000 training "
-               "tokens)",
+          help="full GP, the scalable weight-space mode, or auto (the scalable mode for the "
+               "linear kernel; rbf: full up to 2,000 tokens)",
           doc="``\"full\"`` (the full GP of Algorithm 1, ``O(n^3)`` in training tokens), "
               "``\"sparse\"`` (the scalable weight-space mode of :mod:`gpsl.sparse`, about "
-              "linear in ``n``) or ``\"auto\"`` (full up to "
-              ":data:`gpsl.model.AUTO_SPARSE_TOKENS` training tokens)."),
+              "linear in ``n``) or ``\"auto\"`` (:func:`gpsl.auto.inference_mode`: the "
+              "scalable mode for the linear kernel, measured as accurate or more and far "
+              "cheaper at every size, the paper's partitions included; for the rbf kernel the "
+              "full GP up to 2,000 training tokens)."),
     Param("covariance", "auto", (_opts("auto", "meanfield", "khan", ignore_case=True),),
           help="the scalable mode's covariance family: meanfield, khan or auto",
           doc="the sparse mode's covariance family: ``\"meanfield\"``, ``\"khan\"`` or "
@@ -217,17 +222,16 @@ _P = [
           doc="inducing tokens of the rbf kernel in the sparse mode."),
     Param("lse_bound", "auto", (_opts("auto", "jensen", "bohning", ignore_case=True),),
           flags=("--lse-bound",),
-          help="bound on the expected log-partition (auto: jensen for full, bohning for sparse "
-               "with complete labels, jensen when labels are missing)",
+          help="bound on the expected log-partition (auto: jensen for full, bohning for "
+               "sparse)",
           doc="the upper bound on the expected log-partition (:mod:`gpsl.likelihood`): "
               "``\"jensen\"`` (the paper's eq. lb2), ``\"bohning\"`` (variances enter "
               "additively and do not move the means) or ``\"auto\"`` (Jensen in the full "
-              "mode; in the sparse mode Boehning with complete labels - with the mean-field "
-              "covariance, whose variances over-state the uncertainty, Jensen's bound pulls "
-              "the means and cost 0.4-0.8 points against Boehning's on chunking, basenp and "
-              "JapaneseNE at 600-800 sentences - and Jensen when a label is missing, where "
-              "Boehning's stopped far from its maximum, see "
-              ":func:`gpsl.engines.resolve_lse_bound`)."),
+              "mode; in the sparse mode Boehning, with or without missing labels - with the "
+              "mean-field covariance, whose variances over-state the uncertainty, Jensen's "
+              "bound pulls the means and cost 0.4-0.8 points against Boehning's on chunking, "
+              "basenp and JapaneseNE at 600-800 sentences, and with missing labels its slow "
+              "drift took 8 sweeps: :mod:`gpsl.auto`, ``docs/speed.md``)."),
     Param("marginals", "auto", (_opts("auto", "mean", "probit"),),
           help="the marginals predict_marginals gives: mean (Algorithm 2), probit "
                "(uncertainty-aware) or auto (the calibrator's choice, else mean)",
@@ -237,20 +241,26 @@ _P = [
               ":func:`gpsl.predict.rns`: the posterior variances of ``f^U`` and ``f^S`` flatten "
               "each score by the probit factor) or ``\"auto\"`` (the calibrator's choice after "
               ":meth:`~gpsl.model.GPSL.calibrate`, else ``\"mean\"``)."),
-    Param("missing_start", "uniform", (_opts("uniform", "supervised", ignore_case=True),),
+    Param("missing_start", "labels",
+          (_opts("labels", "uniform", "supervised", ignore_case=True),),
           flags=("--missing-start",),
-          help="scalable fit with missing labels: start from zero weights (uniform) or from "
-               "the fit of the complete sentences (supervised)",
-          doc="where the scalable fit starts when labels are missing: ``\"uniform\"`` (zero "
-              "weights, so every missing label starts uniform; the default) or "
+          help="scalable fit with missing labels: first fit the labeled tokens (labels, the "
+               "default), start from zero weights (uniform) or from the fit of the complete "
+               "sentences (supervised)",
+          doc="where the scalable fit starts when labels are missing: ``\"labels\"`` (the "
+              "default: the first sweep fits the labeled tokens, then every missing label "
+              "gets the model's guess, "
+              ":meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`), ``\"uniform\"`` "
+              "(zero weights, every missing label uniform, the mean step in three rounds with "
+              "an ``r`` update between them: the scalable fit before ``\"labels\"``) or "
               "``\"supervised\"`` (from the fit of the completely labeled sentences, "
-              ":meth:`gpsl.engines.SparseEngine.supervised_start`). Measured on 700-sentence "
-              "pools with the plain bound (``missing_weight=1``): ``\"supervised\"`` was better "
-              "on basenp (3 labels; 92.5% against 82.6% test accuracy after two rounds of token "
-              "queries, 91.8% against 87.1% with 10% of the tokens labeled at random) and worse "
-              "on chunking (22 labels; 82.2% against 88.1% at 10% random). The missing weight "
-              "addresses the same problem, the pull of the uniform self-targets, on both, so "
-              "the start stays uniform."),
+              ":meth:`gpsl.engines.SparseEngine.supervised_start`). Measured in "
+              "``docs/speed.md`` (``python -m bench.partial``): ``\"labels\"`` with "
+              "Boehning's bound is as accurate or more on chunking, JapaneseNE and basenp up "
+              "to half the tokens hidden at a fifth of the time or less; on basenp with "
+              "85-95% hidden ``\"uniform\"`` with ``lse_bound=\"jensen\"`` was 0.3-1.1 points "
+              "better. ``\"supervised\"`` was better than ``\"uniform\"`` on basenp and "
+              "worse on chunking (700-sentence pools, the plain bound)."),
     Param("missing_weight", "auto",
           (_opts("auto", ignore_case=True), _real(0.0, 1.0)),
           flags=("--missing-weight",), metavar="W",

@@ -123,7 +123,7 @@ def test_warm_start_moves_each_kept_sentence_state_and_only_theta_with_missing_l
 
     X, y, template = AL.load_dataset(AL.DEFAULT_DATA, "basenp")
     X, y = X[:12], y[:12]
-    m = GPSL(template=template, max_iter=5, warm_start=True)
+    m = GPSL(template=template, max_iter=5, warm_start=True, inference="full")
     m.fit(X[:6], y[:6])
     old_alpha, old_lam = m.state_.alpha.copy(), m.state_.lam.copy()
     starts = np.cumsum(m.lengths_) - m.lengths_

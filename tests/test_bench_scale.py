@@ -15,17 +15,26 @@ needs_data = pytest.mark.skipif(not common.DATA_DIR.is_dir(),
 def test_scale_benchmark_tiny_run(tmp_path):
     assert scale.main(["--sizes", "10", "--full-max", "10", "--synthetic", "800",
                        "--labels", "4", "--repeats", "1", "--split-size", "10",
-                       "--split-seeds", "1", "--out", str(tmp_path)]) == 0
+                       "--split-seeds", "1", "--goal-repeats", "2", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "scale.json").read_text())
+    goals = report["goals"]
+    assert goals["chunking"]["runs"] == 2 and goals["synthetic"]["runs"] == 2
+    assert len(goals["synthetic"]["crf_cpu"]) == 2 and goals["synthetic"]["ratio"] > 0
+    e = goals["synthetic"]["explain"]  # the per-sweep losses of the largest synthetic fit
+    assert len(e["loss_per_sweep"]) == e["last"]["sweep"] >= 1
+    assert 0 <= e["first"]["true_neighbours"] <= 100 and 0 <= e["last"]["local_only"] <= 100
+    assert len(report["goal_runs"]) == 4
     methods = {(r["source"], r["method"]) for r in report["rows"]}
     assert methods == {("chunking", "GPSL2 full"), ("chunking", "GPSL2 sparse"),
                        ("chunking", "GPSL2 sparse, Jensen"), ("chunking", "CRFsuite"),
                        ("synthetic", "GPSL2 sparse"), ("synthetic", "CRFsuite"),
                        ("split", "GPSL2 sparse"), ("split", "CRFsuite")}
     for r in report["rows"]:
-        assert r["fit_s"] > 0 and r["peak_rss_mib"] > 0 and 0 <= r["loss"] <= 100
+        assert r["fit_s"] > 0 and r["fit_cpu_s"] > 0 and r["peak_rss_mib"] > 0
+        assert 0 <= r["loss"] <= 100
     md = (tmp_path / "scale.md").read_text()
     assert "python -m bench.scale --sizes 10" in md and "µs / token" in md
+    assert "## Goals" in md and "What the pseudo-likelihood cannot capture" in md
     assert "Mean difference (GPSL2 − CRFsuite)" in md and "over 2 splits" in md
 
 
@@ -53,18 +62,13 @@ def test_sparse_mode_is_within_0_3_points_of_the_full_gp_on_a_paper_partition():
     assert np.isfinite(list(loss.values())).all()
 
 
-@needs_data
-def test_auto_keeps_every_paper_partition_on_the_full_gp():
-    """Table 1 is the full GP's: every partition of bench.paper (10 per data set, seed 0) has
-    at most AUTO_SPARSE_TOKENS training tokens, so inference='auto' picks 'full' for it."""
-    from gpsl.model import AUTO_SPARSE_TOKENS, GPSL
+def test_the_paper_bench_asks_for_the_full_gp():
+    """Table 1 is the full GP's: bench.paper asks for inference="full" explicitly, whatever
+    inference="auto" picks (gpsl.auto)."""
+    from bench.paper import Config, make_gpsl
 
-    for name, (n_train, n_test) in common.PAPER_SIZES.items():
-        data = common.load_pooled(common.DATA_DIR, name)
-        for train, _ in common.partitions(len(data.X), n_train, n_test, 10, 0, name):
-            n = sum(len(data.X[i]) for i in train)
-            assert n <= AUTO_SPARSE_TOKENS, (name, n)
-            assert GPSL()._inference_mode(n) == "full"
+    for name in ("GPSL1", "GPSL2", "GPSL4"):
+        assert make_gpsl(name, None, Config([], [], [])).inference == "full"
 
 
 @pytest.mark.timeout(300)

@@ -374,7 +374,7 @@ def test_real_summary_line(files, capsys):
     assert code == 0, err
     lines = err.splitlines()
     assert lines[0].startswith("iter=1 ")
-    assert lines[-1].startswith("gpsl: trained on 12 tokens (4 sentences, full inference), "
+    assert lines[-1].startswith("gpsl: trained on 12 tokens (4 sentences, sparse inference), "
                                 "3 labels, "
                                 "1 missing labels, ")
 

@@ -112,10 +112,12 @@ def test_predict_marginals_with_partial_labels_clamps_known_tokens(fitted, task)
 
 
 def test_warm_start_with_missing_labels_reuses_only_the_hyperparameters(task):
-    """With missing labels a warm fit is exactly a cold fit with the previous theta: carried
-    means would start the unlabeled tokens at the previous model's labels (gpsl.warm)."""
+    """The full GP: with missing labels a warm fit is exactly a cold fit with the previous
+    theta: carried means would start the unlabeled tokens at the previous model's labels
+    (gpsl.warm; the scalable mode's warm start is tested in test_warm.py)."""
     Xtr, Ytr, _, _ = task
-    m = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True, learn_hyper=True)
+    m = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True, learn_hyper=True,
+             inference="full")
     m.fit(Xtr, hide_labels(Ytr, 0.5, seed=1))
     theta = m.state_.theta.copy()
     assert not np.allclose(theta, np.log(4.0))  # EM moved theta
@@ -123,7 +125,7 @@ def test_warm_start_with_missing_labels_reuses_only_the_hyperparameters(task):
     m.set_params(learn_hyper=False).fit(Xtr, more)
     assert np.array_equal(m.state_.theta, theta)  # hyper-parameters carried over
     # another model with a different fitted state but the same theta starts identically
-    other = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True)
+    other = GPSL(template=UNIGRAM_TEMPLATE, max_iter=40, warm_start=True, inference="full")
     other.fit(Xtr, more)
     assert not np.allclose(other.state_.alpha, m.state_.alpha)
     other.state_.theta[:] = theta
@@ -226,18 +228,35 @@ def test_sparse_mode_saves_loads_and_predicts_the_same(tmp_path, kernel):
         assert np.all(a > 0)
 
 
-def test_auto_mode_picks_full_below_and_sparse_above_the_threshold(monkeypatch):
-    import gpsl.model as gm
+def test_auto_mode_is_the_scalable_mode_for_the_linear_kernel_and_capped_full_for_rbf():
+    """inference="auto" (gpsl.auto): the scalable mode for the linear kernel at any size;
+    the rbf kernel keeps the full GP up to RBF_FULL_TOKENS (or `inducing`) tokens."""
+    from gpsl import auto
     from gpsl.synthetic import make_chain_task
 
     X, y = make_chain_task(n_sentences=20, seed=1)[:2]
-    n = sum(len(s) for s in X)
-    monkeypatch.setattr(gm, "AUTO_SPARSE_TOKENS", n)
-    assert GPSL(max_iter=3).fit(X, y).inference_ == "full"
-    monkeypatch.setattr(gm, "AUTO_SPARSE_TOKENS", n - 1)
     assert GPSL(max_iter=3).fit(X, y).inference_ == "sparse"
+    assert GPSL(max_iter=3, inference="full").fit(X, y).inference_ == "full"
+    assert GPSL(max_iter=2, kernel="rbf").fit(X, y).inference_ == "full"
+    cap = auto.RBF_FULL_TOKENS
+    assert auto.inference_mode("auto", cap, kernel_scale_only=False) == "full"
+    assert auto.inference_mode("auto", cap + 1, kernel_scale_only=False) == "sparse"
+    assert auto.inference_mode("auto", cap + 1, kernel_scale_only=False,
+                               inducing=cap + 1) == "full"
+    assert auto.inference_mode("auto", 10 ** 6) == "sparse"
+    assert auto.inference_mode("full", 10 ** 6) == "full"
     with pytest.raises(ValueError, match="inference"):
         GPSL(inference="fast").fit(X, y)
+
+
+def test_auto_bound_is_bohning_in_the_scalable_mode_with_or_without_missing_labels():
+    from gpsl.synthetic import hide_labels, make_chain_task
+
+    X, y = make_chain_task(n_sentences=20, seed=1)[:2]
+    for labels in (y, hide_labels(y, 0.5, seed=2)):
+        assert GPSL(max_iter=3).fit(X, labels).lse_bound_ == "bohning"
+        assert GPSL(max_iter=3, inference="full").fit(X, labels).lse_bound_ == "jensen"
+        assert GPSL(max_iter=3, lse_bound="jensen").fit(X, labels).lse_bound_ == "jensen"
 
 
 def test_full_mode_mean_from_weights_equals_the_kernel_form():

@@ -333,7 +333,7 @@ def small_model(tmp_path_factory) -> Path:
     X = [[("Anna",), ("went",), ("home",)], [("Bob",), ("ran",)]]
     y = [["B-PER", "O", "O"], ["B-PER", None]]
     path = tmp_path_factory.mktemp("model") / "m"
-    GPSL(max_iter=3).fit(X, y).save(path)
+    GPSL(max_iter=3, inference="full").fit(X, y).save(path)  # tampered below: alpha, lam
     return path
 
 

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from gpsl.inference import Problem, initial_state
-from gpsl.warm import carry_state, warm_state
+from gpsl.model import GPSL
+from gpsl.sparse import SparseState
+from gpsl.synthetic import UNIGRAM_TEMPLATE, make_chain_task
+from gpsl.warm import carry_sparse_state, carry_state, warm_state
 
 
 def _state(lengths, J=3, seed=0, missing=()):
@@ -51,3 +54,57 @@ def test_missing_labels_carry_only_theta_and_unknown_parts_are_refused():
     np.testing.assert_array_equal(s.alpha[:, :3], prev.alpha[:, 3:])
     with pytest.raises(ValueError, match="unknown state part"):
         carry_state(prev, ["a"], lengths, problem, ["a"], lengths, parts=("alpha", "r"))
+
+
+# --------------------------------------------------------------------------- scalable mode
+
+
+def test_the_scalable_state_carries_by_feature_and_label_name():
+    lengths = np.array([3, 2])
+    y = np.array([0, 1, -1, 1, 0])
+    problem = Problem.build(lengths, y, (-1, 1), 3)
+    rng = np.random.default_rng(0)
+    prev = SparseState(theta=np.array([[0.1], [0.2]]), W=rng.normal(size=(3, 2)),
+                       cov=rng.uniform(1, 5, size=(3, 2)), m_S=rng.normal(size=(2, 2, 2)),
+                       v_S=rng.uniform(0.1, 1, size=(2, 2, 2)), r=np.zeros((4, 2)))
+    # features: "b" kept (row 1 -> 0), "x" new, "a" kept (row 0 -> 2); labels: "B" and "A"
+    # kept (columns swapped), "C" new
+    s = carry_sparse_state(prev, ["a", "b", "c"], problem, ["b", "x", "a"], 3,
+                           prev_classes=["A", "B"], classes=["B", "C", "A"])
+    np.testing.assert_array_equal(s.W[0, [0, 2]], prev.W[1, [1, 0]])
+    np.testing.assert_array_equal(s.W[2, [0, 2]], prev.W[0, [1, 0]])
+    assert not s.W[1].any() and not s.W[:, 1].any()  # new feature, new label: prior mean
+    assert np.all(s.cov[1] == 1.0) and np.all(s.cov[:, 1] == 1.0)  # prior precision
+    np.testing.assert_array_equal(s.theta[:, 0], [0.2, 0.1, 0.1])
+    np.testing.assert_array_equal(s.m_S[:, 0, 2], prev.m_S[:, 1, 0])
+    assert not s.m_S[:, 1].any() and np.all(s.v_S[:, :, 1] == 1.0)
+    np.testing.assert_array_equal(s.r, problem.initial_r())  # r is never carried
+
+
+def _reveal(y, u, frac):
+    return [[None if a < frac else v for v, a in zip(s, us)] for s, us in zip(y, u)]
+
+
+@pytest.mark.timeout(120)
+def test_a_warm_scalable_fit_with_missing_labels_reaches_the_cold_fits_optimum():
+    """Refit after an annotator labeled more tokens and added sentences: the warm fit starts
+    from the previous functions (a different start: its first bound is far from the cold
+    one's) and ends, as the stop rule tightens, at the cold fit's optimum: the same bound
+    and the same marginals (docs/speed.md: carrying the missing labels' r as well ended in
+    another, worse optimum)."""
+    X, y = make_chain_task(160, n_labels=4, seed=11)
+    rng = np.random.default_rng(2)
+    u = [rng.random(len(s)) for s in y]
+    first, second = _reveal(y, u, 0.8), _reveal(y, u, 0.7)
+    kw = dict(template=UNIGRAM_TEMPLATE, inference="sparse", tol=1e-8, max_iter=400)
+    warm = GPSL(warm_start=True, **kw).fit(X[:130], first[:130])
+    warm.fit(X, second)
+    cold = GPSL(**kw).fit(X, second)
+    assert warm.n_missing_ == cold.n_missing_ > 0
+    assert warm.bound_trace_[0] > cold.bound_trace_[0] + 1000.0  # it did start warm
+    assert warm.bound_trace_[-1] == pytest.approx(cold.bound_trace_[-1], rel=1e-7)
+    Pw = np.concatenate(warm.predict_marginals(X))
+    Pc = np.concatenate(cold.predict_marginals(X))
+    assert np.abs(Pw - Pc).max() < 1e-3
+    assert warm.predict(X) == cold.predict(X)
+
