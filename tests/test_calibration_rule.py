@@ -19,6 +19,7 @@ from gpsl.calibration import (
     out_of_fold_scores,
     plan,
 )
+from gpsl.calibration import decisions as D
 from gpsl.calibration import rule as R
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.model import GPSL
@@ -218,3 +219,104 @@ def test_the_command_lines_help_states_the_rules_numbers():
     text = " ".join(train.format_help().split())
     assert f"{MIN_TOKENS} labeled tokens or more" in text
     assert f"when the model's fit took {R.PROCESS_MIN_FIT_SECONDS:g} s or more" in text
+
+
+# --------------------------------------------------------------------------- the decisions
+
+
+def test_errors_and_changed_decisions_by_hand():
+    y = np.array([0, 1, 2, 1])
+    P0 = np.eye(3)[[0, 1, 1, 0]]  # right, right, wrong, wrong
+    P = np.eye(3)[[0, 2, 2, 1]]  # right, wrong, right, right
+    assert D.errors(P0, y) == 2 and D.errors(P, y) == 1
+    assert D.changed(P0, P, y) == {"fixed": 2, "broken": 1}
+    assert D.changed(P0, P0, y) == {"fixed": 0, "broken": 0}
+
+
+@pytest.mark.parametrize("fixed, broken, ok", [
+    (0, 0, True),  # changes nothing (the mean-only temperature): always admissible
+    (10, 9, False), (16, 16, False), (21, 20, False),  # basenp's coin flips
+    (3, 0, True),  # 3 >= 1.645 * sqrt(3) = 2.85
+    (2, 0, False),  # 2 < 1.645 * sqrt(2) = 2.33
+    (20, 5, True),  # 15 >= 1.645 * 5
+    (13, 5, True),  # 8 >= 1.645 * sqrt(18) = 6.98
+    (11, 5, False),  # 6 < 1.645 * sqrt(16) = 6.58
+])
+def test_a_calibrator_changes_the_decisions_only_beyond_chance(fixed, broken, ok):
+    cv = {D.UNCALIBRATED: {"errors": 50, "fixed": 0, "broken": 0},
+          "t": {"errors": 50, "fixed": 0, "broken": 0},
+          "a": {"errors": 50 - fixed + broken, "fixed": fixed, "broken": broken}}
+    assert D.admissible(cv, ["t", "a"]) == (["t", "a"] if ok else ["t"])
+    assert D.admissible(cv, ["t", "a"], z=None) == ["t", "a"]  # no test: the rule before it
+    # when none qualifies (no candidate that keeps the decisions), the fewest errors
+    assert D.admissible(cv, ["a"]) == ["a"]
+    # without cross-validated figures every candidate is admissible
+    assert D.admissible({"a": {"errors": None, "fixed": None, "broken": None}}, ["a"]) == ["a"]
+
+
+def test_choose_keeps_the_decisions_when_the_best_nll_would_break_them():
+    """Hand-made figures: the structured candidate has the lowest cross-validated NLL but
+    fixes 16 left-out decisions and breaks 16 (basenp's pattern): the mean-only temperature
+    is chosen; a structured candidate that fixes 30 and breaks 4 would be."""
+    from gpsl.calibration import Calibrator
+
+    fits = {"mean/temperature": Calibrator(method="mean", kind="temperature", temperature=0.8,
+                                           w=np.full(3, 1.25), c=np.zeros(3), nll_after=0.2),
+            "mean/structured": Calibrator(method="mean", kind="structured", w=np.ones(3),
+                                          c=np.zeros(3), t_unary=1.2, t_pair=2.4,
+                                          nll_after=0.1)}
+
+    def cv(fixed, broken):
+        return {D.UNCALIBRATED: {"nll": 0.3, "brier": 0.1, "ece": 0.03, "errors": 100,
+                                 "fixed": 0, "broken": 0},
+                "mean/temperature": {"nll": 0.18, "brier": 0.08, "ece": 0.01, "errors": 100,
+                                     "fixed": 0, "broken": 0},
+                "mean/structured": {"nll": 0.17, "brier": 0.07, "ece": 0.005,
+                                    "errors": 100 - fixed + broken, "fixed": fixed,
+                                    "broken": broken}}
+
+    best = Calibrator.choose(fits, cv(16, 16))
+    assert best.kind == "temperature"
+    assert best.candidates["mean/structured"]["admissible"] is False
+    assert best.candidates["mean/structured"]["cv_fixed"] == 16
+    assert best.candidates["mean/temperature"]["cv_errors_uncalibrated"] == 100
+    assert Calibrator.choose(fits, cv(16, 16), decision_z=None).kind == "structured"
+    assert Calibrator.choose(fits, cv(30, 4)).kind == "structured"
+    for crit in ("brier", "ece"):  # whatever the criterion
+        assert Calibrator.choose(fits, cv(16, 16), crit).kind == "temperature"
+
+
+def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
+    """Algorithm 2's inputs with gold drawn from the structured marginals (T_U 2, T_S 5), then
+    30% of the tokens whose argmax the structured temperature moves given back the
+    uncalibrated argmax: the structured kind still has the lowest cross-validated NLL but
+    more left-out errors than the uncalibrated model. Its figures obey the identity
+    ``errors - errors(uncalibrated) = broken - fixed``, and the default rule chooses the
+    lowest-NLL candidate among the admissible ones."""
+    from test_calibration import _scores_case
+
+    from gpsl.calibration import Calibrator
+
+    sc = _scores_case(seed=2)
+    truth, raw = sc.marginals("mean", 2.0, 5.0), sc.marginals("mean")
+    rng = np.random.default_rng(0)
+    gold = np.array([rng.choice(3, p=p) for p in truth])
+    moved = np.flatnonzero(truth.argmax(axis=1) != raw.argmax(axis=1))
+    back = moved[rng.random(moved.size) < 0.3]
+    gold[back] = raw.argmax(axis=1)[back]
+    part = list(range(150))
+    fits, cv = Calibrator.select_all([sc.take(part)], [gold[sc.rows(part)]], ensemble=None)
+    ref = cv[D.UNCALIBRATED]["errors"]
+    for name in fits:
+        assert cv[name]["errors"] - ref == cv[name]["broken"] - cv[name]["fixed"]
+    assert cv["mean/temperature"]["fixed"] == cv["mean/temperature"]["broken"] == 0
+    st = cv["mean/structured"]
+    assert st["nll"] == min(cv[k]["nll"] for k in fits)  # NLL alone would take it ...
+    assert st["errors"] > ref  # ... and raise the fold loss
+    assert Calibrator.choose(fits, cv, decision_z=None).kind == "structured"
+    best = Calibrator.choose(fits, cv)
+    ok = D.admissible(cv, list(fits))
+    assert "mean/structured" not in ok and "mean/temperature" in ok
+    assert best.kind != "structured"
+    assert cv[f"{best.method}/{best.kind}"]["nll"] == min(cv[k]["nll"] for k in ok)
+    assert cv[f"{best.method}/{best.kind}"]["errors"] <= ref

@@ -2,11 +2,14 @@
 vector scaling, the structured temperature inside Algorithm 2, their stacked ensemble, chosen by
 cross-validated NLL. :mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
 objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`;
+:mod:`~gpsl.calibration.decisions`: which candidates may change the decisions;
+:mod:`~gpsl.calibration.heldout`: :func:`cross_calibrate`;
 :mod:`~gpsl.calibration.rule`: which data a model is calibrated on (the one rule of the app
 and ``gpsl train``: :func:`calibrate_model`), the fold fits in parallel processes, the record
 of it (:class:`CalibrationRun`)."""
 
-from gpsl.calibration.calibrator import Calibrator, cross_calibrate
+from gpsl.calibration.calibrator import Calibrator
+from gpsl.calibration.heldout import cross_calibrate
 from gpsl.calibration.rule import (
     MIN_TOKENS,
     SOURCES,

@@ -39,7 +39,10 @@ tokens that is over-fitting. :meth:`Calibrator.select` therefore scores every ca
 NLL on calibration tokens it was not fitted on: leave one group out over the groups of
 calibration data (the held-out folds of the K fold models; a held-out set is split into
 :data:`SELECT_GROUPS` groups of sentences), summed over the groups; the candidate with the
-lowest cross-validated NLL is then refitted on all the calibration tokens.
+lowest cross-validated NLL is then refitted on all the calibration tokens. Only candidates
+allowed to change the model's decisions compete (:mod:`gpsl.calibration.decisions`: on the
+same left-out predictions, a calibrator that moves argmaxes must fix significantly more of
+them than it breaks; the mean-only temperature, which moves none, always may).
 
 **Stacked ensemble** (``kind="ensemble"``; not in the paper). The candidates err differently: a
 temperature of the mean-only marginals cannot move the argmax, one of the uncertainty-aware
@@ -88,6 +91,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
+from gpsl.calibration.decisions import (
+    DECISION_Z,
+    UNCALIBRATED,
+    admissible,
+    changed,
+    errors,
+)
 from gpsl.calibration.scores import (
     _LOG_FLOOR,
     _LOG_T_STRUCTURED,
@@ -104,7 +114,6 @@ from gpsl.calibration.scores import (
     Scores,
     _logits,
     _softmax,
-    fold_indices,
     leave_out_groups,
     nll_and_grad,
     stack,
@@ -331,12 +340,17 @@ class Calibrator:
     def select_all(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                    methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
                    source: str = "", seed: int = 0,
-                   ensemble: str | None = ENSEMBLE) -> tuple[dict, dict]:
+                   ensemble: str | None = ENSEMBLE,
+                   decision_z: float | None = DECISION_Z) -> tuple[dict, dict]:
         """Every candidate of :meth:`select` fitted on all the tokens, and its cross-validated
         figures: ``(fits, cv)`` with ``cv[name] = {"nll", "brier", "ece"}`` over the left-out
         groups' labeled tokens (``None`` each when there is no cross-validation: a single
         candidate, or fewer than two groups with labels). ``ece`` is over 15 equal-mass bins
-        of the pooled left-out tokens.
+        of the pooled left-out tokens; ``errors``/``loss`` count the left-out argmax errors,
+        ``fixed``/``broken`` the decisions changed from the uncalibrated model's
+        (:func:`gpsl.calibration.decisions.changed`), whose own figures are
+        ``cv[UNCALIBRATED]``. ``decision_z``: the test of
+        :func:`~gpsl.calibration.decisions.admissible` (``None``: none).
 
         ``ensemble``: with two or more candidates and a cross-validation, the stacked ensemble
         of them joins (``fits["<method>/ensemble"]``, module docstring): its weights maximise
@@ -351,14 +365,14 @@ class Calibrator:
             raise ValueError(f"ensemble must be one of {ENSEMBLES} or None, not {ensemble!r}")
         gold = [np.asarray(g, dtype=np.int64) for g in gold]
         fits = cls._fit_candidates(scores, gold, methods, kinds, source)
-        none = {"nll": None, "brier": None, "ece": None}
+        none = {"nll": None, "brier": None, "ece": None, "errors": None, "loss": None}
         cv = {name: dict(none) for name in fits}
         groups = leave_out_groups(scores, gold, seed) if len(fits) > 1 else []
         if not groups:
             return fits, cv
         st = [c for c in fits.values() if c.kind in STRUCTURED_KINDS]
         start = (st[0].t_unary, st[0].t_pair) if st else None
-        held_P = {name: [] for name in fits}
+        held_P = {name: [] for name in (*fits, UNCALIBRATED)}
         held_y = []
         for h, (held_sc, held_g) in enumerate(groups):
             keep = held_g >= 0
@@ -369,13 +383,18 @@ class Calibrator:
                                        methods, kinds, source, start=start)
             for name, cal in part.items():
                 held_P[name].append(cal.apply(held_sc)[keep])
+            held_P[UNCALIBRATED].append(held_sc.marginals("mean")[keep])
             held_y.append(held_g[keep])
         if not held_y:
             return fits, cv
         y = np.concatenate(held_y)
         rows = np.arange(y.size)
-        held = {name: np.concatenate(held_P[name]) for name in fits}
-        names = list(fits)
+        held = {name: np.concatenate(P) for name, P in held_P.items()}
+        for name in (*fits, UNCALIBRATED):
+            cv[name] = {"errors": errors(held[name], y),
+                        **changed(held[UNCALIBRATED], held[name], y)}
+        # the ensemble mixes only the candidates allowed to change the decisions
+        names = admissible(cv, list(fits), decision_z)
         for mode in modes if len(names) >= 2 else ():
             pi = (np.ones(len(names)) if mode == "uniform" else
                   stacking_weights(np.stack([held[n][rows, y] for n in names], axis=1)))
@@ -385,12 +404,14 @@ class Calibrator:
             held[key] = sum(kept[id(fits[n])] * held[n] for n in names if id(fits[n]) in kept)
             ens.nll_before, ens.nll_after = cls._nll_before_after(ens, scores, gold)
             fits[key] = ens
-        for name in fits:
+        for name in (*fits, UNCALIBRATED):
             P = held[name]
             cv[name] = {
                 "nll": float(-np.mean(np.log(np.clip(P[rows, y], _LOG_FLOOR, None)))),
                 "brier": brier_score(P, y),
                 "ece": float(ece_equal_mass(P.max(axis=1), P.argmax(axis=1) == y, 15)),
+                "errors": errors(P, y), "loss": errors(P, y) / y.size,
+                **changed(held[UNCALIBRATED], P, y),
             }
         return fits, cv
 
@@ -415,22 +436,30 @@ class Calibrator:
         return float(before / max(n, 1)), float(after / max(n, 1))
 
     @staticmethod
-    def choose(fits: dict, cv: dict, criterion: str = "nll") -> Calibrator:
+    def choose(fits: dict, cv: dict, criterion: str = "nll",
+               decision_z: float | None = DECISION_Z) -> Calibrator:
         """The candidate of :meth:`select_all`'s ``(fits, cv)`` with the lowest
         cross-validated ``criterion`` (``"nll"``, ``"brier"`` or ``"ece"``); without
         cross-validated figures, the lowest NLL on the fitted tokens. Its ``candidates``
-        record every candidate's figures."""
+        record every candidate's figures. Only the candidates
+        :func:`~gpsl.calibration.decisions.admissible` allows to change the decisions (by
+        ``decision_z``) are chosen from."""
         if criterion not in SELECT_CRITERIA:
             raise ValueError(f"criterion must be one of {SELECT_CRITERIA}, not {criterion!r}")
-        if all(v[criterion] is None for v in cv.values()):
-            name = min(fits, key=lambda k: fits[k].nll_after)
+        ok = admissible(cv, list(fits), decision_z)  # those allowed to change the decisions
+        if all(cv[k][criterion] is None for k in fits):
+            name = min(ok, key=lambda k: fits[k].nll_after)
         else:
-            name = min(fits, key=lambda k: cv[k][criterion])
+            name = min(ok, key=lambda k: cv[k][criterion])
         best = replace(fits[name])  # a copy: the fits may serve several criteria
+        ref = cv.get(UNCALIBRATED, {}).get("errors")
         best.candidates = {k: {"temperature": c.temperature, "t_unary": c.t_unary,
                                "t_pair": c.t_pair, "nll_before": c.nll_before,
                                "nll_after": c.nll_after, "cv_nll": cv[k]["nll"],
-                               "cv_brier": cv[k]["brier"], "cv_ece": cv[k]["ece"]}
+                               "cv_brier": cv[k]["brier"], "cv_ece": cv[k]["ece"],
+                               "cv_errors": cv[k].get("errors"),
+                               "cv_errors_uncalibrated": ref, "cv_fixed": cv[k].get("fixed"),
+                               "cv_broken": cv[k].get("broken"), "admissible": k in ok}
                            for k, c in fits.items()}
         for k, c in fits.items():
             if c.kind == "ensemble":
@@ -443,7 +472,8 @@ class Calibrator:
     def select(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                methods: Sequence[str] = METHODS, kinds: Sequence[str] = DEFAULT_KINDS,
                source: str = "", seed: int = 0, criterion: str = "nll",
-               ensemble: str | None = ENSEMBLE) -> Calibrator:
+               ensemble: str | None = ENSEMBLE,
+               decision_z: float | None = DECISION_Z) -> Calibrator:
         """The candidate with the lowest cross-validated ``criterion`` (module docstring;
         NLL by default), refitted on all the tokens; ``ensemble``: the stacked ensemble of the
         candidates is one of them (:meth:`select_all`; by NLL it is the one kept).
@@ -456,8 +486,8 @@ class Calibrator:
         skipped (the NLL on the fitted tokens then decides). Every candidate's figures are
         kept in ``candidates``."""
         fits, cv = cls.select_all(scores, gold, methods=methods, kinds=kinds, source=source,
-                                  seed=seed, ensemble=ensemble)
-        return cls.choose(fits, cv, criterion)
+                                  seed=seed, ensemble=ensemble, decision_z=decision_z)
+        return cls.choose(fits, cv, criterion, decision_z)
 
     # ------------------------------------------------------------------ use
 
@@ -558,35 +588,3 @@ class Calibrator:
                                  "match its members")
             out.members, out.weights = ens.members, ens.weights
         return out
-
-
-# --------------------------------------------------------------------------- held-out data
-
-
-def cross_calibrate(scores: Scores, gold: Sequence[np.ndarray], folds: int = 2, seed: int = 0,
-                    **select_kw) -> list[np.ndarray]:
-    """Honest calibrated marginals of held-out data that is also the calibration data.
-
-    ``scores`` holds Algorithm 2's inputs of the sentences and ``gold`` one array of gold
-    indices per sentence. The sentences are split into ``folds``; each fold is calibrated by
-    :meth:`Calibrator.select` fitted on the *other* folds, so figures computed from the result
-    are not in-sample. A fold whose complement has no labeled token keeps the uncalibrated
-    mean-only marginals. Returns one ``(L, J)`` array per sentence."""
-    n = len(gold)
-    out: list = [None] * n
-    cuts = np.cumsum(scores.lengths)[:-1]
-    if n < 2:
-        return np.split(scores.marginals("mean"), cuts)
-    for held in fold_indices(n, min(int(folds), n), seed):
-        held_set = set(held.tolist())
-        rest = [i for i in range(n) if i not in held_set]
-        try:
-            cal = Calibrator.select([scores.take(rest)],
-                                    [np.concatenate([gold[i] for i in rest])], **select_kw)
-        except InputError:
-            cal = None
-        part = scores.take(list(held))
-        P = part.marginals("mean") if cal is None else cal.apply(part)
-        for i, p in zip(held, np.split(P, np.cumsum(part.lengths)[:-1])):
-            out[i] = p
-    return out
