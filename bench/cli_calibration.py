@@ -135,6 +135,11 @@ def run_gpsl(work: Path, template: Path, train: Path, test: Path, gold: list[str
                 "calibration": {k: run.get(k) for k in ("source", "folds", "tokens",
                                                         "processes", "reason")},
                 "calibrator": (meta.get("calibration") or {}).get("kind"),
+                # the candidates allowed to change the decisions (gpsl.calibration.decisions)
+                "may_change_decisions": sorted(
+                    k for k, c in ((meta.get("calibration") or {}).get("candidates")
+                                   or {}).items()
+                    if c.get("admissible") and (c.get("cv_fixed") or c.get("cv_broken"))),
                 "inference": meta.get("inference"),
                 "summary_line": proc.stderr.strip().splitlines()[-1]})
     return rec
@@ -358,16 +363,21 @@ def write_markdown(report: dict, path: Path) -> None:
     met = ("not measured (neither data set in this run)" if acc["met"] is None
            else yes[acc["met"]])
     lines += ["", f"Met: {met}.", "",
-              "Per partition (gpsl default / CRFsuite: ECE, loss; calibration seconds):", ""]
+              "Per partition (gpsl default / CRFsuite: ECE, loss; --no-calibrate loss; "
+              "calibration seconds; the calibrator kept, and the candidates whose left-out "
+              "predictions showed they may change the decisions, `gpsl.calibration.decisions`):",
+              ""]
     for name, recs in report["results"].items():
         for r in recs:
             d, c = r["gpsl default"], r["CRFsuite"]
             cal = d["calibration"]
             how = (f"{cal['source']}, K={cal['folds']}, {cal['processes']} process(es)"
                    if cal["source"] != "none" else f"none: {cal['reason']}")
+            may = ", ".join(d.get("may_change_decisions") or []) or "none"
             lines.append(f"- {name} p{r['partition']}: {d['ece']:.4f} / {c['ece']:.4f}, "
-                         f"{d['loss']:.2f} / {c['loss']:.2f}; {d['calibration_s']:.1f} s "
-                         f"({how}; {d['calibrator']})")
+                         f"{d['loss']:.2f} / {c['loss']:.2f}; "
+                         f"{r['gpsl --no-calibrate']['loss']:.2f}; {d['calibration_s']:.1f} s "
+                         f"({how}; {d['calibrator']}; may change decisions: {may})")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
