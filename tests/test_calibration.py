@@ -263,16 +263,19 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     singles = {"mean/temperature", "probit/temperature", "mean/structured",
                "mean/structured+vector"}
     ens = f"{cal.method}/{ENSEMBLE} ensemble"
-    # the ensemble stacks the candidates allowed to change the decisions, when two are
-    assert singles <= set(cal.candidates) <= singles | {ens}
+    # the ensemble stacks the candidates allowed to change the decisions, when two are; the
+    # lowest-NLL candidate, when not allowed to, competes with the decisions kept
+    kept = {f"{k} (decisions kept)" for k in singles | {ens}}
+    assert singles <= set(cal.candidates) <= singles | {ens} | kept
     cv = {k: c["cv_nll"] for k, c in cal.candidates.items()}  # one fold model left out at a time
     assert all(np.isfinite(v) for v in cv.values())
     ok = {k for k, c in cal.candidates.items() if c["admissible"]}
     assert "mean/temperature" in ok  # it keeps the decisions: always admissible
     # the default keeps the lowest cross-validated NLL among them; stacking weights maximise
     # exactly the left-out log score, so the stacked ensemble is never above its members there
-    name = ens if cal.kind == "ensemble" else f"{cal.method}/{cal.kind}"
+    name, = (k for k, c in cal.candidates.items() if c.get("chosen"))
     assert name in ok and cal.candidates[name]["cv_nll"] == min(cv[k] for k in ok)
+    assert (cal.kind == "ensemble") == (name == ens) and (cal.kind == "kept") == (name in kept)
     if ens in cal.candidates:
         assert cv[ens] <= min(cv[k] for k in singles & ok) + 1e-12
         assert sum(cal.candidates[ens]["weights"].values()) == pytest.approx(1.0)
@@ -626,7 +629,7 @@ def test_a_model_with_an_ensemble_saves_and_loads(chain, tmp_path):
     cal = model.calibrator_
     names = [k for k in cal.candidates if k.endswith("/uniform ensemble")]
     assert len(names) <= 1  # the equal mixture of the admissible candidates competes
-    chosen = names[0] if cal.kind == "ensemble" else f"{cal.method}/{cal.kind}"
+    chosen, = (k for k, c in cal.candidates.items() if c.get("chosen"))
     ok = [c["cv_nll"] for c in cal.candidates.values() if c["admissible"]]
     assert cal.candidates[chosen]["cv_nll"] == min(ok)
     # a stacked ensemble of every candidate (no test of the decisions), saved and loaded

@@ -311,12 +311,43 @@ def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
         assert cv[name]["errors"] - ref == cv[name]["broken"] - cv[name]["fixed"]
     assert cv["mean/temperature"]["fixed"] == cv["mean/temperature"]["broken"] == 0
     st = cv["mean/structured"]
-    assert st["nll"] == min(cv[k]["nll"] for k in fits)  # NLL alone would take it ...
+    singles = [k for k in fits if "kept" not in k]
+    assert st["nll"] == min(cv[k]["nll"] for k in singles)  # NLL alone would take it ...
     assert st["errors"] > ref  # ... and raise the fold loss
-    assert Calibrator.choose(fits, cv, decision_z=None).kind == "structured"
+    assert Calibrator.choose({k: fits[k] for k in singles}, cv, decision_z=None).kind \
+        == "structured"
     best = Calibrator.choose(fits, cv)
     ok = D.admissible(cv, list(fits))
     assert "mean/structured" not in ok and "mean/temperature" in ok
+    # the structured marginals with the uncalibrated decisions kept compete: they change
+    # none, and their left-out predictions are the structured ones where the argmax agrees
+    kept = "mean/structured (decisions kept)"
+    assert kept in ok and cv[kept]["fixed"] == cv[kept]["broken"] == 0
+    assert cv[kept]["errors"] == ref
+    name = kept if best.kind == "kept" else f"{best.method}/{best.kind}"
     assert best.kind != "structured"
-    assert cv[f"{best.method}/{best.kind}"]["nll"] == min(cv[k]["nll"] for k in ok)
-    assert cv[f"{best.method}/{best.kind}"]["errors"] <= ref
+    assert cv[name]["nll"] == min(cv[k]["nll"] for k in ok)
+    # on every token the kept calibrator's label is the uncalibrated one
+    sub = sc.take(part)
+    P = fits[kept].apply(sub)
+    assert np.array_equal(P.argmax(axis=1), sub.marginals("mean").argmax(axis=1))
+    Ps, Pt = fits["mean/structured"].apply(sub), fits["mean/temperature"].apply(sub)
+    agree = Ps.argmax(axis=1) == Pt.argmax(axis=1)
+    assert 0 < agree.sum() < agree.size
+    assert np.array_equal(P[agree], Ps[agree]) and np.array_equal(P[~agree], Pt[~agree])
+    back = Calibrator.from_dict(fits[kept].to_dict(), 3)
+    assert back.kind == "kept" and np.array_equal(back.apply(sub), P)
+    assert "decisions kept" in back.describe()
+    d = fits[kept].to_dict()
+    with pytest.raises(ValueError, match="kept decisions"):
+        Calibrator.from_dict({**d, "members": d["members"][:1]}, 3)
+    with pytest.raises(ValueError, match="kept decisions"):  # the fallback is no temperature
+        Calibrator.from_dict({**d, "members": d["members"][::-1]}, 3)
+
+
+def test_kept_marginals_by_hand():
+    P = np.array([[0.7, 0.2, 0.1], [0.3, 0.6, 0.1], [0.2, 0.3, 0.5]])
+    F = np.array([[0.5, 0.3, 0.2], [0.5, 0.4, 0.1], [0.1, 0.2, 0.7]])
+    out = D.kept_marginals(P, F)
+    assert np.array_equal(out, np.array([P[0], F[1], P[2]]))
+    assert np.array_equal(out.argmax(axis=1), F.argmax(axis=1))

@@ -97,6 +97,8 @@ from gpsl.calibration.decisions import (
     admissible,
     changed,
     errors,
+    keep_decisions,
+    kept_marginals,
 )
 from gpsl.calibration.scores import (
     _LOG_FLOOR,
@@ -116,6 +118,7 @@ from gpsl.calibration.scores import (
     _softmax,
     leave_out_groups,
     nll_and_grad,
+    nll_before_after,
     stack,
     stacking_weights,
     temperature_nll,
@@ -297,6 +300,9 @@ class Calibrator:
         if self.kind == "ensemble":
             return " + ".join(f"{w:.2f} × [{m.describe()}]" for w, m in
                               zip(self.weights, self.members))
+        if self.kind == "kept":
+            return (f"[{self.members[0].describe()}], the uncalibrated decisions kept by "
+                    f"[{self.members[1].describe()}]")
         if self.kind in STRUCTURED_KINDS:
             how = f"T_U {self.t_unary:.2f} · T_S {self.t_pair:.2f}"
             if self.kind == "structured+vector":
@@ -402,8 +408,18 @@ class Calibrator:
             key = f"{ens.method}/{mode} ensemble"
             kept = {id(m): w for m, w in zip(ens.members, ens.weights)}
             held[key] = sum(kept[id(fits[n])] * held[n] for n in names if id(fits[n]) in kept)
-            ens.nll_before, ens.nll_after = cls._nll_before_after(ens, scores, gold)
+            ens.nll_before, ens.nll_after = nll_before_after(ens, scores, gold)
             fits[key] = ens
+        for k in fits:  # the lowest-NLL candidate, if not admissible, with the decisions kept
+            cv[k] = {"errors": errors(held[k], y), **changed(held[UNCALIBRATED], held[k], y)}
+        ok = admissible(cv, list(fits), decision_z)
+        rich = max(fits, key=lambda k: np.log(np.clip(held[k][rows, y], _LOG_FLOOR, None)).sum())
+        if rich not in ok and "mean/temperature" in fits:
+            kept = keep_decisions(fits[rich], fits["mean/temperature"], source=source)
+            kept.nll_before, kept.nll_after = nll_before_after(kept, scores, gold)
+            fits[f"{rich} (decisions kept)"] = kept
+            held[f"{rich} (decisions kept)"] = kept_marginals(held[rich],
+                                                              held["mean/temperature"])
         for name in (*fits, UNCALIBRATED):
             P = held[name]
             cv[name] = {
@@ -414,26 +430,6 @@ class Calibrator:
                 **changed(held[UNCALIBRATED], P, y),
             }
         return fits, cv
-
-    @staticmethod
-    def _nll_before_after(cal: Calibrator, scores: Sequence[Scores],
-                          gold: Sequence[np.ndarray]) -> tuple[float, float]:
-        """Mean NLL of the labeled tokens of ``(scores, gold)`` under the mean-only RNS and
-        under ``cal`` (the mean-only run is the one ``cal``'s members share when they read it)."""
-        before = after = 0.0
-        n = 0
-        for sc, g in zip(scores, gold):
-            keep = np.flatnonzero(g >= 0)
-            if not keep.size:
-                continue
-            runs: dict = {}
-            P_after = cal.apply(sc, None, runs)
-            P_before = runs[("mean", 1.0, 1.0)] if ("mean", 1.0, 1.0) in runs \
-                else sc.marginals("mean")
-            before -= np.log(np.clip(P_before[keep, g[keep]], _LOG_FLOOR, None)).sum()
-            after -= np.log(np.clip(P_after[keep, g[keep]], _LOG_FLOOR, None)).sum()
-            n += keep.size
-        return float(before / max(n, 1)), float(after / max(n, 1))
 
     @staticmethod
     def choose(fits: dict, cv: dict, criterion: str = "nll",
@@ -465,7 +461,7 @@ class Calibrator:
             if c.kind == "ensemble":
                 best.candidates[k]["weights"] = {f"{m.method}/{m.kind}": float(w)
                                                  for m, w in zip(c.members, c.weights)}
-        best.criterion = criterion
+        best.criterion, best.candidates[name]["chosen"] = criterion, True
         return best
 
     @classmethod
@@ -496,6 +492,8 @@ class Calibrator:
         labels, -1 elsewhere; a known token stays one-hot). An ensemble runs Algorithm 2 once
         per distinct input its members read (``_runs`` holds those runs)."""
         runs = {} if _runs is None else _runs
+        if self.kind == "kept":  # gpsl.calibration.decisions.keep_decisions
+            return kept_marginals(*(m.apply(scores, clamp, runs) for m in self.members))
         if self.kind == "ensemble":
             passes = 0
             P = 0.0
@@ -522,7 +520,7 @@ class Calibrator:
     def transform(self, marginals):
         """Calibrated marginals, in the shape given (a list of arrays or one array); the
         scalings only (a structured calibrator needs :meth:`apply`)."""
-        if self.kind in (*STRUCTURED_KINDS, "ensemble"):
+        if self.kind in (*STRUCTURED_KINDS, "ensemble", "kept"):
             raise ValueError(f"a {self.kind} calibrator applies to Algorithm 2's inputs: use "
                              "apply(scores)")
         if isinstance(marginals, np.ndarray):
@@ -547,8 +545,9 @@ class Calibrator:
              "n_tokens": self.n_tokens, "nll_before": self.nll_before,
              "nll_after": self.nll_after, "source": self.source,
              "candidates": self.candidates, "criterion": self.criterion}
-        if self.kind == "ensemble":
+        if self.kind in ("ensemble", "kept"):
             d["members"] = [m.to_dict() for m in self.members]
+        if self.kind == "ensemble":
             d["weights"] = [float(v) for v in self.weights]
         return d
 
@@ -587,4 +586,15 @@ class Calibrator:
                 raise ValueError("calibration record's ensemble weights or method do not "
                                  "match its members")
             out.members, out.weights = ens.members, ens.weights
+        if out.kind == "kept":
+            members = d.get("members")
+            if not isinstance(members, list) or len(members) != 2:
+                raise ValueError("calibration record's kept decisions need two members")
+            try:
+                kept = keep_decisions(*(cls.from_dict(m, n_labels) for m in members))
+            except ValueError as exc:
+                raise ValueError(f"calibration record's kept decisions: {exc}") from None
+            if kept.method != out.method:
+                raise ValueError("calibration record's method does not match its members")
+            out.members = kept.members
         return out

@@ -40,6 +40,10 @@ A candidate that changes no decision (the mean-only temperature: it has the unca
 argmax) is always admissible, so calibration can always improve the probabilities. The NLL
 (or the chosen criterion) then picks among the admissible candidates; the stacked ensemble
 mixes only admissible ones and is checked like the others (a mixture may still move an argmax).
+When the candidate with the lowest cross-validated NLL is not admissible, it competes once more
+with the decisions kept (:func:`keep_decisions`): its marginals where its argmax agrees with
+the uncalibrated one, the mean-only temperature's elsewhere; the probabilities it is best at,
+without the decisions it was not shown to improve.
 
 Why a test and not "no more errors than the uncalibrated model": on basenp the structured and
 ensemble calibrators fixed and broke about as many left-out decisions as each other (e.g.
@@ -102,4 +106,36 @@ def admissible(cv: dict, names, z: float | None = DECISION_Z) -> list:
     return [n for n, f in zip(names, figs) if f["errors"] == fewest]
 
 
-__all__ = ["UNCALIBRATED", "DECISION_Z", "errors", "changed", "admissible"]
+def kept_marginals(P: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """``P`` where its argmax is ``F``'s, ``F`` elsewhere (rows of ``(N, J)`` marginals):
+    the marginals of a calibrator not allowed to change the decisions, with the decisions of
+    ``F`` (a temperature of the uncalibrated marginals: the uncalibrated argmax) kept."""
+    out = np.array(P, dtype=float, copy=True)
+    moved = out.argmax(axis=1) != np.asarray(F).argmax(axis=1)
+    out[moved] = np.asarray(F)[moved]
+    return out
+
+
+def keep_decisions(rich, fallback, *, source: str = ""):
+    """The calibrator (``kind="kept"``) whose marginals are ``rich``'s on every token where
+    its argmax is the uncalibrated model's and ``fallback``'s (the mean-only temperature,
+    which has the uncalibrated argmax) on the others (:func:`kept_marginals`).
+
+    For a candidate whose probabilities are the best by the cross-validated NLL but which was
+    not shown to fix more decisions than it breaks (:func:`admissible`): it keeps the
+    decisions and still gives the better probabilities wherever it agrees with them. Each
+    token's reported marginals keep their argmax as its label. It changes no decision, so it
+    is admissible, and it competes on the same left-out figures as the others."""
+    from gpsl.calibration.calibrator import Calibrator
+
+    if rich.kind == "kept" or fallback.kind != "temperature" or fallback.method != "mean":
+        raise ValueError("kept decisions need a calibrator and the mean-only temperature")
+    J = fallback.w.size
+    method = "probit" if rich.method == "probit" else "mean"
+    return Calibrator(method=method, kind="kept", temperature=1.0, w=np.ones(J),
+                      c=np.zeros(J), n_tokens=max(rich.n_tokens, fallback.n_tokens),
+                      source=source, members=[rich, fallback])
+
+
+__all__ = ["UNCALIBRATED", "DECISION_Z", "errors", "changed", "admissible", "kept_marginals",
+           "keep_decisions"]

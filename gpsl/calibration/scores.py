@@ -41,7 +41,7 @@ from gpsl.predict import rns_marginals
 
 #: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
 METHODS = ("mean", "probit")
-KINDS = ("temperature", "vector", "structured", "structured+vector", "ensemble")
+KINDS = ("temperature", "vector", "structured", "structured+vector", "ensemble", "kept")
 #: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
 STRUCTURED_KINDS = ("structured", "structured+vector")
 #: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers
@@ -244,3 +244,24 @@ def leave_out_groups(scores: Sequence[Scores], gold: Sequence[np.ndarray], seed:
     if sum(bool((g >= 0).any()) for _, g in groups) < 2:
         return []
     return groups
+
+
+def nll_before_after(cal, scores: Sequence[Scores],
+                     gold: Sequence[np.ndarray]) -> tuple[float, float]:
+    """Mean NLL of the labeled tokens of ``(scores, gold)`` under the mean-only RNS and
+    under the :class:`~gpsl.calibration.Calibrator` ``cal`` (the mean-only run is the one
+    ``cal``'s members share when they read it)."""
+    before = after = 0.0
+    n = 0
+    for sc, g in zip(scores, gold):
+        keep = np.flatnonzero(g >= 0)
+        if not keep.size:
+            continue
+        runs: dict = {}
+        P_after = cal.apply(sc, None, runs)
+        P_before = runs[("mean", 1.0, 1.0)] if ("mean", 1.0, 1.0) in runs \
+            else sc.marginals("mean")
+        before -= np.log(np.clip(P_before[keep, g[keep]], _LOG_FLOOR, None)).sum()
+        after -= np.log(np.clip(P_after[keep, g[keep]], _LOG_FLOOR, None)).sum()
+        n += keep.size
+    return float(before / max(n, 1)), float(after / max(n, 1))
