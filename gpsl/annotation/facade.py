@@ -167,7 +167,19 @@ class Store:
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        self._labels_written(sentence_id=sentence_id)
+        return out
+
+    def _labels_written(self, *, sentence_id: int | None = None,
+                        project_id: int | None = None) -> None:
+        """After a label write: the keep-training service (:func:`jobs.after_labels`)."""
+        try:
+            if project_id is None:
+                project_id = projects.project_of(self.db, sentence_id=sentence_id)
+            jobs.after_labels(self, project_id)
+        except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
+            pass
 
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
                         annotator: str, source: str = "human",
@@ -175,7 +187,9 @@ class Store:
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write
         (:func:`labels.set_steps`)."""
-        return labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
+        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
+        self._labels_written(sentence_id=sentence_id)
+        return out
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -186,11 +200,14 @@ class Store:
         return self.set_label(sentence_id, token_index, None, annotator)
 
     def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        return labeling.undo(self.db, project_id, annotator)
+        out = labeling.undo(self.db, project_id, annotator)
+        self._labels_written(project_id=project_id)
+        return out
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
         labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        self._labels_written(sentence_id=sentence_id)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
         return votes.adjudication_history(self.db, sentence_id, project_id, limit)
@@ -417,6 +434,14 @@ class Store:
 
     def stop_training(self, version_id: int) -> bool:
         return jobs.stop_training(self, version_id)
+
+    def keep_training(self, project_id: int) -> dict:
+        """The project's keep-training setting: ``on``, ``every`` (N), ``new_labels``."""
+        return jobs.keep_training(self, project_id)
+
+    def set_keep_training(self, project_id: int, on: bool, every: int | None = None) -> dict:
+        """Refit in the background after every ``every`` new labels (:func:`jobs.after_labels`)."""
+        return jobs.set_keep_training(self, project_id, on, every)
 
     def recover(self) -> dict:
         """After a crash: dead workers' versions failed, their leftovers removed."""
