@@ -285,3 +285,36 @@ def test_the_page_reads_typed_progress_records(tmp_path):
         assert all(w >= 0 and c >= 0 for _, w, c in rec.phases)
     finally:
         store.fail_model_version(vid, "test over")
+
+
+def test_the_train_page_turns_keep_training_on_and_names_the_run(tmp_path, monkeypatch):
+    import sys
+
+    from _support import ROOT, app_store_env
+    from streamlit.testing.v1 import AppTest
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    db = app_store_env(tmp_path, monkeypatch)
+    store, pid = tiny_store(db)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(30)).run()
+    at.switch_page("pages/train.py").run()
+    assert not at.exception, at.exception
+    assert at.toggle(key="train_keep").value is False
+    at.number_input(key="train_keep_every").set_value(5).run()
+    at.toggle(key="train_keep").set_value(True).run()
+    assert not at.exception and not at.error
+    assert store.keep_training(pid) == {"on": True, "every": 5, "new_labels": 0}
+    assert any("0 of 5 new labels since the last run began" in c.value for c in at.caption)
+    ids = store.sentence_ids(pid, split="train")
+    for t in range(5):
+        store.set_label(ids[3], t, OUT, "alice")  # the 5th starts a run, from the back end
+    versions = store.list_model_versions(pid)
+    assert len(versions) == 1
+    wait_until(lambda: store.get_model_version(versions[0]["id"])["status"] != "running",
+               timeout=180)
+    at.run()
+    assert not at.exception
+    last = [c.value for c in at.caption if c.value.startswith("started by")]
+    assert last and "started by keep training" in last[0] and "s in the worker (load" in last[0]
+    assert "calibration" in last[0] and "predictions" in last[0]
