@@ -18,6 +18,12 @@ from pages._charts import bound_figure
 from pages._format import fmt_eta, md_escape, offsets_text
 from pages._text import bounds, preset_name, version_names, versions_table, widget_help
 
+#: a run's phases in order (the progress record's names) and how the live line says them
+RUN_PHASES = ("starting", "loading", "fitting", "calibrating", "evaluating", "saving",
+              "predicting", "storing")
+PHASE_TEXT = {"starting": "starting the worker", "loading": "reading the labels",
+              "evaluating": "held-out figures", "saving": "saving the model",
+              "storing": "storing the version", "paused": "paused"}
 #: the progress record's phases as the summary of a run names them
 PHASE_NAMES = {"loading": "load", "fitting": "fit", "calibrating": "calibration",
                "evaluating": "held-out figures", "saving": "save",
@@ -177,14 +183,18 @@ with live_col:
             secs = (prog.seconds or (0.0,))[-1]
             left = prog.eta_seconds
             frac = secs / (secs + left) if left is not None and secs + left > 0 else 0.0
-            text = (f"{head} · fitting · sweep {prog.iteration} · {secs:.0f} s"
+            sweep = (f"sweep {prog.iteration} done · {secs:.0f} s" if prog.iteration
+                     else "first sweep")
+            text = (f"{head} · fitting · {sweep}"
                     + (f"{eta} (the stop rule's estimate)" if eta else "")
                     + (f" · {prog.labeled_tokens:,} labeled tokens in {prog.sentences:,} "
                        "sentences" if prog.labeled_tokens else ""))
             st.progress(min(1.0, frac), text=text)
-        else:
-            st.progress(0.0 if prog.phase in ("starting", "loading") else 1.0,
-                        text=f"{head} · {prog.phase}")
+        else:  # no measure inside these phases: the bar counts the run's phases
+            k = RUN_PHASES.index(prog.phase) if prog.phase in RUN_PHASES else 0
+            st.progress(k / len(RUN_PHASES), text=f"{head} · "
+                        f"{PHASE_TEXT.get(prog.phase, prog.phase)} (step {k + 1} of "
+                        f"{len(RUN_PHASES)})")
         if prog.bounds:
             st.plotly_chart(bound_figure(prog.bounds, "Variational lower bound (live)"),
                             config={"displayModeBar": False})
