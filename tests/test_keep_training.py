@@ -196,8 +196,10 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
     assert m["warm_start"] == "version 1" and m["inference"] == "sparse"
     assert m["calibration"]["how"] == "reused"
     assert m["calibration"]["selected_at_tokens"] == cal["selected_at_tokens"]
-    assert GPSL.load(second["path"]).calibrator_.to_dict() == \
-        GPSL.load(first["path"]).calibrator_.to_dict()
+    saved = GPSL.load(second["path"])
+    assert saved.calibrator_.to_dict() == GPSL.load(first["path"]).calibrator_.to_dict()
+    assert saved.calibration_run_.source == "folds" and saved.calibration_run_.folds == 5
+    assert saved.calibration_run_.reason.startswith("reused between selections")
     # the labeled tokens grew by RESELECT_GROWTH: selected again
     grow = int(np.ceil(refit.RESELECT_GROWTH * cal["selected_at_tokens"]))
     k = 0
@@ -232,6 +234,8 @@ def test_held_out_gold_is_refitted_not_reselected_and_stays_out_of_sample(tmp_pa
     m1, m2 = first["metrics"], second["metrics"]
     assert m2["warm_start"] == "version 1"
     assert m2["calibration"]["how"] == "refitted"
+    run = GPSL.load(second["path"]).calibration_run_
+    assert run.source == "held-out" and run.reason.startswith("refitted between selections")
     assert m2["calibration"]["kind"] == m1["calibration"]["kind"]
     assert abs(m2["heldout_accuracy"] - m1["heldout_accuracy"]) <= 0.02
     assert abs(m2["heldout_mean_confidence"] - m2["heldout_accuracy"]) <= 0.03

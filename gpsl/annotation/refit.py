@@ -31,12 +31,14 @@ a batch of new labels (docs/speed.md, "The app's refit").
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
 
 from gpsl.calibration import (
     STRUCTURED_KINDS,
+    CalibrationRun,
     Calibrator,
     calibrate_model,
     cross_calibrate,
@@ -149,6 +151,7 @@ def calibrate(model, store, project_id: int, X, y, *, previous: GPSL | None = No
     so no held-out figure is in-sample. ``on_step(done, total, what)`` reports the steps (the
     fold fits, the selection, the halves). Returns ``(figures for the version's metrics,
     marginals)``."""
+    t0 = time.perf_counter()
     step = on_step or (lambda done, total, what: None)
     ids, Xg, gold = store.gold_data(project_id)
     labeled = sum(v is not None for lab in y for v in lab)
@@ -187,6 +190,11 @@ def calibrate(model, store, project_id: int, X, y, *, previous: GPSL | None = No
             step(2, 2, "")
         else:
             model.calibrator_ = previous.calibrator_
+        model.calibration_run_ = CalibrationRun(
+            source=p.source, folds=p.folds, tokens=int(model.calibrator_.n_tokens),
+            sentences=len(ids) if p.source == "held-out" else 0,
+            seconds=time.perf_counter() - t0,
+            reason=f"{how} between selections (chosen at {selected_at} labeled tokens)")
     cal = model.calibrator_
     return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
                             "temperature": cal.temperature, "t_unary": cal.t_unary,
