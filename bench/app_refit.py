@@ -143,7 +143,7 @@ def click(store, pid: int, poll: float = 0.05) -> dict:
             "warm": version["metrics"].get("warm_start"),
             "python_path": str(Path(runs.__file__).resolve().parents[2]),
             "calibration": (version["metrics"].get("calibration") or {}).get("source"),
-            "calibration_reused": version["metrics"].get("calibration_reused"),
+            "calibration_how": (version["metrics"].get("calibration") or {}).get("how"),
             "sweeps": version["metrics"]["n_iter"],
             "train_sentences": version["metrics"]["train_sentences"],
             "train_labeled_tokens": version["metrics"]["train_labeled_tokens"],
@@ -187,6 +187,11 @@ def med(values) -> float:
     return float(statistics.median(values))
 
 
+def sec(x) -> str:
+    """Seconds for the table ("–" where the gpsl measured recorded no phases)."""
+    return "–" if x is None or x != x else f"{x:.2f}"
+
+
 def report(result: dict) -> str:
     refits, first, peer = result["refits"], result["first"], result["crfsuite"]
     rows = [phase_rows(r) for r in refits]
@@ -205,16 +210,16 @@ def report(result: dict) -> str:
         f"{r0['train_labeled_tokens']:,} labeled tokens in {r0['train_sentences']:,} "
         f"sentences, {r0['sweeps']} sweeps, warm start: {r0['warm'] or 'no'}, calibration: "
         f"{r0['calibration']}"
-        + (" (reused)" if r0.get("calibration_reused") else "") + ".",
+        + (f" ({r0['calibration_how']})" if r0.get("calibration_how") else "") + ".",
         "",
         f"| phase | refit wall s (median of {len(refits)}) | refit CPU s | first run wall s "
         "| first run CPU s |",
         "|---|---:|---:|---:|---:|",
     ]
     for label, _, _ in PHASES:
-        lines.append(f"| {label} | {med(r[label][0] for r in rows):.2f} "
-                     f"| {med(r[label][1] for r in rows):.2f} | {first_rows[label][0]:.2f} "
-                     f"| {first_rows[label][1]:.2f} |")
+        lines.append(f"| {label} | {sec(med(r[label][0] for r in rows))} "
+                     f"| {sec(med(r[label][1] for r in rows))} | {sec(first_rows[label][0])} "
+                     f"| {sec(first_rows[label][1])} |")
     click_med = med(r["click_to_stored_s"] for r in refits)
     each = ", ".join(f"{r['click_to_stored_s']:.2f}" for r in refits)
     lines += [
