@@ -40,10 +40,16 @@ SMALL_TEAM = 12
 SCORE = st.column_config.ProgressColumn  # a 0-1 figure as a bar with its value
 
 
+#: the columns of a person's labeling in the app (none for votes that came in a crowd folder)
+ACTIVITY = ("changes", "active min", "labels / hour", "median s / label", "last label")
+
+
 def people_rows(people, crowd) -> list[dict]:
     """One row per person: their labeling, agreement and (with the crowd model) estimated
-    reliability; the least reliable first."""
+    reliability; the least reliable first. The activity columns only when someone labeled
+    in the app."""
     rel = {r.annotator: r for r in crowd.report} if crowd else {}
+    active = any(p.changes for p in people)
     rows = []
     for row in annotator_rows(people):
         r = rel.get(row["annotator"])
@@ -52,9 +58,8 @@ def people_rows(people, crowd) -> list[dict]:
                    "accuracy": r.accuracy if r else None,
                    "entity precision": r.precision if r else None,
                    "entity recall": r.recall if r else None,
-                   "agrees with crowd": r.agreement if r else None,
                    **{k: v for k, v in row.items() if k not in ("annotator", "labels")}}
-        rows.append(row)
+        rows.append({k: v for k, v in row.items() if active or k not in ACTIVITY})
     key = "accuracy" if crowd else "mean κ"
     return sorted(rows, key=lambda x: (x[key] is None, x[key] if x[key] is not None else 0,
                                        x["annotator"]))
@@ -140,18 +145,18 @@ def show_people(pid: int) -> None:
                                 "entity precision": SCORE("entity precision", format="%.2f",
                                                           min_value=0.0, max_value=1.0),
                                 "entity recall": SCORE("entity recall", format="%.2f",
-                                                       min_value=0.0, max_value=1.0),
-                                "agrees with crowd": st.column_config.NumberColumn(
-                                    format="%.2f")})
+                                                       min_value=0.0, max_value=1.0)})
     st.caption(("The least reliable first (click a column to sort). Accuracy: the crowd "
                 "model's estimate of the share of a person's labels that are right; entity "
-                "precision: of their entity labels (not O); entity recall: of the entity "
-                "tokens they labeled, how many they marked as entities; agrees with crowd: "
-                "the share of their labels equal to the crowd model's. " if crowd else "")
-               + "Changes: label actions in the history (undone ones included). Active time "
-               "adds the pauses of at most 5 minutes between two actions; labels per hour and "
-               "the median seconds per label are measured over that time. Mean κ: Cohen's "
-               "kappa with each other person, weighted by the tokens both labeled.")
+                "precision: the same of their entity labels (not O); entity recall: of the "
+                "tokens they labeled that are entities by the crowd model, the share they "
+                "labeled right. " if crowd else "")
+               + ("Changes: label actions in the history (undone ones included). Active time "
+                  "adds the pauses of at most 5 minutes between two actions; labels per hour "
+                  "and the median seconds per label are measured over that time. "
+                  if "changes" in rows[0] else "")
+               + "Mean κ: Cohen's kappa with each other person, weighted by the tokens both "
+               "labeled.")
     left, right = st.columns(2, gap="large")
     names = figures.annotators
     with left:

@@ -54,7 +54,7 @@ from gpsl.annotation.vote_files import VotedSentence
 from gpsl.crowd.raw import GOLD_DIR, AlignmentReport, CrowdFolderError, read_crowd_folder
 from gpsl.errors import InputError
 from gpsl.io import CrowdSentence
-from gpsl.tags import sort_labels
+from gpsl.tags import entity_types, scheme_of, sort_labels
 
 #: the share of documents held out by default (their gold: the held-out evaluation)
 DEFAULT_HELDOUT = 0.1
@@ -68,7 +68,8 @@ TEMPLATE = "ner"
 class CrowdFolder:
     """A crowd folder read from an upload: its gold sentences with the workers' aligned
     votes (``sentences``, :class:`gpsl.io.CrowdSentence`, ``id`` ``DOC:k``), what the
-    alignment kept and dropped (``report``), the label set of the gold and the votes."""
+    alignment kept and dropped (``report``), the label set of the gold and the votes (BIO
+    labels: every entity type with both its ``B-`` and ``I-`` label)."""
 
     name: str
     sentences: tuple[CrowdSentence, ...]
@@ -252,6 +253,8 @@ def read_upload(files: Sequence[tuple[str, bytes]], source: str | None = None) -
     labels = {lab for s in sentences for lab in s.labels if lab is not None}
     labels |= {lab for s in sentences for labs in s.annotations.values() for lab in labs
                if lab is not None}
+    if scheme_of(labels) == "BIO":  # every entity type with both its B- and I- label
+        labels |= {f"{p}-{kind}" for kind in entity_types(labels) for p in "BI"}
     return CrowdFolder(split.name, tuple(sentences), report, tuple(sort_labels(labels)))
 
 
