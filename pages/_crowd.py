@@ -4,6 +4,7 @@ what the alignment kept and dropped, one error line per bad file; view code only
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from gpsl.annotation import (
@@ -89,6 +90,11 @@ def show_folder(folder: CrowdFolder) -> None:
             f"{fmt_int(n)} {REASONS.get(why, why)}" for why, n in folder.dropped.items())
             + f". {fmt_int(rep.sentences_without_votes)} gold sentences have no vote (they "
               "come in unlabeled).")
+    with st.expander(f"Per worker ({fmt_int(folder.workers)})", icon=":material/person:"):
+        st.dataframe(pd.DataFrame([
+            {"worker": w, "documents": p["documents"], "votes kept": p["votes"],
+             "worker tokens dropped": p["dropped"]}
+            for w, p in sorted(rep.per_worker.items())]), hide_index=True)
 
 
 def heldout_slider(key: str) -> float:
