@@ -4,7 +4,8 @@ uploaded as a folder (Streamlit's directory upload) on the Data page into a plai
 project, with the votes kept and dropped shown and every vote stored; a folder with bad
 files shows one error line per file and imports nothing; the Project page makes a new project
 of it (the ``ner`` feature set, the crowd rule), whose Team page lists every worker with the
-crowd model's reliability.
+crowd model's reliability; a plain-text file starts a new project on the ``ner`` feature set
+(a CRF++ template stays selectable).
 
 Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFACTS
 (default <tmp>/gpsl-test-artifacts, outside the checkout).
@@ -31,11 +32,15 @@ def app(tmp_path_factory):
     pid = store.create_project("Plain words", list(LABELS), sentences=[
         {"tokens": [["Hello"], ["world"]]}])
     good = write_folder(tmp / "good")
+    plain = tmp / "plain.txt"
+    plain.write_text("Ada Lovelace met Charles Babbage\nGrace Hopper visited Arlington\n",
+                     encoding="utf-8")
     bad = write_folder(tmp / "bad", workers={"W1": {"d1.txt": "Ada B_PER\nLovelace I-PER\n"},
                                              "W2": {"d1.txt": "Ada\n"}})
     with serve_app(tmp / "server.log", {"GPSL_DB": str(db),
                                         "GPSL_MODELS": str(tmp / "models")}) as url:
-        yield {"url": url, "store": store, "pid": pid, "good": good, "bad": bad}
+        yield {"url": url, "store": store, "pid": pid, "good": good, "bad": bad,
+               "plain": plain}
     store.close()
 
 
@@ -111,5 +116,28 @@ def test_a_crowd_folder_through_the_data_and_project_pages(app):
             table = page.get_by_test_id("stDataFrame").first
             table.wait_for()
             page.screenshot(path=str(ARTIFACTS / "crowd_folder_team.png"))
+            page.context.close()
+
+            # a plain-text file starts on the ner feature set; CRF++ stays selectable
+            page = _open(browser, app["url"], "Plain words")
+            page.locator(".st-key-new_file input[type=file]").set_input_files(
+                str(app["plain"]))
+            page.get_by_text("Word features for plain text").wait_for(timeout=ms(60))
+            template = page.locator("[class*='st-key-new_tpl_'] textarea")
+            assert template.count() == 0  # no CRF++ text while ner is on
+            page.screenshot(path=str(ARTIFACTS / "crowd_plain_text_ner.png"))
+            kinds = page.locator("[class*='st-key-new_tpl_'] button")
+            kinds.filter(has_text="CRF++ template").click()
+            template.wait_for()
+            assert "%x[0,0]" in template.input_value()
+            kinds.filter(has_text="feature set").click()
+            page.get_by_text("Word features for plain text").wait_for()
+            page.locator("[class*='st-key-new_labels_'] input").fill("B-PER I-PER O")
+            page.locator("[class*='st-key-new_labels_'] input").press("Enter")
+            page.wait_for_timeout(1000)
+            page.locator("[class*='st-key-create_upload_'] button").click()
+            page.get_by_text("Created project “plain”").wait_for(timeout=ms(60))
+            made = next(p for p in store.list_projects() if p["name"] == "plain")
+            assert made["template"] == "ner"
         finally:
             browser.close()
