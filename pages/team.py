@@ -104,8 +104,19 @@ def reliability_scatter(rows: list[dict]):
                   yaxis_title="estimated accuracy (crowd model)")
 
 
+def team_figures(pid: int):
+    """The project's team figures, computed again only when a label changed (a page of 46
+    workers takes seconds to compute; picking a confusion matrix reruns the page)."""
+    stamp = (pid, project.created_at, store.where, store.reports.label_stamp(pid))
+    cached = st.session_state.get("_team_figures")
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, store.reports.team(pid))
+        st.session_state["_team_figures"] = cached
+    return cached[1]
+
+
 def show_people(pid: int) -> None:
-    figures = store.reports.team(pid)
+    figures = team_figures(pid)
     if figures is None:
         st.info("Nobody has labeled anything in this project yet (labels that came with an "
                 "imported file do not count here).", icon=":material/info:")
