@@ -222,10 +222,10 @@ def test_held_out_documents_are_whole_and_spread():
 # ----------------------------------------------------------------------------- ner default
 
 
-def test_a_plain_text_project_defaults_to_the_ner_feature_set(tmp_path):
+def test_a_plain_text_project_defaults_to_the_ner_feature_set(store_target, tmp_path):
     assert default_features(1) == "ner"
     assert "U22:%x[0,2]" in default_features(3)  # the window template over 3 columns
-    store = Store(tmp_path / "gpsl.sqlite3", models_root=tmp_path / "models")
+    store = Store(store_target, models_root=tmp_path / "models")
     words = ["Ada", "Lovelace", "met", "Charles", "Babbage", "in", "London", "today"]
     tags = ["B-PER", "I-PER", "O", "B-PER", "I-PER", "O", "B-LOC", "O"]
     sentences = [{"tokens": [[w] for w in words[k:] + words[:k]],
