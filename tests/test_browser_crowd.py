@@ -2,10 +2,10 @@
 the hand-made folder of ``_crowd_folder`` (written under the test's temporary directory)
 uploaded as a folder (Streamlit's directory upload) on the Data page into a plain-text
 project, with the votes kept and dropped shown and every vote stored; a folder with bad
-files shows one error line per file and imports nothing; the Project page makes a new project
-of it (the ``ner`` feature set, the crowd rule), whose Team page lists every worker with the
-crowd model's reliability; a plain-text file starts a new project on the ``ner`` feature set
-(a CRF++ template stays selectable).
+files shows one error line per file and imports nothing; a .zip of it reads the same on the
+Project page, which makes a new project of it (the ``ner`` feature set, the crowd rule),
+whose Team page lists every worker with the crowd model's reliability; a plain-text file
+starts a new project on the ``ner`` feature set (a CRF++ template stays selectable).
 
 Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFACTS
 (default <tmp>/gpsl-test-artifacts, outside the checkout).
@@ -13,8 +13,10 @@ Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFAC
 
 from __future__ import annotations
 
+import zipfile
+
 import pytest
-from _crowd_folder import LABELS, write_folder
+from _crowd_folder import LABELS, upload_files, write_folder
 from _limits import ms
 from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app, wait_until
 
@@ -32,6 +34,10 @@ def app(tmp_path_factory):
     pid = store.create_project("Plain words", list(LABELS), sentences=[
         {"tokens": [["Hello"], ["world"]]}])
     good = write_folder(tmp / "good")
+    zipped = tmp / "crowd.zip"
+    with zipfile.ZipFile(zipped, "w") as zf:
+        for name, data in upload_files(good):
+            zf.writestr(name, data)
     plain = tmp / "plain.txt"
     plain.write_text("Ada Lovelace met Charles Babbage\nGrace Hopper visited Arlington\n",
                      encoding="utf-8")
@@ -40,7 +46,7 @@ def app(tmp_path_factory):
     with serve_app(tmp / "server.log", {"GPSL_DB": str(db),
                                         "GPSL_MODELS": str(tmp / "models")}) as url:
         yield {"url": url, "store": store, "pid": pid, "good": good, "bad": bad,
-               "plain": plain}
+               "plain": plain, "zip": zipped}
     store.close()
 
 
@@ -98,6 +104,18 @@ def test_a_crowd_folder_through_the_data_and_project_pages(app):
             wait_until(lambda: len(store.team_votes(pid)) == 25, timeout=30)
             assert store.sentence_count(pid) == 4
             assert store.team_settings(pid)["resolve"] == "crowd"
+            page.context.close()
+
+            # a .zip of the folder reads the same
+            page = _open(browser, app["url"], "Plain words")
+            page.get_by_role("tab", name="From a crowd folder").click()
+            page.locator(".st-key-new_crowd_source button").filter(
+                has_text="A .zip of the folder").click()
+            page.locator(".st-key-new_crowd_zip input[type=file]").set_input_files(
+                str(app["zip"]))
+            page.get_by_text("Votes kept").wait_for(timeout=ms(60))
+            assert "Dropped, and why: 1 a line with a label but no token" in \
+                page.get_by_test_id("stMain").inner_text()
             page.context.close()
 
             # a new project from it on the Project page, then its Team page
