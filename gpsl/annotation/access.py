@@ -63,7 +63,7 @@ LEAD = frozenset({
     "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
     "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",
-    "export_votes", "import_votes",
+    "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
 })
 #: Reports anyone may read of a project they are a member of (their own view of it)
 MEMBER_REPORTS = frozenset({

@@ -18,6 +18,7 @@ from gpsl.annotation import (
     access,
     accounts,
     auth,
+    crowd_folders,
     exports,
     imports,
     jobs,
@@ -467,6 +468,26 @@ class Store:
         items = vote_files.read_votes(data, fmt, doc or "<upload>")
         return vote_files.import_votes(self.db, project_id, items, doc=doc,
                                        add_labels=add_labels)
+
+    def create_crowd_project(self, name: str, folder: crowd_folders.CrowdFolder, *,
+                             heldout: float = crowd_folders.DEFAULT_HELDOUT,
+                             offsets: Sequence[int] = (-1, 1), crowd: bool = True
+                             ) -> crowd_folders.CrowdImport:
+        """A project from a crowd folder (:func:`crowd_folders.read_upload`): every worker
+        an annotator with their votes, ``heldout`` of the documents held out with their
+        gold, the ``ner`` feature set; with ``crowd`` the crowd model fitted and used for
+        the training labels (:mod:`crowd_folders`)."""
+        return crowd_folders.finish(self.db, crowd_folders.create_project(
+            self.db, name, folder, heldout=heldout, offsets=offsets), crowd)
+
+    def import_crowd_folder(self, project_id: int, folder: crowd_folders.CrowdFolder, *,
+                            heldout: float = crowd_folders.DEFAULT_HELDOUT,
+                            add_labels: Sequence[str] = (), crowd: bool = True
+                            ) -> crowd_folders.CrowdImport:
+        """A crowd folder appended to a one-column project (:meth:`create_crowd_project`'s
+        rule, one transaction)."""
+        return crowd_folders.finish(self.db, crowd_folders.import_folder(
+            self.db, project_id, folder, heldout=heldout, add_labels=add_labels), crowd)
 
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:

@@ -467,13 +467,18 @@ class TeamSettings:
 @dataclass(frozen=True)
 class Reliability:
     """One annotator's reliability under the crowd model: estimated accuracy, votes, the
-    model (full or one-coin) and the confusion matrix ``{true: {given: p}}``."""
+    model (full or one-coin), the confusion matrix ``{true: {given: p}}``, the entity
+    precision and recall (None without an ``O`` label or an entity) and the agreement
+    with the crowd model's label."""
 
     annotator: str
     accuracy: float | None
     votes: int
     model: str
     confusion: Mapping = _empty()
+    precision: float | None = None
+    recall: float | None = None
+    agreement: float | None = None
 
 
 @dataclass(frozen=True)

@@ -412,4 +412,5 @@ def conflict(c: dict) -> Conflict:
 def crowd_summary(model: dict) -> CrowdSummary:
     return CrowdSummary(model["n_votes"], model["n_tokens"], model["fitted_at"], tuple(
         Reliability(r["annotator"], r["accuracy"], r["votes"], r["model"],
-                    r.get("confusion") or {}) for r in model["report"]))
+                    r.get("confusion") or {}, r.get("precision"), r.get("recall"),
+                    r.get("agreement")) for r in model["report"]))
