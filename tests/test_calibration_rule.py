@@ -328,7 +328,7 @@ def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
     assert best.kind != "structured"
     assert cv[name]["nll"] == min(cv[k]["nll"] for k in ok)
     # on every token the kept calibrator's label is the uncalibrated one
-    sub = sc.take(part)
+    sub, sub_rows = sc.take(part), sc.rows(part)
     P = fits[kept].apply(sub)
     assert np.array_equal(P.argmax(axis=1), sub.marginals("mean").argmax(axis=1))
     Ps, Pt = fits["mean/structured"].apply(sub), fits["mean/temperature"].apply(sub)
@@ -343,6 +343,13 @@ def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
         Calibrator.from_dict({**d, "members": d["members"][:1]}, 3)
     with pytest.raises(ValueError, match="kept decisions"):  # the fallback is no temperature
         Calibrator.from_dict({**d, "members": d["members"][::-1]}, 3)
+    # the app's refit between selections refits both members alike
+    from gpsl.annotation.refit import refit_like
+
+    again = refit_like(fits[kept], [sub], [gold[sub_rows]])
+    assert again.kind == "kept" and [m.kind for m in again.members] == ["structured",
+                                                                         "temperature"]
+    assert np.array_equal(again.apply(sub).argmax(axis=1), sub.marginals("mean").argmax(axis=1))
 
 
 def test_kept_marginals_by_hand():

@@ -44,6 +44,7 @@ from gpsl.calibration import (
     cross_calibrate,
     fold_indices,
 )
+from gpsl.calibration.decisions import keep_decisions
 from gpsl.calibration.rule import plan
 from gpsl.errors import GpslError, InputError
 from gpsl.model import GPSL
@@ -99,6 +100,9 @@ def refit_like(previous: Calibrator, scores, gold, source: str = "") -> Calibrat
     if previous.kind == "ensemble":
         return Calibrator.stacked([one(m) for m in previous.members], previous.weights,
                                   source=source)
+    if previous.kind == "kept":  # gpsl.calibration.decisions: both members refitted alike
+        return keep_decisions(refit_like(previous.members[0], scores, gold, source),
+                              one(previous.members[1]), source=source)
     return one(previous)
 
 
