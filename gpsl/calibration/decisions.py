@@ -125,16 +125,16 @@ def keep_decisions(rich, fallback, *, source: str = ""):
     not shown to fix more decisions than it breaks (:func:`admissible`): it keeps the
     decisions and still gives the better probabilities wherever it agrees with them. Each
     token's reported marginals keep their argmax as its label. It changes no decision, so it
-    is admissible, and it competes on the same left-out figures as the others."""
-    from gpsl.calibration.calibrator import Calibrator
-
+    is admissible, and it competes on the same left-out figures as the others. (Built as
+    the members' class, :class:`~gpsl.calibration.Calibrator`: this module is imported by
+    that one.)"""
     if rich.kind == "kept" or fallback.kind != "temperature" or fallback.method != "mean":
         raise ValueError("kept decisions need a calibrator and the mean-only temperature")
     J = fallback.w.size
     method = "probit" if rich.method == "probit" else "mean"
-    return Calibrator(method=method, kind="kept", temperature=1.0, w=np.ones(J),
-                      c=np.zeros(J), n_tokens=max(rich.n_tokens, fallback.n_tokens),
-                      source=source, members=[rich, fallback])
+    return type(fallback)(method=method, kind="kept", temperature=1.0, w=np.ones(J),
+                          c=np.zeros(J), n_tokens=max(rich.n_tokens, fallback.n_tokens),
+                          source=source, members=[rich, fallback])
 
 
 __all__ = ["UNCALIBRATED", "DECISION_Z", "errors", "changed", "admissible", "kept_marginals",
