@@ -8,6 +8,8 @@
     python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
     python -m bench.crowd_real --variances 0.003 0.01 0.03 0.1 0.3 --no-taggers --methods \
         "gpsl Dawid-Skene"                       # the joint bound and F1 against sigma^2
+    python -m bench.crowd_real --priors 1:30 3:30 10:30 --no-taggers --methods \
+        "gpsl Dawid-Skene"                       # ... against the sequential priors
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
@@ -109,6 +111,7 @@ class Config:
     methods: list = field(default_factory=list)
     taggers: bool = True
     variances: list = field(default_factory=list)
+    priors: list = field(default_factory=list)  # (kappa, shrink) pairs
 
 
 # --------------------------------------------------------------------------- data
@@ -255,10 +258,12 @@ def gpsl_ds_labels(votes) -> dict:
 
 
 def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
-                 variance: float | None = None, lse_bound: str = "auto") -> dict:
+                 variance: float | None = None, lse_bound: str = "auto",
+                 crowd_kw: dict | None = None) -> dict:
     """The joint model's labels; ``variance``: the tagger's prior variance fixed at that
     value (``tagger_prior="model"``, the default stop rule and Jensen's bound) instead of
-    ``"auto"``; ``lse_bound``: the joint fit's bound on the log-partition."""
+    ``"auto"``; ``lse_bound``: the joint fit's bound on the log-partition; ``crowd_kw``:
+    other settings of :class:`gpsl.crowd.CrowdGPSL` (the priors' ``kappa``, ``shrink``)."""
     from gpsl.crowd import CrowdGPSL, decode_labels
     from gpsl.crowd.joint import DEFAULT_TOL
     from gpsl.model import GPSL
@@ -267,7 +272,7 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
                                          "lse_bound": "jensen"}
     joint = CrowdGPSL(GPSL(template=template, max_iter=max_iter, variance=variance),
                       refit=False, annotator_model=annotator_model,
-                      **{"lse_bound": lse_bound, **fixed}).fit(X, votes)
+                      **{"lse_bound": lse_bound, **fixed, **(crowd_kw or {})}).fit(X, votes)
     jt = np.diff(joint.joint_trace_)
     return {"labels": joint.labels_array_,
             "argmax_labels": decode_labels(joint.probas_, votes, "argmax"),
@@ -351,11 +356,16 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
         row.update(out)
         log(f"    F1 {row['f1']:.2f}  CPU {row['cpu_s']:.1f} s  wall {row['wall_s']:.1f} s")
         rows.append(row)
-    for var in cfg.variances:
-        name = f"gpsl joint: sequential + ner, sigma^2 = {var:g}"
+    extra = [(f"gpsl joint: sequential + ner, sigma^2 = {var:g}", {"variance_fixed": var},
+              (var, "auto", {})) for var in cfg.variances]
+    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}",
+               {"kappa": k, "shrink": sh}, (None, "auto", {"kappa": k, "shrink": sh}))
+              for k, sh in cfg.priors]
+    for name, fixed, (var, lse, crowd_kw) in extra:
         log(f"  {name} ...")
-        out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var)
-        row = {"method": name, "variance_fixed": var}
+        out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var, lse,
+                       crowd_kw)
+        row = {"method": name, **fixed}
         if "error" in out:
             row["error"] = out["error"]
         else:
@@ -613,7 +623,8 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_partial" if cfg.methods and not cfg.variances else "")
+        ("_priors" if cfg.priors else "") + \
+        ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -625,6 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
+    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK",
+                   help="extra rows: the joint model with the sequential prior's kappa and "
+                        "shrink at each pair (its bound beside its F1)")
     p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
                    help="extra rows: the joint model with the tagger's prior variance fixed "
                         "at each S2 (its bound beside its F1)")
@@ -646,9 +660,18 @@ def main(argv=None) -> int:
         print(f"bench.crowd_real: unknown method {bad[0]!r}; choose from {', '.join(known)}",
               file=sys.stderr)
         return 2
+    try:
+        priors = [tuple(float(v) for v in pair.split(":")) for pair in args.priors]
+        if any(len(pq) != 2 or min(pq) <= 0 for pq in priors):
+            raise ValueError
+    except ValueError:
+        print("bench.crowd_real: --priors takes KAPPA:SHRINK pairs of positive numbers",
+              file=sys.stderr)
+        return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
-                 taggers=not args.no_taggers, variances=list(args.variances))
+                 taggers=not args.no_taggers, variances=list(args.variances),
+                 priors=priors)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

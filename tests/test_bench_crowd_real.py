@@ -89,3 +89,24 @@ def test_missing_data_is_one_line(tmp_path, capsys):
     assert cr.main(["--data-dir", str(tmp_path / "absent"), "--quick"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "shared data absent" in err
+    for bad in ("3", "3:x", "0:10", "1:2:3"):
+        assert cr.main(["--data-dir", str(tmp_path / "absent"), "--priors", bad]) == 2
+        assert capsys.readouterr().err == ("bench.crowd_real: --priors takes KAPPA:SHRINK "
+                                           "pairs of positive numbers\n")
+
+
+def test_prior_rows_fit_the_joint_model_at_each_pair(tmp_path):
+    data_dir = fake_crowd(tmp_path / "crowd-ner")
+    cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=8,
+                    verbose=False, taggers=False, methods=[cr.JOINT],
+                    priors=[(30.0, 10.0), (3.0, 30.0)])
+    report = cr.run(cfg)
+    rows = report["aggregation"]
+    assert [r["method"] for r in rows] == [
+        cr.JOINT, "gpsl joint: sequential + ner, kappa = 30, shrink = 10",
+        "gpsl joint: sequential + ner, kappa = 3, shrink = 30"]
+    assert all("error" not in r for r in rows)
+    # the defaults (kappa 30, shrink 10) again: the same fit
+    assert rows[1]["bound"] == rows[0]["bound"] and rows[1]["f1"] == rows[0]["f1"]
+    assert rows[2]["kappa"] == 3.0 and rows[2]["bound"] != rows[0]["bound"]
+    assert cr.stem_of(cfg) == "crowd_real_priors"
