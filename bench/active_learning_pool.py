@@ -76,6 +76,7 @@ from bench.common import (
     now_iso,
 )
 from gpsl import active
+from gpsl.active import marginal as active_marginal
 from gpsl.metrics import token_accuracy
 
 DATASETS = ("chunking", "basenp", "JapaneseNE")
@@ -205,7 +206,7 @@ def choose_tokens(model, base: str, mods: set, pool_X, pool_y, labeled, batch: i
             break
         ok = np.array([per_sent.get(int(s), 0) < cap for s in sent_of[free]])
         free = free[ok]
-        order = free[active._rank(score[free], np.random.default_rng(seed * 7919 + k))]
+        order = free[active_marginal._rank(score[free], np.random.default_rng(seed * 7919 + k))]
         short = order[: SHORTLIST * size] if (base == "lookahead" or "diverse" in mods) \
             else order[:size]
         q = score[short]

@@ -50,7 +50,7 @@ of the missing labels. With the fit started on the labeled tokens
 (:meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`) Boehning's bound is as accurate or
 more with missing labels too, and it decouples the means from the mean-field variances, whose
 slow drift under Jensen's bound was what made a missing-label fit take 8 sweeps instead of 2
-(``docs/speed.md``, "Why missing labels cost 8 sweeps").
+(``docs/speed.md``, "Why a fit with missing labels took 8 sweeps").
 """
 
 from __future__ import annotations

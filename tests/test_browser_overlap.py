@@ -51,8 +51,11 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
         {"tokens": TOKENS}, {"tokens": "Grace Hopper visited Arlington".split()}])
     store.set_team_settings(pid, overlap=2)  # blind mode stays off: the default
     store.create_account("Lea", "lead", PASSWORD)
-    links = {name: store.issue_sign_in_link(store.create_account(name, "annotator"))
-             for name in ("Ann", "Bob")}
+    links = {}
+    for name in ("Ann", "Bob"):  # annotators see the projects they are members of
+        aid = store.create_account(name, "annotator")
+        store.set_member(pid, aid)
+        links[name] = store.issue_sign_in_link(aid)
     sid = store.sentence_ids(pid)[0]
     n = len(TOKENS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,8 @@ NEVER = frozenset({
 })
 #: the arguments naming who a call credits or serves: the acting person's own name only
 SELF = {
-    "set_labels": "annotator", "set_label_steps": "annotator", "set_label": "annotator", "clear_label": "annotator",
+    "set_labels": "annotator", "set_label_steps": "annotator", "set_label": "annotator",
+    "clear_label": "annotator",
     "undo": "annotator", "skip": "annotator", "adjudicate": "lead",
     "next_sentence": "annotator", "next_to_annotate": "annotator",
     "release_lease": "annotator", "sentence_view": "annotator", "sentence": "annotator",

@@ -16,43 +16,34 @@ file and line; JSONL sentence ids must be unique within a file.
 
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from gpsl import limits
 from gpsl.errors import InputError
+from gpsl.io.source import _SURROGATE, Source, _lines, _read_source, _source_name
 
 __all__ = [
     "FORMATS",
-    "CrowdSentence",
     "Sentence",
     "format_conll",
     "format_jsonl",
     "read_any",
     "read_conll",
-    "read_crowd",
-    "read_crowd_conll",
-    "read_crowd_jsonl",
     "read_jsonl",
     "read_text",
     "write_conll",
     "write_jsonl",
 ]
 
-Source = str | os.PathLike | bytes | bytearray | IO[str] | IO[bytes]
-
 FORMATS = ("conll", "jsonl", "text")
 
 _COLUMN_SEP = re.compile(r"[ \t]+")
-_BOM = "\ufeff"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SPACE = re.compile(r"\s")
 
 
@@ -84,121 +75,6 @@ class Sentence:
     def n_missing(self) -> int:
         """Number of tokens whose label is missing."""
         return sum(1 for lab in self.labels if lab is None)
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-def _source_name(source: Any, name: str | None) -> str:
-    if name is not None:
-        return str(name)
-    if isinstance(source, (str, os.PathLike)):
-        return str(source)
-    if isinstance(source, (bytes, bytearray)):
-        return "<input>"
-    fname = getattr(source, "name", None)
-    if isinstance(fname, str) and fname:
-        return fname
-    return "<input>"
-
-
-def _line_of(data: bytes | str, offset: int) -> int:
-    """1-based line number of ``offset`` (counting LF, CRLF and lone CR as line ends)."""
-    head = data[:offset]
-    if isinstance(head, str):
-        head = head.replace("\r\n", "\n").replace("\r", "\n")
-        return head.count("\n") + 1
-    head = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    return head.count(b"\n") + 1
-
-
-def _read_source(source: Source, encoding: str, name: str) -> str:
-    """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
-
-    Refused with a one-line :class:`InputError`: a missing path, a directory or another
-    non-regular file (a FIFO or device would never end), an unknown or non-text encoding, bytes
-    the encoding cannot decode (file and line named), NUL characters and unpaired surrogates.
-    """
-    try:
-        codec = codecs.lookup(encoding)
-    except (LookupError, TypeError, ValueError):
-        raise InputError(f"unknown encoding {encoding!r}", source=name) from None
-    if not getattr(codec, "_is_text_encoding", True):
-        raise InputError(f"{encoding!r} is not a text encoding", source=name)
-    data: bytes | str
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        try:
-            is_dir, exists = path.is_dir(), path.exists()
-            readable = not exists or path.is_file() or path.is_fifo()  # a pipe ends, a device
-        except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
-            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
-        if is_dir:
-            raise InputError("is a directory, not a file", source=name)
-        if not readable:
-            raise InputError("not a regular file or pipe (a device?)", source=name)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
-        except ValueError as exc:  # an embedded NUL in the path
-            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        data = bytes(source)
-    elif hasattr(source, "read"):
-        try:
-            data = source.read()
-        except UnicodeError as exc:
-            raise InputError(
-                f"cannot decode the input with encoding {getattr(exc, 'encoding', encoding)}:"
-                f" {getattr(exc, 'reason', exc)}", source=name
-            ) from None
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=name) from None
-        if not isinstance(data, (str, bytes, bytearray)):
-            raise InputError("the file object returned neither text nor bytes", source=name)
-    else:
-        raise TypeError(f"cannot read from {type(source).__name__}")
-
-    if isinstance(data, (bytes, bytearray)):
-        data = bytes(data)
-        if codec.name.startswith("utf-8") and data.startswith(codecs.BOM_UTF8):
-            data = data[len(codecs.BOM_UTF8):]
-        try:
-            text = data.decode(codec.name)
-        except UnicodeDecodeError as exc:
-            bad = data[exc.start:exc.start + 1]
-            raise InputError(
-                f"byte 0x{bad.hex()} cannot be decoded with encoding {encoding}"
-                " (wrong encoding?)",
-                source=name,
-                line=_line_of(data, exc.start),
-            ) from None
-        except UnicodeError as exc:
-            raise InputError(f"cannot decode the input with encoding {encoding}: {exc}",
-                             source=name) from None
-    else:
-        text = data
-    if text.startswith(_BOM):
-        text = text[1:]
-    nul = text.find("\x00")
-    if nul >= 0:
-        raise InputError("NUL byte in input (binary file?)", source=name, line=_line_of(text, nul))
-    sur = _SURROGATE.search(text)
-    if sur is not None:
-        raise InputError("unpaired surrogate character (not valid Unicode text)", source=name,
-                         line=_line_of(text, sur.start()))
-    return text
-
-
-def _lines(text: str) -> list[str]:
-    """Split on LF, CRLF or lone CR (and nothing else, unlike ``str.splitlines``)."""
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 # --------------------------------------------------------------------------- CoNLL / CRF++
@@ -614,172 +490,3 @@ def read_any(
     raise InputError(
         f"unknown format {fmt!r} (expected conll, jsonl or text)", source=_source_name(source, name)
     )
-
-
-# --------------------------------------------------------------------------- crowd annotations
-
-
-@dataclass
-class CrowdSentence(Sentence):
-    """A sentence with crowd votes: ``annotations`` maps an annotator's name to one label per
-    token (``None`` where that annotator gave no label); ``labels`` is the optional gold."""
-
-    annotations: dict[str, list[str | None]] = field(default_factory=dict)
-
-
-def _check_label(lab: str, known: set[str] | None, what: str, bad) -> str:
-    if _SPACE.search(lab):
-        raise bad(f"{what} {_short(lab)} contains whitespace")
-    if known is not None and lab not in known:
-        raise bad(f"{what} {_short(lab)} is not a known label ({', '.join(sorted(known)[:8])}"
-                  f"{', ...' if len(known) > 8 else ''})")
-    return lab
-
-
-def read_crowd_jsonl(
-    source: Source,
-    *,
-    name: str | None = None,
-    encoding: str = "utf-8",
-    missing: str = "_",
-    labels: Iterable[str] | None = None,
-    max_tokens: int | None = None,
-    max_line_chars: int | None = None,
-) -> list[CrowdSentence]:
-    """Read crowd votes, one JSON object per line::
-
-        {"tokens": [...], "annotations": [{"annotator": "a1", "labels": [..., null, ...]}, ...],
-         "labels": [...optional gold...], "id": ...}
-
-    ``tokens``, ``labels`` and ``id`` as :func:`read_jsonl`. Each annotation names its annotator
-    (a non-empty string, once per sentence) and gives one label or ``null`` (or ``missing``)
-    per token. ``labels`` (the argument) fixes the label set: any other label is an error.
-    Every problem is an :class:`InputError` ``file:line: problem``.
-    """
-    name = _source_name(source, name)
-    known = None if labels is None else {str(v) for v in labels}
-    text = _read_source(source, encoding, name)
-    base = read_jsonl(io.StringIO(text), name=name, missing=missing, max_tokens=max_tokens,
-                      max_line_chars=max_line_chars)
-    lines = _lines(text)
-    out: list[CrowdSentence] = []
-    for sent in base:
-        lineno = sent.line
-
-        def bad(msg: str, lineno: int = lineno) -> InputError:
-            return InputError(msg, source=name, line=lineno)
-
-        obj = json.loads(lines[lineno - 1])
-        L = len(sent.tokens)
-        for j, lab in enumerate(sent.labels):
-            if lab is not None:
-                _check_label(lab, known, f"gold label {j + 1}", bad)
-        raw = obj.get("annotations", [])
-        if not isinstance(raw, list):
-            raise bad(f'"annotations" must be a list, found {_json_type(raw)}')
-        annotations: dict[str, list[str | None]] = {}
-        for k, ann in enumerate(raw, start=1):
-            if not isinstance(ann, dict):
-                raise bad(f"annotation {k} must be an object, found {_json_type(ann)}")
-            who = ann.get("annotator")
-            if not isinstance(who, str) or not who.strip():
-                raise bad(f'annotation {k}: "annotator" must be a non-empty string')
-            _json_string(who, f"annotation {k}: annotator", bad)
-            if who in annotations:
-                raise bad(f"duplicate annotator {who!r} in one sentence")
-            labs = ann.get("labels")
-            if not isinstance(labs, list):
-                raise bad(f'annotator {who!r}: "labels" must be a list, found {_json_type(labs)}')
-            if len(labs) != L:
-                raise bad(f"annotator {who!r} has {len(labs)} labels for {L} tokens")
-            row: list[str | None] = []
-            for j, lab in enumerate(labs):
-                if lab is None or lab == missing:
-                    row.append(None)
-                elif isinstance(lab, str):
-                    _json_string(lab, f"annotator {who!r}, label {j + 1}", bad)
-                    row.append(_check_label(lab, known, f"annotator {who!r}, label {j + 1}",
-                                            bad))
-                else:
-                    raise bad(f"annotator {who!r}, label {j + 1} must be a string or null, "
-                              f"found {_json_type(lab)}")
-            annotations[who] = row
-        out.append(CrowdSentence(sent.tokens, sent.labels, sent.line, sent.id,
-                                 annotations=annotations))
-    return out
-
-
-def read_crowd_conll(
-    source: Source,
-    n_annotators: int,
-    *,
-    annotators: Sequence[str] | None = None,
-    name: str | None = None,
-    encoding: str = "utf-8",
-    missing: str = "_",
-    labels: Iterable[str] | None = None,
-    max_tokens: int | None = None,
-    max_line_chars: int | None = None,
-) -> list[CrowdSentence]:
-    """Read a CRF++ column file whose last ``n_annotators`` columns are one label column per
-    annotator (``missing``, default ``_``: no label from that annotator).
-
-    Annotators are named ``annotators`` (default ``a1 .. aN``; names must be distinct).
-    ``labels`` fixes the label set as in :func:`read_crowd_jsonl`. No gold column.
-    """
-    name = _source_name(source, name)
-    if int(n_annotators) < 1:
-        raise InputError(f"--annotators must be at least 1, not {n_annotators}", source=name)
-    n_annotators = int(n_annotators)
-    if annotators is None:
-        annotators = [f"a{k + 1}" for k in range(n_annotators)]
-    annotators = [str(a) for a in annotators]
-    if len(annotators) != n_annotators:
-        raise InputError(f"{len(annotators)} annotator names for {n_annotators} annotator "
-                         "columns", source=name)
-    dup = sorted({a for a in annotators if annotators.count(a) > 1})
-    if dup:
-        raise InputError(f"duplicate annotator {dup[0]!r}", source=name)
-    known = None if labels is None else {str(v) for v in labels}
-    base = read_conll(source, encoding=encoding, labeled=False, name=name,
-                      max_tokens=max_tokens, max_line_chars=max_line_chars)
-    width = len(base[0].tokens[0])
-    if width < n_annotators + 1:
-        raise InputError(f"{width} columns: expected feature column(s) and {n_annotators} "
-                         "annotator columns", source=name, line=base[0].line)
-    out: list[CrowdSentence] = []
-    for sent in base:
-        rows: dict[str, list[str | None]] = {a: [] for a in annotators}
-        feats = []
-        for j, tok in enumerate(sent.tokens):
-            lineno = sent.line + j
-
-            def bad(msg: str, lineno: int = lineno) -> InputError:
-                return InputError(msg, source=name, line=lineno)
-
-            feats.append(tok[: width - n_annotators])
-            for a, lab in zip(annotators, tok[width - n_annotators:]):
-                rows[a].append(None if lab == missing else
-                               _check_label(lab, known, f"annotator {a!r}", bad))
-        out.append(CrowdSentence(feats, None, sent.line, None, annotations=rows))
-    return out
-
-
-def read_crowd(source: Source, fmt: str | None = None, *, n_annotators: int | None = None,
-               **kw) -> list[CrowdSentence]:
-    """Crowd votes from JSONL or CoNLL (``fmt`` None: by the file name's ``.jsonl``/``.json``).
-
-    CoNLL needs ``n_annotators``.
-    """
-    if fmt is None:
-        fmt = "jsonl" if str(source).lower().endswith((".jsonl", ".json")) else "conll"
-    if fmt == "jsonl":
-        kw.pop("annotators", None)
-        return read_crowd_jsonl(source, **kw)
-    if fmt == "conll":
-        if n_annotators is None:
-            raise InputError("a CoNLL crowd file needs the number of annotator columns "
-                             "(--annotators N)", source=_source_name(source, kw.get("name")))
-        return read_crowd_conll(source, n_annotators, **kw)
-    raise InputError(f"unknown crowd format {fmt!r} (expected jsonl or conll)",
-                     source=_source_name(source, kw.get("name")))

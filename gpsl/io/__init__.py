@@ -1,0 +1,40 @@
+"""Reading and writing sequence-labeling data (every public name importable from ``gpsl.io``).
+
+* :mod:`gpsl.io.formats`: CRF++/CoNLL column files, JSONL and plain text (:class:`Sentence`);
+* :mod:`gpsl.io.crowd`: crowd annotation files (:class:`CrowdSentence`).
+"""
+
+from gpsl.io.crowd import CrowdSentence, read_crowd, read_crowd_conll, read_crowd_jsonl
+from gpsl.io.formats import (
+    FORMATS,
+    Sentence,
+    format_conll,
+    format_jsonl,
+    read_any,
+    read_conll,
+    read_jsonl,
+    read_text,
+    write_conll,
+    write_jsonl,
+)
+from gpsl.io.source import Source, _lines, _read_source
+
+__all__ = [
+    "FORMATS",
+    "CrowdSentence",
+    "Sentence",
+    "Source",
+    "format_conll",
+    "format_jsonl",
+    "read_any",
+    "read_conll",
+    "read_crowd",
+    "read_crowd_conll",
+    "read_crowd_jsonl",
+    "read_jsonl",
+    "read_text",
+    "write_conll",
+    "write_jsonl",
+    "_lines",  # for the readers of other layouts (gpsl.crowd.raw)
+    "_read_source",
+]

@@ -1,0 +1,135 @@
+"""Where every reader's text comes from: a path, bytes or a file object, decoded with one
+rule (BOM, the encoding, NUL and unpaired surrogates refused naming the line), and its lines.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from pathlib import Path
+from typing import IO, Any
+
+from gpsl.errors import InputError
+
+Source = str | os.PathLike | bytes | bytearray | IO[str] | IO[bytes]
+
+_BOM = "\ufeff"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _source_name(source: Any, name: str | None) -> str:
+    if name is not None:
+        return str(name)
+    if isinstance(source, (str, os.PathLike)):
+        return str(source)
+    if isinstance(source, (bytes, bytearray)):
+        return "<input>"
+    fname = getattr(source, "name", None)
+    if isinstance(fname, str) and fname:
+        return fname
+    return "<input>"
+
+
+def _line_of(data: bytes | str, offset: int) -> int:
+    """1-based line number of ``offset`` (counting LF, CRLF and lone CR as line ends)."""
+    head = data[:offset]
+    if isinstance(head, str):
+        head = head.replace("\r\n", "\n").replace("\r", "\n")
+        return head.count("\n") + 1
+    head = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return head.count(b"\n") + 1
+
+
+def _read_source(source: Source, encoding: str, name: str) -> str:
+    """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
+
+    Refused with a one-line :class:`InputError`: a missing path, a directory or another
+    non-regular file (a FIFO or device would never end), an unknown or non-text encoding, bytes
+    the encoding cannot decode (file and line named), NUL characters and unpaired surrogates.
+    """
+    try:
+        codec = codecs.lookup(encoding)
+    except (LookupError, TypeError, ValueError):
+        raise InputError(f"unknown encoding {encoding!r}", source=name) from None
+    if not getattr(codec, "_is_text_encoding", True):
+        raise InputError(f"{encoding!r} is not a text encoding", source=name)
+    data: bytes | str
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            is_dir, exists = path.is_dir(), path.exists()
+            readable = not exists or path.is_file() or path.is_fifo()  # a pipe ends, a device
+        except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
+            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
+        if is_dir:
+            raise InputError("is a directory, not a file", source=name)
+        if not readable:
+            raise InputError("not a regular file or pipe (a device?)", source=name)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+        except ValueError as exc:  # an embedded NUL in the path
+            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    elif hasattr(source, "read"):
+        try:
+            data = source.read()
+        except UnicodeError as exc:
+            raise InputError(
+                f"cannot decode the input with encoding {getattr(exc, 'encoding', encoding)}:"
+                f" {getattr(exc, 'reason', exc)}", source=name
+            ) from None
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", source=name) from None
+        if not isinstance(data, (str, bytes, bytearray)):
+            raise InputError("the file object returned neither text nor bytes", source=name)
+    else:
+        raise TypeError(f"cannot read from {type(source).__name__}")
+
+    if isinstance(data, (bytes, bytearray)):
+        data = bytes(data)
+        if codec.name.startswith("utf-8") and data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8):]
+        try:
+            text = data.decode(codec.name)
+        except UnicodeDecodeError as exc:
+            bad = data[exc.start:exc.start + 1]
+            raise InputError(
+                f"byte 0x{bad.hex()} cannot be decoded with encoding {encoding}"
+                " (wrong encoding?)",
+                source=name,
+                line=_line_of(data, exc.start),
+            ) from None
+        except UnicodeError as exc:
+            raise InputError(f"cannot decode the input with encoding {encoding}: {exc}",
+                             source=name) from None
+    else:
+        text = data
+    if text.startswith(_BOM):
+        text = text[1:]
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise InputError("NUL byte in input (binary file?)", source=name, line=_line_of(text, nul))
+    sur = _SURROGATE.search(text)
+    if sur is not None:
+        raise InputError("unpaired surrogate character (not valid Unicode text)", source=name,
+                         line=_line_of(text, sur.start()))
+    return text
+
+
+def _lines(text: str) -> list[str]:
+    """Split on LF, CRLF or lone CR (and nothing else, unlike ``str.splitlines``)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
