@@ -422,7 +422,7 @@ class GPSL:
 
     def calibrate(self, X, y, *, folds=None, method="auto",
                   kinds=("temperature", "structured", "structured+vector"), seed=0,
-                  source="", criterion="nll", ensemble=ENSEMBLE, jobs=1) -> GPSL:
+                  source="", criterion="nll", ensemble=ENSEMBLE, jobs=1, on_fold=None) -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
 
@@ -438,7 +438,8 @@ class GPSL:
         ``ensemble``: how the candidates' ensemble, itself a candidate, weighs them
         (``"uniform"`` or ``"stack"``, :mod:`gpsl.calibration`); ``None``: no ensemble.
         ``jobs``: processes of the fold fits (default 1: here; ``None``: ``min(folds,
-        CPUs)``, :func:`gpsl.calibration.out_of_fold_scores`). ``calibration_run_`` records the data
+        CPUs)``, :func:`gpsl.calibration.out_of_fold_scores`; ``on_fold(done, K)`` after each
+        fold fit). ``calibration_run_`` records the data
         and the seconds (:class:`gpsl.calibration.CalibrationRun`). ``fit`` itself never
         calibrates (scikit-learn's convention; ``gpsl train`` does, by
         :func:`gpsl.calibration.calibrate_model`).
@@ -458,7 +459,7 @@ class GPSL:
             source = source or "held-out"
         else:
             scores, gold = out_of_fold_scores(self, X, labels, int(folds), seed=seed,
-                                              jobs=jobs)
+                                              jobs=jobs, on_fold=on_fold)
             source = source or f"{int(folds)}-fold"
         self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
                                              source=source, criterion=criterion,

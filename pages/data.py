@@ -1,4 +1,5 @@
-"""Data page: export annotations and predictions, download models, import sentences."""
+"""Data page: export annotations and predictions, download models, import sentences, votes
+and crowd folders."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from gpsl.annotation import (
     summarize,
     unknown_labels,
 )
-from pages import _ui
-from pages._format import code_span
+from pages import _crowd, _ui
+from pages._format import code_span, fmt_int
 from pages._text import upload_limits_text, upload_summary, version_names
 
 store, project = _ui.setup(role="lead")
@@ -228,4 +229,35 @@ with st.expander("Import every vote of a vote file", icon=":material/groups:"):
             else:
                 _ui.flash("info", f"Imported {n} sentences with their votes from "
                                   f"{vote_file.name}.")
+                st.rerun()
+
+with st.expander("Import a crowd folder", icon=":material/folder_shared:"):
+    st.caption("One folder per annotator: " + _crowd.LAYOUT + ". Every worker becomes an "
+               "annotator of this project with their votes (the sentences are appended). "
+               "A crowd folder has one token column: it goes into a plain-text project; "
+               "the Project page makes a new project of one.")
+    folder = _crowd.upload("imp_crowd")
+    if folder is not None:
+        _crowd.show_folder(folder)
+        new_crowd_labels = [lab for lab in folder.labels if lab not in project.labels]
+        left, right = st.columns(2, gap="large")
+        with left:
+            held = _crowd.heldout_slider("imp_crowd_held")
+        with right:
+            use_crowd = _crowd.crowd_toggle("imp_crowd_model")
+        add_crowd = False
+        if new_crowd_labels:
+            add_crowd = st.checkbox(
+                "Add the new labels " + " ".join(code_span(x) for x in new_crowd_labels)
+                + " to the project", key="imp_crowd_add",
+                help="Otherwise the import is refused: every label must be in the label set.")
+        if st.button("Import the crowd folder", type="primary", icon=":material/upload:",
+                     key="imp_crowd_go"):
+            with _ui.guard("Crowd folder not imported"), st.spinner(
+                    f"Importing {fmt_int(folder.votes)} votes"
+                    + (" and fitting the crowd model" if use_crowd else "") + "…"):
+                done = store.import_crowd_folder(
+                    pid, folder, heldout=held, crowd=use_crowd,
+                    add_labels=new_crowd_labels if add_crowd else ())
+                _ui.flash("info", _crowd.import_text(done))
                 st.rerun()

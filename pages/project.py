@@ -16,12 +16,13 @@ from gpsl.annotation import (
     GpslError,
     InputError,
     check_template,
+    default_features,
     default_template_text,
     import_credit,
     parse_offsets,
     summarize,
 )
-from pages import _ui
+from pages import _crowd, _ui
 from pages._charts import styled
 from pages._chips import label_chips_html, label_colors
 from pages._format import fmt_int, fmt_pct, fmt_time, md_escape, offsets_text, parse_label_text
@@ -136,9 +137,12 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                     "Labels", value=" ".join(project.labels),
                     help="Space-separated, in the order of the label buttons (keys 1-9). Add "
                          "entity types here, e.g. B-MISC I-MISC.")
-                template_text = st.text_area("Feature template (CRF++)", value=project.template,
-                                             height=220, help="U lines define features; an empty "
-                                             "template uses gpsl's default window template.")
+                template_text = st.text_area(
+                    "Features (`ner` or a CRF++ template)", value=project.template, height=220,
+                    help="`ner`: the built-in feature set for words (shape, prefixes and "
+                         "suffixes, capitalisation, ±2 windows). Or CRF++ template text: U "
+                         "lines define features; an empty template uses gpsl's default "
+                         "window template.")
                 offsets_text = st.text_input(
                     "Dependency set", value=offsets_text(project.offsets),
                     help="Default for training: GPSL1, GPSL2, GPSL4 or offsets such as -1, 1.")
@@ -174,8 +178,28 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
 
 # ----------------------------------------------------------------------------- new project
 
+FEATURES = {"ner": "Built-in `ner` feature set", "crfpp": "CRF++ template"}
+
+
+def feature_picker(key: str, n_columns: int) -> str:
+    """The features of a new project: plain text (one column) starts on the built-in `ner`
+    set, more columns on gpsl's window template; CRF++ templates stay selectable."""
+    start = "ner" if default_features(n_columns) == "ner" else "crfpp"
+    kind = st.segmented_control("Features", list(FEATURES), default=start, required=True,
+                                format_func=FEATURES.get, key=f"{key}_kind")
+    if kind == "ner":
+        st.caption("Word features for plain text: the lowercased word, its shape (`Xxxx`, "
+                   "`dd-dd`), prefixes and suffixes of 1–4 characters, capitalisation, digit, "
+                   "hyphen and position flags, with ±2 windows and pairs (column 0).")
+        return "ner"
+    return st.text_area("Feature template (CRF++)", value=default_template_text(n_columns),
+                        height=300, key=f"{key}_text",
+                        help="Default: a window of ±2 tokens over every column.")
+
+
 st.subheader("New project", anchor=False)
-upload_tab, sample_tab = st.tabs(["From a file", "Copy of the sample"])
+upload_tab, crowd_tab, sample_tab = st.tabs(["From a file", "From a crowd folder",
+                                              "Copy of the sample"])
 
 with upload_tab:
     st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
@@ -208,11 +232,7 @@ with upload_tab:
                     help="The last sentences of the file become held-out: their labels are "
                          "gold labels for measuring the model, never training data.")
             with form_right:
-                template_text = st.text_area(
-                    "Feature template (CRF++)",
-                    value=default_template_text(summary.n_columns), height=300,
-                    key=f"new_tpl_{fid}",
-                    help="Default: a window of ±2 tokens over every column.")
+                template_text = feature_picker(f"new_tpl_{fid}", summary.n_columns)
             if st.button("Create project", type="primary", key=f"create_upload_{fid}",
                          icon=":material/add:"):
                 try:
@@ -228,6 +248,33 @@ with upload_tab:
                     _ui.flash("info", f"Created project “{name.strip()}” with "
                                       f"{summary.sentences} sentences.")
                     st.rerun()
+
+with crowd_tab:
+    st.caption("A crowd's annotations, one folder per annotator, as Rodrigues et al.'s "
+               "Mechanical Turk NER data ships: " + _crowd.LAYOUT + ". Every worker becomes an "
+               "annotator with their votes; the features are the built-in `ner` set.")
+    folder = _crowd.upload("new_crowd")
+    if folder is not None:
+        _crowd.show_folder(folder)
+        left, right = st.columns(2, gap="large")
+        with left:
+            crowd_name = st.text_input("Project name", value=folder.name, key="new_crowd_name")
+            crowd_offsets = dependency_picker("new_crowd_dep", (-1, 1))
+        with right:
+            crowd_held = _crowd.heldout_slider("new_crowd_held")
+            use_crowd = _crowd.crowd_toggle("new_crowd_model")
+        if st.button("Create project", type="primary", key="create_crowd",
+                     icon=":material/add:"):
+            with _ui.guard("Project not created"), st.spinner(
+                    f"Importing {fmt_int(folder.votes)} votes"
+                    + (" and fitting the crowd model" if use_crowd else "") + "…"):
+                done = store.create_crowd_project(crowd_name, folder, heldout=crowd_held,
+                                                  offsets=crowd_offsets or (-1, 1),
+                                                  crowd=use_crowd)
+                _ui.switch_project(done.project_id)
+                _ui.flash("info", f"Created project “{crowd_name.strip()}”. "
+                                  + _crowd.import_text(done))
+                st.rerun()
 
 with sample_tab:
     st.caption("400 synthetic news sentences with five entity types: 120 fully labeled, 120 "

@@ -19,7 +19,7 @@ from gpsl.annotation import (
     to_csv,
 )
 from pages import _ui
-from pages._charts import heatmap, styled
+from pages._charts import figure, heatmap, plain, styled
 from pages._format import fmt_int, fmt_num, fmt_time, md_escape
 from pages._text import CONFLICT_STATUS, annotator_rows, conflict_rows, filter_conflicts
 
@@ -35,8 +35,88 @@ people_tab, conflicts_tab, settings_tab, accounts_tab = st.tabs(
 
 # ----------------------------------------------------------------------------- people
 
+#: up to this many people, the pairwise kappa matrix shows with its values in the cells
+SMALL_TEAM = 12
+SCORE = st.column_config.ProgressColumn  # a 0-1 figure as a bar with its value
+
+
+#: the columns of a person's labeling in the app (none for votes that came in a crowd folder)
+ACTIVITY = ("changes", "active min", "labels / hour", "median s / label", "last label")
+
+
+def people_rows(people, crowd) -> list[dict]:
+    """One row per person: their labeling, agreement and (with the crowd model) estimated
+    reliability; the least reliable first. The activity columns only when someone labeled
+    in the app."""
+    rel = {r.annotator: r for r in crowd.report} if crowd else {}
+    active = any(p.changes for p in people)
+    rows = []
+    for row in annotator_rows(people):
+        r = rel.get(row["annotator"])
+        if crowd:
+            row = {"annotator": row["annotator"], "labels": row["labels"],
+                   "accuracy": r.accuracy if r else None,
+                   "entity precision": r.precision if r else None,
+                   "entity recall": r.recall if r else None,
+                   **{k: v for k, v in row.items() if k not in ("annotator", "labels")}}
+        rows.append({k: v for k, v in row.items() if active or k not in ACTIVITY})
+    key = "accuracy" if crowd else "mean κ"
+    return sorted(rows, key=lambda x: (x[key] is None, x[key] if x[key] is not None else 0,
+                                       x["annotator"]))
+
+
+def kappa_matrix(figures):
+    """The pairwise kappa matrix of a large team: people ordered by mean kappa, no values
+    in the cells (hover shows them, with the tokens the pair shares)."""
+    mean = {r.annotator: r.kappa for r in figures.people}
+    order = sorted(range(len(figures.annotators)),
+                   key=lambda i: (mean.get(figures.annotators[i]) is None,
+                                  -(mean.get(figures.annotators[i]) or 0.0)))
+    names = [plain(figures.annotators[i]) for i in order]
+    z = [[None if not (figures.shared[i][j] > 0 and figures.kappa[i][j] == figures.kappa[i][j])
+          else float(figures.kappa[i][j]) for j in order] for i in order]
+    shared = [[int(figures.shared[i][j]) for j in order] for i in order]
+    fig = figure(title="Pairwise Cohen's κ (people ordered by mean κ; blank: no shared "
+                       "tokens)", height=140 + 15 * len(names))
+    fig.add_heatmap(z=z, x=names, y=names, zmin=-1.0, zmax=1.0, customdata=shared,
+                    colorscale="Blues", hoverongaps=False, colorbar={"thickness": 12},
+                    hovertemplate="%{y} · %{x}: κ %{z:.2f} on %{customdata} tokens"
+                                  "<extra></extra>")
+    fig.update_yaxes(autorange="reversed", type="category", tickfont={"size": 9})
+    fig.update_xaxes(type="category", side="bottom", tickfont={"size": 9}, tickangle=-60)
+    return fig
+
+
+def reliability_scatter(rows: list[dict]):
+    """Every person as a dot: mean kappa with the others against the crowd model's accuracy
+    (size: labels); hover names them."""
+    data = pd.DataFrame([r for r in rows if r["mean κ"] is not None
+                         and r["accuracy"] is not None])
+    if data.empty:
+        return None
+    data["name"] = [plain(a) for a in data["annotator"]]
+    fig = px.scatter(data, x="mean κ", y="accuracy", size="labels", hover_name="name",
+                     hover_data={"labels": True, "entity precision": ":.2f",
+                                 "entity recall": ":.2f", "name": False},
+                     title="Reliability and agreement, one dot per person")
+    fig.update_traces(marker={"color": "#4f46e5", "opacity": 0.7, "sizemin": 4})
+    return styled(fig, height=380, xaxis_title="mean Cohen's κ with the others",
+                  yaxis_title="estimated accuracy (crowd model)")
+
+
+def team_figures(pid: int):
+    """The project's team figures, computed again only when a label changed (a page of 46
+    workers takes seconds to compute; picking a confusion matrix reruns the page)."""
+    stamp = (pid, project.created_at, store.where, store.reports.label_stamp(pid))
+    cached = st.session_state.get("_team_figures")
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, store.reports.team(pid))
+        st.session_state["_team_figures"] = cached
+    return cached[1]
+
+
 def show_people(pid: int) -> None:
-    figures = store.reports.team(pid)
+    figures = team_figures(pid)
     if figures is None:
         st.info("Nobody has labeled anything in this project yet (labels that came with an "
                 "imported file do not count here).", icon=":material/info:")
@@ -50,16 +130,54 @@ def show_people(pid: int) -> None:
                    help="Nominal alpha over the project: 1 = perfect agreement, 0 = chance; "
                         "– when there is nothing to compare.")
     cols[3].metric("Conflicting tokens", fmt_int(len(figures.conflicts)))
-    st.dataframe(pd.DataFrame(annotator_rows(figures.people)), hide_index=True,
-                 column_config={"mean κ": st.column_config.NumberColumn(format="%.2f")})
-    st.caption("Changes: label actions in the history (undone ones included). Active time "
-               "adds the pauses of at most 5 minutes between two actions; labels per hour and "
-               "the median seconds per label are measured over that time. Mean κ: Cohen's "
-               "kappa with each other person, weighted by the tokens both labeled.")
+    crowd = store.reports.crowd(pid)
+    with st.container(horizontal=True, vertical_alignment="center"):
+        if st.button("Fit the crowd model" if not crowd else "Fit the crowd model again",
+                     key="fit_crowd", icon=":material/groups:"):
+            with _ui.guard("Crowd model not fitted"):
+                store.fit_crowd_model(pid)
+                crowd = store.reports.crowd(pid)
+                _ui.flash("info", f"Crowd model fitted on {crowd.n_votes:,} votes.")
+                st.rerun()
+        if crowd:
+            st.caption(f"Reliability from the crowd model: Dawid–Skene on "
+                       f"{crowd.n_votes:,} votes over {crowd.n_tokens:,} tokens, fitted "
+                       f"{fmt_time(crowd.fitted_at)} UTC; the leads' decisions count as "
+                       "known labels.")
+        else:
+            st.caption("Dawid–Skene (gpsl.crowd) estimates each person's reliability from "
+                       "the votes: how often they give each label when the true label is "
+                       "another.")
+    rows = people_rows(figures.people, crowd)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, height=min(38 + 35 * len(rows), 560),
+                 column_config={"mean κ": st.column_config.NumberColumn(format="%.2f"),
+                                "accuracy": SCORE("accuracy", format="%.2f", min_value=0.0,
+                                                  max_value=1.0),
+                                "entity precision": SCORE("entity precision", format="%.2f",
+                                                          min_value=0.0, max_value=1.0),
+                                "entity recall": SCORE("entity recall", format="%.2f",
+                                                       min_value=0.0, max_value=1.0)})
+    st.caption(("The least reliable first (click a column to sort). Accuracy: the crowd "
+                "model's estimate of the share of a person's labels that are right; entity "
+                "precision: the same of their entity labels (not O); entity recall: of the "
+                "tokens they labeled that are entities by the crowd model, the share they "
+                "labeled right. " if crowd else "")
+               + ("Changes: label actions in the history (undone ones included). Active time "
+                  "adds the pauses of at most 5 minutes between two actions; labels per hour "
+                  "and the median seconds per label are measured over that time. "
+                  if "changes" in rows[0] else "")
+               + "Mean κ: Cohen's kappa with each other person, weighted by the tokens both "
+               "labeled.")
     left, right = st.columns(2, gap="large")
     names = figures.annotators
     with left:
-        if len(names) >= 2:
+        if len(names) > SMALL_TEAM and crowd:
+            scatter = reliability_scatter(rows)
+            if scatter is not None:
+                st.plotly_chart(scatter, config={"displayModeBar": False})
+        elif len(names) > SMALL_TEAM:
+            st.plotly_chart(kappa_matrix(figures), config={"displayModeBar": False})
+        elif len(names) >= 2:
             st.plotly_chart(heatmap(figures.kappa, names, names, "Pairwise Cohen's κ",
                                     zmin=-1.0),
                             config={"displayModeBar": False})
@@ -72,43 +190,37 @@ def show_people(pid: int) -> None:
             st.markdown("**Krippendorff's α per label** (this label against any other)")
             st.dataframe(table, hide_index=True,
                          column_config={"α": st.column_config.NumberColumn(format="%.2f")})
+    if len(names) > SMALL_TEAM and crowd:
+        with st.expander(f"Pairwise Cohen's κ of all {len(names)} people",
+                         icon=":material/grid_on:"):
+            st.plotly_chart(kappa_matrix(figures), config={"displayModeBar": False})
 
-    st.subheader("Reliability from the crowd model", anchor=False)
-    crowd = store.reports.crowd(pid)
-    with st.container(horizontal=True, vertical_alignment="center"):
-        if st.button("Fit the crowd model" if not crowd else "Fit the crowd model again",
-                     key="fit_crowd", icon=":material/groups:"):
-            with _ui.guard("Crowd model not fitted"):
-                store.fit_crowd_model(pid)
-                crowd = store.reports.crowd(pid)
-                _ui.flash("info", f"Crowd model fitted on {crowd.n_votes:,} votes.")
-                st.rerun()
-        if crowd:
-            st.caption(f"Dawid–Skene on {crowd.n_votes:,} votes over "
-                       f"{crowd.n_tokens:,} tokens, fitted {fmt_time(crowd.fitted_at)}"
-                       " UTC; the leads' decisions count as known labels.")
     if not crowd:
-        st.caption("Dawid–Skene (gpsl.crowd) estimates each person's confusion matrix from "
-                   "the votes: how often they give each label when the true label is another.")
         return
     report = crowd.report
-    acc = pd.DataFrame([{"annotator": r.annotator, "accuracy": r.accuracy,
-                         "votes": r.votes, "model": r.model} for r in report])
     left, right = st.columns([2, 3], gap="large")
     with left:
-        fig = styled(px.bar(acc, x="annotator", y="accuracy",
+        if len(report) <= SMALL_TEAM:
+            acc = pd.DataFrame([{"annotator": r.annotator, "accuracy": r.accuracy,
+                                 "votes": r.votes, "model": r.model} for r in report])
+            fig = styled(px.bar(acc, x="annotator", y="accuracy",
                                 hover_data=["votes", "model"], title="Estimated accuracy"),
                          height=320, yaxis_range=[0, 1])
-        st.plotly_chart(fig, config={"displayModeBar": False})
+            st.plotly_chart(fig, config={"displayModeBar": False})
+        else:
+            st.caption("Each person's confusion matrix: how often they give each label "
+                       "(columns) when the crowd model believes the true label is another "
+                       "(rows). Pick a person on the right; the table above has everyone.")
     with right:
-        person = st.selectbox("Confusion matrix of", [r.annotator for r in report],
-                              key="team_confusion_of")
+        order = [r.annotator for r in sorted(report, key=lambda r: (r.accuracy is None,
+                                                                     r.accuracy or 0.0))]
+        person = st.selectbox("Confusion matrix of", order, key="team_confusion_of")
         row = next(r for r in report if r.annotator == person)
         labels = list(row.confusion)
         matrix = [[row.confusion[y][lab] for lab in labels] for y in labels]
         st.plotly_chart(heatmap(matrix, labels, labels,
-                                    f"P(label given | true label), {person}",
-                                    x_title="label given", y_title="true label"),
+                                f"P(label given | true label), {person}",
+                                x_title="label given", y_title="true label"),
                         config={"displayModeBar": False})
 
 

@@ -18,6 +18,34 @@ from pages._charts import bound_figure
 from pages._format import fmt_eta, md_escape, offsets_text
 from pages._text import bounds, preset_name, version_names, versions_table, widget_help
 
+#: a run's phases in order (the progress record's names) and how the live line says them
+RUN_PHASES = ("starting", "loading", "fitting", "calibrating", "evaluating", "saving",
+              "predicting", "storing")
+PHASE_TEXT = {"starting": "starting the worker", "loading": "reading the labels",
+              "evaluating": "held-out figures", "saving": "saving the model",
+              "storing": "storing the version", "paused": "paused"}
+#: the progress record's phases as the summary of a run names them
+PHASE_NAMES = {"loading": "load", "fitting": "fit", "calibrating": "calibration",
+               "evaluating": "held-out figures", "saving": "save",
+               "predicting": "predictions", "storing": "store"}
+
+
+def run_summary(version, prog) -> str:
+    """One line about a finished run: who started it, its warm start, how it was
+    calibrated and the seconds of its phases (the worker's progress record)."""
+    parts = [f"started by {version.settings.get('started_by', 'click')}"]
+    if version.metrics.get("warm_start"):
+        parts.append(f"warm start from {version.metrics['warm_start']}")
+    cal = version.calibration
+    if cal is not None and cal.how:
+        parts.append(f"calibrator {cal.how}")
+    if prog.phases:
+        total = sum(w for _, w, _ in prog.phases)
+        parts.append(f"{total:.1f} s in the worker (" + ", ".join(
+            f"{PHASE_NAMES.get(n, n)} {w:.1f}" for n, w, _ in prog.phases) + ")")
+    return " · ".join(parts)
+
+
 store, project = _ui.setup(role="lead")
 project = _ui.require_project(project)
 pid = project.id
@@ -88,6 +116,27 @@ with settings_col:
             st.rerun()
     if running is not None:
         st.caption("One run per project at a time: wait for this one or stop it.")
+
+    with _ui.guard("Cannot show keep training"):
+        keep = store.reports.keep_training(pid)
+        st.session_state.setdefault("train_keep_every", keep.every)
+
+        def save_keep() -> None:  # a callback: a one-line error, the widget keeps its value
+            with _ui.guard("Keep training not changed"):
+                store.set_keep_training(pid, bool(st.session_state["train_keep"]),
+                                        int(st.session_state["train_keep_every"]))
+
+        with st.container(horizontal=True, vertical_alignment="bottom"):
+            st.toggle("Keep training", value=keep.on, key="train_keep", on_change=save_keep,
+                      help="Refit in the background after every N new labels (anyone's), "
+                           "with the last run's settings; never a second run while one is "
+                           "running.")
+            st.number_input(keep.label, keep.every_min, keep.every_max, step=10,
+                            key="train_keep_every", on_change=save_keep, help=keep.help,
+                            width=220)
+        if keep.on:
+            st.caption(f"Keep training is on: {keep.new_labels:,} of {keep.every:,} new "
+                       "labels since the last run began.")
     with _ui.guard("Cannot read the team settings"):
         st.caption(f"**Training labels:** {store.reports.team_settings(pid).rule} "
                    "(the project's rule: Team → Project settings).")
@@ -106,6 +155,7 @@ with live_col:
             bounds = last.bound_trace
             st.markdown(f"Last run: **{last.name}** · {last.status}"
                         + (f" · {md_escape(last.error)}" if last.error else ""))
+            st.caption(run_summary(last, store.reports.training_progress(last)))
             if bounds:
                 st.plotly_chart(bound_figure(bounds, f"Bound of {last.name}", first=0),
                                 config={"displayModeBar": False})
@@ -115,18 +165,36 @@ with live_col:
             st.rerun()  # finished: refresh the whole page (versions table, sidebar)
         prog = store.reports.training_progress(running)
         eta = fmt_eta(prog.eta_seconds)
+        who = " (keep training)" if running.settings.get("started_by") == "keep training" else ""
+        head = f"{running.name}{who} · {prog.inference} inference"
         if prog.phase == "predicting":
-            text = (f"{running.name} · {prog.inference} inference · predicting: {prog.done:,} "
-                    f"of {max(prog.total, 1):,} sentences{eta}")
+            text = (f"{head} · predictions and query scores: {prog.done:,} of "
+                    f"{max(prog.total, 1):,} sentences{eta}")
             st.progress(min(1.0, prog.done / max(prog.total, 1)), text=text)
-        else:
+        elif prog.phase == "calibrating" and prog.steps:
+            what = {"fold": f"fold fit {min(prog.step + 1, prog.steps - 1)} of "
+                            f"{prog.steps - 1}",
+                    "selection": "choosing the calibrator", "refit": "refitting the calibrator",
+                    "held-out halves": "calibrating the held-out halves"}.get(
+                prog.step_name, prog.step_name or "calibrating")
+            st.progress(min(1.0, prog.step / prog.steps),
+                        text=f"{head} · calibrating: {what}{eta}")
+        elif prog.phase == "fitting":
             secs = (prog.seconds or (0.0,))[-1]
-            text = (f"{running.name} · {prog.inference} inference · {prog.phase} · iteration "
-                    f"{prog.iteration} of at most {prog.max_iter} · {secs:.0f} s{eta}"
+            left = prog.eta_seconds
+            frac = secs / (secs + left) if left is not None and secs + left > 0 else 0.0
+            sweep = (f"sweep {prog.iteration} done · {secs:.0f} s" if prog.iteration
+                     else "first sweep")
+            text = (f"{head} · fitting · {sweep}"
+                    + (f"{eta} (the stop rule's estimate)" if eta else "")
                     + (f" · {prog.labeled_tokens:,} labeled tokens in {prog.sentences:,} "
                        "sentences" if prog.labeled_tokens else ""))
-            st.progress(min(1.0, prog.iteration / prog.max_iter) if prog.phase == "fitting"
-                        else (1.0 if prog.iteration else 0.0), text=text)
+            st.progress(min(1.0, frac), text=text)
+        else:  # no measure inside these phases: the bar counts the run's phases
+            k = RUN_PHASES.index(prog.phase) if prog.phase in RUN_PHASES else 0
+            st.progress(k / len(RUN_PHASES), text=f"{head} · "
+                        f"{PHASE_TEXT.get(prog.phase, prog.phase)} (step {k + 1} of "
+                        f"{len(RUN_PHASES)})")
         if prog.bounds:
             st.plotly_chart(bound_figure(prog.bounds, "Variational lower bound (live)"),
                             config={"displayModeBar": False})

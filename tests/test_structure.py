@@ -25,7 +25,7 @@ LAYERS = {
                      "accounts", "auth", "search", "stats", "runs"},
     "rules": {"rules", "evaluation"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
-                 "jobs", "dask_jobs", "reports"},
+                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders"},
     "facade": {"facade", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},

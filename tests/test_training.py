@@ -195,9 +195,24 @@ def test_train_config_offers_the_inference_modes():
 
 
 def test_eta_from_the_progress_callback():
-    assert pipeline.eta_seconds({"phase": "fitting", "seconds": [2.0, 4.0], "iteration": 2,
-                                 "max_iter": 10}) == pytest.approx(16.0)
+    """Issue 30: the fit's ETA is the stop rule's sweeps left times the measured sweep
+    (gpsl.progress.fit_eta), never the sweeps up to the cap."""
+    from gpsl.progress import fit_eta
+
+    row = {"phase": "fitting", "bounds": [-1000.0, -500.0], "seconds": [2.0, 4.0],
+           "iteration": 2, "max_iter": 10, "tol": 1e-3}
+    eta = pipeline.eta_seconds(row)
+    assert eta == pytest.approx(fit_eta([-1000.0, -500.0], [2.0, 4.0], tol=1e-3, max_iter=10))
+    assert 0 < eta < 16.0  # (max_iter - 2) x 2 s was the old, cap-bound figure
+    # converged by the stop rule: nothing left, whatever the cap
+    assert pipeline.eta_seconds({**row, "bounds": [-1000.0, -999.9]}) == 0.0
+    # a looser tol stops sooner
+    assert pipeline.eta_seconds({**row, "tol": 0.1}) < eta
     assert pipeline.eta_seconds({"phase": "fitting", "seconds": []}) is None
+    assert pipeline.eta_seconds({"phase": "calibrating"}) is None
+    t0 = time.time() - 6
+    assert pipeline.eta_seconds({"phase": "calibrating", "step": 2, "steps": 6,
+                                 "step_started": t0}) == pytest.approx(12.0, abs=1.0)
     t0 = time.time() - 10
     eta = pipeline.eta_seconds({"phase": "predicting", "done": 50, "total": 100,
                                 "phase_started": t0})
@@ -353,6 +368,10 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
     ids, X, y = store.training_data(pid, split=None, with_ids=True)
     assert sum(map(len, X)) <= pipeline.PREDICT_CHUNK_TOKENS  # one chunk, as recomputed here
     stored = store.get_query_scores(version["id"])
+    # query scores for the sentences the queue offers (training), none for held-out ones
+    held_ids = store.sentence_ids(pid, split="heldout")
+    assert held_ids and set(store.get_predictions(version["id"])) == set(ids)
+    ids, X, y = store.training_data(pid, split="train", with_ids=True)
     assert set(stored) == set(ids)
     model = GPSL.load(version["path"])
     P = store.get_predictions(version["id"], ids)
@@ -390,7 +409,7 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
     assert TINY.query == active.DEFAULT_QUERY
     second = jobs.train_now(store, pid, dataclasses.replace(TINY, query="entropy"))
     assert second["query_strategy"] == "entropy" == store.queue_strategy(pid)
-    ids, X, y = store.training_data(pid, split=None, with_ids=True)
+    ids, X, y = store.training_data(pid, split="train", with_ids=True)
     P2 = store.get_predictions(second["id"], ids)
     Q2 = store.get_query_scores(second["id"], ids)
     clamp = np.concatenate(GPSL.load(second["path"]).gold_index(y))

@@ -10,6 +10,10 @@ of uploads, templates and dependency sets.  See docs/ARCHITECTURE.md for the lay
 from gpsl.annotation.access import ActingStore
 from gpsl.annotation.accounts import MIN_PASSWORD, Identity
 from gpsl.annotation.auth import LINK_HOURS, SESSION_DAYS
+from gpsl.annotation.crowd_folders import DEFAULT_HELDOUT as CROWD_HELDOUT
+from gpsl.annotation.crowd_folders import MAX_HELDOUT as CROWD_MAX_HELDOUT
+from gpsl.annotation.crowd_folders import CrowdFolder, CrowdImport
+from gpsl.annotation.crowd_folders import read_upload as read_crowd_upload
 from gpsl.annotation.db import default_db_url
 from gpsl.annotation.errors import (
     STORE_ERRORS,
@@ -37,7 +41,7 @@ from gpsl.annotation.imports import (
     upload_limits,
 )
 from gpsl.annotation.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
-from gpsl.annotation.projects import SAMPLE_PROJECT_NAME
+from gpsl.annotation.projects import SAMPLE_PROJECT_NAME, default_features
 from gpsl.annotation.queue import ORDERS as QUEUE_ORDERS
 from gpsl.annotation.records import (
     Account,
@@ -48,6 +52,7 @@ from gpsl.annotation.records import (
     CrowdSummary,
     Decision,
     HistoryEntry,
+    KeepTraining,
     Lease,
     Progress,
     Project,
@@ -84,6 +89,7 @@ from gpsl.annotation.validate import (
 from gpsl.annotation.validate import person as check_person
 from gpsl.annotation.validate import template as check_template
 from gpsl.annotation.vote_files import VOTE_FORMATS
+from gpsl.crowd.raw import CrowdFolderError
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 
@@ -93,12 +99,15 @@ SESSION_SECONDS = SESSION_DAYS * 24 * 3600
 __all__ = [
     "LINK_HOURS", "MIN_PASSWORD", "SESSION_DAYS", "SESSION_SECONDS", "AccessDenied",
     "ActingStore", "TooManyAttempts", "check_person", "to_csv",
+    "CROWD_HELDOUT", "CROWD_MAX_HELDOUT", "CrowdFolder", "CrowdFolderError", "CrowdImport",
+    "default_features", "read_crowd_upload",
     "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",
     "PRESETS", "PRESET_HELP", "QUEUE_ORDERS", "RESOLVE", "RESOLVE_RULES", "SAMPLE_PROJECT_NAME",
     "SCHEMA_VERSION", "TRAINING_RULES", "VOTE_FORMATS",
     "SEARCH_STATUSES", "STORE_ERRORS", "TRAIN_PARAMS", "UPLOAD_TYPES", "Account", "AnnotatorRow",
     "Calibration", "CalibrationReport", "Conflict", "CrowdSummary", "Decision", "GpslError",
-    "HistoryEntry", "Identity", "InputError", "Lease", "NotFoundError", "Progress", "Project",
+    "HistoryEntry", "Identity", "InputError", "KeepTraining", "Lease", "NotFoundError",
+    "Progress", "Project",
     "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
     "Store", "StoreBusyError", "StoreUnavailableError", "TeamFigures", "TeamSettings", "TokenView",
     "TrainConfig", "TrainingBusyError", "TrainingProgress", "UploadSummary", "Version",

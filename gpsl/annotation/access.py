@@ -60,9 +60,10 @@ LEAD = frozenset({
     "create_account", "set_account_password", "set_account_role", "delete_account",
     "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
     "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
-    "start_training", "stop_training", "recover", "import_sentences", "export_annotations",
+    "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
+    "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",
-    "export_votes", "import_votes",
+    "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
 })
 #: Reports anyone may read of a project they are a member of (their own view of it)
 MEMBER_REPORTS = frozenset({
@@ -74,6 +75,7 @@ MEMBER_REPORTS = frozenset({
 #: Reports for a lead
 LEAD_REPORTS = frozenset({
     "columns", "versions", "version", "with_predictions", "running", "training_progress",
+    "keep_training",
     "token_table", "calibration", "ranked", "uncertain_tokens", "activity", "crowd", "team",
     "conflicts", "decisions", "tokens", "accounts", "leases",
 })

@@ -18,6 +18,7 @@ from gpsl.annotation import (
     access,
     accounts,
     auth,
+    crowd_folders,
     exports,
     imports,
     jobs,
@@ -167,7 +168,19 @@ class Store:
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        return labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        self._labels_written(sentence_id=sentence_id)
+        return out
+
+    def _labels_written(self, *, sentence_id: int | None = None,
+                        project_id: int | None = None) -> None:
+        """After a label write: the keep-training service (:func:`jobs.after_labels`)."""
+        try:
+            if project_id is None:
+                project_id = projects.project_of(self.db, sentence_id=sentence_id)
+            jobs.after_labels(self, project_id)
+        except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
+            pass
 
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
                         annotator: str, source: str = "human",
@@ -175,7 +188,9 @@ class Store:
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write
         (:func:`labels.set_steps`)."""
-        return labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
+        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
+        self._labels_written(sentence_id=sentence_id)
+        return out
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -186,11 +201,14 @@ class Store:
         return self.set_label(sentence_id, token_index, None, annotator)
 
     def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        return labeling.undo(self.db, project_id, annotator)
+        out = labeling.undo(self.db, project_id, annotator)
+        self._labels_written(project_id=project_id)
+        return out
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
         labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        self._labels_written(sentence_id=sentence_id)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
         return votes.adjudication_history(self.db, sentence_id, project_id, limit)
@@ -418,6 +436,14 @@ class Store:
     def stop_training(self, version_id: int) -> bool:
         return jobs.stop_training(self, version_id)
 
+    def keep_training(self, project_id: int) -> dict:
+        """The project's keep-training setting: ``on``, ``every`` (N), ``new_labels``."""
+        return jobs.keep_training(self, project_id)
+
+    def set_keep_training(self, project_id: int, on: bool, every: int | None = None) -> dict:
+        """Refit in the background after every ``every`` new labels (:func:`jobs.after_labels`)."""
+        return jobs.set_keep_training(self, project_id, on, every)
+
     def recover(self) -> dict:
         """After a crash: dead workers' versions failed, their leftovers removed."""
         return jobs.recover(self)
@@ -442,6 +468,26 @@ class Store:
         items = vote_files.read_votes(data, fmt, doc or "<upload>")
         return vote_files.import_votes(self.db, project_id, items, doc=doc,
                                        add_labels=add_labels)
+
+    def create_crowd_project(self, name: str, folder: crowd_folders.CrowdFolder, *,
+                             heldout: float = crowd_folders.DEFAULT_HELDOUT,
+                             offsets: Sequence[int] = (-1, 1), crowd: bool = True
+                             ) -> crowd_folders.CrowdImport:
+        """A project from a crowd folder (:func:`crowd_folders.read_upload`): every worker
+        an annotator with their votes, ``heldout`` of the documents held out with their
+        gold, the ``ner`` feature set; with ``crowd`` the crowd model fitted and used for
+        the training labels (:mod:`crowd_folders`)."""
+        return crowd_folders.finish(self.db, crowd_folders.create_project(
+            self.db, name, folder, heldout=heldout, offsets=offsets), crowd)
+
+    def import_crowd_folder(self, project_id: int, folder: crowd_folders.CrowdFolder, *,
+                            heldout: float = crowd_folders.DEFAULT_HELDOUT,
+                            add_labels: Sequence[str] = (), crowd: bool = True
+                            ) -> crowd_folders.CrowdImport:
+        """A crowd folder appended to a one-column project (:meth:`create_crowd_project`'s
+        rule, one transaction)."""
+        return crowd_folders.finish(self.db, crowd_folders.import_folder(
+            self.db, project_id, folder, heldout=heldout, add_labels=add_labels), crowd)
 
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:

@@ -37,11 +37,13 @@ from pathlib import Path
 
 import psutil
 
-from gpsl.annotation import dask_jobs, pipeline
+from gpsl.annotation import dask_jobs, pipeline, projects, versions
 from gpsl.annotation.errors import TrainingBusyError, one_line
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import is_worker_of, process_of, process_started, worker_alive
+from gpsl.constraints import Interval
 from gpsl.errors import GpslError, InputError
+from gpsl.params import Param
 
 _WORKERS: dict[int, tuple[subprocess.Popen, object]] = {}  # version -> (process, store)
 _LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
@@ -171,11 +173,12 @@ def _worker_env(store) -> dict:
 
 
 def start_training(store, project_id: int, config: TrainConfig, models_root=None, *,
-                   pause_at: str | None = None) -> int:
+                   pause_at: str | None = None, started_by: str | None = None) -> int:
     """Start a background worker for a project; returns the new version id.
     :class:`TrainingBusyError` while a run of the project is going, InputError when there is
     nothing to train on.  ``pause_at`` (tests, demonstrations): the run waits there
-    (:data:`gpsl.annotation.pipeline.PAUSES`) until it is stopped or killed."""
+    (:data:`gpsl.annotation.pipeline.PAUSES`) until it is stopped or killed.
+    ``started_by``: recorded in the version's settings (``"keep training"``; else a click)."""
     if pause_at is not None and pause_at not in pipeline.PAUSES:
         raise ValueError(f"pause_at must be one of {', '.join(pipeline.PAUSES)}")
     root = Path(models_root or store.models_root)
@@ -192,9 +195,10 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
                              source="<train>")
         cleanup_staging(store, project_id, root)
         address = dask_jobs.scheduler_address()
+        settings = {**config.to_settings(), "started_by": started_by or "click"}
         if address:
-            return _start_dask(store, project_id, config, root, address, pause_at)
-        vid = store.start_model_version(project_id, config.to_settings())
+            return _start_dask(store, project_id, settings, root, address, pause_at)
+        vid = store.start_model_version(project_id, settings)
         log = pipeline.log_file(root, project_id, vid)
         cmd = [sys.executable, "-m", "gpsl.annotation.worker", "--version", str(vid),
                "--models-root", str(root)]
@@ -214,14 +218,14 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
     return vid
 
 
-def _start_dask(store, project_id: int, config: TrainConfig, root: Path, address,
+def _start_dask(store, project_id: int, settings: dict, root: Path, address,
                 pause_at: str | None) -> int:
     """The Dask runner's start: the version (its worker identity is this process until the
     job claims it) and its job on the scheduler."""
     dask_jobs.client(address)  # an unreachable scheduler: one line, no version recorded
     # until the job claims it, the version's process is this one, on this host (another app
     # server sharing the store cannot check it and leaves it alone)
-    vid = store.start_model_version(project_id, {**config.to_settings(), "scheduler": address,
+    vid = store.start_model_version(project_id, {**settings, "scheduler": address,
                                                  "host": socket.gethostname()})
     try:
         dask_jobs.submit(store, vid, root, address, pause_at=pause_at)
@@ -263,3 +267,86 @@ def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
         vid = store.start_model_version(project_id, config.to_settings())
     return pipeline.run(store, vid, root, raise_errors=raise_errors)
 
+
+
+# --------------------------------------------------------------------------- keep training
+
+#: "Keep training": a project setting (the lead's, on the Train page) that refits in the
+#: background after every N new labels, without a click. N's constraint, written once (the
+#: Train page's widget reads its label, help and bounds here).
+KEEP_EVERY = Param(
+    "keep_training_every", 50, (Interval(int, 5, 100_000),), group="app", persisted=False,
+    label="Refit after every N new labels",
+    help="with keep training on, a run starts by itself once this many labels were set "
+         "since the last run began (by anyone in the project); never while one is running")
+
+
+def keep_training(store, project_id: int) -> dict:
+    """The project's keep-training setting and where it stands: ``on``, ``every`` (N),
+    ``new_labels`` (labels set since the last run began)."""
+    keep = store.db.read(lambda conn: projects.settings_of(conn, project_id)) \
+        .get("keep_training") or {}
+    every = int(keep.get("every", KEEP_EVERY.default))
+    return {"on": bool(keep.get("on")), "every": every,
+            "new_labels": versions.new_labels(store.db, project_id, keep)}
+
+
+def set_keep_training(store, project_id: int, on: bool, every: int | None = None) -> dict:
+    """Turn keep training on or off (``every``: N, checked by :data:`KEEP_EVERY`); one
+    transaction. Returns :func:`keep_training`. Turning it on starts counting from the last
+    run's start (labels made since then count)."""
+    if every is not None:
+        every = KEEP_EVERY.check(every, "<project>")
+    if not isinstance(on, bool):
+        raise InputError(f"keep training must be on or off, got {on!r}", source="<project>")
+    db = store.db
+
+    def tx(conn):
+        settings = projects.settings_of(conn, project_id, db.for_update())
+        keep = dict(settings.get("keep_training") or {})
+        keep["on"] = on
+        keep["every"] = int(every if every is not None else keep.get("every",
+                                                                      KEEP_EVERY.default))
+        settings["keep_training"] = keep
+        projects.write_settings(conn, project_id, settings)
+
+    db.write(tx)
+    return keep_training(store, project_id)
+
+
+def _keep_config(store, project_id: int) -> TrainConfig:
+    """The settings of an automatic run: the newest run's (the lead's last choice), else the
+    app's defaults with the project's dependency set and kernel."""
+    for v in reversed(store.list_model_versions(project_id)):
+        if v["status"] == "done":
+            return TrainConfig.from_settings(v["settings"])
+    project = store.get_project(project_id) or {}
+    return TrainConfig(offsets=tuple(project.get("offsets") or TrainConfig().offsets),
+                       kernel=project.get("kernel") or TrainConfig().kernel)
+
+
+def after_labels(store, project_id: int | None) -> int | None:
+    """The keep-training service, called by the store after every label write (any
+    annotator, any page or script): when the project keeps training, N labels or more were
+    set since the last run began and none is running, start one (the worker, as Start
+    training does); returns its version id, else None. Exactly one writer starts it
+    (:func:`gpsl.annotation.versions.claim_keep_training` moves the mark under the project's
+    row lock). A run that cannot start is never the label write's failure: the labels are
+    kept, the reason is in the worker's version when there is one."""
+    if project_id is None:
+        return None
+    keep = store.db.read(lambda conn: projects.settings_of(conn, project_id)) \
+        .get("keep_training") or {}
+    every = int(keep.get("every", KEEP_EVERY.default))
+    if not keep.get("on") or versions.new_labels(store.db, project_id, keep) < every:
+        return None
+    root = Path(store.models_root)
+    with start_lock(root, project_id):
+        mark_stale(store, root, project_id)  # a dead worker's run no longer blocks
+        if versions.claim_keep_training(store.db, project_id, every) is None:
+            return None
+    try:
+        return start_training(store, project_id, _keep_config(store, project_id),
+                              started_by="keep training")
+    except (TrainingBusyError, InputError):
+        return None

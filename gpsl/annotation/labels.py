@@ -32,9 +32,18 @@ from gpsl.annotation.db import Database, loads, now
 from gpsl.errors import InputError
 
 
-def refresh_derived(conn, sentence_id: int, tokens: Iterable[int]) -> None:
+def _posterior(settings: dict):
+    """The crowd model's ``posterior`` hook when the project resolves by it, else None."""
+    if settings.get("resolve") == "crowd" and settings.get("crowd"):
+        return rules.crowd_posterior(settings["crowd"])
+    return None
+
+
+def refresh_derived(conn, sentence_id: int, tokens: Iterable[int], *,
+                    settings: dict | None = None) -> None:
     """Rewrite the derived labels of ``tokens`` of a sentence, its labeled-token count and
-    its queue scores (inside the write transaction)."""
+    its queue scores (inside the write transaction); ``settings``: the project's, when the
+    caller has read them already."""
     tokens = sorted(set(int(t) for t in tokens))
     if not tokens:
         return
@@ -42,9 +51,8 @@ def refresh_derived(conn, sentence_id: int, tokens: Iterable[int]) -> None:
     adjudicated = votes.adjudicated_of(conn, sentence_id, tokens)
     posterior = None
     if any(sum(v.source != "import" for v in vs) > 1 for vs in cast.values()):
-        settings = projects.settings_of_sentence(conn, sentence_id)  # a disputed token
-        if settings.get("resolve") == "crowd" and settings.get("crowd"):
-            posterior = rules.crowd_posterior(settings["crowd"])
+        posterior = _posterior(projects.settings_of_sentence(conn, sentence_id)
+                               if settings is None else settings)  # a disputed token
     votes.write_derived(conn, sentence_id, rules.derive_labels(cast, adjudicated, posterior))
     scoring.refresh_scores(conn, sentence_id)
 
@@ -53,8 +61,9 @@ def rederive(conn, project_id: int) -> int:
     """Derive the training label of every disputed token again (after the resolve rule or
     the crowd model changed); returns how many tokens."""
     n = 0
+    settings = projects.settings_of(conn, project_id)  # read once, not per sentence
     for sid, tokens in votes.disputed(conn, project_id).items():
-        refresh_derived(conn, sid, tokens)
+        refresh_derived(conn, sid, tokens, settings=settings)
         n += len(tokens)
     return n
 

@@ -44,6 +44,7 @@ import numpy as np
 from gpsl import active, params
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
+from gpsl.annotation.refit import calibrate, previous_model, warm_model
 from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here for callers)
     Progress,
     eta_seconds,
@@ -54,7 +55,6 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
     staging_dir,
     worker_log,
 )
-from gpsl.calibration import calibrate_model, cross_calibrate
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 
@@ -178,33 +178,6 @@ def query_scores(model, X, y, marginals, strategy: str, seed: int = 0) -> list[n
     return np.split(out, np.cumsum(sc.lengths)[:-1])
 
 
-def calibrate(model, store, project_id: int, X, y) -> tuple[dict, dict]:
-    """Fit ``model.calibrator_`` for the app by the rule ``gpsl train`` uses too
-    (:func:`gpsl.calibration.calibrate_model`): on the held-out gold when it has
-    :data:`gpsl.calibration.MIN_TOKENS` tokens or more in two sentences, else on folds of the
-    labeled training sentences ``(X, y)`` (:func:`gpsl.calibration.calibration_folds`: 5 up
-    to 1,000 labeled sentences, 3 above), else not at all. On the held-out gold the held-out
-    sentences' marginals returned (``{sentence id: marginals}``) are each calibrated on the
-    other half (:func:`gpsl.calibration.cross_calibrate`). Returns ``(figures for the
-    version's metrics, marginals)``.
-    """
-    ids, Xg, gold = store.gold_data(project_id)
-    run = calibrate_model(model, X, y, held_out=(Xg, gold) if ids else None,
-                          held_out_source="held-out gold", folds_source="{folds}-fold labels")
-    if run.source == "none":
-        return {"calibration": None}, {}
-    held: dict = {}
-    if run.source == "held-out":
-        held = dict(zip(ids, cross_calibrate(model.calibration_scores(Xg),
-                                             model.gold_index(gold), folds=2)))
-    cal = model.calibrator_
-    return {"calibration": {"source": cal.source, "method": cal.method, "kind": cal.kind,
-                            "temperature": cal.temperature, "t_unary": cal.t_unary,
-                            "t_pair": cal.t_pair, "tokens": cal.n_tokens,
-                            "nll_before": cal.nll_before, "nll_after": cal.nll_after,
-                            "summary": cal.describe()}}, held
-
-
 # --------------------------------------------------------------------------- the steps
 
 
@@ -222,6 +195,8 @@ class _Run:
     pause_at: str | None
     progress: Progress | None = None
     labels: dict | None = None  # the training-label rule and soft labels (:func:`_load`)
+    previous: GPSL | None = None  # the active version's model when the run began (warm start)
+    prev_version: dict | None = None  # ... and its row
 
     @property
     def staging(self) -> Path:
@@ -274,6 +249,11 @@ def _fit(run: _Run, X, y) -> GPSL:
     model = GPSL(offsets=config.offsets, kernel=config.kernel,
                  template=project["template"] or None, max_iter=config.max_iter,
                  tol=config.tol, learn_hyper=config.learn_hyper, inference=config.inference)
+    previous, run.prev_version = previous_model(run.store, run.project_id)
+    before = None if previous is None else _Previous(
+        list(previous.classes_), previous.calibrator_, previous.inference_,
+        tuple(previous.offsets_), previous.kernel_.name)
+    model = warm_model(model, previous)  # the previous state, carried by name
     run.progress.phase("fitting", sentences=len(X),
                        labeled_tokens=sum(lab is not None for labs in y for lab in labs))
 
@@ -283,8 +263,33 @@ def _fit(run: _Run, X, y) -> GPSL:
         run.pause("in-fit")
 
     soft = run.labels or {}
-    return model.fit(X, y, callback=on_sweep, evidence=soft.get("evidence"),
-                     classes=soft.get("classes"))
+    model.fit(X, y, callback=on_sweep, evidence=soft.get("evidence"),
+              classes=soft.get("classes"))
+    run.previous = before  # the fit refitted the previous model's object itself
+    return model
+
+
+@dataclass
+class _Previous:
+    """What the steps after the fit read of the previous model (the fit reuses its object):
+    its labels and calibrator (:func:`gpsl.annotation.refit.calibrate`), and whether its
+    state could start the fit (:func:`_warm_used`)."""
+
+    classes_: list
+    calibrator_: object
+    inference_: str
+    offsets_: tuple
+    kernel: str
+
+
+def _warm_used(run: _Run, model: GPSL) -> str | None:
+    """"version N" when the fit started from the active version's state (the scalable mode
+    after a scalable fit with the same offsets and kernel, :mod:`gpsl.warm`), else None."""
+    p = run.previous
+    if p is None or not (p.inference_ == model.inference_ == "sparse") \
+            or p.offsets_ != tuple(model.offsets_) or p.kernel != model.kernel_.name:
+        return None
+    return f"version {run.prev_version['number']}"
 
 
 def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
@@ -292,7 +297,9 @@ def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
     metrics, the held-out sentences' cross-calibrated marginals)``."""
     mode = getattr(model, "inference_", run.config.inference)
     run.progress.phase("calibrating", inference_used=mode)
-    cal_info, held = calibrate(model, run.store, run.project_id, X, y)
+    cal_info, held = calibrate(model, run.store, run.project_id, X, y,
+                               previous=run.previous, prev_version=run.prev_version,
+                               on_step=run.progress.step)
     run.progress.phase("evaluating", inference_used=mode)
     ids, Xg, gold = run.store.gold_data(run.project_id)
     figures = {}
@@ -306,6 +313,7 @@ def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
                     "n_iter": int(model.n_iter_), "fit_seconds": float(model.fit_seconds_),
                     "inference": mode, "train_missing_labels": int(model.n_missing_),
                     "missing_weight": float(model.missing_weight_),
+                    "warm_start": _warm_used(run, model),
                     "training_labels": {k: (run.labels or {}).get(k) for k in
                                         ("rule", "resolve", "soft", "soft_tokens")}})
     return figures, held
@@ -325,26 +333,61 @@ def _save(run: _Run, model: GPSL) -> None:
     os.rename(run.staging, run.final)
 
 
+def predict_chunk(model, X, y, strategy: str | None, seed: int = 0
+                  ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """The stored marginals of sentences ``X`` (the known labels ``y`` clamped; what
+    :meth:`~gpsl.model.GPSL.predict_marginals` gives, calibrated) and, with a ``strategy``,
+    their query scores (:func:`query_scores`), from one computation of Algorithm 2's inputs
+    (:meth:`~gpsl.model.GPSL.calibration_scores`: the features and predictive variances
+    once for both)."""
+    sc = model.calibration_scores(X, with_variance=True)
+    method = model.marginals_method()
+    cal = model.calibrator_ if getattr(model.calibrator_, "method", None) == method else None
+    clamp = np.concatenate(model.gold_index(y)) if len(X) else None
+    P = sc.marginals(method, clamp=clamp) if cal is None else cal.apply(sc, clamp)
+    cuts = np.cumsum(sc.lengths)[:-1]
+    if strategy is None:
+        return np.split(P, cuts), None
+    Q = active.score_tokens(sc, strategy, clamp, seed=seed, marginals=P)
+    return np.split(P, cuts), np.split(Q, cuts)
+
+
 def _predict(run: _Run, model: GPSL, held: dict) -> None:
     """Step 6: every sentence's marginals (the current labels clamped; a held-out sentence
-    without labels: its cross-calibrated marginals) and query scores, stored per chunk."""
+    without labels: its cross-calibrated marginals) and, for the training sentences (the
+    only ones the queue offers), query scores, stored per chunk."""
     ids, X, y = run.store.training_data(run.project_id, split=None, with_ids=True)
+    train = set(run.store.sentence_ids(run.project_id, split="train"))
     strategy = run.config.query
     run.progress.phase("predicting", done=0, total=len(ids), query_strategy=strategy)
     for a, b in chunks([len(s) for s in X], PREDICT_CHUNK_TOKENS):
-        P = model.predict_marginals(X[a:b], y=y[a:b])
-        for k, sid in enumerate(ids[a:b]):
-            if sid in held and not any(v is not None for v in y[a + k]):
-                P[k] = held[sid]  # held-out: calibrated on the other half (step 3)
-        Q = query_scores(model, X[a:b], y[a:b], P, strategy, seed=run.version_id)
-        run.store.save_predictions(run.version_id, dict(zip(ids[a:b], P)),
-                                   dict(zip(ids[a:b], Q)))
+        mine = [k for k in range(a, b) if ids[k] in train]
+        rest = [k for k in range(a, b) if ids[k] not in train]
+        out: dict = {}
+        for part, want in ((mine, strategy), (rest, None)):
+            if part:
+                P, Q = predict_chunk(model, [X[k] for k in part], [y[k] for k in part], want,
+                                     seed=run.version_id)
+                for j, k in enumerate(part):
+                    out[ids[k]] = (P[j], None if Q is None else Q[j])
+        marg, query = {}, {}
+        for k in range(a, b):
+            sid = ids[k]
+            P, Q = out[sid]
+            if sid in held and not any(v is not None for v in y[k]):
+                P = held[sid]  # held-out: calibrated on the other half (step 3)
+            marg[sid] = P
+            if Q is not None:
+                query[sid] = Q
+        with run.progress.part("store"):
+            run.store.save_predictions(run.version_id, marg, query)
         run.progress.chunk(b, len(ids))
         run.check_stop()
 
 
 def _finish(run: _Run, model: GPSL, figures: dict) -> None:
     """Step 7: done and active in one transaction (or, stopped meanwhile, nothing kept)."""
+    run.progress.phase("storing")
     done = run.store.finish_model_version(
         run.version_id, run.final, model.bound_trace_, figures,
         figures["train_labeled_tokens"], classes=model.classes_, activate=True,
@@ -407,7 +450,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
              TrainConfig.from_settings(version["settings"]), should_stop, pause_at)
     try:
         r.progress = Progress(progress_file(r.root, r.project_id, version_id),
-                              r.config.max_iter, r.config.inference)
+                              r.config.max_iter, r.config.inference, r.config.tol)
         _, X, y = _load(r)
         model = _fit(r, X, y)
         figures, held = _evaluate(r, model, X, y)

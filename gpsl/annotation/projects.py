@@ -99,6 +99,20 @@ def add_sentences(db: Database, project_id: int, items, *, split: str = "train",
     return db.write(tx)
 
 
+#: the built-in feature set a plain-text (one-column) project starts with
+PLAIN_TEXT_FEATURES = "ner"
+
+
+def default_features(n_columns: int | None) -> str:
+    """The feature template a new project starts with: the ``ner`` feature set
+    (:class:`gpsl.features.NerFeatures`: word shape, affixes, capitalisation, windows) for
+    plain text, one word column; gpsl's default window template over the columns (CRF++
+    text) for more."""
+    if n_columns is None or int(n_columns) <= 1:
+        return PLAIN_TEXT_FEATURES
+    return validate.default_template_text(int(n_columns))
+
+
 def split_heldout(items: list, fraction: float) -> tuple[list, list]:
     """The last ``fraction`` of the items held out (at least one item stays for training)."""
     n_held = int(round(float(fraction) * len(items))) if len(items) > 1 else 0
@@ -107,15 +121,18 @@ def split_heldout(items: list, fraction: float) -> tuple[list, list]:
 
 
 def create_from_sentences(db: Database, name: str, sentences: Sequence, labels: Sequence[str],
-                          template: str, offsets: Sequence[int], kernel: str = "linear", *,
+                          template: str | None, offsets: Sequence[int], kernel: str = "linear", *,
                           heldout_fraction: float = 0.0, doc: str | None = None,
                           annotator: str = "import", settings: dict | None = None) -> int:
-    """A project from uploaded sentences: the template is checked against the columns, the
-    last ``heldout_fraction`` become held-out sentences whose file labels are gold."""
+    """A project from uploaded sentences: the template is checked against the columns
+    (None: :func:`default_features`, ``ner`` for plain text), the last
+    ``heldout_fraction`` become held-out sentences whose file labels are gold."""
     sentences = list(sentences)
     if not sentences:
         raise InputError("no sentences", source=doc or "<upload>")
     checked = validate.sentences(sentences, labels, source=doc or "<upload>")
+    if template is None:
+        template = default_features(len(checked[0]["tokens"][0]))
     if template and template.strip():
         validate.template(template, len(checked[0]["tokens"][0]))
     train, held = split_heldout(checked, heldout_fraction)
@@ -255,6 +272,13 @@ def update(db: Database, project_id: int, **fields) -> dict:
         return as_dict(row(conn, project_id))
 
     return db.write(tx)
+
+
+def token_columns(conn, project_id: int) -> int | None:
+    """How many columns the project's tokens have (None: no sentence yet)."""
+    first = conn.execute(text("SELECT tokens FROM sentences WHERE project_id = :p LIMIT 1"),
+                         {"p": project_id}).first()
+    return len(loads(first[0])[0]) if first else None
 
 
 def extend_labels(conn, project_id: int, add_labels: Sequence[str], lock: str = "") -> None:

@@ -20,6 +20,7 @@ __all__ = ["Account", "AnnotatorRow", "Calibration", "CalibrationReport", "Confl
            "CrowdSummary", "Decision", "Derived", "HistoryEntry", "Lease", "Progress", "Project",
            "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
            "TeamFigures", "TeamSettings", "TokenView", "TrainingProgress", "Version", "Vote",
+           "KeepTraining",
            "others_hidden", "overlap_of"]
 
 
@@ -150,6 +151,9 @@ class Calibration:
     nll_before: float | None = None
     nll_after: float | None = None
     summary: str | None = None
+    #: "selected" (every candidate, cross-validated), "refitted" (the previous choice on the
+    #: new scores) or "reused" (the previous calibrator): :mod:`gpsl.annotation.refit`
+    how: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping | None) -> Calibration | None:
@@ -214,8 +218,12 @@ class Version:
 @dataclass(frozen=True)
 class TrainingProgress:
     """A run's progress file: ``phase`` (loading, fitting, calibrating, evaluating, saving,
-    predicting, done, failed, stopped), the sweeps so far (``bounds``, ``seconds``), the
-    prediction chunks (``done`` of ``total`` sentences) and ``eta_seconds``."""
+    predicting, storing, done, failed, stopped), the sweeps so far (``bounds``, ``seconds``),
+    the calibration's steps (``step`` of ``steps``, each a ``step_name``: a fold fit, the
+    selection, the held-out halves), the prediction chunks (``done`` of ``total``
+    sentences), ``eta_seconds`` of the phase (the fit's from the stop rule and the measured
+    sweeps, :func:`gpsl.progress.fit_eta`), and ``phases``: ``(name, wall s, CPU s)`` of the
+    phases that ended."""
 
     phase: str = "starting"
     iteration: int = 0
@@ -228,6 +236,10 @@ class TrainingProgress:
     sentences: int = 0
     labeled_tokens: int | None = None
     eta_seconds: float | None = None
+    step: int = 0
+    steps: int = 0
+    step_name: str = ""
+    phases: tuple[tuple[str, float, float], ...] = ()
 
     @classmethod
     def from_row(cls, row: Mapping | None, inference: str | None = None) -> TrainingProgress:
@@ -238,7 +250,28 @@ class TrainingProgress:
                    inference=row.get("inference_used") or row.get("inference") or inference,
                    done=int(row.get("done", 0)), total=int(row.get("total", 0) or 0),
                    sentences=int(row.get("sentences", 0) or 0),
-                   labeled_tokens=row.get("labeled_tokens"), eta_seconds=row.get("eta_seconds"))
+                   labeled_tokens=row.get("labeled_tokens"), eta_seconds=row.get("eta_seconds"),
+                   step=int(row.get("step", 0) or 0), steps=int(row.get("steps", 0) or 0),
+                   step_name=str(row.get("step_name") or ""),
+                   phases=tuple((str(p.get("name")), float(p.get("wall", 0.0)),
+                                 float(p.get("cpu", 0.0))) for p in row.get("phases") or ()
+                                if isinstance(p, Mapping)))
+
+
+@dataclass(frozen=True)
+class KeepTraining:
+    """A project's "keep training" setting: ``on``, ``every`` (a run starts by itself after
+    this many new labels), ``new_labels`` (set since the last run began), and the bounds and
+    help of N (``every_min``, ``every_max``, ``label``, ``help``: written once in the back
+    end)."""
+
+    on: bool = False
+    every: int = 50
+    new_labels: int = 0
+    every_min: int = 1
+    every_max: int = 100_000
+    label: str = ""
+    help: str = ""
 
 
 # ----------------------------------------------------------------------------- annotating
@@ -434,13 +467,18 @@ class TeamSettings:
 @dataclass(frozen=True)
 class Reliability:
     """One annotator's reliability under the crowd model: estimated accuracy, votes, the
-    model (full or one-coin) and the confusion matrix ``{true: {given: p}}``."""
+    model (full or one-coin), the confusion matrix ``{true: {given: p}}``, the entity
+    precision and recall (None without an ``O`` label or an entity) and the agreement
+    with the crowd model's label."""
 
     annotator: str
     accuracy: float | None
     votes: int
     model: str
     confusion: Mapping = _empty()
+    precision: float | None = None
+    recall: float | None = None
+    agreement: float | None = None
 
 
 @dataclass(frozen=True)

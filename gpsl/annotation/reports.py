@@ -28,6 +28,7 @@ from gpsl.annotation.records import (
     CrowdSummary,
     Decision,
     HistoryEntry,
+    KeepTraining,
     Lease,
     Progress,
     Project,
@@ -192,6 +193,14 @@ class Reports:
         are marked failed first)."""
         row = jobs.running_version(self.store, project_id)
         return None if row is None else Version.from_row(row)
+
+    def keep_training(self, project_id: int) -> KeepTraining:
+        """The project's keep-training setting and its count of new labels."""
+        k = self.store.keep_training(project_id)
+        lo, hi = jobs.KEEP_EVERY.constraints[0].left, jobs.KEEP_EVERY.constraints[0].right
+        return KeepTraining(on=k["on"], every=k["every"], new_labels=k["new_labels"],
+                            every_min=int(lo), every_max=int(hi), label=jobs.KEEP_EVERY.label,
+                            help=jobs.KEEP_EVERY.help)
 
     def training_progress(self, version: Version) -> TrainingProgress:
         row = runs.read_progress(self.store.models_root, version.project_id, version.id)
@@ -403,4 +412,5 @@ def conflict(c: dict) -> Conflict:
 def crowd_summary(model: dict) -> CrowdSummary:
     return CrowdSummary(model["n_votes"], model["n_tokens"], model["fitted_at"], tuple(
         Reliability(r["annotator"], r["accuracy"], r["votes"], r["model"],
-                    r.get("confusion") or {}) for r in model["report"]))
+                    r.get("confusion") or {}, r.get("precision"), r.get("recall"),
+                    r.get("agreement")) for r in model["report"]))

@@ -172,6 +172,7 @@ def crowd_posterior(model: Mapping) -> Posterior:
     classes = list(model["classes"])
     log_prior = np.asarray(model["log_prior"], dtype=float)
     known = set(classes)
+    model = {**model, "log_pi": np.asarray(model["log_pi"], dtype=float)}  # converted once
 
     def posterior(_t, votes: Sequence[Vote]) -> str | None:
         used = [v for v in votes if v.label is not None and v.label in known]

@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
+
+from gpsl.progress import fit_eta
 
 
 def model_dir(models_root, project_id: int, version_id: int) -> Path:
@@ -52,35 +55,60 @@ def worker_log(models_root, project_id: int, version_id: int, tail: int = 4000) 
         return ""
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that ended (the calibration's fold
+    fits run in child processes), user and system."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def eta_seconds(progress: dict | None) -> float | None:
-    """Seconds left by the progress so far: the mean sweep time times the sweeps left while
-    fitting (an upper bound: the fit may converge earlier), the chunks left while
-    predicting."""
+    """Seconds left in the current phase by the progress so far.
+
+    * fitting: :func:`gpsl.progress.fit_eta`, the sweeps the stop rule still needs (from
+      the bounds so far and the run's ``tol``) times the measured cost of a sweep, never
+      the sweeps up to the cap ``max_iter``;
+    * calibrating: the mean time of the fold fits so far times the folds left (``step`` of
+      ``steps``);
+    * predicting: the mean time of the chunks so far times the sentences left.
+
+    None when nothing has been measured yet in the phase."""
     if not progress:
         return None
     phase = progress.get("phase")
     if phase == "fitting":
-        secs = progress.get("seconds") or []
-        if not secs:
+        bounds, secs = progress.get("bounds") or [], progress.get("seconds") or []
+        if not secs or len(secs) != len(bounds):
             return None
-        per = float(secs[-1]) / max(1, len(secs))
-        return per * max(0, int(progress.get("max_iter", 0)) - int(progress.get("iteration", 0)))
-    if phase == "predicting":
-        done, total = progress.get("done", 0), progress.get("total", 0)
-        started = progress.get("phase_started")
+        tol = progress.get("tol")
+        return fit_eta(bounds, secs, tol=float(1e-3 if tol is None else tol),
+                       max_iter=int(progress.get("max_iter", len(secs)) or len(secs)))
+    if phase in ("calibrating", "predicting"):
+        key = ("step", "steps") if phase == "calibrating" else ("done", "total")
+        done, total = progress.get(key[0], 0) or 0, progress.get(key[1], 0) or 0
+        started = progress.get("step_started") or progress.get("phase_started")
         if done and total and started:
-            return (time.time() - float(started)) / done * (total - done)
+            return max(0.0, (time.time() - float(started)) / done * (total - done))
     return None
 
 
 class Progress:
-    """Atomically rewritten JSON progress file (temp file, then rename)."""
+    """Atomically rewritten JSON progress file (temp file, then rename).
 
-    def __init__(self, path: Path, max_iter: int, inference: str):
+    Besides the current ``phase`` it keeps ``phases``: one ``{"name", "wall", "cpu"}`` per
+    finished phase (seconds; CPU of the worker and its ended children), and ``startup_cpu``:
+    the worker's CPU seconds before the run began (interpreter, imports, opening the store;
+    a run in the caller's process counts the caller's too)."""
+
+    def __init__(self, path: Path, max_iter: int, inference: str, tol: float | None = None):
         self.path = path
+        now = time.time()
+        self._wall, self._cpu = time.perf_counter(), cpu_seconds()
         self.data = {"phase": "loading", "iteration": 0, "max_iter": int(max_iter),
-                     "bounds": [], "seconds": [], "inference": inference,
-                     "updated": time.time(), "phase_started": time.time()}
+                     "tol": None if tol is None else float(tol), "bounds": [], "seconds": [],
+                     "inference": inference, "updated": now, "phase_started": now,
+                     "started": now, "startup_cpu": self._cpu, "phases": []}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write()
 
@@ -97,9 +125,20 @@ class Progress:
                 os.unlink(tmp)
             raise
 
+    def _close_phase(self) -> None:
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        self.data["phases"].append({"name": self.data["phase"],
+                                    "wall": round(wall - self._wall, 4),
+                                    "cpu": round(cpu - self._cpu, 4)})
+        self._wall, self._cpu = wall, cpu
+
     def phase(self, name: str, **extra) -> None:
+        """A new phase (the one before is closed into ``phases``); ``extra`` are kept."""
+        self._close_phase()
         self.data["phase"] = name
-        self.data["phase_started"] = time.time()
+        self.data["phase_started"] = self.data["step_started"] = time.time()
+        for key in ("step", "steps"):
+            self.data.pop(key, None)
         self.data.update(extra)
         self.write()
 
@@ -108,6 +147,26 @@ class Progress:
         self.data["bounds"].append(float(info.get("bound", float("nan"))))
         self.data["seconds"].append(float(info.get("seconds", 0.0)))
         self.write()
+
+    def step(self, done: int, total: int, what: str = "") -> None:
+        """``done`` of ``total`` steps of the phase are over (the calibration's fold fits);
+        ``what`` names them for the page (e.g. "fold")."""
+        if done == 0:
+            self.data["step_started"] = time.time()
+        self.data["step"], self.data["steps"], self.data["step_name"] = int(done), int(total), what
+        self.write()
+
+    @contextlib.contextmanager
+    def part(self, name: str):
+        """Time a part of a phase (e.g. the store's writes inside the prediction phase):
+        its wall and CPU seconds are added up in ``parts[name]``."""
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        try:
+            yield
+        finally:
+            acc = self.data.setdefault("parts", {}).setdefault(name, {"wall": 0.0, "cpu": 0.0})
+            acc["wall"] = round(acc["wall"] + time.perf_counter() - wall, 4)
+            acc["cpu"] = round(acc["cpu"] + cpu_seconds() - cpu, 4)
 
     def chunk(self, done: int, total: int) -> None:
         self.data["done"], self.data["total"] = int(done), int(total)

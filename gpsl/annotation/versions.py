@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from sqlalchemy import text
 
+from gpsl.annotation import projects
 from gpsl.annotation.db import Database, dumps, loads, now
 from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.processes import process_started
@@ -39,7 +40,9 @@ def row(conn, version_id: int):
 def start(db: Database, project_id: int, settings: Mapping | None = None, *,
           pid: int | None = None, pid_started: float | None = None) -> int:
     """Record a training run (status ``'running'``); returns its id.  ``settings['pid']``
-    and ``settings['pid_started']`` (the process's start time) identify its worker."""
+    and ``settings['pid_started']`` (the process's start time) identify its worker;
+    ``settings['history_mark']`` is the project's newest label event then
+    (:func:`history_top`)."""
     settings = dict(settings or {})
     settings["pid"] = int(pid if pid is not None else settings.get("pid") or os.getpid())
     if pid_started is None:
@@ -52,6 +55,8 @@ def start(db: Database, project_id: int, settings: Mapping | None = None, *,
             raise NotFoundError(f"no project with id {project_id}")
         number = conn.execute(text("SELECT COALESCE(MAX(number), 0) + 1 FROM model_versions"
                                    " WHERE project_id = :p"), {"p": project_id}).scalar_one()
+        # the labels this run can see end here: "keep training" counts new ones from it
+        settings["history_mark"] = history_top(conn, project_id)
         return conn.execute(text(
             "INSERT INTO model_versions (project_id, created_at, settings, status, number)"
             " VALUES (:p, :at, :s, 'running', :n) RETURNING id"),
@@ -197,3 +202,61 @@ def query_rounds(db: Database, project_id: int) -> list[dict]:
         for r in conn.execute(text(
             "SELECT id, project_id, model_version_id, created_at, strategy, items"
             " FROM query_rounds WHERE project_id = :p ORDER BY id"), {"p": project_id})])
+
+
+# ----------------------------------------------------------------- keep training (the marks)
+
+_NEW_LABELS = ("SELECT COUNT(*) FROM annotation_history WHERE project_id = :p AND id > :m"
+               " AND action = 'set' AND new_label IS NOT NULL")
+
+
+def history_top(conn, project_id: int) -> int:
+    """The newest label event of the project (``annotation_history.id``; 0 without one): a
+    training run records it when it starts (``settings['history_mark']``)."""
+    return int(conn.execute(text("SELECT COALESCE(MAX(id), 0) FROM annotation_history"
+                                 " WHERE project_id = :p"), {"p": project_id}).scalar_one())
+
+
+def _mark(conn, project_id: int, keep: Mapping) -> int:
+    """Where the count of new labels starts: the newer of the keep-training setting's mark
+    and the history mark of the project's newest version (any status: a run that failed
+    waits for N more labels too, never retried at every label)."""
+    r = conn.execute(text("SELECT settings FROM model_versions WHERE project_id = :p"
+                          " ORDER BY id DESC LIMIT 1"), {"p": project_id}).first()
+    last = loads(r[0], {}).get("history_mark", 0) if r is not None else 0
+    return max(int(keep.get("mark", 0) or 0), int(last or 0))
+
+
+def new_labels(db: Database, project_id: int, keep: Mapping) -> int:
+    """Labels set (not cleared) in the project since the keep-training mark."""
+    def tx(conn):
+        return int(conn.execute(text(_NEW_LABELS), {"p": project_id,
+                                                    "m": _mark(conn, project_id, keep)})
+                   .scalar_one())
+
+    return db.read(tx)
+
+
+def claim_keep_training(db: Database, project_id: int, every: int) -> int | None:
+    """One transaction, the project's row locked: when keep training is on, ``every`` labels
+    or more were set since the mark and no version of the project is running, move the
+    mark to the newest label event and return it (the caller starts the run); else None.
+    Two writers that both saw enough labels: one claims, the other finds the mark moved."""
+
+    def tx(conn):
+        settings = projects.settings_of(conn, project_id, db.for_update())
+        keep = dict(settings.get("keep_training") or {})
+        if not keep.get("on"):
+            return None
+        n = conn.execute(text(_NEW_LABELS), {"p": project_id,
+                                             "m": _mark(conn, project_id, keep)}).scalar_one()
+        if int(n) < int(every) or conn.execute(text(
+                "SELECT 1 FROM model_versions WHERE project_id = :p AND status = 'running'"),
+                {"p": project_id}).first() is not None:
+            return None
+        keep["mark"] = history_top(conn, project_id)
+        settings["keep_training"] = keep
+        projects.write_settings(conn, project_id, settings)
+        return keep["mark"]
+
+    return db.write(tx)

@@ -534,51 +534,56 @@ def read_votes(data: bytes | str, fmt: str, source: str = "<upload>") -> list[Vo
 
 def import_votes(db: Database, project_id: int, items: Sequence[VotedSentence], *,
                  doc: str | None = None, add_labels: Sequence[str] = ()) -> int:
-    """Append ``items`` to a project in one transaction, every vote credited to its
-    annotator (``import:...`` names stay imported labels; accepted suggestions stay
-    accepted), every decision to its lead, the gold labels as gold; the training labels are
-    derived by the project's rule.  A label outside the label set (and ``add_labels``) is
-    refused, nothing written.  Returns how many sentences."""
+    """Append ``items`` to a project in one transaction (:func:`append`).  Returns how
+    many sentences."""
     items = list(items)
+    return db.write(lambda conn: append(conn, project_id, items, doc, add_labels))
+
+
+def append(conn, project_id: int, items: Sequence[VotedSentence], doc: str | None = None,
+           add_labels: Sequence[str] = ()) -> int:
+    """Inside a write transaction: append ``items``, every vote credited to its annotator
+    (``import:...`` names stay imported labels; accepted suggestions stay accepted), every
+    decision to its lead, the gold labels as gold; the training labels are derived by the
+    project's rule.  A label outside the label set (and ``add_labels``) is refused
+    (:class:`InputError` naming ``doc`` and the sentence's line).  Returns how many
+    sentences."""
     source = doc or "<import>"
-
-    def tx(conn):
-        projects.row(conn, project_id, db.for_update())  # NotFoundError without it
-        if add_labels:
-            projects.extend_labels(conn, project_id, list(add_labels))
-        known = set(loads(projects.row(conn, project_id)._mapping["labels"]))
-        for item in items:
-            used = [lab for labs in item.votes.values() for lab in labs]
-            used += [lab for lab, _ in item.adjudications.values()] + list(item.gold or ())
-            unknown = sorted({lab for lab in used if lab is not None and lab not in known})
-            if unknown:
-                raise InputError(f"label {unknown[0]!r} is not in the project's label set",
-                                 source=source, line=item.line)
-        at, n_added = now(), 0
-        for split in SPLITS:
-            part = [item for item in items if item.split == split]
-            if not part:
-                continue
-            gold = [item.gold for item in part] if split == "heldout" else None
-            n = sentences.insert(conn, project_id, [
-                {"tokens": item.tokens, "line": item.line} for item in part], split, doc,
-                "import", gold)
-            ids = sentences.last_ids(conn, project_id, n)
-            for sid, item in zip(ids, part):
-                rows = []
-                for who, labs in item.votes.items():
-                    accepted = set(item.accepted.get(who, ()))
-                    src = "import" if validate.is_import(who) else None
-                    for t, lab in enumerate(labs):
-                        if lab is not None:
-                            rows.append({"p": project_id, "s": sid, "t": t, "a": who, "l": lab,
-                                         "at": at, "src": src or ("accepted" if t in accepted
-                                                                  else "human")})
-                votes.add_imported(conn, rows)
-                for t, (lab, lead) in item.adjudications.items():
-                    votes.set_adjudication(conn, sid, t, lab, lead, at)
-                labeling.refresh_derived(conn, sid, range(len(item.tokens)))
-            n_added += n
-        return n_added
-
-    return db.write(tx)
+    projects.row(conn, project_id, " FOR UPDATE" if conn.dialect.name == "postgresql"
+                 else "")  # the project row locked (NotFoundError without it)
+    if add_labels:
+        projects.extend_labels(conn, project_id, list(add_labels))
+    known = set(loads(projects.row(conn, project_id)._mapping["labels"]))
+    for item in items:
+        used = [lab for labs in item.votes.values() for lab in labs]
+        used += [lab for lab, _ in item.adjudications.values()] + list(item.gold or ())
+        unknown = sorted({lab for lab in used if lab is not None and lab not in known})
+        if unknown:
+            raise InputError(f"label {unknown[0]!r} is not in the project's label set",
+                             source=source, line=item.line)
+    at, n_added = now(), 0
+    for split in SPLITS:
+        part = [item for item in items if item.split == split]
+        if not part:
+            continue
+        gold = [item.gold for item in part] if split == "heldout" else None
+        n = sentences.insert(conn, project_id, [
+            {"tokens": item.tokens, "line": item.line} for item in part], split, doc,
+            "import", gold)
+        ids = sentences.last_ids(conn, project_id, n)
+        for sid, item in zip(ids, part):
+            rows = []
+            for who, labs in item.votes.items():
+                accepted = set(item.accepted.get(who, ()))
+                src = "import" if validate.is_import(who) else None
+                for t, lab in enumerate(labs):
+                    if lab is not None:
+                        rows.append({"p": project_id, "s": sid, "t": t, "a": who, "l": lab,
+                                     "at": at, "src": src or ("accepted" if t in accepted
+                                                              else "human")})
+            votes.add_imported(conn, rows)
+            for t, (lab, lead) in item.adjudications.items():
+                votes.set_adjudication(conn, sid, t, lab, lead, at)
+            labeling.refresh_derived(conn, sid, range(len(item.tokens)))
+        n_added += n
+    return n_added

@@ -142,14 +142,15 @@ def _labels(y) -> list[list]:
 def calibrate_model(model, X, y, *, held_out=None, folds: int | None = None,
                     required: str | None = None, jobs: int | None = None, seed: int = 0,
                     held_out_source: str = "held-out",
-                    folds_source: str = "{folds}-fold") -> CalibrationRun:
+                    folds_source: str = "{folds}-fold", on_fold=None) -> CalibrationRun:
     """Calibrate the fitted ``model`` by the rule (module docstring) and record how.
 
     ``(X, y)`` are its training sentences (``None`` = a missing label); ``held_out`` an
     optional ``(X, y)`` of held-out gold sentences; ``folds`` a K asked for. ``required``
     (``"held-out"`` or ``"folds"``: what the user asked for explicitly) makes the rule's
     choosing anything else a one-line :class:`InputError` instead of a fallback.
-    ``held_out_source``/``folds_source`` name the data in the calibrator's ``source``. Sets
+    ``held_out_source``/``folds_source`` name the data in the calibrator's ``source``;
+    ``on_fold(done, K)`` is called as the fold fits end (progress displays). Sets
     ``model.calibrator_`` (``None`` when not calibrated) and ``model.calibration_run_``, and
     returns the latter."""
     t0 = time.perf_counter()
@@ -174,7 +175,7 @@ def calibrate_model(model, X, y, *, held_out=None, folds: int | None = None,
         Xl, yl = [X[i] for i in labeled], [labels[i] for i in labeled]
         run.processes = fold_processes(p.folds, jobs, model)
         model.calibrate(Xl, yl, folds=p.folds, seed=seed, jobs=run.processes,
-                        source=folds_source.format(folds=p.folds))
+                        source=folds_source.format(folds=p.folds), on_fold=on_fold)
         run.sentences = len(labeled)
     if model.calibrator_ is not None:
         run.tokens = int(model.calibrator_.n_tokens)
@@ -260,7 +261,7 @@ def _init_worker(parent: int) -> None:
 
 
 def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int = 0,
-                       jobs: int | None = None):
+                       jobs: int | None = None, on_fold=None):
     """Algorithm 2's inputs of every sentence of ``(X, y)`` under a model fitted without it:
     K models with ``model``'s parameters (``warm_start`` off), each fitted on K-1 folds
     (:func:`fold_indices`) and scoring the remaining one, as
@@ -268,7 +269,7 @@ def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int
     :class:`~gpsl.calibration.Scores` and one array of gold indices (model's classes) per fold.
 
     The fits run in :func:`fold_processes` processes (``spawn``: safe in a threaded caller
-    such as the app); one process runs them here."""
+    such as the app); one process runs them here. ``on_fold(done, K)`` after each fit ends."""
     X, labels = list(X), _labels(y)
     settings = model.get_params()
     settings.update(warm_start=False, callback=None, verbose=False)
@@ -282,7 +283,7 @@ def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int
         tr = [i for i in range(len(X)) if i not in held_set]
         tasks.append((type(model), settings, [X[i] for i in tr], [labels[i] for i in tr],
                       [X[i] for i in held], list(model.classes_)))
-    scores = _run(tasks, n_proc)
+    scores = _run(tasks, n_proc, on_fold)
     gold = [np.concatenate(model.gold_index([labels[i] for i in held])) for held in parts]
     return scores, gold
 
@@ -296,13 +297,24 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
-def _run(tasks: list, n_proc: int) -> list:
+def _run(tasks: list, n_proc: int, on_fold=None) -> list:
+    def done(k: int) -> None:
+        if on_fold is not None:
+            on_fold(k, len(tasks))
+
     if n_proc <= 1:
-        return [_fold_task(t) for t in tasks]
+        out = []
+        for t in tasks:
+            out.append(_fold_task(t))
+            done(len(out))
+        return out
     pool = ProcessPoolExecutor(n_proc, mp_context=_context(), initializer=_init_worker,
                                initargs=(os.getpid(),))
     try:
-        out = list(pool.map(_fold_task, tasks))
+        out = []
+        for res in pool.map(_fold_task, tasks):  # in order: a fold is done when it is here
+            out.append(res)
+            done(len(out))
     except BrokenProcessPool:
         _stop(pool)
         raise GpslError("a calibration fold fit's process ended abruptly (out of memory? "
