@@ -417,3 +417,23 @@ def test_entity_reliability_and_the_report():
     assert entity_reliability(Votes(lengths=[1], token=[0], annotator=[0], label=[0],
                                     annotators=["a"], classes=["x", "y"]),
                               np.eye(2)[[0]]) is None
+
+
+@pytest.mark.parametrize("model", ["dawid-skene", "joint"])
+def test_one_label_crowd_gives_that_label_without_a_numerical_warning(tmp_path, capsys, model):
+    """A crowd whose votes all carry one label (J = 1): every confusion matrix is [[1]], the
+    skills enter nothing; no 0/0 in the skill step (warnings are errors here) and every
+    voted token gets the label with probability 1."""
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"tokens": ["a", "b", "c"], "annotations": [
+        {"annotator": "x", "labels": ["O", "O", "O"]},
+        {"annotator": "y", "labels": ["O", None, "O"]}]}) + "\n")
+    out = tmp_path / "out.txt"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert cli.main(["aggregate", "--model", model, "-q", str(path), "-o", str(out)]) == 0
+    rows = [line.split() for line in out.read_text().splitlines() if line.strip()]
+    assert [r[-2] for r in rows] == ["O", "O", "O"]
+    assert all(abs(float(r[-1]) - 1.0) < 1e-9 for r in rows)
