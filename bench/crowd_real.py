@@ -8,6 +8,8 @@
     python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
     python -m bench.crowd_real --variances 0.003 0.01 0.03 0.1 0.3 --no-taggers --methods \
         "gpsl Dawid-Skene"                       # the joint bound and F1 against sigma^2
+    python -m bench.crowd_real --priors 1:30 3:30 10:30 --no-taggers --methods \
+        "gpsl Dawid-Skene"                       # ... against the sequential priors
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
@@ -17,10 +19,12 @@ the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised ide
 1. **Inferred labels** of every voted sentence against the gold: crowd-kit 1.4.2's majority
    vote, Dawid-Skene (``n_iter=100``), GLAD, MACE and one-coin Dawid-Skene; gpsl's
    Dawid-Skene; the joint model :class:`gpsl.crowd.CrowdGPSL` with and without the
-   sequential annotator model and the ``ner`` feature set (the levers), all with the same
-   votes in the same run. Span precision/recall/F1 (exact match, conlleval rules, as
-   seqeval), token accuracy, CPU and wall seconds of the fit, peak memory (the resident set's
-   growth during the fit: every method runs in its own forked process). The joint rows also
+   sequential annotator model, the ``ner`` feature set and Jensen's bound on the
+   log-partition (the levers; a table gives each one's share in span F1 and in the bound),
+   all with the same votes in the same run. Span precision/recall/F1 (exact match,
+   conlleval rules, as seqeval), token accuracy, CPU and wall seconds of the fit, peak
+   memory (the resident set's growth during the fit: every method runs in its own forked
+   process). The joint rows also
    give the F1 of the plain argmax of the posteriors (the span-valid decoding's share) and
    the sweeps of the fit. The published figures of the data's README come in their own rows:
    they used other protocols and are not comparable with the measured rows.
@@ -78,13 +82,19 @@ PUBLISHED = (
 CROWDKIT = ("crowd-kit majority vote", "crowd-kit Dawid-Skene", "crowd-kit GLAD",
             "crowd-kit MACE", "crowd-kit one-coin")
 JOINT = "gpsl joint: sequential + ner (default)"
-#: the joint model's variants: (annotator model, template) -> row name
+#: the joint model's variants: (annotator model, template, lse_bound) -> row name
 JOINT_ROWS = {
-    ("confusion", None): "gpsl joint: confusion + word windows",
-    ("confusion", "ner"): "gpsl joint: confusion + ner",
-    ("sequential", None): "gpsl joint: sequential + word windows",
-    ("sequential", "ner"): JOINT,
+    ("confusion", None, "auto"): "gpsl joint: confusion + word windows",
+    ("confusion", "ner", "auto"): "gpsl joint: confusion + ner",
+    ("sequential", None, "auto"): "gpsl joint: sequential + word windows",
+    ("sequential", "ner", "bohning"): "gpsl joint: sequential + ner, Boehning's bound",
+    ("sequential", "ner", "auto"): JOINT,
 }
+#: each lever's share: the default against the row without that lever
+LEVERS = (("the sequential annotator model", "gpsl joint: confusion + ner"),
+          ("the ner feature set", "gpsl joint: sequential + word windows"),
+          ("Jensen's bound in the joint fit", "gpsl joint: sequential + ner, Boehning's bound"),
+          ("the tagger (joint fit) and the sequential model together", "gpsl Dawid-Skene"))
 TARGET_MARGIN = 5.0
 TARGET_SECONDS = 180.0
 TARGET_TAGGER_GAP = 3.0
@@ -101,6 +111,7 @@ class Config:
     methods: list = field(default_factory=list)
     taggers: bool = True
     variances: list = field(default_factory=list)
+    priors: list = field(default_factory=list)  # (kappa, shrink) pairs
 
 
 # --------------------------------------------------------------------------- data
@@ -247,20 +258,26 @@ def gpsl_ds_labels(votes) -> dict:
 
 
 def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
-                 variance: float | None = None) -> dict:
+                 variance: float | None = None, lse_bound: str = "auto",
+                 crowd_kw: dict | None = None) -> dict:
     """The joint model's labels; ``variance``: the tagger's prior variance fixed at that
-    value (``tagger_prior="model"``, the default stop rule) instead of ``"auto"``."""
+    value (``tagger_prior="model"``, the default stop rule and Jensen's bound) instead of
+    ``"auto"``; ``lse_bound``: the joint fit's bound on the log-partition; ``crowd_kw``:
+    other settings of :class:`gpsl.crowd.CrowdGPSL` (the priors' ``kappa``, ``shrink``)."""
     from gpsl.crowd import CrowdGPSL, decode_labels
     from gpsl.crowd.joint import DEFAULT_TOL
     from gpsl.model import GPSL
 
-    fixed = {} if variance is None else {"tagger_prior": "model", "tol": DEFAULT_TOL}
+    fixed = {} if variance is None else {"tagger_prior": "model", "tol": DEFAULT_TOL,
+                                         "lse_bound": "jensen"}
     joint = CrowdGPSL(GPSL(template=template, max_iter=max_iter, variance=variance),
-                      refit=False, annotator_model=annotator_model, **fixed).fit(X, votes)
+                      refit=False, annotator_model=annotator_model,
+                      **{"lse_bound": lse_bound, **fixed, **(crowd_kw or {})}).fit(X, votes)
     jt = np.diff(joint.joint_trace_)
     return {"labels": joint.labels_array_,
             "argmax_labels": decode_labels(joint.probas_, votes, "argmax"),
             "sweeps": int(joint.joint_model_.n_iter_), "max_iter": max_iter,
+            "lse_bound": joint.joint_model_.lse_bound_,
             "variance": float(joint.variance_[0]),
             "min_bound_step": float(jt.min()) if jt.size else None,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
@@ -323,8 +340,8 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
         elif name == "gpsl Dawid-Skene":
             out = isolated(gpsl_ds_labels, votes)
         else:
-            (am, tmpl), = [k for k, v in JOINT_ROWS.items() if v == name]
-            out = isolated(joint_labels, votes, X, am, tmpl, cfg.max_iter)
+            (am, tmpl, lse), = [k for k, v in JOINT_ROWS.items() if v == name]
+            out = isolated(joint_labels, votes, X, am, tmpl, cfg.max_iter, None, lse)
         row = {"method": name}
         if "error" in out:
             row["error"] = out["error"]
@@ -339,11 +356,16 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
         row.update(out)
         log(f"    F1 {row['f1']:.2f}  CPU {row['cpu_s']:.1f} s  wall {row['wall_s']:.1f} s")
         rows.append(row)
-    for var in cfg.variances:
-        name = f"gpsl joint: sequential + ner, sigma^2 = {var:g}"
+    extra = [(f"gpsl joint: sequential + ner, sigma^2 = {var:g}", {"variance_fixed": var},
+              (var, "auto", {})) for var in cfg.variances]
+    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}",
+               {"kappa": k, "shrink": sh}, (None, "auto", {"kappa": k, "shrink": sh}))
+              for k, sh in cfg.priors]
+    for name, fixed, (var, lse, crowd_kw) in extra:
         log(f"  {name} ...")
-        out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var)
-        row = {"method": name, "variance_fixed": var}
+        out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var, lse,
+                       crowd_kw)
+        row = {"method": name, **fixed}
         if "error" in out:
             row["error"] = out["error"]
         else:
@@ -468,6 +490,7 @@ def table_lines(report: dict) -> list[str]:
     for name, f1, where in PUBLISHED:
         lines.append(f"| *published: {name}* ({where}) | | | *{f1:.1f}* | | | | | | | |")
     lines.append("")
+    lines += lever_lines(report)
     for key, title in (("gold_taggers", "## 2. Taggers trained on gold, held-out documents"),
                        ("crowd_taggers", "## 3. Taggers trained on the crowd, held-out "
                                          "documents")):
@@ -493,6 +516,29 @@ def table_lines(report: dict) -> list[str]:
                          f"{_f(r['cpu_s'], 1)} | {_f(r['wall_s'], 1)} |")
         lines.append("")
     return lines
+
+
+def lever_lines(report: dict) -> list[str]:
+    """Each lever's share: the default joint row against the row without the lever (span F1
+    and the bound J1 where both rows have one)."""
+    rows = {r["method"]: r for r in report["aggregation"] if "f1" in r}
+    if JOINT not in rows:
+        return []
+    j = rows[JOINT]
+    out = []
+    for lever, other in LEVERS:
+        if other not in rows:
+            continue
+        o = rows[other]
+        dj = (f"{j['bound'] - o['bound']:+.0f}" if j.get("bound") is not None
+              and o.get("bound") is not None else "-")
+        out.append(f"| {lever} | {other} | {_f(o['f1'])} | {j['f1'] - o['f1']:+.2f} | {dj} |")
+    if not out:
+        return []
+    return ["Each lever's share: the default joint row against the row without the lever "
+            "(the bound's change where both rows are joint fits of the same votes).", "",
+            "| lever | row without it | its span F1 | F1 gained | J1 gained |",
+            "|---|---|---|---|---|", *out, ""]
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -523,8 +569,10 @@ def notes_lines(report: dict) -> list[str]:
            "token without a label (no vote, a tie) counts as O. *F1 argmax*: the joint model's "
            "posteriors decoded token by token instead of as the most probable span-valid "
            "sequence. The joint model: gpsl.crowd.CrowdGPSL with its defaults (the tagger's "
-           "prior variance 1 / features per token, stop rule 1e-4), GPSL's default settings "
-           "otherwise; *word windows* is GPSL's default template over the one word column."]
+           "prior variance 1 / features per token, Jensen's bound on the log-partition, stop "
+           "rule 1e-4), GPSL's default settings otherwise; *word windows* is GPSL's default "
+           "template over the one word column; *Boehning's bound*: the scalable mode's own "
+           "bound on the log-partition in the joint fit."]
     if al:
         out += ["", f"raw/ read by gpsl.crowd.raw.read_crowd_folder: {al['votes']} votes kept "
                 f"from {al['worker_tokens']} worker tokens ({al['dropped_tokens']} dropped: "
@@ -575,7 +623,8 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_partial" if cfg.methods and not cfg.variances else "")
+        ("_priors" if cfg.priors else "") + \
+        ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -587,6 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
+    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK",
+                   help="extra rows: the joint model with the sequential prior's kappa and "
+                        "shrink at each pair (its bound beside its F1)")
     p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
                    help="extra rows: the joint model with the tagger's prior variance fixed "
                         "at each S2 (its bound beside its F1)")
@@ -608,9 +660,18 @@ def main(argv=None) -> int:
         print(f"bench.crowd_real: unknown method {bad[0]!r}; choose from {', '.join(known)}",
               file=sys.stderr)
         return 2
+    try:
+        priors = [tuple(float(v) for v in pair.split(":")) for pair in args.priors]
+        if any(len(pq) != 2 or min(pq) <= 0 for pq in priors):
+            raise ValueError
+    except ValueError:
+        print("bench.crowd_real: --priors takes KAPPA:SHRINK pairs of positive numbers",
+              file=sys.stderr)
+        return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
-                 taggers=not args.no_taggers, variances=list(args.variances))
+                 taggers=not args.no_taggers, variances=list(args.variances),
+                 priors=priors)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

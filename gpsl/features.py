@@ -119,6 +119,9 @@ class Template:
         a feature set is read as ``./ner``)."""
         if str(spec) in FEATURE_SETS:
             return FEATURE_SETS[str(spec)]()
+        if not os.path.exists(spec):
+            raise InputError("no such template file, and not a built-in feature set ("
+                             + ", ".join(FEATURE_SETS) + ")", source=str(spec))
         return cls.from_file(spec, encoding=encoding)
 
     @classmethod

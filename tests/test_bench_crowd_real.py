@@ -10,6 +10,8 @@ import numpy as np
 
 from bench import crowd_real as cr
 
+BOEHNING = "gpsl joint: sequential + ner, Boehning's bound"
+
 
 def fake_crowd(root: Path, n_docs=6, seed=0) -> Path:
     """crowd-ner/raw/val with ``n_docs`` documents, three workers (one good, one that misses
@@ -42,7 +44,7 @@ def test_bench_rows_acceptance_and_outputs(tmp_path):
     cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=8,
                     verbose=False, taggers=False,
                     methods=["crowd-kit majority vote", "crowd-kit Dawid-Skene",
-                             "gpsl Dawid-Skene", cr.JOINT])
+                             "gpsl Dawid-Skene", cr.JOINT, BOEHNING])
     report = cr.run(cfg, command="python -m bench.crowd_real --test")
     rows = {r["method"]: r for r in report["aggregation"]}
     assert set(rows) == set(cfg.methods)
@@ -51,6 +53,7 @@ def test_bench_rows_acceptance_and_outputs(tmp_path):
         assert 0.0 <= r["f1"] <= 100.0 and r["cpu_s"] >= 0.0 and r["peak_mb"] >= 0.0
     assert rows[cr.JOINT]["sweeps"] <= 8 and "f1_argmax" in rows[cr.JOINT]
     assert rows[cr.JOINT]["min_bound_step"] >= -1e-6 * abs(rows[cr.JOINT]["bound"])
+    assert rows[cr.JOINT]["lse_bound"] == "jensen" and rows[BOEHNING]["lse_bound"] == "bohning"
     assert report["alignment"]["workers"] == 3
     acc = report["acceptance"]
     assert acc["best_crowdkit"]["method"] in ("crowd-kit majority vote", "crowd-kit Dawid-Skene")
@@ -59,6 +62,12 @@ def test_bench_rows_acceptance_and_outputs(tmp_path):
     md = (tmp_path / "out" / "crowd_real_partial.md").read_text(encoding="utf-8")
     assert "python -m bench.crowd_real --test" in md and "published: BSC-seq" in md
     assert "## Acceptance (issue 27)" in md
+    # the levers' shares: the default row against the rows without the lever
+    gain = rows[cr.JOINT]["f1"] - rows[BOEHNING]["f1"]
+    assert f"| Jensen's bound in the joint fit | {BOEHNING} | {rows[BOEHNING]['f1']:.2f} | " \
+        f"{gain:+.2f} | {rows[cr.JOINT]['bound'] - rows[BOEHNING]['bound']:+.0f} |" in md
+    assert "| the tagger (joint fit) and the sequential model together | gpsl Dawid-Skene |" in md
+    assert "the sequential annotator model" not in md  # its row was not run
     saved = json.loads((tmp_path / "out" / "crowd_real_partial.json").read_text())
     assert saved["aggregation"][0]["method"] == "crowd-kit majority vote"
 
@@ -80,3 +89,24 @@ def test_missing_data_is_one_line(tmp_path, capsys):
     assert cr.main(["--data-dir", str(tmp_path / "absent"), "--quick"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "shared data absent" in err
+    for bad in ("3", "3:x", "0:10", "1:2:3"):
+        assert cr.main(["--data-dir", str(tmp_path / "absent"), "--priors", bad]) == 2
+        assert capsys.readouterr().err == ("bench.crowd_real: --priors takes KAPPA:SHRINK "
+                                           "pairs of positive numbers\n")
+
+
+def test_prior_rows_fit_the_joint_model_at_each_pair(tmp_path):
+    data_dir = fake_crowd(tmp_path / "crowd-ner")
+    cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=8,
+                    verbose=False, taggers=False, methods=[cr.JOINT],
+                    priors=[(30.0, 10.0), (3.0, 30.0)])
+    report = cr.run(cfg)
+    rows = report["aggregation"]
+    assert [r["method"] for r in rows] == [
+        cr.JOINT, "gpsl joint: sequential + ner, kappa = 30, shrink = 10",
+        "gpsl joint: sequential + ner, kappa = 3, shrink = 30"]
+    assert all("error" not in r for r in rows)
+    # the defaults (kappa 30, shrink 10) again: the same fit
+    assert rows[1]["bound"] == rows[0]["bound"] and rows[1]["f1"] == rows[0]["f1"]
+    assert rows[2]["kappa"] == 3.0 and rows[2]["bound"] != rows[0]["bound"]
+    assert cr.stem_of(cfg) == "crowd_real_priors"

@@ -192,6 +192,22 @@ def test_cli_folder_with_bad_files_gives_one_line_each_and_exit_2(tmp_path, caps
     assert len(err) == 2 and all(x.startswith("gpsl: error: ") for x in err)
     assert cli.main(["aggregate", "--annotators", "2", str(split)]) == 2
     assert "does not apply to a folder" in capsys.readouterr().err
+    # a path that is not there, a folder without the layout, a misspelt feature set
+    for argv, needle in (
+            (["aggregate", "--model", "joint", "-t", "ner", str(tmp_path / "nope")],
+             f"{tmp_path / 'nope'}: no such file or folder"),
+            (["train", "--crowd", "-t", "ner", str(tmp_path / "nope"), str(tmp_path / "m")],
+             f"{tmp_path / 'nope'}: no such file or folder"),
+            (["aggregate", "--model", "joint", "-t", "ner", str(split / "mturk_train_data")],
+             "no ground_truth/ folder"),
+            (["aggregate", "--model", "joint", "-t", "nre",
+              str(layout(tmp_path / "good", good_workers()))],
+             "nre: no such template file")):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().split("\n")
+        assert err[-1].startswith("gpsl: error: ") and needle in err[-1], (argv, err)
+        assert not any("Traceback" in x for x in err)
+    assert not (tmp_path / "m").exists()
 
 
 # --------------------------------------------------------------------------- the real crowd
@@ -212,6 +228,23 @@ def test_real_folder_keeps_more_votes_than_the_identical_rule(real):
     assert rep.votes > 1.25 * rep.identical_votes
     assert rep.dropped_tokens < 0.02 * rep.worker_tokens
     assert len(sents) == rep.sentences_kept
+
+
+def test_real_folder_on_the_command_line(real, tmp_path, capsys):
+    """``gpsl aggregate`` on the real folder as the docs write it (Dawid-Skene: the joint
+    model's run on the whole folder is the bench's): one ``token label p`` line per gold
+    token of the voted sentences, the alignment and the score against the gold on stderr."""
+    sents, rep = real
+    out = tmp_path / "agg.txt"
+    assert cli.main(["aggregate", str(REAL / "val"), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{rep.votes} votes kept" in err and "span F1" in err
+    blocks = out.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    assert len(blocks) == len(sents)
+    for block, s in zip(blocks[:50], sents[:50]):
+        rows = [x.split("\t") for x in block.split("\n")]
+        assert [r[0] for r in rows] == [t[0] for t in s.tokens]
+        assert all(0.0 < float(r[2]) <= 1.0 for r in rows)
 
 
 def test_real_slice_end_to_end(real):

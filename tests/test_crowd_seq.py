@@ -248,6 +248,43 @@ def test_joint_bound_with_the_sequential_model_never_decreases():
     assert p_sticky[o, b_per, i_per] > 3 * p_sticky[o, o, i_per]
 
 
+@pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
+def test_joint_bound_never_decreases_under_either_log_partition_bound(lse_bound):
+    X, _, sents = sticky_crowd()
+    votes = Votes.from_sentences([CrowdSentence(s.tokens, None, 1, None,
+                                                annotations=s.annotations) for s in sents],
+                                 classes=BIO)
+    joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=30),
+                      lse_bound=lse_bound).fit(X, votes)
+    assert joint.joint_model_.lse_bound_ == lse_bound
+    jt = np.array(joint.joint_trace_)
+    assert jt.size >= 4
+    assert np.all(np.diff(jt) >= -1e-9 * np.abs(jt).max()), np.diff(jt).min()
+    np.testing.assert_allclose(joint.bound_trace_[1:], jt[1::2])
+
+
+def test_the_joint_fits_log_partition_bound_by_default():
+    X, _, sents = sticky_crowd(12)
+    votes = Votes.from_sentences([CrowdSentence(s.tokens, None, 1, None,
+                                                annotations=s.annotations) for s in sents],
+                                 classes=BIO)
+
+    def used(model, **kw):
+        joint = CrowdGPSL(model, **kw).fit(X, votes)
+        return joint.joint_model_.lse_bound_, joint.model_.lse_bound_
+
+    # the echo prior: Jensen's in the joint fit, the model's own (the scalable mode's
+    # Boehning) in the refit tagger
+    assert used(GPSL(template=UNIGRAM_TEMPLATE, max_iter=5)) == ("jensen", "bohning")
+    # a bound the model sets is kept
+    assert used(GPSL(template=UNIGRAM_TEMPLATE, max_iter=5, lse_bound="bohning"))[0] == "bohning"
+    # the other priors keep the model's setting, so their fits are as before
+    assert used(GPSL(template=UNIGRAM_TEMPLATE, max_iter=5, variance=0.1),
+                tagger_prior="model")[0] == "bohning"
+    assert used(GPSL(template=UNIGRAM_TEMPLATE, max_iter=5),
+                tagger_prior="model", lse_bound="jensen")[0] == "jensen"
+
+
 def test_decode_labels_are_span_valid():
     from gpsl import tags
 
@@ -273,7 +310,8 @@ def test_crowd_options_are_checked():
     votes = Votes(lengths=[2], token=[0], annotator=[0], label=[0], annotators=["a"],
                   classes=["x", "y"])
     for kw, needle in ((dict(annotator_model="bsc"), "annotator_model"),
-                       (dict(decode="best"), "decode"), (dict(init="x"), "init")):
+                       (dict(decode="best"), "decode"), (dict(init="x"), "init"),
+                       (dict(lse_bound="exact"), "lse_bound")):
         with pytest.raises(ValueError, match=needle):
             CrowdGPSL(GPSL(), **kw).fit([[("a",), ("b",)]], votes)
     with pytest.raises(ValueError, match="kappa"):
@@ -379,3 +417,23 @@ def test_entity_reliability_and_the_report():
     assert entity_reliability(Votes(lengths=[1], token=[0], annotator=[0], label=[0],
                                     annotators=["a"], classes=["x", "y"]),
                               np.eye(2)[[0]]) is None
+
+
+@pytest.mark.parametrize("model", ["dawid-skene", "joint"])
+def test_one_label_crowd_gives_that_label_without_a_numerical_warning(tmp_path, capsys, model):
+    """A crowd whose votes all carry one label (J = 1): every confusion matrix is [[1]], the
+    skills enter nothing; no 0/0 in the skill step (warnings are errors here) and every
+    voted token gets the label with probability 1."""
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"tokens": ["a", "b", "c"], "annotations": [
+        {"annotator": "x", "labels": ["O", "O", "O"]},
+        {"annotator": "y", "labels": ["O", None, "O"]}]}) + "\n")
+    out = tmp_path / "out.txt"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert cli.main(["aggregate", "--model", model, "-q", str(path), "-o", str(out)]) == 0
+    rows = [line.split() for line in out.read_text().splitlines() if line.strip()]
+    assert [r[-2] for r in rows] == ["O", "O", "O"]
+    assert all(abs(float(r[-1]) - 1.0) < 1e-9 for r in rows)

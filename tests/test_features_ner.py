@@ -148,3 +148,9 @@ def test_cli_train_and_test_with_t_ner(tmp_path, capsys):
     assert cli.main(["train", "-t", str(tmp_path / "missing"), str(data),
                      str(tmp_path / "m2")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    # a misspelt feature set: one line that names the sets
+    assert cli.main(["train", "-t", "nre", str(data), str(tmp_path / "m3")]) == 2
+    err = capsys.readouterr().err
+    assert err == ("gpsl: error: nre: no such template file, and not a built-in feature set "
+                   "(ner)\n")
+    assert not (tmp_path / "m3").exists()

@@ -115,6 +115,8 @@ def read_crowd_votes(args: argparse.Namespace, path: str):
 
     alignment = None
     fmt = args.crowd_format
+    if not Path(path).exists():
+        raise InputError("no such file or folder", source=path)
     if Path(path).is_dir():
         from gpsl.crowd.raw import read_crowd_folder
 

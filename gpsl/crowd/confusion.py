@@ -122,14 +122,15 @@ def _beta_matrix(J: int, prior_diag: float, prior_off: float) -> np.ndarray:
 def _shrink_beta(J: int, s: float, shrink: float) -> np.ndarray:
     """Dirichlet parameters of the shrinkage prior (eq. PS): ``kappa m(s)`` with the
     one-coin matrix ``m(s)`` (``s`` on the diagonal, ``(1 - s) / (J - 1)`` elsewhere)."""
-    B = np.full((J, J), shrink * (1.0 - s) / (J - 1))
+    B = np.full((J, J), shrink * (1.0 - s) / max(J - 1, 1))  # J = 1: no off-diagonal cell
     np.fill_diagonal(B, shrink * s)
     return B
 
 
 def _shrink_betas(J: int, s: np.ndarray, shrink: float) -> np.ndarray:
     """:func:`_shrink_beta` for a vector of skills, shape (len(s), J, J)."""
-    B = np.broadcast_to((shrink * (1.0 - s) / (J - 1))[:, None, None], (s.size, J, J)).copy()
+    B = np.broadcast_to((shrink * (1.0 - s) / max(J - 1, 1))[:, None, None],
+                        (s.size, J, J)).copy()
     B[:, np.arange(J), np.arange(J)] = (shrink * s)[:, None]
     return B
 
@@ -204,8 +205,11 @@ def _update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: 
     """Maximise eq. (S) over ``s`` in ``[1e-9, 1 - 1e-9]`` for every annotator at once (the
     root of the decreasing ``f'`` by Newton steps inside a bisection bracket); an annotator
     keeps ``s0`` where the new value is not better. ``elog`` (A, J, J): ``E log pi`` (or
-    ``log c``), ``offset`` as :func:`_skill_terms`."""
+    ``log c``), ``offset`` as :func:`_skill_terms`. One label (``J = 1``): every confusion
+    matrix is ``[[1]]`` and the skill enters nothing, so it stays ``s0``."""
     J = elog.shape[1]
+    if J == 1:
+        return np.array(s0, dtype=float, copy=True)
     lp = np.maximum(elog, LOG_FLOOR)
     D = np.trace(lp, axis1=1, axis2=2)
     Off = lp.sum(axis=(1, 2)) - D

@@ -102,7 +102,9 @@ from gpsl.crowd.votes import Votes
 __all__ = ["DEFAULT_KAPPA", "SequentialModel", "previous_labels", "sequential_m_step"]
 
 #: default ``kappa``: pseudo-votes of the annotator's plain confusion row in each of the
-#: sequential rows (eq. P2)
+#: sequential rows (eq. P2). A fixed prior, not chosen by the bound: on the CoNLL crowd (J1)
+#: rises as ``kappa`` falls and as ``shrink`` grows while the inferred labels' span F1 falls
+#: (``bench/results/crowd_real_priors.md``, docs/real-crowd.md)
 DEFAULT_KAPPA = 30.0
 
 
