@@ -213,13 +213,24 @@ def _update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: 
     lp = np.maximum(elog, LOG_FLOOR)
     D = np.trace(lp, axis1=1, axis2=2)
     Off = lp.sum(axis=(1, 2)) - D
+    args = (D, Off, J, shrink, prior_diag, prior_off, offset)
+    s = _newton_root(s0, lambda idx, x: _skill_terms(x, D[idx], Off[idx], *args[2:])[1:])
+    f_new = _skill_terms(s, *args)[0]
+    f_old = _skill_terms(np.clip(s0, 1e-9, 1.0 - 1e-9), *args)[0]
+    return np.where(f_new >= f_old, s, s0)
+
+
+def _newton_root(s0: np.ndarray, derivs) -> np.ndarray:
+    """The root in ``[1e-9, 1 - 1e-9]`` of a decreasing ``f'`` (a concave objective's
+    maximiser) for every entry of ``s0`` at once: Newton steps kept inside a bisection bracket
+    that each step's sign of ``f'`` narrows, until no entry moves by 1e-12 (at most 100
+    rounds). ``derivs(idx, s)`` returns ``(f', f'')`` at ``s`` for the entries ``idx``."""
     lo = np.full(s0.shape, 1e-9)
     hi = np.full(s0.shape, 1.0 - 1e-9)
-    s = np.clip(s0, lo, hi)
-    act = np.arange(s.size)  # annotators still moving
+    s = np.clip(np.array(s0, dtype=float), lo, hi)
+    act = np.arange(s.size)  # entries still moving
     for _ in range(100):
-        _, d1, d2 = _skill_terms(s[act], D[act], Off[act], J, shrink, prior_diag, prior_off,
-                                 offset)
+        d1, d2 = derivs(act, s[act])
         lo[act] = np.where(d1 > 0, s[act], lo[act])
         hi[act] = np.where(d1 > 0, hi[act], s[act])
         step = s[act] - d1 / d2
@@ -230,10 +241,7 @@ def _update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: 
         act = act[moving]
         if act.size == 0:
             break
-    args = (D, Off, J, shrink, prior_diag, prior_off, offset)
-    f_new = _skill_terms(s, *args)[0]
-    f_old = _skill_terms(np.clip(s0, 1e-9, 1.0 - 1e-9), *args)[0]
-    return np.where(f_new >= f_old, s, s0)
+    return s
 
 
 def _collapsed_terms(s, N, shrink, prior_diag, prior_off):
@@ -262,22 +270,8 @@ def _collapsed_skills(s0, N, shrink, prior_diag, prior_off):
     annotator at once, by safeguarded Newton steps; an annotator keeps ``s0`` where the new
     value is not better. One exact solve instead of alternating eqs. (VB) and (S), which
     converges slowly."""
-    lo = np.full(s0.shape, 1e-9)
-    hi = np.full(s0.shape, 1.0 - 1e-9)
-    s = np.clip(np.array(s0, dtype=float), lo, hi)
-    act = np.arange(s.size)
-    for _ in range(100):
-        _, d1, d2 = _collapsed_terms(s[act], N[act], shrink, prior_diag, prior_off)
-        lo[act] = np.where(d1 > 0, s[act], lo[act])
-        hi[act] = np.where(d1 > 0, hi[act], s[act])
-        step = s[act] - d1 / d2
-        new = np.where((step > lo[act]) & (step < hi[act]), step,
-                       0.5 * (lo[act] + hi[act]))
-        moving = np.abs(new - s[act]) >= 1e-12
-        s[act] = new
-        act = act[moving]
-        if act.size == 0:
-            break
+    s = _newton_root(s0, lambda idx, x: _collapsed_terms(x, N[idx], shrink, prior_diag,
+                                                         prior_off)[1:])
     s0c = np.clip(np.array(s0, dtype=float), 1e-9, 1.0 - 1e-9)
     better = (_collapsed_terms(s, N, shrink, prior_diag, prior_off)[0]
               >= _collapsed_terms(s0c, N, shrink, prior_diag, prior_off)[0])
