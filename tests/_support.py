@@ -48,15 +48,21 @@ ARTIFACTS = Path(os.environ.get("GPSL_TEST_ARTIFACTS")
                  or Path(tempfile.gettempdir()) / "gpsl-test-artifacts")
 
 
-def wait_until(predicate, timeout: float = 120.0, step: float = 0.1):
-    """Poll ``predicate`` until it returns a true value (returned); fail after ``timeout`` s."""
+def wait_until(predicate, timeout: float = 120.0, step: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns a true value (returned); fail after ``timeout`` s,
+    naming ``what`` was waited for."""
     deadline = time.monotonic() + limit(timeout)
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"condition not met within {limit(timeout):.0f} s")
+    raise AssertionError(f"{what} not met within {limit(timeout):.0f} s")
+
+
+def token_chip(page, t: int):
+    """The Annotate page's button of token ``t`` once the page drew the current sentence."""
+    return page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
 
 
 def app_store_env(tmp_path: Path, monkeypatch) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
+from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app, token_chip
 
 from gpsl.annotation import Store
 
@@ -55,7 +55,7 @@ def test_label_a_token_in_the_browser(server):
             label = store.get_project(pid)["labels"].index("B-ORG")
 
             # click the token chip, then the label button
-            chip = page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
+            chip = token_chip(page, t)
             chip.click(timeout=ms(30))
             page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
                 timeout=ms(30))
@@ -131,8 +131,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             labels = store.get_project(pid)["labels"]
 
             def label(page, name):
-                page.locator(f".st-key-tok_{t}[data-stale='false'] button").first.click(
-                    timeout=ms(30))
+                token_chip(page, t).click(timeout=ms(30))
                 page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
                     timeout=ms(30))
                 page.locator(f".st-key-lab_{labels.index(name)}[data-stale='false'] button"

@@ -11,11 +11,10 @@ Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFAC
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
+from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app, token_chip, wait_until
 
 from gpsl.annotation import Store
 
@@ -29,16 +28,6 @@ WANT = ["B-PER", "B-PER", "O", "B-LOC", "O", "O", "B-PER", "O", "B-LOC", "O"]
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="Debian Chromium (/usr/bin/chromium) missing")
 
-
-def _wait(predicate, what, timeout=60):
-    deadline = time.monotonic() + limit(timeout)
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-
-
-def _chip(page, t):
-    return page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
 
 
 @pytest.mark.timeout(300)
@@ -75,7 +64,7 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
                 page.wait_for_function(
                     "() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
                     timeout=ms(30))
-                _chip(page, 0).click()  # the focus on the page; token 1 selected
+                token_chip(page, 0).click()  # the focus on the page; token 1 selected
                 page.get_by_text(f"token 1 of {n}").wait_for(timeout=ms(30))
                 pages[name] = page
             ann, bob = pages["Ann"], pages["Bob"]
@@ -91,7 +80,7 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
             def votes():
                 return store.get_sentence(sid)["votes"]
 
-            _wait(lambda: sum(len(v) for v in votes()) >= 20, "20 votes")
+            wait_until(lambda: sum(len(v) for v in votes()) >= 20, 60, what="20 votes")
             got = votes()
             for t in range(10):
                 assert got[t] == {"Ann": WANT[t], "Bob": WANT[t]}, (t, got[t])
@@ -103,11 +92,11 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
 
             # Ann labels one more token; Bob, on the same sentence, does not see it
             ann.keyboard.press("2")
-            _wait(lambda: votes()[10] == {"Ann": "B-LOC"}, "Ann's 11th vote")
+            wait_until(lambda: votes()[10] == {"Ann": "B-LOC"}, 60, what="Ann's 11th vote")
             ann.get_by_text(f"11 of {n} tokens labeled by you").wait_for(timeout=ms(30))
             bob.keyboard.press("ArrowRight")  # a rerun of Bob's page after Ann's vote
             bob.get_by_text(f"token 12 of {n}").wait_for(timeout=ms(30))
-            assert "B-LOC" not in _chip(bob, 10).inner_text()
+            assert "B-LOC" not in token_chip(bob, 10).inner_text()
             assert not re.search(r"\bAnn\b", bob.locator("body").inner_text())
             bob.get_by_text("stay hidden until a lead reviews").wait_for(timeout=ms(30))
             bob.screenshot(path=str(ARTIFACTS / "overlap_bob.png"), full_page=True)

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, free_port, serve_app
+from _support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    free_port,
+    serve_app,
+    token_chip,
+    wait_until,
+)
 
 from gpsl.annotation import Store
 
@@ -84,20 +92,10 @@ def _open_as(browser, url, token):
     page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
     # the session cookie is written once the page has drawn: wait for it, so that a later
     # page.goto (a new connection) finds the session
-    _wait(lambda: any(c["name"].startswith("gpsl_session_") and c["value"]
-                      for c in page.context.cookies()), "the session cookie")
+    wait_until(lambda: any(c["name"].startswith("gpsl_session_") and c["value"]
+                           for c in page.context.cookies()), 30, what="the session cookie")
     return page
 
-
-def _wait(predicate, what, timeout=30):
-    deadline = time.monotonic() + limit(timeout)
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-
-
-def _chip(page, t):
-    return page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
 
 
 @pytest.mark.timeout(300)
@@ -117,11 +115,11 @@ def test_two_annotators_blind_on_one_sentence(team):
                 page.get_by_test_id("stSidebar").get_by_text(name).wait_for(timeout=ms(30))
                 assert "token=" not in page.url and "session=" not in page.url
                 page.get_by_text(f"of {n} tokens labeled").wait_for(timeout=ms(30))
-                _chip(page, 0).filter(has_text="Ada").wait_for(timeout=ms(30))  # both: k = 2
+                token_chip(page, 0).filter(has_text="Ada").wait_for(timeout=ms(30))  # both: k = 2
             assert {x["annotator"] for x in store.leases(pid)} == {"Ann", "Bob"}
 
             def label(page, t, name):
-                _chip(page, t).click(timeout=ms(30))
+                token_chip(page, t).click(timeout=ms(30))
                 page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(30))
                 page.locator(f".st-key-lab_{LABELS.index(name)}[data-stale='false'] button"
                              ).first.click(timeout=ms(30))
@@ -130,16 +128,16 @@ def test_two_annotators_blind_on_one_sentence(team):
                 return store.get_sentence(sid)["votes"][0]
 
             label(ann, 0, "B-PER")
-            _wait(lambda: votes() == {"Ann": "B-PER"}, "Ann's vote")
+            wait_until(lambda: votes() == {"Ann": "B-PER"}, 30, what="Ann's vote")
             label(bob, 0, "B-LOC")
-            _wait(lambda: votes() == {"Ann": "B-PER", "Bob": "B-LOC"}, "both votes")
+            wait_until(lambda: votes() == {"Ann": "B-PER", "Bob": "B-LOC"}, 30, what="both votes")
             # each sees only their own label, also after a reload (identity kept in a cookie)
             ann.reload()
             ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
-            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
-            _chip(bob, 0).filter(has_text="B-LOC").wait_for(timeout=ms(30))
-            assert "B-LOC" not in _chip(ann, 0).inner_text()
-            assert "B-PER" not in _chip(bob, 0).inner_text()
+            token_chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
+            token_chip(bob, 0).filter(has_text="B-LOC").wait_for(timeout=ms(30))
+            assert "B-LOC" not in token_chip(ann, 0).inner_text()
+            assert "B-PER" not in token_chip(bob, 0).inner_text()
             assert "Bob" not in ann.locator("body").inner_text()
 
             # the lead signs in with the password and finds the conflict on the Team page
@@ -166,8 +164,8 @@ def test_two_annotators_blind_on_one_sentence(team):
 
             # Bob's undo removes his vote only
             bob.locator(".st-key-undo[data-stale='false'] button").first.click(timeout=ms(30))
-            _wait(lambda: votes() == {"Ann": "B-PER"}, "Bob's undo")
-            _chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
+            wait_until(lambda: votes() == {"Ann": "B-PER"}, 30, what="Bob's undo")
+            token_chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
             assert store.get_sentence(sid)["labels"][0] == "B-PER"
             ann.screenshot(path=str(ARTIFACTS / "browser_team_ann.png"))
         finally:
@@ -224,7 +222,7 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
             n = len(store.get_sentence(sid)["tokens"])
             # the page fully drawn first (a script chunk the browser fails to fetch while
             # the server is down stays broken in that tab: a test artefact, not the app's)
-            _chip(page, n - 1).wait_for(timeout=ms(30))
+            token_chip(page, n - 1).wait_for(timeout=ms(30))
             page.locator(".st-key-undo[data-stale='false'] button").first.wait_for()
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").wait_for()
             page.wait_for_load_state("networkidle")
@@ -237,7 +235,7 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
             while store.get_sentence(sid)["votes"][t] == before:  # a click right after the
                 assert time.monotonic() < deadline, "no label after the restart"  # reconnect
                 try:                                                 # may be dropped: again
-                    _chip(page, t).click(timeout=ms(10))
+                    token_chip(page, t).click(timeout=ms(10))
                     page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(5))
                     page.locator(f".st-key-lab_{LABELS.index('O')}[data-stale='false'] button"
                                  ).first.click(timeout=ms(10))
