@@ -13,7 +13,9 @@ import os
 import platform
 import subprocess
 import zlib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -266,3 +268,11 @@ def header_lines(title: str, date: str, machine: dict, git: dict, command: str) 
         f"* command: `{command}`",
         "",
     ]
+
+
+def in_fresh_process(fn, job: dict) -> dict:
+    """``fn(job)`` in a new spawned process of its own (nothing inherited: imports, caches and
+    the peak resident set are that job's alone); returns its result."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
+                             max_tasks_per_child=1) as ex:
+        return ex.submit(fn, job).result()

@@ -49,8 +49,6 @@ import json
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +60,7 @@ from bench.common import (
     check_data,
     git_commit,
     header_lines,
+    in_fresh_process,
     jsonable,
     machine_info,
     now_iso,
@@ -214,9 +213,7 @@ def _forced_labels_first(**params):
 
 
 def _diagnose_child(job: dict) -> dict:
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
-        return ex.submit(diagnose_job, job).result()
+    return in_fresh_process(diagnose_job, job)
 
 
 def diagnose(args, log=print, child=None) -> dict:
@@ -265,9 +262,7 @@ def write_diagnosis(report: dict, out: Path) -> list[str]:
 
 
 def _in_child(job: dict) -> dict:
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
-        return ex.submit(run_job, job).result()
+    return in_fresh_process(run_job, job)
 
 
 def run(args, log=print, child=None) -> dict:

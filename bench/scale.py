@@ -57,8 +57,6 @@ import resource
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +68,7 @@ from bench.common import (
     check_data,
     git_commit,
     header_lines,
+    in_fresh_process,
     jsonable,
     load_pooled,
     machine_info,
@@ -271,9 +270,7 @@ def run_cluster_job(job: dict) -> dict:
 
 
 def _cluster_child(job: dict) -> dict:
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
-        return ex.submit(run_cluster_job, job).result()
+    return in_fresh_process(run_cluster_job, job)
 
 
 def _available_mib() -> float | None:
@@ -462,9 +459,7 @@ def write_cluster(report: dict, out: Path) -> list[str]:
 
 
 def _in_child(job: dict) -> dict:
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as ex:
-        return ex.submit(run_job, job).result()
+    return in_fresh_process(run_job, job)
 
 
 def exponent(rows: list[dict]) -> float | None:
