@@ -9,6 +9,7 @@ random train/test index sets from a recorded seed.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import subprocess
@@ -276,3 +277,11 @@ def in_fresh_process(fn, job: dict) -> dict:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
                              max_tasks_per_child=1) as ex:
         return ex.submit(fn, job).result()
+
+
+def write_results(out: Path, stem: str, markdown: str, report: dict) -> None:
+    """``out/stem.md`` (the table as printed) and ``out/stem.json`` (``report``, numpy values
+    and non-finite floats made JSON by :func:`jsonable`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")

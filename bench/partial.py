@@ -45,7 +45,6 @@ share of missing labels whose most likely value changed and the CPU seconds so f
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -61,9 +60,9 @@ from bench.common import (
     git_commit,
     header_lines,
     in_fresh_process,
-    jsonable,
     machine_info,
     now_iso,
+    write_results,
 )
 from bench.scale import CRF_PARAMS, TEST_SENTENCES
 
@@ -254,10 +253,7 @@ def write_diagnosis(report: dict, out: Path) -> list[str]:
                 lines.append(f"| {x['sweep']} | {x['bound']:.1f} | {x['loss']:.2f} | "
                              f"{x['mean_V']:.2f} | {ch} | {x['cpu_s']:.2f} |")
             lines.append("")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "partial_diagnosis.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / "partial_diagnosis.json").write_text(json.dumps(jsonable(report), indent=1),
-                                                encoding="utf-8")
+    write_results(out, "partial_diagnosis", "\n".join(lines), report)
     return lines
 
 
@@ -369,10 +365,8 @@ def write(report: dict, out: Path) -> list[str]:
     lines += ["", "Per-run CPU seconds: " + "; ".join(
         f"{s['hidden']:.0%} {s['method']}: " + ", ".join(f"{v:.2f}" for v in s["fit_cpu_all"])
         for s in report["summary"]), ""]
-    out.mkdir(parents=True, exist_ok=True)
     stem = "partial" if report["dataset"] == "chunking" else f"partial_{report['dataset']}"
-    (out / f"{stem}.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
+    write_results(out, stem, "\n".join(lines), report)
     return lines
 
 

@@ -52,7 +52,6 @@ least-squares slopes of log(fit CPU seconds) on log(training tokens). Writes ``s
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import shlex
 import sys
@@ -69,10 +68,10 @@ from bench.common import (
     git_commit,
     header_lines,
     in_fresh_process,
-    jsonable,
     load_pooled,
     machine_info,
     now_iso,
+    write_results,
 )
 
 TEST_SENTENCES = 100
@@ -451,10 +450,7 @@ def write_cluster(report: dict, out: Path) -> list[str]:
             lines.append(f"| {n} | " + " | ".join(
                 f"{estimate_n_machines(p, n, m):.0f} s" for m in (1, 2, 4, 8, 16)) + " |")
         lines.append("")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale_cluster.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / "scale_cluster.json").write_text(json.dumps(jsonable(report), indent=1),
-                                            encoding="utf-8")
+    write_results(out, "scale_cluster", "\n".join(lines), report)
     return lines
 
 
@@ -685,9 +681,7 @@ def write(report: dict, out: Path) -> list[str]:
                          f"{_ratio(r['predict_us_per_token'], crf and crf['predict_us_per_token'])}"
                          f" | {r.get('rns_passes', '–')} |")
         lines.append("")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.md").write_text("\n".join(lines), encoding="utf-8")
-    (out / "scale.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
+    write_results(out, "scale", "\n".join(lines), report)
     return lines
 
 
