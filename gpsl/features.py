@@ -108,7 +108,7 @@ class Template:
     @classmethod
     def from_file(cls, path: str | os.PathLike, encoding: str = "utf-8") -> Template:
         """Read and parse a template file."""
-        from gpsl.io import _read_source
+        from gpsl.io.source import _read_source
 
         name = str(path)
         return cls.parse(_read_source(path, encoding, name), source=name)

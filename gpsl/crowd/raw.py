@@ -53,7 +53,8 @@ from pathlib import Path
 
 from gpsl import limits
 from gpsl.errors import InputError
-from gpsl.io import CrowdSentence, _lines, _read_source
+from gpsl.io import CrowdSentence
+from gpsl.io.source import _lines, _read_source
 
 __all__ = ["AlignmentReport", "CrowdFolderError", "align_tokens", "find_split",
            "read_crowd_folder"]

@@ -17,7 +17,7 @@ from gpsl.io.formats import (
     write_conll,
     write_jsonl,
 )
-from gpsl.io.source import Source, _lines, _read_source
+from gpsl.io.source import Source
 
 __all__ = [
     "FORMATS",
@@ -35,6 +35,4 @@ __all__ = [
     "read_text",
     "write_conll",
     "write_jsonl",
-    "_lines",  # for the readers of other layouts (gpsl.crowd.raw)
-    "_read_source",
 ]
