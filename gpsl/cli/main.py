@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpsl.cli import aggregate, common, query, tag, train
+from gpsl.cli import aggregate, common, query, serve, tag, train
 from gpsl.errors import GpslError
 
-COMMANDS = "train, test, eval, query or aggregate"
+COMMANDS = "train, test, eval, query, aggregate or serve"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     aggregate.add_parser(sub)
     tag.add_parsers(sub)
     query.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 
