@@ -206,11 +206,9 @@ class Service:
         return 201, {"status": "ok", "result": out}
 
     def _delete(self, ann: dict) -> bool:
-        task = ann.get("task")
-        task_id = task.get("id") if isinstance(task, dict) else task
-        if not isinstance(task_id, int) or not isinstance(ann.get("id"), int):
-            raise ProtocolError("a deleted annotation needs its \"id\" and \"task\"")
-        return self.state.delete_vote(task_id, ann["id"])
+        if isinstance(ann.get("id"), bool) or not isinstance(ann.get("id"), int):
+            raise ProtocolError("a deleted annotation needs its integer \"id\"")
+        return self.state.delete_vote(ann["id"])
 
     def _vote(self, payload: dict, project: dict) -> dict:
         ann, task = payload.get("annotation"), payload.get("task")
@@ -224,7 +222,7 @@ class Service:
         if not isinstance(task_id, int) or not isinstance(ann_id, int):
             raise ProtocolError("the annotation and its task need integer ids")
         if ann.get("was_cancelled"):  # a skipped task is no vote
-            return {"task": task_id, "skipped": self.state.delete_vote(task_id, ann_id)}
+            return {"task": task_id, "skipped": self.state.delete_vote(ann_id)}
         text = ls.task_text(task, config, self.limits.max_chars)
         offsets = ls.tokenize(text)
         self.check_sizes([len(offsets)], "task")

@@ -85,14 +85,16 @@ class State:
              "value=CAST(value AS INTEGER) + 1", ()),
         ])
 
-    def delete_vote(self, task_id: int, annotation_id: int) -> bool:
-        n = self._read("SELECT COUNT(*) FROM votes WHERE task_id=? AND annotation_id=?",
-                       (task_id, annotation_id))[0][0]
-        self._write([
-            ("DELETE FROM votes WHERE task_id=? AND annotation_id=?", (task_id, annotation_id)),
-            ("INSERT INTO meta VALUES ('new_votes', '1') ON CONFLICT(key) DO UPDATE SET "
-             "value=CAST(value AS INTEGER) + 1", ()),
-        ])
+    def delete_vote(self, annotation_id: int) -> bool:
+        """Delete the vote of a Label Studio annotation (ids are unique across tasks; the
+        ANNOTATIONS_DELETED event names the annotations only); False if there was none."""
+        n = self._read("SELECT COUNT(*) FROM votes WHERE annotation_id=?", (annotation_id,))[0][0]
+        if n:
+            self._write([
+                ("DELETE FROM votes WHERE annotation_id=?", (annotation_id,)),
+                ("INSERT INTO meta VALUES ('new_votes', '1') ON CONFLICT(key) DO UPDATE SET "
+                 "value=CAST(value AS INTEGER) + 1", ()),
+            ])
         return bool(n)
 
     def training_tasks(self) -> list[tuple[int, list[str], dict[str, list[str | None]]]]:
