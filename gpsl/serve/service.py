@@ -139,7 +139,9 @@ class Service:
         """``(labels, marginals, task scores or None, version)`` of sentences ``X``: the labels
         and marginals of ``gpsl test --marginals``; with ``scores``, each sentence's
         :func:`gpsl.annotation.rules.queue_score` over the app's query score (BALD, the
-        queue's default): higher = asked first."""
+        queue's default) divided by ``log J`` (``J`` labels): higher = asked first. BALD is
+        a mutual information, ``I(y_t; f) <= H(y_t) <= log J``, so the score lies in [0, 1],
+        as Label Studio shows it (a percentage), in the queue's order."""
         self.sync()
         with self._lock:
             model, version = self.model, self.version
@@ -155,8 +157,9 @@ class Service:
                 if scores:
                     q = query_scores(model, Xn, None, [marg[i] for i in nonempty],
                                      active.DEFAULT_QUERY)
+                    scale = np.log(max(2, len(model.classes_)))
                     for i, qs in zip(nonempty, q, strict=True):
-                        task_scores[i] = queue_score(marg[i], (), qs)
+                        task_scores[i] = queue_score(marg[i], (), qs) / scale
         return labels, marg, task_scores if scores else None, list(model.classes_), version
 
     # ------------------------------------------------------------------ the LS protocol
