@@ -122,6 +122,7 @@ def main() -> None:
         "title": "gpsl queue", "ordering": ["-tasks:predictions_score"],
         "hiddenColumns": {"explore": hidden, "labeling": hidden}})
     out["view"] = view.id
+    out["queue"] = [t.id for t in ls.tasks.list(project=project.id, view=view.id)]
     out["predictions_after"] = {str(k): v for k, v in predictions_of(ls, project.id).items()}
     out["project_id"] = project.id
     print(json.dumps(out, default=str))

@@ -391,3 +391,21 @@ def test_a_real_uvicorn_server_with_two_workers(trained, tmp_path):
                                                                    ("/v1/model", 401)}
     assert not any("Traceback" in line for line in lines)
     assert time.time() > 0
+
+
+@pytest.mark.parametrize("decoder", ["rns", "exact"])
+def test_one_pass_prediction_equals_the_models_three(trained, decoder):
+    from gpsl.annotation.pipeline import query_scores
+    from gpsl.model import GPSL
+    from gpsl.serve.service import _predict
+
+    model = GPSL.load(trained[0])
+    model.decoder = decoder
+    X = [[(w,) for w in "Eve flew to Rome at noon .".split()],
+         [(w,) for w in "Zxq met Plimsk".split()]]
+    labels, P, q = _predict(model, X, scores=True)
+    assert labels == [list(v) for v in model.predict(X)]
+    want = model.predict_marginals(X)
+    assert all(np.allclose(a, b) for a, b in zip(P, want, strict=True))
+    assert all(np.allclose(a, b) for a, b in zip(
+        q, query_scores(model, X, None, want, "bald"), strict=True))

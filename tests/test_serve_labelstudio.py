@@ -25,6 +25,9 @@ from _limits import limit
 from _serve import CONFIG, train_model
 from _support import free_port, wait_until
 
+from gpsl.serve import Service, Settings
+from gpsl.serve.labelstudio import tokenize
+
 CHROMIUM = Path("/usr/bin/chromium")
 GPSL_TOKEN = "gpsl-serve-token-ls"
 TEXTS = ["President Obama is speaking at noon in Paris .",
@@ -107,9 +110,13 @@ def test_label_studio_uses_gpsl_as_its_ml_backend(ls_python, tmp_path):
     assert {p["model_version"] for p in first} == {base}
     assert ("Obama", "Person") in spans_of(first[0], TEXTS[0])
     assert ("Paris", "Location") in spans_of(first[0], TEXTS[0])
-    assert all(0 <= p["score"] <= 1 for p in first)
-    # the unfamiliar sentence is the most doubtful: first when sorted by score, descending
-    assert max(range(len(first)), key=lambda i: first[i]["score"]) == 3
+    # the task score is gpsl's queue score (BALD / log J) of the served model
+    service = Service(Settings(model_dir=str(model), state_dir=str(tmp_path / "other")))
+    X = [[(w,) for w in ls_tokens(t)] for t in TEXTS]
+    _, _, queue, _, version = service.label(X, scores=True)
+    assert version == base
+    assert [p["score"] for p in first] == pytest.approx(queue, abs=2e-6)
+    assert all(0 < p["score"] <= 1 for p in first)
     # two users' annotations became votes, the refit model predicts the new task
     assert out["annotations"] == 4 and len(set(out["users"])) == 2
     assert info["votes"]["votes"] == 4 and info["votes"]["annotators"] == 2
@@ -121,11 +128,19 @@ def test_label_studio_uses_gpsl_as_its_ml_backend(ls_python, tmp_path):
            if line.startswith("{")]
     refits = [r for r in log if r.get("event") == "refit"]
     assert refits and refits[-1]["votes"] == 4 and refits[-1]["tasks"] == 2
+    # the Data Manager tab sorted by prediction score is gpsl's queue, most doubtful first
+    after = {int(k): [x for x in v if x["model_version"] == out["refit_version"]][0]["score"]
+             for k, v in out["predictions_after"].items()}
+    assert out["queue"] == sorted(after, key=lambda t: -after[t])
     paths = {(r.get("path"), r.get("status")) for r in log}
     assert {("/setup", 200), ("/predict", 200), ("/webhook", 201)} <= paths
     assert not any(r.get("status", 200) >= 400 for r in log)
     for shot in shots:
         assert shot.stat().st_size > 10_000
+
+
+def ls_tokens(text: str) -> list[str]:
+    return [text[a:b] for a, b in tokenize(text)]
 
 
 def _answers(url: str) -> bool:

@@ -60,6 +60,32 @@ def model_version(path: Path) -> str:
     return "gpsl-" + hashlib.sha256((Path(path) / "model.json").read_bytes()).hexdigest()[:12]
 
 
+def _predict(model: GPSL, X, scores: bool):
+    """``(labels, marginals, query scores or None)`` of sentences ``X``: what
+    ``model.predict``, ``model.predict_marginals`` and the queue's
+    :func:`gpsl.annotation.pipeline.query_scores` (BALD) give, from one computation of
+    Algorithm 2's inputs (:meth:`~gpsl.model.GPSL.calibration_scores`) instead of three."""
+    if model.decoder != "rns":
+        labels = model.predict(X)
+        P = model.predict_marginals(X)
+        q = query_scores(model, X, None, P, active.DEFAULT_QUERY) if scores else None
+        return labels, P, q
+    method = model.marginals_method()
+    cal = model.calibrator_ if (model.calibrator_ is not None
+                                and model.calibrator_.method == method) else None
+    sc = model.calibration_scores(X, with_variance=scores or method == "probit")
+    flat = sc.marginals(method) if cal is None else cal.apply(sc, None)
+    flat_lab = flat if cal is None or model._labels_follow_calibration() \
+        else sc.marginals(method)
+    cuts = np.cumsum(sc.lengths)[:-1]
+    labels = [[model.classes_[j] for j in p.argmax(axis=1)] for p in np.split(flat_lab, cuts)]
+    q = None
+    if scores:
+        q = np.split(active.score_tokens(sc, active.DEFAULT_QUERY, None, seed=0,
+                                         marginals=flat), cuts)
+    return labels, np.split(flat, cuts), q
+
+
 class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -151,15 +177,13 @@ class Service:
             marg: list = [np.zeros((0, len(model.classes_))) for _ in X]
             task_scores: list = [None] * len(X)
             if Xn:
-                for i, lab, P in zip(nonempty, model.predict(Xn), model.predict_marginals(Xn),
-                                     strict=True):
-                    labels[i], marg[i] = list(lab), P
+                lab, P, q = _predict(model, Xn, scores)
+                for k, i in enumerate(nonempty):
+                    labels[i], marg[i] = lab[k], P[k]
                 if scores:
-                    q = query_scores(model, Xn, None, [marg[i] for i in nonempty],
-                                     active.DEFAULT_QUERY)
                     scale = np.log(max(2, len(model.classes_)))
-                    for i, qs in zip(nonempty, q, strict=True):
-                        task_scores[i] = queue_score(marg[i], (), qs) / scale
+                    for k, i in enumerate(nonempty):
+                        task_scores[i] = queue_score(marg[i], (), q[k]) / scale
         return labels, marg, task_scores if scores else None, list(model.classes_), version
 
     # ------------------------------------------------------------------ the LS protocol
