@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 PORT ?= 8501
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run setup test lint chromium postgresql install install-dev clean
+.PHONY: run setup test lint chromium postgresql labelstudio install install-dev clean
 
 # single-user local mode on the loopback (no sign-in) until the store has an account
 run: $(VENV)/.installed-run
@@ -25,7 +25,7 @@ run: $(VENV)/.installed-run
 setup: $(VENV)/.installed-run
 	$(BIN)/python -m gpsl.annotation.setup
 
-test: $(VENV)/.installed-dev chromium postgresql
+test: $(VENV)/.installed-dev chromium postgresql labelstudio
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2
 
@@ -92,6 +92,13 @@ postgresql:
 	$$SUDO apt-get update && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql \
 	|| echo "NOTE: could not install postgresql with apt-get; its tests will be skipped."
+
+# Label Studio for the gpsl serve integration test, in its own virtual environment outside
+# the checkout ($$GPSL_LS_VENV or ~/.cache/gpsl-ls-venv; pins in tests/requirements-labelstudio.txt),
+# installed once and kept; if the install fails the test says why and is skipped (fails on CI).
+labelstudio: $(VENV)/.installed-dev
+	@$(BIN)/python tests/_labelstudio.py install \
+	|| echo "NOTE: Label Studio could not be installed; its integration test will be skipped."
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

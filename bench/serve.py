@@ -1,7 +1,7 @@
 """gpsl serve under load: Label Studio's ``/predict`` latency and ``/v1/tag`` throughput,
 beside ``gpsl test`` and CRFsuite on the same model's data.
 
-    python -m bench.serve [--repeats 20] [--out bench/results]
+    python -m bench.serve [--repeats 20] [--train-sentences 320] [--out bench/results]
 
 The model: ``gpsl train -t ner`` (the defaults: calibration on folds) on the words and labels
 of the sample project's first 320 gold sentences; the held-out 80 are the text to tag. The
@@ -54,11 +54,11 @@ CONFIG = ('<View><Text name="text" value="$text"/><Labels name="label" toName="t
           '<Label value="MONEY"/></Labels></View>')
 
 
-def data(tmp: Path):
+def data(tmp: Path, n_train: int = 320):
     from gpsl.io import read_conll
 
     gold = read_conll(REPO / "sample_data" / "sample_gold.conll")
-    train, held = gold[:320], gold[320:]
+    train, held = gold[:n_train], gold[320:]
     path = tmp / "train.conll"
     path.write_text("\n\n".join("\n".join(f"{t[0]} {lab}" for t, lab in
                                           zip(s.tokens, s.labels, strict=True))
@@ -141,11 +141,11 @@ def start_server(model: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("gpsl serve did not start")
 
 
-def measure(repeats: int, tmp: Path) -> dict:
+def measure(repeats: int, tmp: Path, n_train: int = 320) -> dict:
     from bench.paper import fit_peer
     from gpsl.model import GPSL
 
-    train, held, train_path, test_path = data(tmp)
+    train, held, train_path, test_path = data(tmp, n_train)
     model = tmp / "model"
     subprocess.run([sys.executable, "-m", "gpsl", "train", "-t", "ner", "-q", str(train_path),
                     str(model)], check=True, capture_output=True)
@@ -243,11 +243,13 @@ def report(result: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--train-sentences", type=int, default=320,
+                   help="sample sentences the model is trained on (at most 320)")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     command = "python -m bench.serve " + shlex.join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory() as tmp:
-        result = measure(args.repeats, Path(tmp))
+        result = measure(args.repeats, Path(tmp), min(320, args.train_sentences))
     result.update(command=command.strip(), date=now_iso(), machine=machine_info(),
                   git=git_commit())
     md = report(result)
