@@ -21,8 +21,9 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from _serve import answers
 
 REQUIREMENTS = Path(__file__).with_name("requirements-labelstudio.txt")
 VENV = Path(os.environ.get("GPSL_LS_VENV", Path.home() / ".cache" / "gpsl-ls-venv"))
@@ -83,14 +84,6 @@ def env(data_dir: Path) -> dict:
             "SENTRY_DSN": "", "FRONTEND_SENTRY_DSN": "", "FEATURE_FLAGS_OFFLINE": "true"}
 
 
-def _up(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=5) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def running(data_dir: Path, port: int, startup: float):
     """Label Studio on ``127.0.0.1:port`` with its data in ``data_dir``; yields its URL."""
@@ -104,7 +97,7 @@ def running(data_dir: Path, port: int, startup: float):
     url = f"http://127.0.0.1:{port}"
     try:
         end = time.monotonic() + startup
-        while not _up(url):
+        while not answers(url):
             if proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"Label Studio did not start (see {log.name})")
             time.sleep(2.0)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import urllib.request
 from pathlib import Path
 
 from gpsl.cli import main
@@ -48,3 +49,12 @@ def train_model(root: Path) -> tuple[Path, Path]:
     assert main(["train", "-t", "ner", "--calibrate-folds", "2", "-q", str(data),
                  str(model)]) == 0
     return model, data
+
+
+def answers(url: str) -> bool:
+    """``GET url/health`` answers 200 (gpsl serve's, or Label Studio's)."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from _labelstudio import PASSWORD, TOKEN, USER, InstallError, ensure_installed, running
 from _limits import limit
-from _serve import CONFIG, train_model
+from _serve import CONFIG, answers, train_model
 from _support import free_port, wait_until
 
 from gpsl.serve import Service, Settings
@@ -83,7 +83,7 @@ def test_label_studio_uses_gpsl_as_its_ml_backend(ls_python, tmp_path):
          "--refit-every", "4"],
         stdout=glog, stderr=subprocess.STDOUT, env={**os.environ, "GPSL_SERVE_TOKEN": GPSL_TOKEN})
     try:
-        wait_until(lambda: _answers(gurl), limit(90), what="gpsl serve")
+        wait_until(lambda: answers(gurl), limit(90), what="gpsl serve")
         base = gpsl_model(gurl)["model_version"]
         with running(tmp_path / "ls-data", lport, startup=limit(600)) as lurl:
             settings = tmp_path / "driver.json"
@@ -141,14 +141,6 @@ def test_label_studio_uses_gpsl_as_its_ml_backend(ls_python, tmp_path):
 
 def ls_tokens(text: str) -> list[str]:
     return [text[a:b] for a, b in tokenize(text)]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def screenshots(url: str, out: dict, tmp_path: Path) -> list[Path]:
