@@ -401,3 +401,20 @@ def test_one_pass_prediction_equals_the_models_three(trained, decoder):
     assert all(np.allclose(a, b) for a, b in zip(P, want, strict=True))
     assert all(np.allclose(a, b) for a, b in zip(
         q, query_scores(model, X, None, want, "bald"), strict=True))
+
+
+def test_the_command_refuses_bad_options_in_one_line(trained, tmp_path, monkeypatch, capsys):
+    from gpsl.cli import main
+
+    monkeypatch.delenv("GPSL_SERVE_TOKEN", raising=False)
+    model = str(trained[0])
+    cases = [([], "a token is required"),
+             (["--token", "t", "--port", "70000"], "not a TCP port"),
+             (["--token", "t", "--train-data", str(FIXTURES / "README.md")], "README.md:"),
+             (["--token", "t", "--workers", "0"], "positive number")]
+    for extra, words in cases:
+        assert main(["serve", "-m", model, "--state-dir", str(tmp_path / "s"), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert main(["serve", "-m", str(tmp_path), "--token", "t"]) == 2
+    assert "not a gpsl model directory" in capsys.readouterr().err

@@ -89,16 +89,20 @@ def run(args: argparse.Namespace) -> int:
     if not token:
         raise InputError("a token is required: --token T or GPSL_SERVE_TOKEN (e.g. "
                          f"{secrets.token_urlsafe(24)})", source="gpsl serve")
+    if args.port > 65535:
+        common.refuse("--port", f"{args.port} is not a TCP port (1 to 65535)")
     settings = settings_of(args)
     common.load_model(settings.model_dir)  # a bad model: one line before the server starts
+    service = Service(settings)  # a bad --train-data or state directory, the same
     configure_logging(args.log_level)
     print(f"gpsl serve: {settings.model_dir} on http://{args.host}:{args.port} "
           f"(state {settings.state_dir}, {args.workers} worker(s))", file=sys.stderr)
     common_kw = {"host": args.host, "port": args.port, "log_level": args.log_level.lower(),
                  "access_log": False, "timeout_graceful_shutdown": 5}
     if args.workers == 1:
-        uvicorn.run(create_app(Service(settings), token), **common_kw)
+        uvicorn.run(create_app(service, token), **common_kw)
         return 0
+    del service  # each worker loads its own
     os.environ["GPSL_SERVE_SETTINGS"] = settings_env(settings)
     os.environ["GPSL_SERVE_TOKEN"] = token
     os.environ["GPSL_SERVE_LOG_LEVEL"] = args.log_level
