@@ -70,6 +70,9 @@ from gpsl.model import GPSL
 #: the first chunk was stored
 PAUSES = ("after-staging", "in-fit", "in-predict")
 PAUSE_SECONDS = 600.0  # a paused run waits at most this long
+#: the versions before the active one whose predictions a run keeps (the Confidence and Data
+#: pages' choice of version; older versions keep their row, metrics and model folder)
+KEEP_PREVIOUS = 1
 
 #: the settings of a run that are parameters of :mod:`gpsl.params` (constraints, defaults
 #: where the app starts a fit, labels and help of the Train page's widgets)
@@ -360,7 +363,7 @@ def _finish(run: _Run, model: GPSL, figures: dict) -> None:
         query_strategy=run.config.query)
     if not done:  # stopped meanwhile: keep nothing of it active
         raise Stopped()
-    run.store.prune_predictions(run.project_id, keep=2)
+    run.store.prune_predictions(run.project_id, keep=KEEP_PREVIOUS)
     run.progress.phase("done")
 
 
