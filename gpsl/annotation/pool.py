@@ -135,13 +135,14 @@ def _child(span: tuple[int, int]):
     return span, chunk_predictions(_JOB, *span)
 
 
-def predict_pool(job: PoolJob, budget: int = PREDICT_CHUNK_TOKENS,
-                 n_processes: int | None = None
+def predict_pool(job: PoolJob, budget: int | None = None, n_processes: int | None = None
                  ) -> Iterator[tuple[int, dict[int, np.ndarray], dict[int, np.ndarray]]]:
     """``(sentences done, marginals, query scores)`` chunk after chunk, in the sentences'
-    order (module docstring). Closing the iterator early stops the children."""
+    order (module docstring), chunks of ``budget`` tokens (default
+    :data:`PREDICT_CHUNK_TOKENS`) on ``n_processes`` processes (default :func:`processes`).
+    Closing the iterator early stops the children."""
     global _JOB
-    spans = list(chunks([len(s) for s in job.X], budget))
+    spans = list(chunks([len(s) for s in job.X], budget or PREDICT_CHUNK_TOKENS))
     n = processes(len(spans)) if n_processes is None else max(1, min(n_processes, len(spans)))
     if n <= 1:
         for a, b in spans:
