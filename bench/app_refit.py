@@ -424,8 +424,7 @@ def run_backend(backend: str, tmp: Path, args, log=print) -> dict:
         try:
             p = store.progress(pid, detail=False)
             run["project"] = {
-                "sentences": store.sentence_count(pid) + store.sentence_count(
-                    pid, split="heldout"),
+                "sentences": store.sentence_count(pid),
                 "tokens": store.db.read(lambda c: c.exec_driver_sql(
                     "SELECT SUM(n_tokens) FROM sentences").scalar()),
                 "heldout": store.sentence_count(pid, split="heldout"),
