@@ -21,8 +21,11 @@ The chunks and their seeds are the same either way, so the stored predictions ar
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -131,6 +134,16 @@ def processes(n_chunks: int) -> int:
 _JOB: PoolJob | None = None  # the forked children's job (inherited, never sent)
 
 
+def _die_with(parent: int) -> None:
+    """A child's start (Linux): it is killed when the worker dies (``PR_SET_PDEATHSIG``), so
+    a worker stopped or killed mid-chunk leaves no child computing a chunk no one reads."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent:  # the worker died before the line above
+        os._exit(1)
+
+
 def _child(span: tuple[int, int]):
     return span, chunk_predictions(_JOB, *span)
 
@@ -150,7 +163,7 @@ def predict_pool(job: PoolJob, budget: int | None = None, n_processes: int | Non
         return
     _JOB = job
     try:
-        with multiprocessing.get_context("fork").Pool(n) as workers:
+        with multiprocessing.get_context("fork").Pool(n, _die_with, (os.getpid(),)) as workers:
             for (_, b), (marg, query) in workers.imap(_child, spans):
                 yield b, marg, query
     finally:
