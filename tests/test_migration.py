@@ -114,7 +114,8 @@ def test_a_schema_3_store_keeps_its_predictions_and_the_old_queue_rule(store_tar
     assert store.db.read(lambda c: c.execute(text(
         "SELECT COUNT(*) FROM predictions WHERE query_scores IS NULL")).scalar_one()) == 3
     got = store.get_predictions(vid)
-    assert {k: v.tobytes() for k, v in got.items()} == {k: v.tobytes() for k, v in preds.items()}
+    assert set(got) == set(preds)  # packed by schema 6: within its read-back error
+    assert all(np.abs(got[k] - preds[k]).max() < 1 / 65535 for k in preds)
     assert store.get_query_scores(vid) == {}
     assert store.get_model_version(vid)["query_strategy"] is None
     assert store.queue_strategy(pid) == "least_confidence"
@@ -125,7 +126,7 @@ def test_a_schema_3_store_keeps_its_predictions_and_the_old_queue_rule(store_tar
     old = sentence_scores([preds[s] for s in ids], labeled, "sentence_least_confidence")
     assert store.queue(pid) == [ids[i] for i in np.argsort(-old, kind="stable")]
     assert [r["score"] for r in store.ranked_queue(pid, 3)] == \
-        pytest.approx(sorted(old, reverse=True), abs=1e-6)
+        pytest.approx(sorted(old, reverse=True), abs=2e-5)  # the packing: below 1 / 65535
     # a new version stores its query scores in the migrated tables
     new = store.start_model_version(pid, {})
     store.save_predictions(new, preds, {sid: np.array([0.0, 0.0, 0.1 * k], np.float32)

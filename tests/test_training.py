@@ -415,5 +415,45 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
     clamp = np.concatenate(GPSL.load(second["path"]).gold_index(y))
     for k, sid in enumerate(ids):
         known = clamp[sum(map(len, X[:k])): sum(map(len, X[:k + 1]))] >= 0
+        # the scores come from the marginals before they were packed to 16-bit levels (each
+        # within 1/65535): the entropy moves by at most J (1 + ln 65535) / 65535 = 7.4e-4
         np.testing.assert_allclose(Q2[sid], np.where(known, 0.0, active.entropy(P2[sid])),
-                                   rtol=1e-5, atol=1e-6)
+                                   rtol=0, atol=7.4e-4)
+
+
+def test_the_eta_never_rises_while_a_step_runs():
+    """Issue 36: the ETA is read again and again while one step runs (a fold fit, a sweep,
+    a prediction chunk); it must count down, never up. Fed a sequence of progress records
+    of steps of uneven length (the last fold three times the others, as a fold with more
+    labels), at a simulated clock, the estimate never rises between two records, and at
+    each record it is the mean finished step times the steps left."""
+    t0 = 1000.0
+    ends = [t0 + 4.0, t0 + 8.0, t0 + 20.0]  # three folds: 4 s, 4 s, then 12 s
+    rec = {"phase": "calibrating", "step": 0, "steps": 4, "step_started": t0,
+           "phase_started": t0, "updated": t0}
+    for k, end in enumerate(ends, start=1):
+        begun = rec.get("step_at", t0)
+        seen = [pipeline.eta_seconds(rec, now=t) for t in np.arange(begun, end, 0.5)]
+        if k > 1:  # nothing measured before the first step ends
+            assert all(b <= a + 1e-9 for a, b in zip(seen, seen[1:])), seen
+            assert seen[-1] >= 0.0
+        rec = {**rec, "step": k, "step_at": end, "updated": end}
+        per = (end - t0) / k
+        assert pipeline.eta_seconds(rec, now=end) == pytest.approx(per * (4 - k))
+    # the issue's case: 2 of 3 folds in 16 s ("about 8 s left"); 15 s later the old rule
+    # (elapsed / finished x left) said about 15.5 s; now the late fold has nothing left
+    rec = {"phase": "calibrating", "step": 2, "steps": 3, "step_started": t0,
+           "step_at": t0 + 16.0}
+    assert pipeline.eta_seconds(rec, now=t0 + 16.0) == pytest.approx(8.0)
+    assert pipeline.eta_seconds(rec, now=t0 + 31.0) == 0.0
+    # the fit: sweeps of 2 s, the stop rule wants more; counts down within a sweep
+    fit = {"phase": "fitting", "bounds": [-1000.0, -500.0], "seconds": [2.0, 4.0],
+           "max_iter": 10, "tol": 1e-3, "sweep_at": t0}
+    seen = [pipeline.eta_seconds(fit, now=t0 + s) for s in np.arange(0.0, 6.0, 0.25)]
+    assert all(b <= a + 1e-9 for a, b in zip(seen, seen[1:])) and seen[0] > seen[-1] > 0
+    # the prediction: 50 of 100 sentences in 10 s; counts down to zero, never below
+    pred = {"phase": "predicting", "done": 50, "total": 100, "phase_started": t0,
+            "step_at": t0 + 10.0}
+    seen = [pipeline.eta_seconds(pred, now=t0 + 10.0 + s) for s in range(15)]
+    assert seen[0] == pytest.approx(10.0) and seen[-1] == 0.0
+    assert all(b <= a for a, b in zip(seen, seen[1:]))

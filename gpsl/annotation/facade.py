@@ -297,7 +297,7 @@ class Store:
     def delete_predictions(self, version_id: int) -> int:
         return predictions.delete(self.db, version_id)
 
-    def prune_predictions(self, project_id: int, keep: int = 2) -> int:
+    def prune_predictions(self, project_id: int, keep: int = 1) -> int:
         return predictions.prune(self.db, project_id, keep)
 
     def queue(self, project_id: int, order: str = "uncertainty", annotator: str | None = None,

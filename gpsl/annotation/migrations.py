@@ -9,7 +9,8 @@ runs them in order, in the one transaction that opens an older store.
 * 1 -> 2 (:func:`migrate_1_to_2`): one label per token becomes votes per annotator;
 * 2 -> 3 (:func:`migrate_2_to_3`): the team tables, project guidelines, version numbers;
 * 3 -> 4 (:func:`migrate_3_to_4`): the per-token query scores of the queue;
-* 4 -> 5 (:func:`migrate_4_to_5`): project memberships, the sign-in rate limit, setup tokens.
+* 4 -> 5 (:func:`migrate_4_to_5`): project memberships, the sign-in rate limit, setup tokens;
+* 5 -> 6 (:func:`migrate_5_to_6`): predictions packed, old versions' predictions pruned.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from collections.abc import Iterable
 from io import BytesIO
 
 import numpy as np
-from sqlalchemy import inspect, text
+from sqlalchemy import bindparam, inspect, text
 from sqlalchemy.engine import Connection
 
 from gpsl.annotation import schema
 
-__all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "migrate_4_to_5", "run"]
+__all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "migrate_4_to_5",
+           "migrate_5_to_6", "run"]
 
 
 def run(conn: Connection, version: int) -> None:
-    """Bring a store of schema ``version`` (1 to 4) to the newest schema's tables, in the
+    """Bring a store of schema ``version`` (1 to 5) to the newest schema's tables, in the
     caller's transaction (schema 0, a new store: :data:`schema.metadata` is created)."""
     if version == 1:
         migrate_1_to_2(conn)
@@ -37,6 +39,8 @@ def run(conn: Connection, version: int) -> None:
         migrate_3_to_4(conn)
     if version in (1, 2, 3, 4):
         migrate_4_to_5(conn)
+    if version in (1, 2, 3, 4, 5):
+        migrate_5_to_6(conn)
     if version == 0:
         schema.metadata.create_all(conn)
 
@@ -147,3 +151,77 @@ def migrate_4_to_5(conn: Connection) -> None:
         "INSERT INTO memberships (project_id, account_id, added_at)"
         " SELECT p.id, a.id, a.created_at FROM projects p CROSS JOIN accounts a"
         " WHERE a.role = 'annotator'"))
+
+
+# ----------------------------------------------------------------------------- 5 -> 6
+
+#: schema 6's prediction formats (:mod:`gpsl.annotation.predictions`), frozen here
+_TAG_6, _SCORES_TAG_6 = b"GQ16", b"GF32"
+_BATCH_6 = 2000  # predictions re-encoded per statement (bounds the migration's memory)
+
+
+def _pack_6(marginals: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Schema 6's packed marginals of an ``(L, J)`` array and the per-token confidences as
+    read back: 16-bit levels summing to 65535 a token (the rows normalised, ``65535 p``
+    rounded down, the missing levels given to the largest remainders), the labels at level 0
+    left out; behind ``GQ16``, J (uint16), L (uint32), the per-token counts, the label
+    indices (uint8, uint16 beyond 255 labels), the levels (uint16), little-endian."""
+    m = np.clip(np.asarray(marginals, dtype=np.float64), 0.0, None)
+    L, J = m.shape
+    sums = m.sum(axis=1, keepdims=True)
+    m = np.where(sums > 0, m / np.where(sums > 0, sums, 1.0), 1.0 / max(J, 1))
+    f = m * 65535.0
+    q = np.floor(f)
+    rank = np.empty_like(q, dtype=np.int64)
+    rank[np.arange(L)[:, None], np.argsort(q - f, axis=1, kind="stable")] = np.arange(J)
+    q = (q + (rank < (65535 - q.sum(axis=1))[:, None])).astype("<u2")
+    keep = q > 0
+    small = "<u1" if J <= 255 else "<u2"
+    rows, cols = np.nonzero(keep)
+    blob = b"".join((_TAG_6, np.array([J], "<u2").tobytes(), np.array([L], "<u4").tobytes(),
+                     keep.sum(axis=1).astype(small).tobytes(), cols.astype(small).tobytes(),
+                     q[rows, cols].tobytes()))
+    conf = (q.max(axis=1, initial=0) * np.float32(1.0 / 65535.0)).astype("<f4")
+    return blob, conf
+
+
+def migrate_5_to_6(conn: Connection, keep: int = 1) -> None:
+    """Schema 5 -> 6: predictions stored compactly, and only for what the app shows.
+
+    * The predictions of versions that are neither a project's active version nor among its
+      ``keep`` newest others are deleted (the app shows the active version's predictions
+      and, on the Confidence and Data pages, the one before it; every version's row, metrics
+      and model folder are kept).
+    * Every kept prediction's marginals are packed (:func:`_pack_6`; the read-back error is
+      below ``1 / 65535`` a probability) and its query scores become raw float32 behind
+      ``GF32``; the confidences are recomputed from the packed values, the queue scores are
+      kept as they are (within ``1.5e-5``). In batches of :data:`_BATCH_6`."""
+    keep_ids: list[int] = []
+    for (pid,) in conn.execute(text("SELECT id FROM projects")).fetchall():
+        keep_ids += [r[0] for r in conn.execute(text(
+            "SELECT id FROM model_versions WHERE project_id = :p ORDER BY active DESC, id DESC"
+            " LIMIT :k"), {"p": pid, "k": int(keep) + 1})]
+    conn.execute(text("DELETE FROM predictions WHERE model_version_id NOT IN :keep")
+                 .bindparams(bindparam("keep", expanding=True)), {"keep": keep_ids or [-1]})
+    for vid in keep_ids:
+        after = -1
+        while True:
+            rows = conn.execute(text(
+                "SELECT sentence_id, marginals, query_scores FROM predictions"
+                " WHERE model_version_id = :v AND sentence_id > :a ORDER BY sentence_id"
+                " LIMIT :n"), {"v": vid, "a": after, "n": _BATCH_6}).fetchall()
+            if not rows:
+                break
+            after = rows[-1][0]
+            updates = []
+            for sid, blob, scores in rows:
+                if bytes(blob[:4]) == _TAG_6:
+                    continue
+                packed, conf = _pack_6(_decode_npy_2(blob))
+                updates.append({"v": vid, "s": sid, "m": packed, "c": conf.tobytes(),
+                                "qs": None if scores is None else _SCORES_TAG_6 + np.asarray(
+                                    _decode_npy_2(scores), dtype="<f4").tobytes()})
+            if updates:
+                conn.execute(text(
+                    "UPDATE predictions SET marginals = :m, confidence = :c, query_scores = :qs"
+                    " WHERE model_version_id = :v AND sentence_id = :s"), updates)

@@ -35,7 +35,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,6 +44,13 @@ import numpy as np
 from gpsl import active, params
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
+from gpsl.annotation.pool import (  # noqa: F401 (predict_chunk: named here for callers)
+    PREDICT_CHUNK_TOKENS,
+    PoolJob,
+    chunks,
+    predict_chunk,
+    predict_pool,
+)
 from gpsl.annotation.refit import calibrate, previous_model, warm_model
 from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here for callers)
     Progress,
@@ -58,11 +65,14 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 
-PREDICT_CHUNK_TOKENS = 4000  # tokens per predict_marginals call (bounds the kernel block)
 #: where a run can be made to wait (``pause_at``): after saving the model into its staging
-#: folder, before the rename; in the fit, after the first sweep
-PAUSES = ("after-staging", "in-fit")
+#: folder, before the rename; in the fit, after the first sweep; in the predictions, after
+#: the first chunk was stored
+PAUSES = ("after-staging", "in-fit", "in-predict")
 PAUSE_SECONDS = 600.0  # a paused run waits at most this long
+#: the versions before the active one whose predictions a run keeps (the Confidence and Data
+#: pages' choice of version; older versions keep their row, metrics and model folder)
+KEEP_PREVIOUS = 1
 
 #: the settings of a run that are parameters of :mod:`gpsl.params` (constraints, defaults
 #: where the app starts a fit, labels and help of the Train page's widgets)
@@ -139,17 +149,6 @@ def pick_sentences(ids, X, y, max_sentences, *more):
     order = sorted(range(len(X)), key=lambda i: (-counts[i], i))[:int(max_sentences)]
     order.sort()
     return tuple([seq[i] for i in order] for seq in (ids, X, y, *more))
-
-
-def chunks(n_tokens: list[int], budget: int) -> Iterator[tuple[int, int]]:
-    start, acc = 0, 0
-    for i, n in enumerate(n_tokens):
-        if acc and acc + n > budget:
-            yield start, i
-            start, acc = i, 0
-        acc += n
-    if start < len(n_tokens):
-        yield start, len(n_tokens)
 
 
 def predict(model, X, y=None, on_chunk=None, **kw) -> list[np.ndarray]:
@@ -333,56 +332,26 @@ def _save(run: _Run, model: GPSL) -> None:
     os.rename(run.staging, run.final)
 
 
-def predict_chunk(model, X, y, strategy: str | None, seed: int = 0
-                  ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """The stored marginals of sentences ``X`` (the known labels ``y`` clamped; what
-    :meth:`~gpsl.model.GPSL.predict_marginals` gives, calibrated) and, with a ``strategy``,
-    their query scores (:func:`query_scores`), from one computation of Algorithm 2's inputs
-    (:meth:`~gpsl.model.GPSL.calibration_scores`: the features and predictive variances
-    once for both)."""
-    sc = model.calibration_scores(X, with_variance=True)
-    method = model.marginals_method()
-    cal = model.calibrator_ if getattr(model.calibrator_, "method", None) == method else None
-    clamp = np.concatenate(model.gold_index(y)) if len(X) else None
-    P = sc.marginals(method, clamp=clamp) if cal is None else cal.apply(sc, clamp)
-    cuts = np.cumsum(sc.lengths)[:-1]
-    if strategy is None:
-        return np.split(P, cuts), None
-    Q = active.score_tokens(sc, strategy, clamp, seed=seed, marginals=P)
-    return np.split(P, cuts), np.split(Q, cuts)
-
-
 def _predict(run: _Run, model: GPSL, held: dict) -> None:
     """Step 6: every sentence's marginals (the current labels clamped; a held-out sentence
     without labels: its cross-calibrated marginals) and, for the training sentences (the
-    only ones the queue offers), query scores, stored per chunk."""
+    only ones the queue offers), query scores: chunk after chunk on every core
+    (:func:`gpsl.annotation.pool.predict_pool`), each chunk stored in its own transaction."""
     ids, X, y = run.store.training_data(run.project_id, split=None, with_ids=True)
     train = set(run.store.sentence_ids(run.project_id, split="train"))
-    strategy = run.config.query
-    run.progress.phase("predicting", done=0, total=len(ids), query_strategy=strategy)
-    for a, b in chunks([len(s) for s in X], PREDICT_CHUNK_TOKENS):
-        mine = [k for k in range(a, b) if ids[k] in train]
-        rest = [k for k in range(a, b) if ids[k] not in train]
-        out: dict = {}
-        for part, want in ((mine, strategy), (rest, None)):
-            if part:
-                P, Q = predict_chunk(model, [X[k] for k in part], [y[k] for k in part], want,
-                                     seed=run.version_id)
-                for j, k in enumerate(part):
-                    out[ids[k]] = (P[j], None if Q is None else Q[j])
-        marg, query = {}, {}
-        for k in range(a, b):
-            sid = ids[k]
-            P, Q = out[sid]
-            if sid in held and not any(v is not None for v in y[k]):
-                P = held[sid]  # held-out: calibrated on the other half (step 3)
-            marg[sid] = P
-            if Q is not None:
-                query[sid] = Q
-        with run.progress.part("store"):
-            run.store.save_predictions(run.version_id, marg, query)
-        run.progress.chunk(b, len(ids))
-        run.check_stop()
+    run.progress.phase("predicting", done=0, total=len(ids), query_strategy=run.config.query)
+    job = PoolJob(model, ids, X, y, train, held, run.config.query, run.version_id)
+    stream = predict_pool(job)
+    try:
+        for done, marg, query in stream:
+            with run.progress.part("store"):
+                run.store.save_predictions(run.version_id, marg, query)
+            run.progress.chunk(done, len(ids))
+            run.check_stop()
+            if done < len(ids):
+                run.pause("in-predict")
+    finally:
+        stream.close()
 
 
 def _finish(run: _Run, model: GPSL, figures: dict) -> None:
@@ -394,7 +363,7 @@ def _finish(run: _Run, model: GPSL, figures: dict) -> None:
         query_strategy=run.config.query)
     if not done:  # stopped meanwhile: keep nothing of it active
         raise Stopped()
-    run.store.prune_predictions(run.project_id, keep=2)
+    run.store.prune_predictions(run.project_id, keep=KEEP_PREVIOUS)
     run.progress.phase("done")
 
 

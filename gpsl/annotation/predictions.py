@@ -1,9 +1,24 @@
-"""Stored predictions of a model version: per-sentence marginals (float32 NPY blobs, never
-pickled), per-token confidences, per-token query scores (float32 NPY blobs; schema 4, NULL
-before) and the sentence's queue score.
+"""Stored predictions of a model version: per-sentence marginals (packed, below), per-token
+confidences, per-token query scores and the sentence's queue score.
 
 A repository: the queue score is computed by :func:`gpsl.annotation.rules.queue_score` and
-written with the prediction by :mod:`gpsl.annotation.scoring`, in one transaction."""
+written with the prediction by :mod:`gpsl.annotation.scoring`, in one transaction.
+
+**Storage (schema 6).** A sentence's ``(L, J)`` marginals are kept as the labels that carry
+probability and their probabilities, quantised to 16-bit levels that sum to 65535 a token
+(:func:`_levels`: largest-remainder rounding of ``65535 p``, so a row read back still sums
+to 1); the labels at level 0 are left out (:func:`encode_marginals`). A token costs
+``1 + 3 k`` bytes (``k`` labels kept: one count byte, one label byte and two level bytes
+each; 2-byte counts and labels beyond 255 labels), in place of ``4 J`` (float32) and a
+128-byte NPY header per sentence. The read-back error is below ``1 / 65535 = 1.5e-5`` a
+probability (the pages show percentages, the exports four decimals: a half unit of the
+fourth decimal is 5e-5).
+:func:`check` rounds the marginals to what is stored before the confidences and queue scores
+are computed from them, so every figure derives from the stored values. Query scores are raw
+little-endian float32 behind a 4-byte tag (:func:`encode_scores`, no header). Both readers
+also read the NPY blobs of stores before schema 6 (:func:`decode`); the migration to schema
+6 packs those (:func:`gpsl.annotation.migrations.migrate_5_to_6`).
+"""
 
 from __future__ import annotations
 
@@ -16,29 +31,101 @@ from sqlalchemy import bindparam, text
 from gpsl.annotation.db import Database
 from gpsl.annotation.errors import NotFoundError
 
+#: the tags of the packed formats (a NPY blob begins with b"\x93NUMPY")
+MARGINALS_TAG, SCORES_TAG = b"GQ16", b"GF32"
+#: the quantisation step of a stored probability (its read-back error is below it)
+QUANTUM = 1.0 / 65535.0
+
+
+def _levels(arr) -> np.ndarray:
+    """``(L, J)`` probabilities as 16-bit levels summing to 65535 a row: the rows normalised,
+    scaled by 65535, rounded down, and the levels a row lacks given to its largest remainders
+    (each level within one of ``65535 p``)."""
+    m = np.clip(np.asarray(arr, dtype=np.float64), 0.0, None)
+    if m.ndim != 2:
+        raise ValueError(f"marginals must be (n_tokens, n_classes), got shape {m.shape}")
+    sums = m.sum(axis=1, keepdims=True)
+    m = np.where(sums > 0, m / np.where(sums > 0, sums, 1.0), 1.0 / max(m.shape[1], 1))
+    f = m * 65535.0
+    q = np.floor(f)
+    short = 65535 - q.sum(axis=1)
+    rank = np.empty_like(q, dtype=np.int64)
+    rows = np.arange(q.shape[0])[:, None]
+    rank[rows, np.argsort(q - f, axis=1, kind="stable")] = np.arange(q.shape[1])
+    return (q + (rank < short[:, None])).astype("<u2")
+
+
+def quantise(arr: np.ndarray) -> np.ndarray:
+    """Probabilities as stored and read back (float32): :func:`_levels` / 65535."""
+    return _levels(arr) * np.float32(QUANTUM)
+
 
 def encode_marginals(arr: np.ndarray) -> bytes:
-    buf = BytesIO()
-    np.save(buf, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)
-    return buf.getvalue()
+    """``(L, J)`` probabilities packed (module docstring): the tag, ``J`` (uint16), ``L``
+    (uint32), the per-token counts of kept labels, their label indices, their 16-bit levels
+    (:func:`_levels`); little-endian."""
+    q = _levels(arr)
+    L, J = q.shape
+    keep = q > 0
+    small = "<u1" if J <= 255 else "<u2"
+    rows, cols = np.nonzero(keep)
+    return b"".join((MARGINALS_TAG, np.array([J], "<u2").tobytes(),
+                     np.array([L], "<u4").tobytes(), keep.sum(axis=1).astype(small).tobytes(),
+                     cols.astype(small).tobytes(), q[rows, cols].tobytes()))
 
 
-def decode_marginals(blob: bytes) -> np.ndarray:
-    return np.load(BytesIO(bytes(blob)), allow_pickle=False)
+def _decode_packed(blob: bytes) -> np.ndarray:
+    J = int(np.frombuffer(blob, "<u2", 1, 4)[0])
+    L = int(np.frombuffer(blob, "<u4", 1, 6)[0])
+    small = np.dtype("<u1" if J <= 255 else "<u2")
+    counts = np.frombuffer(blob, small, L, 10).astype(np.int64)
+    nnz = int(counts.sum())
+    at = 10 + L * small.itemsize
+    cols = np.frombuffer(blob, small, nnz, at)
+    vals = np.frombuffer(blob, "<u2", nnz, at + nnz * small.itemsize)
+    q = np.zeros((L, J), dtype="<u2")
+    q[np.repeat(np.arange(L), counts), cols] = vals
+    return q * np.float32(QUANTUM)
+
+
+def encode_scores(arr: np.ndarray) -> bytes:
+    """Per-token query scores: the tag and raw little-endian float32."""
+    return SCORES_TAG + np.ascontiguousarray(arr, dtype="<f4").tobytes()
+
+
+def decode(blob: bytes) -> np.ndarray:
+    """A stored array: packed marginals, tagged float32 scores, or (stores before schema 6)
+    an NPY blob, read without pickle."""
+    blob = bytes(blob)
+    tag = blob[:4]
+    if tag == MARGINALS_TAG:
+        return _decode_packed(blob)
+    if tag == SCORES_TAG:
+        return np.frombuffer(blob, "<f4", offset=4).astype(np.float32)
+    return np.load(BytesIO(blob), allow_pickle=False)
+
+
+decode_marginals = decode  # the name the readers used before schema 6
 
 
 def check(marginals: Mapping[int, np.ndarray],
           query_scores: Mapping[int, np.ndarray] | None = None
           ) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray]]:
-    """``marginals`` ``{sentence_id: (L, J) array}`` and ``query_scores`` ``{sentence_id:
-    (L,) array}`` as float32 items; query scores of a sentence without marginals raise."""
-    items = [(int(sid), np.asarray(m, dtype=np.float32)) for sid, m in marginals.items()]
+    """``marginals`` ``{sentence_id: (L, J) array}`` (rounded to what is stored,
+    :func:`quantise`) and ``query_scores`` ``{sentence_id: (L,) array}`` as float32 items;
+    query scores of a sentence without marginals raise."""
+    items = [(int(sid), _as_stored(m)) for sid, m in marginals.items()]
     scores = {int(sid): np.asarray(q, dtype=np.float32)
               for sid, q in (query_scores or {}).items()}
     if set(scores) - {sid for sid, _ in items}:
         raise ValueError("query scores of sentences without marginals: "
                          f"{sorted(set(scores) - {sid for sid, _ in items})[:5]}")
     return items, scores
+
+
+def _as_stored(m) -> np.ndarray:
+    arr = np.asarray(m, dtype=np.float32)
+    return quantise(arr) if arr.ndim == 2 and np.all(np.isfinite(arr)) else arr
 
 
 def check_shapes(conn, version_id: int, items: list[tuple[int, np.ndarray]],
@@ -80,7 +167,7 @@ def write(conn, version_id: int, items: list[tuple[int, np.ndarray]],
         conf = arr.max(axis=1).astype("<f4")
         rows.append({"v": version_id, "s": sid, "m": encode_marginals(arr),
                      "c": conf.tobytes(), "mc": float(conf.min()),
-                     "qs": None if q is None else encode_marginals(q), "q": queue_scores[sid]})
+                     "qs": None if q is None else encode_scores(q), "q": queue_scores[sid]})
     conn.execute(text(
         "INSERT INTO predictions (model_version_id, sentence_id, marginals, confidence,"
         " min_confidence, queue_score, query_scores) VALUES (:v, :s, :m, :c, :mc, :q, :qs)"
@@ -96,8 +183,8 @@ def stored_arrays(conn, sentence_id: int
     """``(version id, query scores, marginals)`` of every prediction of a sentence: the query
     scores where they were stored (then the marginals are not read: None), else None and the
     marginals."""
-    return [(vid, decode_marginals(scores), None) if scores is not None
-            else (vid, None, decode_marginals(blob))
+    return [(vid, decode(scores), None) if scores is not None
+            else (vid, None, decode(blob))
             for vid, scores, blob in conn.execute(text(
                 "SELECT model_version_id, query_scores, marginals FROM predictions"
                 " WHERE sentence_id = :s"), {"s": sentence_id})]
@@ -125,7 +212,7 @@ def get(db: Database, version_id: int,
         q = text("SELECT sentence_id, marginals FROM predictions WHERE model_version_id = :v")
         args = {"v": version_id}
     rows = db.read(lambda conn: conn.execute(q, args).fetchall())
-    return {sid: decode_marginals(blob) for sid, blob in rows}
+    return {sid: decode(blob) for sid, blob in rows}
 
 
 def get_query_scores(db: Database, version_id: int,
@@ -144,7 +231,7 @@ def get_query_scores(db: Database, version_id: int,
         q = text(sql + " AND sentence_id IN :ids").bindparams(bindparam("ids", expanding=True))
         args["ids"] = sentence_ids
     rows = db.read(lambda conn: conn.execute(q, args).fetchall())
-    return {sid: decode_marginals(blob) for sid, blob in rows}
+    return {sid: decode(blob) for sid, blob in rows}
 
 
 def has_any(db: Database, version_id: int) -> bool:
@@ -158,8 +245,10 @@ def delete(db: Database, version_id: int) -> int:
         "DELETE FROM predictions WHERE model_version_id = :v"), {"v": version_id}).rowcount)
 
 
-def prune(db: Database, project_id: int, keep: int = 2) -> int:
-    """Keep predictions only for the active version and the ``keep`` newest versions."""
+def prune(db: Database, project_id: int, keep: int = 1) -> int:
+    """Keep predictions only for the project's active version and its ``keep`` newest other
+    versions (what the app shows: the active version's predictions, and on the Confidence
+    and Data pages the one before it); returns the rows deleted."""
 
     def tx(conn):
         keep_ids = [r[0] for r in conn.execute(text(
@@ -174,5 +263,7 @@ def prune(db: Database, project_id: int, keep: int = 2) -> int:
     return db.write(tx)
 
 
-__all__ = ["check", "check_shapes", "decode_marginals", "delete", "encode_marginals", "get",
-           "get_query_scores", "has_any", "prune", "set_queue_scores", "stored_arrays", "write"]
+__all__ = ["MARGINALS_TAG", "QUANTUM", "SCORES_TAG", "check", "check_shapes", "decode",
+           "decode_marginals", "delete", "encode_marginals", "encode_scores", "get",
+           "get_query_scores", "has_any", "prune", "quantise", "set_queue_scores",
+           "stored_arrays", "write"]

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpsl.progress import fit_eta
+from gpsl.progress import fit_eta, remaining_sweeps
 
 
 def model_dir(models_root, project_id: int, version_id: int) -> Path:
@@ -63,34 +63,70 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def eta_seconds(progress: dict | None) -> float | None:
-    """Seconds left in the current phase by the progress so far.
+def _left(per: float, since: float, after: float) -> float:
+    """Seconds left of a step of measured mean length ``per`` that began ``since`` seconds
+    ago, plus ``after`` seconds of the work behind it: the step in progress counts down from
+    the mean at one second a second and stops at zero (it is late, not longer), so the
+    estimate never rises between two records."""
+    return max(per - max(since, 0.0), 0.0) + max(after, 0.0)
+
+
+def eta_seconds(progress: dict | None, now: float | None = None) -> float | None:
+    """Seconds left in the current phase by the progress so far, at time ``now`` (default:
+    the clock).
+
+    Each phase is a run of steps: the fit's sweeps, the calibration's steps (``step`` of
+    ``steps``: the fold fits, the selection), the prediction's chunks (``done`` of ``total``
+    sentences). A finished step's cost is measured; the step in progress is taken to cost
+    the mean of the finished ones and counts down from the last record (``step_at``,
+    ``sweep_at``: when the last step ended) at one second a second, to zero when it runs
+    late (:func:`_left`). So between two records the estimate only falls; the elapsed time
+    of a running step is never divided by the steps finished before it (which made "about
+    16 s left" become "about 31 s left" while the last fold ran).
 
     * fitting: :func:`gpsl.progress.fit_eta`, the sweeps the stop rule still needs (from
-      the bounds so far and the run's ``tol``) times the measured cost of a sweep, never
-      the sweeps up to the cap ``max_iter``;
-    * calibrating: the mean time of the fold fits so far times the folds left (``step`` of
-      ``steps``);
-    * predicting: the mean time of the chunks so far times the sentences left.
+      the bounds so far and the run's ``tol``) at the measured cost of a sweep, never the
+      sweeps up to the cap ``max_iter``;
+    * calibrating: the mean step so far for the step in progress and each step after it;
+    * predicting: the mean seconds a sentence so far for the sentences left, less the time
+      since the last chunk was recorded.
 
     None when nothing has been measured yet in the phase."""
     if not progress:
         return None
+    now = time.time() if now is None else float(now)
     phase = progress.get("phase")
     if phase == "fitting":
         bounds, secs = progress.get("bounds") or [], progress.get("seconds") or []
         if not secs or len(secs) != len(bounds):
             return None
         tol = progress.get("tol")
-        return fit_eta(bounds, secs, tol=float(1e-3 if tol is None else tol),
-                       max_iter=int(progress.get("max_iter", len(secs)) or len(secs)))
+        max_iter = int(progress.get("max_iter", len(secs)) or len(secs))
+        total = fit_eta(bounds, secs, tol=float(1e-3 if tol is None else tol),
+                        max_iter=max_iter)
+        left = remaining_sweeps(bounds, tol=float(1e-3 if tol is None else tol),
+                                max_iter=max_iter)
+        if not left:
+            return 0.0
+        per = total / left
+        return _left(per, now - _last(progress, "sweep_at", now), (left - 1) * per)
     if phase in ("calibrating", "predicting"):
         key = ("step", "steps") if phase == "calibrating" else ("done", "total")
         done, total = progress.get(key[0], 0) or 0, progress.get(key[1], 0) or 0
         started = progress.get("step_started") or progress.get("phase_started")
-        if done and total and started:
-            return max(0.0, (time.time() - float(started)) / done * (total - done))
+        if not (done and total and started):
+            return None
+        at = _last(progress, "step_at", now)
+        per = max(at - float(started), 0.0) / done
+        if phase == "calibrating":
+            return _left(per, now - at, (total - done - 1) * per)
+        return max(per * (total - done) - max(now - at, 0.0), 0.0)
     return None
+
+
+def _last(progress: dict, key: str, now: float) -> float:
+    """When the phase's last step ended (a record without it: when it was written)."""
+    return float(progress.get(key) or progress.get("updated") or now)
 
 
 class Progress:
@@ -137,7 +173,7 @@ class Progress:
         self._close_phase()
         self.data["phase"] = name
         self.data["phase_started"] = self.data["step_started"] = time.time()
-        for key in ("step", "steps"):
+        for key in ("step", "steps", "step_at", "sweep_at"):
             self.data.pop(key, None)
         self.data.update(extra)
         self.write()
@@ -146,13 +182,16 @@ class Progress:
         self.data["iteration"] = int(info.get("iteration", 0))
         self.data["bounds"].append(float(info.get("bound", float("nan"))))
         self.data["seconds"].append(float(info.get("seconds", 0.0)))
+        self.data["sweep_at"] = time.time()
         self.write()
 
     def step(self, done: int, total: int, what: str = "") -> None:
         """``done`` of ``total`` steps of the phase are over (the calibration's fold fits);
         ``what`` names them for the page (e.g. "fold")."""
+        now = time.time()
         if done == 0:
-            self.data["step_started"] = time.time()
+            self.data["step_started"] = now
+        self.data["step_at"] = now
         self.data["step"], self.data["steps"], self.data["step_name"] = int(done), int(total), what
         self.write()
 
@@ -170,4 +209,5 @@ class Progress:
 
     def chunk(self, done: int, total: int) -> None:
         self.data["done"], self.data["total"] = int(done), int(total)
+        self.data["step_at"] = time.time()
         self.write()

@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 5.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 6.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -10,7 +10,8 @@ one has voted on since.  A vote with a NULL label is an annotator's "no label" (
 
 Storage formats: ``projects.labels``/``offsets``/``settings``, ``sentences.tokens``,
 ``model_versions.settings``/``bound_trace``/``metrics``/``classes`` are JSON text;
-``predictions.marginals`` is an NPY blob (float32, ``allow_pickle=False``),
+``predictions.marginals`` the packed top labels and 16-bit probabilities of each token
+(schema 6; :mod:`gpsl.annotation.predictions`),
 ``predictions.confidence`` the raw little-endian float32 per-token confidences, and
 ``predictions.queue_score`` the active-learning score of the sentence's unlabeled tokens
 (:mod:`gpsl.annotation.queue`).  Times are ISO-8601 UTC strings.
@@ -30,6 +31,12 @@ Schema 5 adds the door (:mod:`gpsl.annotation.accounts`, :mod:`gpsl.annotation.a
 ``memberships`` (which accounts may see and label which project; a lead sees every project),
 ``sign_in_failures`` (failed sign-ins per name and per client, for the rate limit) and
 ``setup_tokens`` (the one-time token that creates the first lead account; SHA-256 hashes).
+
+Schema 6 packs the predictions (before: float32 NPY blobs): ``predictions.marginals`` holds
+each token's labels with a probability of at least ``1 / 131070`` and those probabilities in
+16 bits, ``predictions.query_scores`` raw float32 behind a tag (:mod:`gpsl.annotation
+.predictions`); and keeps predictions only for a project's active version and the one before
+it (:func:`gpsl.annotation.migrations.migrate_5_to_6`).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
