@@ -22,6 +22,7 @@ from gpsl.annotation import (
     exports,
     imports,
     jobs,
+    owned,
     predictions,
     projects,
     queue,
@@ -30,6 +31,7 @@ from gpsl.annotation import (
     search,
     sentences,
     stats,
+    summaries,
     team,
     versions,
     vote_files,
@@ -37,6 +39,7 @@ from gpsl.annotation import (
 )
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
+from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
 from gpsl.io import Sentence
@@ -64,7 +67,33 @@ class Store:
         self.target = os.fspath(target)
         self.path = self.db.path
         self.timeout = self.db.timeout
-        self.models_root = Path(models_root) if models_root else default_models_root(self.db)
+        self.models_base = Path(models_root) if models_root else default_models_root(self.db)
+        self._own: Path | None = None
+
+    @property
+    def store_id(self) -> str:
+        """The store's own id (:mod:`gpsl.annotation.owned`)."""
+        return owned.store_id(self.db)
+
+    @property
+    def models_root(self) -> Path:
+        """This store's own folder of model files, progress files and locks:
+        ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.owned`)."""
+        if self._own is None:
+            self._own = owned.own_root(self.models_base, self.store_id)
+        return self._own
+
+    def own_root(self, base=None) -> Path:
+        """This store's own folder under ``base`` (default: the store's models base)."""
+        return self.models_root if base is None else owned.own_root(base, self.store_id)
+
+    def model_path(self, version_id: int) -> Path:
+        """The version's model folder, refused with one line when missing or another
+        store's (:func:`gpsl.annotation.owned.model_path`)."""
+        version = self.get_model_version(version_id)
+        if version is None:
+            raise NotFoundError(f"no model version with id {version_id}")
+        return owned.model_path(self.models_root, version)
 
     @property
     def where(self) -> str:
@@ -85,7 +114,7 @@ class Store:
 
     def __getstate__(self) -> dict:
         return {"target": self.target, "timeout": self.timeout,
-                "models_root": str(self.models_root)}
+                "models_root": str(self.models_base)}
 
     def __setstate__(self, state) -> None:
         self.__init__(state["target"], timeout=state["timeout"],
@@ -290,6 +319,11 @@ class Store:
 
     def get_query_scores(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get_query_scores(self.db, version_id, sentence_ids)
+
+    def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
+        """Compute and store what the pages show of a version (:mod:`.summaries`);
+        ``classes``: its labels, before the run records them."""
+        return summaries.store_summary(self, version_id, classes)
 
     def has_predictions(self, version_id: int) -> bool:
         return predictions.has_any(self.db, version_id)
@@ -501,7 +535,7 @@ class Store:
 
     def check_model(self, version_id: int) -> None:
         """Raise a one-line error unless the version's saved model loads cleanly."""
-        exports.check_model(self.get_model_version(version_id)["path"])
+        exports.check_model(self.model_path(version_id))
 
     def model_zip(self, version_id: int) -> bytes:
-        return exports.model_zip(self.get_model_version(version_id)["path"])
+        return exports.model_zip(self.model_path(version_id))
