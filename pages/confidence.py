@@ -222,7 +222,8 @@ for row, sent in top:
                                   list(sent["confidence"]), list(sent["predicted"]), colors))
 
 with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
-    st.dataframe(load_uncertain(store.where, pid, version.id, stamp), hide_index=True, column_config={
+    st.dataframe(load_uncertain(store.where, pid, version.id, stamp), hide_index=True,
+                 column_config={
         "confidence": st.column_config.ProgressColumn("confidence", min_value=0.0,
                                                       max_value=1.0, format="%.2f")})
 

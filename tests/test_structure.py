@@ -22,7 +22,8 @@ MAX_LINES = 600
 LAYERS = {
     "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
-                     "accounts", "auth", "search", "stats", "runs", "owned"},
+                     "accounts", "auth", "search", "stats", "runs", "owned",
+                     "store_limits"},
     "rules": {"rules", "evaluation"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpsl import limits
 from gpsl.annotation import (
     access,
     accounts,
@@ -31,6 +32,7 @@ from gpsl.annotation import (
     search,
     sentences,
     stats,
+    store_limits,
     summaries,
     team,
     versions,
@@ -489,6 +491,41 @@ class Store:
     def export_annotations(self, project_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
         return exports.export_annotations(self, project_id, fmt, split)
+
+    # limits
+    def store_limits(self) -> dict:
+        """The limits as the lead set them (``upload_mb``, ``max_tokens``; None: the server's
+        default), those in force (``upload_bytes``, ``tokens``; None: no limit) and the
+        ceilings (``upload_ceiling_mb``, ``tokens_ceiling``) (:mod:`.store_limits`)."""
+        size, tokens = store_limits.effective(self.db)
+        return {**store_limits.get(self.db), "upload_bytes": size, "tokens": tokens,
+                "upload_ceiling_mb": limits.upload_ceiling_mb(),
+                "tokens_ceiling": limits.tokens_ceiling()}
+
+    def set_store_limits(self, upload_mb: float | None = None,
+                         max_tokens: int | None = None) -> dict:
+        """Set the store's limits within the ceilings (None: the server's default)."""
+        store_limits.put(self.db, upload_mb, max_tokens)
+        return self.store_limits()
+
+    def parse_upload(self, data: bytes, filename: str, fmt: str | None = None) -> list:
+        """:func:`imports.parse_upload` under the store's limits (its own exports always
+        read back, :func:`store_limits.for_upload`)."""
+        size, tokens = store_limits.for_upload(self.db, len(data or b""))
+        return imports.parse_upload(data, filename, fmt, max_bytes=size or 0,
+                                    max_tokens=tokens or 0)
+
+    def annotations_file(self, project_id: int, fmt: str = "conll",
+                         split: str | None = "train"):
+        """:meth:`export_annotations` written page by page to a temporary file (rewound),
+        built when asked for (a download)."""
+        return exports.spooled(exports.iter_annotations(self, project_id, fmt, split))
+
+    def predictions_file(self, project_id: int, version_id: int, fmt: str = "conll",
+                         split: str | None = "train"):
+        """:meth:`export_predictions` written page by page to a temporary file (rewound)."""
+        return exports.spooled(exports.iter_predictions(
+            self, project_id, self.get_model_version(version_id), fmt, split))
 
     def export_votes(self, project_id: int, fmt: str = "crowd",
                      split: str | None = "train") -> str:
