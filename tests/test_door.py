@@ -17,6 +17,7 @@ from _limits import limit
 from sqlalchemy import text
 
 from gpsl.annotation import (
+    SCHEMA_VERSION,
     AccessDenied,
     Identity,
     InputError,
@@ -376,5 +377,5 @@ def test_a_schema_4_store_keeps_its_annotators_in_every_project(store_target):
                   key=lambda p: p["id"])[0]["id"] == p1
     assert {m["name"] for m in store.members(p2)} == {"Ann"}  # annotators only
     assert store.db.read(lambda c: c.execute(text("SELECT MAX(version) FROM schema_version"))
-                         .scalar_one()) == 5
+                         .scalar_one()) == SCHEMA_VERSION
     store.close()
