@@ -160,7 +160,7 @@ st.subheader("Import sentences", anchor=False)
 st.caption("Append sentences to this project: CoNLL / CRF++ columns, plain text or JSONL, with "
            "the same number of feature columns as the project. Labels in the file are kept.")
 upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="imp_file",
-                          help=upload_limits_text())
+                          help=upload_limits_text(store))
 if upload is not None:
     fid = upload.file_id
     c1, c2 = st.columns(2)
@@ -195,7 +195,7 @@ with st.expander("Import every vote of a vote file", icon=":material/groups:"):
                "sentences are appended with every annotator's labels credited to them and "
                "the leads' decisions kept; the training labels follow this project's rule.")
     vote_file = st.file_uploader("Vote file", type=["jsonl", "json"], key="imp_votes_file",
-                                 help=upload_limits_text())
+                                 help=upload_limits_text(store))
     if vote_file is not None:
         vin = st.selectbox("Format", list(VOTE_FORMATS), format_func=VOTE_FORMATS.get,
                            key=f"imp_votes_fmt_{vote_file.file_id}", width=320,

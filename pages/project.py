@@ -196,9 +196,6 @@ with _ui.guard("Cannot show the project overview"):  # the new-project form stil
                     _ui.flash("info", f"Deleted project “{project.name}”.")
                     st.rerun()
 
-        with st.expander("Upload limits of this store", icon=":material/tune:"):
-            _limits_form()
-
         with st.expander("All projects", icon=":material/list:"):
             rows = [{"project": p.name, "sentences": p.n_sentences, "labels": len(p.labels),
                      "created": fmt_time(p.created_at)} for p in store.reports.projects()]
@@ -228,6 +225,8 @@ def feature_picker(key: str, n_columns: int) -> str:
 
 
 st.subheader("New project", anchor=False)
+with st.expander("Upload limits of this store", icon=":material/tune:"):
+    _limits_form()
 upload_tab, crowd_tab, sample_tab = st.tabs(["From a file", "From a crowd folder",
                                               "Copy of the sample"])
 
@@ -235,7 +234,7 @@ with upload_tab:
     st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
                "whitespace-tokenised sentence per line) or JSONL (`tokens`, optional `labels`).")
     upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="new_file",
-                              help=upload_limits_text())
+                              help=upload_limits_text(store))
     if upload is not None:
         fid = upload.file_id
         fmt = _ui.upload_format(upload, f"new_fmt_{fid}", width=300,

@@ -322,6 +322,10 @@ class Store:
     def get_query_scores(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get_query_scores(self.db, version_id, sentence_ids)
 
+    def label_activity(self, project_id: int) -> list[tuple[str, str, int]]:
+        """``(day, annotator, labels set)`` (:func:`stats.activity`)."""
+        return stats.activity(self.db, project_id)
+
     def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
         """Compute and store what the pages show of a version (:mod:`.summaries`);
         ``classes``: its labels, before the run records them."""
@@ -536,7 +540,9 @@ class Store:
                      doc: str | None = None, add_labels: Sequence[str] = ()) -> int:
         """Append the sentences of a vote file (:func:`vote_files.read_votes`) with every
         vote credited to its annotator; returns how many sentences."""
-        items = vote_files.read_votes(data, fmt, doc or "<upload>")
+        size, tokens = store_limits.for_upload(self.db, len(data or ""))
+        items = vote_files.read_votes(data, fmt, doc or "<upload>", max_bytes=size or 0,
+                                      max_tokens=tokens or 0)
         return vote_files.import_votes(self.db, project_id, items, doc=doc,
                                        add_labels=add_labels)
 

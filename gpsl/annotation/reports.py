@@ -329,13 +329,9 @@ class Reports:
 
     def activity(self, project_id: int):
         """Labels set per annotator per day (history action 'set', not undone) as pandas
-        ``day, annotator, labels``."""
-        counts: dict[tuple[str, str], int] = {}
-        for h in self.store.history(project_id=project_id, limit=None):
-            if h["action"] == "set" and not h["undone"]:
-                key = (h["at"][:10], h["annotator"])
-                counts[key] = counts.get(key, 0) + 1
-        rows = [{"day": d, "annotator": a, "labels": c} for (d, a), c in sorted(counts.items())]
+        ``day, annotator, labels`` (counted by the database)."""
+        rows = [{"day": d, "annotator": a, "labels": c}
+                for d, a, c in self.store.label_activity(project_id)]
         return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
 
     def label_stamp(self, project_id: int) -> int:
