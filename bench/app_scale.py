@@ -295,19 +295,26 @@ def main(argv: list[str] | None = None) -> int:
             for n in args.sentences:
                 print(f"{backend} {n:,} sentences ...", flush=True)
                 results[f"{backend} {n}"] = run_one(n, backend, args, work)
+                report(results, args, command)  # what is measured so far
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def report(results: dict, args, command: str) -> None:
+    """Print and write the table of ``results`` (the runs so far)."""
     keys = list(results)
     table = {k: rows_of(v) for k, v in results.items()}
     names = list(next(iter(table.values())))
     head = "| figure | " + " | ".join(keys) + " | growth exponent |"
     lines = [head, "|---|" + "---:|" * (len(keys) + 1)]
-    sizes = sorted(set(args.sentences))
+    sizes = sorted({int(k.split()[1]) for k in keys})
+    backends = [b for b in args.backend if any(k.startswith(b + " ") for k in keys)]
     for name in names:
         cells = [table[k].get(name) for k in keys]
         exps = []
-        for backend in args.backend:
-            if len(sizes) >= 2:
+        for backend in backends:
+            if len(sizes) >= 2 and all(f"{backend} {n}" in table for n in (sizes[0], sizes[-1])):
                 e = exponent(table[f"{backend} {sizes[0]}"].get(name),
                              table[f"{backend} {sizes[-1]}"].get(name), sizes[0], sizes[-1])
                 exps.append("–" if e is None else f"{e:.2f}")
@@ -321,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     date = now_iso()
     intro = (f"Sizes {', '.join(f'{n:,}' for n in sizes)} sentences; back ends "
-             f"{', '.join(args.backend)}; training with max_iter={args.max_iter}; "
+             f"{', '.join(backends)}; training with max_iter={args.max_iter}; "
              f"{args.clicks} label clicks. Seconds are wall seconds unless marked CPU; the "
              "growth exponent is per back end, between the smallest and largest size. Load "
              f"average at the end: {machine['load_average_at_end']}.")
@@ -333,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
         "command": command, "date": date, "machine": machine, "git": git_commit(),
         "results": results, "table": table, "errors": errors})
     print(f"wrote {Path(args.out) / args.stem}.md and .json")
-    return 0
 
 
 if __name__ == "__main__":

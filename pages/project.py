@@ -49,11 +49,11 @@ def _limits_form() -> None:
                f"{lim['upload_ceiling_mb']:g} MB per file, {fmt_int(lim['tokens_ceiling'])} "
                "tokens per sentence. The app's own exports always import back.")
     with st.form("store_limits"):
-        size = st.number_input("MB per uploaded file", min_value=1.0,
+        now_mb = lim["upload_bytes"] / (1 << 20) if lim["upload_bytes"] else \
+            lim["upload_ceiling_mb"]
+        size = st.number_input("MB per uploaded file", min_value=0.01,
                                max_value=float(lim["upload_ceiling_mb"]), step=1.0,
-                               value=float(min(lim["upload_bytes"] / (1 << 20),
-                                               lim["upload_ceiling_mb"]))
-                               if lim["upload_bytes"] else float(lim["upload_ceiling_mb"]),
+                               value=float(min(max(now_mb, 0.01), lim["upload_ceiling_mb"])),
                                key="limit_upload_mb")
         tokens = st.number_input("Tokens per sentence", min_value=1,
                                  max_value=int(lim["tokens_ceiling"]), step=100,

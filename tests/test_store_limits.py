@@ -3,13 +3,17 @@ own exports read back under the default limits (gpsl.annotation.store_limits).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from _limits import limit
 
 from gpsl import limits
 from gpsl.annotation import Store
 from gpsl.errors import InputError
 
 LABELS = ["B-PER", "I-PER", "B-LOC", "O"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _project(store: Store, n: int, length: int = 12) -> int:
@@ -80,3 +84,40 @@ def test_the_apps_own_export_imports_back_under_the_default_limits(tmp_path, mon
     # a file of another origin, larger than any export of this store, is refused
     with pytest.raises(InputError, match="upload limit"):
         store.parse_upload(data * 8, f"other.{fmt}", fmt)
+
+
+def test_an_import_written_a_page_at_a_time_names_the_right_sentence_and_keeps_nothing(
+        tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    pid = store.create_project("big", LABELS)
+    items = [{"tokens": [f"w{k}", "x"], "labels": ["O", None]} for k in range(4500)]
+    items[4100] = {"tokens": ["bad", "x"], "labels": ["B-XYZ", None]}
+    with pytest.raises(InputError, match=r"sentence 4101, token 1 \('bad'\): label 'B-XYZ'"):
+        store.add_sentences(pid, items)
+    assert store.sentence_count(pid) == 0  # all or nothing, whatever the pages
+    del items[4100]
+    assert store.add_sentences(pid, items) == 4499
+    got = store.get_sentences(pid, offset=2999, limit=2)
+    assert [s["tokens"][0][0] for s in got] == ["w2999", "w3000"]
+    assert [s["position"] for s in got] == [2999, 3000]
+    assert store.progress(pid)["labeled_tokens"] == 4499
+
+
+def test_the_lead_sets_the_limits_on_the_project_page(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("GPSL_DB", str(tmp_path / "db.sqlite3"))
+    monkeypatch.setenv("GPSL_ANNOTATOR", "lead")
+    monkeypatch.setenv(limits.ENV_UPLOAD_CEILING_MB, "64")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=limit(60)).run()
+    at.switch_page("pages/project.py").run()
+    assert not at.exception, at.exception
+    assert at.number_input(key="limit_upload_mb").max == 64
+    at.number_input(key="limit_upload_mb").set_value(48.0)
+    at.number_input(key="limit_tokens").set_value(3000)
+    at.button(key="FormSubmitter:store_limits-Save limits").click().run()
+    assert not at.exception, at.exception
+    got = Store(tmp_path / "db.sqlite3").store_limits()
+    assert got["upload_mb"] == 48 and got["tokens"] == 3000
+    assert "at most 48 MB per file, 3,000 tokens per sentence" in \
+        at.file_uploader(key="new_file").help

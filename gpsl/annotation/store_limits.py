@@ -93,12 +93,15 @@ def export_bound(db: Database) -> tuple[int, int]:
 
 
 def for_upload(db: Database, n_bytes: int) -> tuple[int | None, int | None]:
-    """The limits an upload of ``n_bytes`` is read under: :func:`effective`, raised to the
-    store's own export's size and longest sentence (:func:`export_bound`) when it is over
-    them, so that the app's own exports always import back."""
+    """The limits an upload of ``n_bytes`` is read under: :func:`effective`; a file over the
+    size limit but no larger than the store's own largest export can be
+    (:func:`export_bound`) nor the ceiling is not held to it (``None``), and the token limit
+    is raised to the store's longest sentence, so that the app's own exports always import
+    back.  A file that is refused is told the limit in force."""
     size, tokens = effective(db)
-    if size is not None and n_bytes > size:
-        size = max(size, export_bound(db)[0])
+    if size is not None and n_bytes > size and \
+            n_bytes <= min(export_bound(db)[0], limits.upload_ceiling_mb() * limits.MB):
+        size = None
     if tokens is not None:
         longest = db.read(lambda c: c.execute(text("SELECT MAX(n_tokens) FROM sentences"))
                           .scalar())
