@@ -26,6 +26,7 @@ Store size after each step. The growth exponent of a figure between two sizes is
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -196,7 +197,7 @@ def phase_pages(job: dict) -> dict:
                        "error": str(at.exception[0].message) if at.exception else None}
     at.switch_page("pages/annotate.py").run()
     state_key = f"annotate_{job['pid']}"
-    label, nxt = [], []
+    label, nxt, label_cpu, next_cpu = [], [], [], []
     rng = np.random.default_rng(1)
     while len(label) < job["clicks"] and not at.exception:
         sid = at.session_state[state_key]["current"]
@@ -206,13 +207,16 @@ def phase_pages(job: dict) -> dict:
                 break
             at.button(key=f"tok_{t}").click().run()
             k = int(rng.integers(9))
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             at.button(key=f"lab_{k}").click().run()
             label.append(time.perf_counter() - start)
-        start = time.perf_counter()
+            label_cpu.append(time.process_time() - cpu)
+        start, cpu = time.perf_counter(), time.process_time()
         at.button(key="next").click().run()
         nxt.append(time.perf_counter() - start)
+        next_cpu.append(time.process_time() - cpu)
     return {"pages": pages, "label_click_ms": _ms(label), "next_ms": _ms(nxt),
+            "label_click_cpu_ms": _ms(label_cpu), "next_cpu_ms": _ms(next_cpu),
             "click_error": str(at.exception[0].message) if at.exception else None,
             "peak_mb": _peak_mb()}
 
@@ -269,9 +273,9 @@ def rows_of(r: dict) -> dict[str, float | None]:
         if "rerun_s" in p:
             out[f"{page}: rerun s"] = p["rerun_s"]
             out[f"{page}: rerun CPU s"] = p["rerun_cpu_s"]
-    for what in ("label_click_ms", "next_ms"):
+    for what in ("label_click_ms", "next_ms", "label_click_cpu_ms", "next_cpu_ms"):
         for q in ("p50", "p95"):
-            out[f"{what[:-3].replace('_', ' ')} {q} ms"] = r["app"][what].get(q)
+            out[f"{what[:-3].replace('_', ' ')} {q} ms"] = r["app"].get(what, {}).get(q)
     out["AppTest peak MB"] = r["app"]["peak_mb"]
     return out
 
@@ -285,7 +289,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clicks", type=int, default=20)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--stem", default="app_scale")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="only write the table again from a result file of this bench")
     args = parser.parse_args(argv)
+    if args.render:
+        old = json.loads(Path(args.render).read_text(encoding="utf-8"))
+        run = parser.parse_args(shlex.split(old["command"])[3:])  # the run's own settings
+        run.out, run.stem = args.out, args.stem
+        report(old["results"], run, old["command"], old["machine"], old["date"])
+        return 0
     command = " ".join(shlex.quote(a) for a in ["python", "-m", "bench.app_scale",
                                                *(argv if argv is not None else sys.argv[1:])])
     work = Path(tempfile.mkdtemp(prefix="gpsl-scale-"))
@@ -301,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(results: dict, args, command: str) -> None:
+def report(results: dict, args, command: str, machine: dict | None = None,
+           date: str | None = None) -> None:
     """Print and write the table of ``results`` (the runs so far)."""
     keys = list(results)
     table = {k: rows_of(v) for k, v in results.items()}
@@ -324,9 +337,10 @@ def report(results: dict, args, command: str) -> None:
     errors = [f"{k}: {where} {e}" for k, v in results.items() for where, e in
               [("training", v["train"]["error"]), ("clicks", v["app"]["click_error"])]
               + [(p, q["error"]) for p, q in v["app"]["pages"].items() if q.get("error")] if e]
-    machine = machine_info()
-    machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    date = now_iso()
+    if machine is None:
+        machine = machine_info()
+        machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    date = date or now_iso()
     intro = (f"Sizes {', '.join(f'{n:,}' for n in sizes)} sentences; back ends "
              f"{', '.join(backends)}; training with max_iter={args.max_iter}; "
              f"{args.clicks} label clicks. Seconds are wall seconds unless marked CPU; the "
