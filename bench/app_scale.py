@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.app_latency import LABELS, POS  # noqa: E402  (the same synthetic project)
 from bench.common import (  # noqa: E402
     git_commit,
     header_lines,
@@ -53,9 +54,6 @@ from bench.common import (  # noqa: E402
     write_results,
 )
 
-LABELS = ["B-DATE", "I-DATE", "B-LOC", "I-LOC", "B-MONEY", "I-MONEY", "B-ORG", "I-ORG",
-          "B-PER", "I-PER", "O"]
-POS = ["NNP", "NN", "NNS", "VBD", "IN", "DT", "CD", "JJ", "PUNCT"]
 PAGES = ("project", "annotate", "train", "confidence", "data", "team")
 
 
