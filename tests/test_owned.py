@@ -59,12 +59,16 @@ def test_two_stores_in_one_folder_share_no_model_lock_or_progress_file(tmp_path)
     assert {p.parent.parent.name for p in locks} == {a.models_root.name, b.models_root.name}
 
 
-@pytest.mark.timeout(300)
-def test_a_model_of_another_store_or_a_missing_one_is_refused(tmp_path):
+def _two_trained(tmp_path: Path):
+    """Two stores in one folder, each with a trained version (the same ids)."""
     a, pa = tiny_store(tmp_path / "a.sqlite3")
     b, pb = _other_store(tmp_path / "b.sqlite3")
-    va = jobs.train_now(a, pa, TINY)
-    vb = jobs.train_now(b, pb, TINY)
+    return a, pa, jobs.train_now(a, pa, TINY), b, pb, jobs.train_now(b, pb, TINY)
+
+
+@pytest.mark.timeout(300)
+def test_a_model_of_another_store_or_a_missing_one_is_refused(tmp_path):
+    a, pa, va, b, pb, vb = _two_trained(tmp_path)
     # b's version row pointed at a's model folder (e.g. a copied database file)
     con = sqlite3.connect(tmp_path / "b.sqlite3")
     con.execute("UPDATE model_versions SET path = ? WHERE id = ?", (va["path"], vb["id"]))
@@ -98,10 +102,7 @@ def _as_schema_5(path: Path, store: Store, version: dict, legacy: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_migrated_stores_load_their_own_legacy_model_and_refuse_the_other_ones(tmp_path):
-    a, pa = tiny_store(tmp_path / "a.sqlite3")
-    b, pb = _other_store(tmp_path / "b.sqlite3")
-    va = jobs.train_now(a, pa, TINY)
-    vb = jobs.train_now(b, pb, TINY)
+    a, pa, va, b, pb, vb = _two_trained(tmp_path)
     legacy = tmp_path / "models" / str(pa) / str(va["id"])  # the folder both used to share
     _as_schema_5(tmp_path / "a.sqlite3", a, va, legacy)
     _as_schema_5(tmp_path / "b.sqlite3", b, vb, tmp_path / "elsewhere" / "1" / "1")
