@@ -8,8 +8,13 @@ limit                default         environment variable    also set by
 ===================  ==============  ======================  =============================
 tokens per sentence  1,000           ``GPSL_MAX_TOKENS``     ``--max-tokens`` (command line)
 characters per line  1,000,000       ``GPSL_MAX_LINE_CHARS``
-upload size (app)    20 MB (MiB)     ``GPSL_MAX_UPLOAD_MB``
+upload size (app)    20 MB (MiB)     ``GPSL_MAX_UPLOAD_MB``   a lead, per store (app)
 ===================  ==============  ======================  =============================
+
+A lead may set the upload size and the tokens per sentence of a store in the app (Project
+page), within a hard ceiling set when the server starts: ``GPSL_UPLOAD_CEILING_MB`` (default
+200, Streamlit's own ``server.maxUploadSize``) and ``GPSL_TOKENS_CEILING`` (default 10,000)
+(:func:`upload_ceiling_mb`, :func:`tokens_ceiling`, :mod:`gpsl.annotation.store_limits`).
 
 An explicit argument wins over the environment variable, which wins over the default. ``0`` means
 "no limit". The Streamlit server has its own, larger cap (``server.maxUploadSize`` in
@@ -35,6 +40,8 @@ __all__ = [
     "check_line_length",
     "check_sentence_length",
     "check_upload_size",
+    "tokens_ceiling",
+    "upload_ceiling_mb",
     "max_line_chars",
     "max_tokens",
     "max_upload_bytes",
@@ -47,6 +54,10 @@ DEFAULT_MAX_UPLOAD_MB = 20
 ENV_MAX_TOKENS = "GPSL_MAX_TOKENS"
 ENV_MAX_LINE_CHARS = "GPSL_MAX_LINE_CHARS"
 ENV_MAX_UPLOAD_MB = "GPSL_MAX_UPLOAD_MB"
+ENV_UPLOAD_CEILING_MB = "GPSL_UPLOAD_CEILING_MB"
+ENV_TOKENS_CEILING = "GPSL_TOKENS_CEILING"
+DEFAULT_UPLOAD_CEILING_MB = 200
+DEFAULT_TOKENS_CEILING = 10_000
 
 MB = 1 << 20
 
@@ -92,6 +103,23 @@ def max_upload_bytes(value: int | None = None) -> int | None:
         return None if v is None else int(v)
     v = _resolve(None, ENV_MAX_UPLOAD_MB, DEFAULT_MAX_UPLOAD_MB)
     return None if v is None else int(v * MB)
+
+
+def upload_ceiling_mb() -> float:
+    """The highest upload size (MB) a lead may set: ``GPSL_UPLOAD_CEILING_MB`` at server
+    start (``0`` is refused: a ceiling is a number)."""
+    v = _resolve(None, ENV_UPLOAD_CEILING_MB, DEFAULT_UPLOAD_CEILING_MB)
+    if v is None:
+        raise InputError("the ceiling must be a positive number", source=ENV_UPLOAD_CEILING_MB)
+    return float(v)
+
+
+def tokens_ceiling() -> int:
+    """The most tokens per sentence a lead may allow: ``GPSL_TOKENS_CEILING``."""
+    v = _resolve(None, ENV_TOKENS_CEILING, DEFAULT_TOKENS_CEILING)
+    if v is None:
+        raise InputError("the ceiling must be a positive number", source=ENV_TOKENS_CEILING)
+    return int(v)
 
 
 def _size(n: int) -> str:

@@ -74,3 +74,30 @@ def bound_figure(bounds: Sequence[float], title: str, first: int = 1, height: in
                     mode="lines+markers", line={"color": "#4f46e5"})
     fig.update_xaxes(dtick=max(1, len(bounds) // 10))
     return fig
+
+
+def histogram_figure(bins):
+    """The confidence histogram of the unlabeled tokens from its stored bins (``mid``,
+    ``count``; a few dozen numbers, never one per token), log scale."""
+    fig = figure(title="Confidence of unlabeled tokens (log scale)", height=330, bargap=0.05,
+                 xaxis_title="confidence", yaxis_title="tokens (log scale)",
+                 xaxis_range=[0, 1], yaxis_type="log")
+    fig.add_bar(x=list(bins["mid"]), y=list(bins["count"]), width=float(bins["hi"].iloc[0]
+                - bins["lo"].iloc[0]), marker_color="#f59e0b",
+                hovertemplate="confidence %{x:.3f}<br>%{y} tokens<extra></extra>")
+    return fig
+
+
+def box_figure(boxes, labels: Sequence[str], colors: dict):
+    """Box plots of the confidence per predicted label from their stored quartiles and
+    whiskers (``predicted, q1, median, q3, lower, upper, n``)."""
+    fig = figure(title="Confidence by predicted label", height=330, showlegend=False,
+                 xaxis_title="predicted label", yaxis_title="confidence")
+    by = {r["predicted"]: r for r in boxes.to_dict("records")}
+    for lab in [lab for lab in labels if lab in by]:
+        r = by[lab]
+        fig.add_box(x=[plain(lab)], q1=[r["q1"]], median=[r["median"]], q3=[r["q3"]],
+                    lowerfence=[r["lower"]], upperfence=[r["upper"]], name=plain(lab),
+                    marker_color=colors.get(lab), boxpoints=False,
+                    hovertext=f"{int(r['n'])} tokens")
+    return fig

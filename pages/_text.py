@@ -48,15 +48,24 @@ def bounds(param) -> tuple[int, int]:
     return int(interval.left), int(interval.right)
 
 
-def upload_limits_text() -> str:
-    """"Limits: at most 20 MB per file, 1,000 tokens per sentence (set ...)."""
+def upload_limits_text(store=None) -> str:
+    """"Limits: at most 20 MB per file, 1,000 tokens per sentence (...)." (with ``store``:
+    the limits its lead set)."""
     try:
-        size, tokens = upload_limits()
+        if store is not None:
+            lim = store.store_limits()
+            size = lim["upload_bytes"] / (1 << 20) if lim["upload_bytes"] else None
+            tokens = lim["tokens"]
+        else:
+            size, tokens = upload_limits()
     except InputError as exc:
         return str(exc)
     parts = [f"at most {size:g} MB per file" if size else "no size limit",
              f"{tokens:,} tokens per sentence" if tokens else "no sentence length limit"]
-    return "Limits: " + ", ".join(parts) + f" (set {LIMIT_SETTINGS[0]}, {LIMIT_SETTINGS[1]})."
+    how = ("a lead sets them on the Project page, Upload limits; the app's own exports "
+           "always import back" if store is not None else
+           f"set {LIMIT_SETTINGS[0]}, {LIMIT_SETTINGS[1]}")
+    return "Limits: " + ", ".join(parts) + f" ({how})."
 
 
 def upload_summary(summary: UploadSummary, columns: bool = False) -> str:

@@ -200,10 +200,13 @@ def on_click_data(build, action: str):
     return data
 
 
-def parse_upload(upload, fmt: str) -> list | None:
-    """The sentences of an uploaded file, or ``None`` after showing one error line (never a
-    traceback for a bad file)."""
+def parse_upload(upload, fmt: str, store=None) -> list | None:
+    """The sentences of an uploaded file (under ``store``'s limits, its own exports always
+    read back), or ``None`` after showing one error line (never a traceback for a bad
+    file)."""
     try:
+        if store is not None:
+            return store.parse_upload(upload.getvalue(), upload.name, fmt)
         return back.parse_upload(upload.getvalue(), upload.name, fmt)
     except InputError as exc:
         error(str(exc))

@@ -8,7 +8,7 @@ import streamlit as st
 
 from gpsl.annotation import queue_strategy
 from pages import _ui
-from pages._charts import figure, styled
+from pages._charts import box_figure, figure, histogram_figure, styled
 from pages._chips import label_colors, sentence_html
 from pages._format import fmt_int, fmt_pct
 from pages._text import (
@@ -30,14 +30,21 @@ _ui.header("Confidence", "The model's token confidence (largest marginal probabi
            project)
 
 
-@st.cache_data(max_entries=4, show_spinner="Loading predictions ...")
-def load_tokens(db: str, project_id: int, version_id: int, label_stamp: int):
-    return reports.token_table(project_id, reports.version(version_id))
+@st.cache_data(max_entries=8, show_spinner="Loading the version's figures ...")
+def load_summary(db: str, project_id: int, version_id: int):
+    """The version's stored figures: they change with the version, never with a label."""
+    return reports.summary(reports.version(version_id))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def load_calibration(db: str, project_id: int, version_id: int):
-    return reports.calibration(project_id, reports.version(version_id))
+def load_ranked(db: str, project_id: int, version_id: int, label_stamp: int):
+    """The first sentences of the queue (their tokens read now: a label changes them)."""
+    return reports.ranked(project_id, reports.version(version_id), 8)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def load_uncertain(db: str, project_id: int, version_id: int, label_stamp: int):
+    return reports.uncertain_tokens(load_summary(db, project_id, version_id), 30)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -66,19 +73,17 @@ with _ui.guard("Cannot load the model's predictions", stop=True):
                  + (" (active)" if i == active else ""),
                  help="Dashboards of this version's stored predictions.")
     version = next(v for v in versions if v.id == st.session_state["conf_version"])
-    stamp = reports.label_stamp(pid)
-    tokens = load_tokens(store.where, pid, version.id, stamp)
-    calib = load_calibration(store.where, pid, version.id)
+    summary = load_summary(store.where, pid, version.id)
+    calib = summary.calibration
 
 colors = label_colors(project.labels)
-free = reports.unlabeled(tokens)
-mean_free = reports.mean_confidence(free)
+mean_free = summary.mean_confidence
 
 st.caption(calibration_plain(version), help=calibration_note(version))
 cols = st.columns(6)
-cols[0].metric("Unlabeled tokens", fmt_int(len(free)),
-               help="Training tokens without a label: what the histogram and box plot "
-                    "describe.")
+cols[0].metric("Unlabeled tokens", fmt_int(summary.unlabeled),
+               help="Training tokens without a label when this version was trained: what "
+                    "the histogram and box plot describe.")
 cols[1].metric("Mean confidence (unlabeled)", f"{mean_free:.3f}" if mean_free is not None
                else "–")
 cols[2].metric("Held-out accuracy", fmt_pct(calib.accuracy) if calib else "–",
@@ -98,22 +103,14 @@ if calib:
 
 left, right = st.columns(2, gap="large")
 with left:
-    if len(free):
-        fig = px.histogram(free, x="confidence", nbins=40, range_x=[0, 1], log_y=True,
-                           title="Confidence of unlabeled tokens (log scale)",
-                           color_discrete_sequence=["#f59e0b"])
-        styled(fig, height=330, bargap=0.05, yaxis_title="tokens (log scale)")
-        st.plotly_chart(fig, config={"displayModeBar": False})
+    if summary.unlabeled:
+        st.plotly_chart(histogram_figure(summary.histogram), config={"displayModeBar": False})
     else:
-        st.success("Every training token is labeled.")
+        st.success("Every training token was labeled.")
 with right:
-    if len(free):
-        order = [lab for lab in project.labels if lab in set(free["predicted"])]
-        fig = px.box(free, x="predicted", y="confidence", color="predicted",
-                     category_orders={"predicted": order}, color_discrete_map=colors,
-                     title="Confidence by predicted label", points=False)
-        styled(fig, height=330, showlegend=False, xaxis_title="predicted label")
-        st.plotly_chart(fig, config={"displayModeBar": False})
+    if summary.unlabeled:
+        st.plotly_chart(box_figure(summary.boxes, project.labels, colors),
+                        config={"displayModeBar": False})
 
 left, right = st.columns(2, gap="large")
 with left:
@@ -208,11 +205,11 @@ queue_note = queue_caption(queue_strategy(next((v for v in versions if v.active)
 st.caption("Training sentences in the order of the annotation queue under the active model "
            "(the highest query score of their unlabeled tokens first); open one to annotate "
            "it." + (f" {queue_note}." if queue_note else ""))
-top = reports.ranked(pid, tokens, 8)
+stamp = reports.label_stamp(pid)
+top = load_ranked(store.where, pid, version.id, stamp)
 if not top:
     st.success("No unlabeled training tokens left.")
-for row in top:
-    sent = reports.sentence_tokens(tokens, row.sentence_id)
+for row, sent in top:
     with st.container(border=True):
         with st.container(horizontal=True, vertical_alignment="center"):
             st.caption(least_sure_caption(row))
@@ -225,7 +222,8 @@ for row in top:
                                   list(sent["confidence"]), list(sent["predicted"]), colors))
 
 with st.expander("Most uncertain tokens", icon=":material/table_rows:"):
-    st.dataframe(reports.uncertain_tokens(tokens, 30), hide_index=True, column_config={
+    st.dataframe(load_uncertain(store.where, pid, version.id, stamp), hide_index=True,
+                 column_config={
         "confidence": st.column_config.ProgressColumn("confidence", min_value=0.0,
                                                       max_value=1.0, format="%.2f")})
 

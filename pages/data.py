@@ -54,21 +54,12 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
             st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="exp_split",
                          width=220)
         split = _split("exp_split")
-        ann_data, ann_error = None, None
-        if fmt == "conll":  # checked now: a token with a space cannot be a CoNLL column
-            try:
-                ann_data = store.export_annotations(pid, fmt, split)
-            except InputError as exc:
-                ann_error = str(exc)
-        if ann_error:
-            _ui.error(ann_error)
-        st.download_button(
+        st.download_button(  # built when clicked, page by page (a CoNLL error: in the file)
             "Download annotations", icon=":material/download:", type="primary",
-            data=ann_data if ann_data is not None else
-            _ui.on_click_data(lambda: store.export_annotations(pid, fmt, split),
-                              "Annotations not exported"),
+            data=_ui.on_click_data(lambda: store.annotations_file(pid, fmt, split),
+                                   "Annotations not exported"),
             file_name=f"{base}-annotations.{fmt}", mime=MIME[fmt], key="dl_ann",
-            on_click="ignore", disabled=ann_error is not None)
+            on_click="ignore")
         try:
             preview, preview_error = store.preview(pid, split, fmt), None
         except InputError as exc:
@@ -88,7 +79,7 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 st.download_button(
                     "Download", icon=":material/download:",
                     data=_ui.on_click_data(
-                        lambda: store.export_annotations(pid, tool, split),
+                        lambda: store.annotations_file(pid, tool, split),
                         "Annotations not exported"),
                     file_name=f"{base}-{tool}{TOOL_SUFFIX[tool]}", mime="text/plain",
                     key="dl_tool", on_click="ignore")
@@ -131,23 +122,13 @@ with _ui.guard("Cannot show the exports"):  # the import below still shows
                 st.selectbox("Sentences", list(SPLITS), format_func=SPLITS.get, key="pred_split",
                              width=220)
             psplit = _split("pred_split")
-            pred_data, pred_error = None, None
-            if pfmt == "conll":
-                try:
-                    pred_data = store.export_predictions(pid, vid, pfmt, psplit)
-                except InputError as exc:
-                    pred_error = str(exc)
-            if pred_error:
-                _ui.error(pred_error)
             st.download_button(
                 "Download predictions", icon=":material/download:",
-                data=pred_data if pred_data is not None else
-                _ui.on_click_data(
-                    lambda: store.export_predictions(pid, vid, pfmt, psplit),
+                data=_ui.on_click_data(
+                    lambda: store.predictions_file(pid, vid, pfmt, psplit),
                     "Predictions not exported"),
                 file_name=f"{base}-predictions-{vnames[vid]}.{pfmt}", mime=MIME[pfmt],
-                key="dl_pred",
-                on_click="ignore", disabled=pred_error is not None)
+                key="dl_pred", on_click="ignore")
 
         st.subheader("Download a model", anchor=False)
         saved = [v for v in versions if v.status == "done" and v.path]
@@ -179,7 +160,7 @@ st.subheader("Import sentences", anchor=False)
 st.caption("Append sentences to this project: CoNLL / CRF++ columns, plain text or JSONL, with "
            "the same number of feature columns as the project. Labels in the file are kept.")
 upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="imp_file",
-                          help=upload_limits_text())
+                          help=upload_limits_text(store))
 if upload is not None:
     fid = upload.file_id
     c1, c2 = st.columns(2)
@@ -187,7 +168,7 @@ if upload is not None:
     target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
                           format_func={"train": "training sentences (labels = annotations)",
                                        "heldout": "held-out sentences (labels = gold)"}.get)
-    sentences = _ui.parse_upload(upload, fmt_in)
+    sentences = _ui.parse_upload(upload, fmt_in, store)
     if sentences:
         summary = summarize(sentences)
         new_labels = unknown_labels(sentences, project.labels)
@@ -214,7 +195,7 @@ with st.expander("Import every vote of a vote file", icon=":material/groups:"):
                "sentences are appended with every annotator's labels credited to them and "
                "the leads' decisions kept; the training labels follow this project's rule.")
     vote_file = st.file_uploader("Vote file", type=["jsonl", "json"], key="imp_votes_file",
-                                 help=upload_limits_text())
+                                 help=upload_limits_text(store))
     if vote_file is not None:
         vin = st.selectbox("Format", list(VOTE_FORMATS), format_func=VOTE_FORMATS.get,
                            key=f"imp_votes_fmt_{vote_file.file_id}", width=320,

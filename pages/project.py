@@ -41,6 +41,33 @@ _ui.header("Project", "Overview, settings and new annotation projects.", project
 _ui.show_flash()
 
 
+def _limits_form() -> None:
+    """The store's upload limits, set by a lead within the ceilings the server started
+    with; the app's own exports are always taken back."""
+    lim = store.store_limits()
+    st.caption(f"Every project of this store. Ceilings set when the server started: "
+               f"{lim['upload_ceiling_mb']:g} MB per file, {fmt_int(lim['tokens_ceiling'])} "
+               "tokens per sentence. The app's own exports always import back.")
+    with st.form("store_limits"):
+        now_mb = lim["upload_bytes"] / (1 << 20) if lim["upload_bytes"] else \
+            lim["upload_ceiling_mb"]
+        size = st.number_input("MB per uploaded file", min_value=0.01,
+                               max_value=float(lim["upload_ceiling_mb"]), step=1.0,
+                               value=float(min(max(now_mb, 0.01), lim["upload_ceiling_mb"])),
+                               key="limit_upload_mb")
+        tokens = st.number_input("Tokens per sentence", min_value=1,
+                                 max_value=int(lim["tokens_ceiling"]), step=100,
+                                 value=int(min(lim["tokens"] or lim["tokens_ceiling"],
+                                               lim["tokens_ceiling"])),
+                                 key="limit_tokens")
+        saved = st.form_submit_button("Save limits", type="primary")
+    if saved:
+        with _ui.guard("Limits not saved"):
+            store.set_store_limits(upload_mb=float(size), max_tokens=int(tokens))
+            _ui.flash("info", "Upload limits saved.")
+            st.rerun()
+
+
 def dependency_picker(key: str, offsets, label: str = TRAIN_PARAMS["offsets"].label
                       ) -> tuple[int, ...] | None:
     """Segmented GPSL1/2/4/Custom + custom offsets; None (and an error shown) when invalid."""
@@ -198,6 +225,8 @@ def feature_picker(key: str, n_columns: int) -> str:
 
 
 st.subheader("New project", anchor=False)
+with st.expander("Upload limits of this store", icon=":material/tune:"):
+    _limits_form()
 upload_tab, crowd_tab, sample_tab = st.tabs(["From a file", "From a crowd folder",
                                               "Copy of the sample"])
 
@@ -205,12 +234,12 @@ with upload_tab:
     st.caption("CoNLL / CRF++ columns (label last, `_` for a missing label), plain text (one "
                "whitespace-tokenised sentence per line) or JSONL (`tokens`, optional `labels`).")
     upload = st.file_uploader("Data file", type=UPLOAD_TYPES, key="new_file",
-                              help=upload_limits_text())
+                              help=upload_limits_text(store))
     if upload is not None:
         fid = upload.file_id
         fmt = _ui.upload_format(upload, f"new_fmt_{fid}", width=300,
                                 help="Guessed from the file extension.")
-        sentences = _ui.parse_upload(upload, fmt)
+        sentences = _ui.parse_upload(upload, fmt, store)
         if sentences:
             summary = summarize(sentences)
             st.markdown(upload_summary(summary, columns=True))

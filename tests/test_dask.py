@@ -199,7 +199,7 @@ def _labels(store, pid):
 @pytest.mark.timeout(120)
 def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
     vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
     try:
@@ -232,7 +232,7 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
 def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster, tmp_path,
                                                                        monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
     worker_pid = None
     try:

@@ -182,7 +182,7 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
     assert [s[1:] for s in steps] == [(0, 6, "fold"), *[(k, 6, "fold") for k in range(1, 6)],
                                       (5, 6, "selection"), (6, 6, "")]
     assert {s[0] for s in steps} == {"calibrating"}
-    prog = runs_mod.read_progress(tmp_path / "models", pid, first["id"])
+    prog = runs_mod.read_progress(store.models_root, pid, first["id"])
     names = [p["name"] for p in prog["phases"]]
     assert names == ["loading", "fitting", "calibrating", "evaluating", "saving",
                      "predicting", "storing"]

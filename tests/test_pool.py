@@ -79,6 +79,7 @@ def test_a_worker_killed_between_chunks_loses_nothing_committed(tmp_path):
     first = jobs.train_now(store, pid, TINY, root)
     before = store.get_predictions(first["id"])
     vid = jobs.start_training(store, pid, TINY, pause_at="in-predict")
+    root = store.own_root(root)  # the store's own folder of progress files (issue 37)
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("done"),
                    what="the first chunk stored")
@@ -178,7 +179,7 @@ def test_a_schema_5_store_is_packed_and_pruned(store_target):
     store.close()
     store = Store(store_target)
     assert store.db.read(lambda c: c.execute(text("SELECT MAX(version) FROM schema_version"))
-                         .scalar_one()) == SCHEMA_VERSION == 6
+                         .scalar_one()) == SCHEMA_VERSION == 7
     # kept: the active version (2) and the newest other (3); the first: pruned
     assert store.get_predictions(versions[0]) == {}
     for vid in versions[1:]:

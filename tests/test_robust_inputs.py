@@ -653,8 +653,10 @@ def test_app_upload_errors_are_one_readable_line(tmp_path, monkeypatch):
             [e.value for e in at.error]
         assert "\n" not in at.error[0].value
     monkeypatch.setenv("GPSL_MAX_UPLOAD_MB", "0.00001")
-    at.file_uploader(key="new_file").set_value(("ok.conll", b"a X\n" * 10, "text/plain")).run()
-    assert "ok.conll: the file is 40 bytes; the upload limit is 10 bytes" in at.error[0].value
+    # larger than any export of this store could be (those always read back)
+    at.file_uploader(key="new_file").set_value(("ok.conll", b"a X\n" * 10 ** 6,
+                                                "text/plain")).run()
+    assert "ok.conll: the file is 3.8 MB; the upload limit is 10 bytes" in at.error[0].value
     assert len(Store(tmp_path / "db.sqlite3").list_projects()) == n_projects
 
 

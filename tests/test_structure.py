@@ -22,10 +22,11 @@ MAX_LINES = 600
 LAYERS = {
     "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
-                     "accounts", "auth", "search", "stats", "runs"},
+                     "accounts", "auth", "search", "stats", "runs", "owned",
+                     "store_limits"},
     "rules": {"rules", "evaluation", "pool"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
-                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders"},
+                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},
     "facade": {"facade", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},

@@ -41,7 +41,7 @@ def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     version = store.get_model_version(vid)
     assert version["status"] == "done", version["error"]
     assert version["active"]
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     assert Path(version["path"]) == pipeline.model_dir(root, pid, vid)
     model = GPSL.load(version["path"])
     assert model.classes_ == version["classes"]
@@ -86,7 +86,7 @@ def test_start_refuses_a_project_without_labels(tmp_path):
 @pytest.mark.timeout(240)
 def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     first = jobs.train_now(store, pid, TINY)
     assert first["status"] == "done" and store.active_model(pid)["id"] == first["id"]
 
@@ -121,7 +121,7 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
 @pytest.mark.timeout(180)
 def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
@@ -142,7 +142,7 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
     """An app start (``recover``) fails versions whose worker is gone and removes their
     staging, temporary and orphaned model directories; done and running ones stay."""
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     done = jobs.train_now(store, pid, TINY, root)
     dead = store.start_model_version(pid, TINY.to_settings(), pid=2 ** 22 + 12345)
     alive = store.start_model_version(pid, TINY.to_settings())  # this process: alive
@@ -255,7 +255,7 @@ def test_a_reused_pid_is_not_taken_for_a_live_worker_and_is_never_signalled(tmp_
 @pytest.mark.timeout(180)
 def test_a_dying_worker_records_why(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
@@ -304,7 +304,7 @@ def test_a_model_folder_left_by_a_deleted_store_is_kept_aside_not_a_failure(tmp_
     """Deleting the database file but keeping models/ (starting over) used to fail the next
     run with 'Directory not empty': the old folder is moved aside, and kept."""
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    root = tmp_path / "models"
+    root = store.own_root(tmp_path / "models")
     old = root / str(pid) / "1"
     old.mkdir(parents=True)
     (old / "model.json").write_text("{}")

@@ -64,19 +64,20 @@ LEAD = frozenset({
     "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",
     "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
+    "own_root", "model_path", "store_summary", "annotations_file", "predictions_file",
+    "store_limits", "set_store_limits", "parse_upload", "label_activity",
 })
 #: Reports anyone may read of a project they are a member of (their own view of it)
 MEMBER_REPORTS = frozenset({
     "project", "projects", "progress", "active_version", "scheme", "sentence",
     "own_labels",
-    "token_history", "search", "team_settings", "label_stamp", "unlabeled",
-    "mean_confidence", "sentence_tokens", "learning_curve",
+    "token_history", "search", "team_settings", "label_stamp", "learning_curve",
 })
 #: Reports for a lead
 LEAD_REPORTS = frozenset({
     "columns", "versions", "version", "with_predictions", "running", "training_progress",
     "keep_training",
-    "token_table", "calibration", "ranked", "uncertain_tokens", "activity", "crowd", "team",
+    "summary", "calibration", "ranked", "uncertain_tokens", "activity", "crowd", "team",
     "conflicts", "decisions", "tokens", "accounts", "leases",
 })
 #: never through an acting store: sessions, links and passwords are the door's own business

@@ -8,7 +8,8 @@ modules is plain SQL text (SQLAlchemy Core ``text()``), written to run on both.
 * :meth:`Database.write` runs a function in one write transaction (SQLite: ``BEGIN
   IMMEDIATE``, so the lock is taken before anything is read; PostgreSQL: READ COMMITTED with
   row locks taken by the writers), committed at the end and rolled back on any exception.
-  :meth:`Database.read` runs one in a read transaction (one consistent snapshot).
+  :meth:`Database.read` runs one reading (SQLite: one read transaction, one snapshot;
+  PostgreSQL: autocommit, each statement its own snapshot as under READ COMMITTED).
 * Lock contention, serialisation failures, deadlocks and a dropped server connection are
   retried by tenacity (jittered exponential back-off) for up to ``timeout`` seconds; then
   :class:`StoreBusyError` / :class:`StoreUnavailableError`, one line each.  A full disk, a
@@ -167,7 +168,10 @@ class Database:
                 self.url = make_url(f"sqlite:///{self.path}")
             self.engine = self._sqlite_engine()
         else:
-            self.engine = create_engine(self.url, pool_pre_ping=True, pool_size=5,
+            # no pre-ping (a round trip per transaction): a pooled connection the server
+            # dropped fails its first statement, before anything is written, and the
+            # transaction is retried on a new one (_retryable)
+            self.engine = create_engine(self.url, pool_size=5,
                                         max_overflow=20, isolation_level="READ COMMITTED",
                                         connect_args={"connect_timeout": 10})
         _DATABASES.add(self)
@@ -274,6 +278,12 @@ class Database:
                     with self.engine.connect() as conn:
                         if write:
                             conn.execution_options(gpsl_write=True)
+                        elif self.dialect == "postgresql":
+                            # READ COMMITTED: every statement reads its own snapshot, in a
+                            # transaction or not; without one, no BEGIN and COMMIT round
+                            # trips (a read takes no lock)
+                            conn.execution_options(isolation_level="AUTOCOMMIT")
+                            return fn(conn)
                         with conn.begin():
                             return fn(conn)
         except DBAPIError as exc:
@@ -288,7 +298,10 @@ class Database:
         return self._run(fn, True)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
-        """``fn(conn)`` in one read transaction (one consistent snapshot)."""
+        """``fn(conn)`` reading: on SQLite in one read transaction (one consistent
+        snapshot); on PostgreSQL (READ COMMITTED, where each statement reads its own
+        snapshot anyway) in autocommit mode, which spares the BEGIN and COMMIT round
+        trips."""
         return self._run(fn, False)
 
     def for_update(self) -> str:

@@ -10,8 +10,9 @@ import io
 import json
 import os
 import re
+import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from gpsl.errors import InputError
@@ -81,9 +82,10 @@ def to_conll2003(sentences: Sequence[Sentence]) -> str:
     return "-DOCSTART- -X- -X- O\n\n" + format_conll(fixed, source="CoNLL-2003 export")
 
 
-def format_sentences(sentences: Sequence[Sentence], fmt: str) -> str:
+def format_sentences(sentences: Sequence[Sentence], fmt: str, first: int = 1) -> str:
+    """``sentences`` in ``fmt`` (``first``: the number of the first one, in errors)."""
     if fmt == "conll":
-        return format_conll(sentences, source="CoNLL export")
+        return format_conll(sentences, source="CoNLL export", first=first)
     if fmt == "jsonl":
         return format_jsonl(sentences)
     writers = {"conll2003": to_conll2003, "labelstudio": to_labelstudio,
@@ -93,52 +95,103 @@ def format_sentences(sentences: Sequence[Sentence], fmt: str) -> str:
     raise InputError(f"unknown export format {fmt!r}", source="<export>")
 
 
+#: sentences read and written at a time by the streamed exports
+PAGE = 2000
+#: formats written sentence by sentence (the others are one document)
+STREAMED = ("conll", "jsonl", "doccano", "prodigy", "conll2003")
+
+
+def _pages(store, project_id: int, split: str | None) -> Iterator[list[dict]]:
+    offset = 0
+    while page := store.get_sentences(project_id, split=split, offset=offset, limit=PAGE):
+        yield page
+        offset += len(page)
+
+
+def _sentence(s: dict) -> Sentence:
+    return Sentence(s["tokens"], s["labels"], s["line"] or 1)
+
+
+def iter_annotations(store, project_id: int, fmt: str = "conll",
+                     split: str | None = "train") -> Iterator[str]:
+    """The current (derived) labels of a project in ``fmt``, as parts of the text written
+    :data:`PAGE` sentences at a time (one document at once for Label Studio).  A token with
+    whitespace cannot be a CoNLL column: CoNLL export then raises InputError naming the
+    sentence."""
+    if fmt not in STREAMED:
+        yield format_sentences(store.export_sentences(project_id, split=split), fmt)
+        return
+    done = 0
+    if fmt == "conll2003":
+        yield "-DOCSTART- -X- -X- O\n\n"
+    for page in _pages(store, project_id, split):
+        if fmt == "conll2003":
+            yield format_conll([Sentence(s["tokens"], [lab if lab is not None else "O"
+                                                       for lab in s["labels"]], s["line"] or 1)
+                                for s in page], source="CoNLL-2003 export", first=done + 1)
+        else:
+            yield format_sentences([_sentence(s) for s in page], fmt, done + 1)
+        done += len(page)
+
+
 def export_annotations(store, project_id: int, fmt: str = "conll",
                        split: str | None = "train") -> str:
-    """The current (derived) labels of a project in ``fmt``.  A token with whitespace
-    cannot be a CoNLL column: CoNLL export then raises InputError naming the sentence."""
-    return format_sentences(store.export_sentences(project_id, split=split), fmt)
+    """The current (derived) labels of a project in ``fmt`` (:func:`iter_annotations`)."""
+    return "".join(iter_annotations(store, project_id, fmt, split))
 
 
 def preview_text(sentences: Sequence[dict], fmt: str = "conll") -> str:
     """Export text of a few sentence dicts (for a preview)."""
-    return format_sentences([Sentence(s["tokens"], s["labels"], s["line"] or 1)
-                             for s in sentences], fmt)
+    return format_sentences([_sentence(s) for s in sentences], fmt)
+
+
+def iter_predictions(store, project_id: int, version: dict, fmt: str = "conll",
+                     split: str | None = "train") -> Iterator[str]:
+    """Predictions of a model version, :data:`PAGE` sentences at a time.  CoNLL: token
+    columns, current label (``_``), predicted label, its probability.  JSONL: tokens,
+    labels, predicted, confidence and per-token marginals ``{label: p}``."""
+    if fmt not in ("conll", "jsonl"):
+        raise InputError(f"unknown export format {fmt!r}", source="<export>")
+    classes = version.get("classes") or []
+    done = 0
+    for page in _pages(store, project_id, split):
+        preds = store.get_predictions(version["id"], [s["id"] for s in page])
+        have = [(s, preds[s["id"]]) for s in page if s["id"] in preds]
+        if fmt == "conll":
+            extra = [[[classes[int(r.argmax())], f"{float(r.max()):.4f}"] for r in p]
+                     for _, p in have]
+            yield format_conll([_sentence(s) for s, _ in have], extra_columns=extra,
+                               source="CoNLL export", first=done + 1)
+        else:
+            out = io.StringIO()
+            for s, p in have:
+                toks = [t[0] if len(t) == 1 else list(t) for t in s["tokens"]]
+                out.write(json.dumps({
+                    "id": s["id"], "tokens": toks, "labels": s["labels"],
+                    "predicted": [classes[int(r.argmax())] for r in p],
+                    "confidence": [round(float(r.max()), 6) for r in p],
+                    "marginals": [{c: round(float(x), 6) for c, x in zip(classes, r)}
+                                  for r in p],
+                }, ensure_ascii=False))
+                out.write("\n")
+            yield out.getvalue()
+        done += len(have)
 
 
 def export_predictions(store, project_id: int, version: dict, fmt: str = "conll",
                        split: str | None = "train") -> str:
-    """Predictions of a model version.  CoNLL: token columns, current label (``_``),
-    predicted label, its probability.  JSONL: tokens, labels, predicted, confidence and
-    per-token marginals ``{label: p}``."""
-    classes = version.get("classes") or []
-    preds = store.get_predictions(version["id"])
-    sents = store.get_sentences(project_id, split=split)
-    if fmt == "conll":
-        plain, extra = [], []
-        for s in sents:
-            p = preds.get(s["id"])
-            if p is None:
-                continue
-            plain.append(Sentence(s["tokens"], s["labels"], s["line"] or 1))
-            extra.append([[classes[int(r.argmax())], f"{float(r.max()):.4f}"] for r in p])
-        return format_conll(plain, extra_columns=extra, source="CoNLL export")
-    if fmt == "jsonl":
-        out = io.StringIO()
-        for s in sents:
-            p = preds.get(s["id"])
-            if p is None:
-                continue
-            toks = [t[0] if len(t) == 1 else list(t) for t in s["tokens"]]
-            out.write(json.dumps({
-                "id": s["id"], "tokens": toks, "labels": s["labels"],
-                "predicted": [classes[int(r.argmax())] for r in p],
-                "confidence": [round(float(r.max()), 6) for r in p],
-                "marginals": [{c: round(float(x), 6) for c, x in zip(classes, r)} for r in p],
-            }, ensure_ascii=False))
-            out.write("\n")
-        return out.getvalue()
-    raise InputError(f"unknown export format {fmt!r}", source="<export>")
+    """Predictions of a model version in ``fmt`` (:func:`iter_predictions`)."""
+    return "".join(iter_predictions(store, project_id, version, fmt, split))
+
+
+def spooled(parts: Iterable[str]):
+    """The text of ``parts`` (UTF-8) in a temporary file, rewound: in memory up to 16 MB,
+    then on disk, so an export is never held twice as Python strings."""
+    out = tempfile.SpooledTemporaryFile(max_size=16 << 20)
+    for part in parts:
+        out.write(part.encode("utf-8"))
+    out.seek(0)
+    return out
 
 
 def check_model(path: str | os.PathLike) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpsl import limits
 from gpsl.annotation import (
     access,
     accounts,
@@ -22,6 +23,7 @@ from gpsl.annotation import (
     exports,
     imports,
     jobs,
+    owned,
     predictions,
     projects,
     queue,
@@ -30,6 +32,8 @@ from gpsl.annotation import (
     search,
     sentences,
     stats,
+    store_limits,
+    summaries,
     team,
     versions,
     vote_files,
@@ -37,6 +41,7 @@ from gpsl.annotation import (
 )
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
+from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
 from gpsl.io import Sentence
@@ -64,7 +69,33 @@ class Store:
         self.target = os.fspath(target)
         self.path = self.db.path
         self.timeout = self.db.timeout
-        self.models_root = Path(models_root) if models_root else default_models_root(self.db)
+        self.models_base = Path(models_root) if models_root else default_models_root(self.db)
+        self._own: Path | None = None
+
+    @property
+    def store_id(self) -> str:
+        """The store's own id (:mod:`gpsl.annotation.owned`)."""
+        return owned.store_id(self.db)
+
+    @property
+    def models_root(self) -> Path:
+        """This store's own folder of model files, progress files and locks:
+        ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.owned`)."""
+        if self._own is None:
+            self._own = owned.own_root(self.models_base, self.store_id)
+        return self._own
+
+    def own_root(self, base=None) -> Path:
+        """This store's own folder under ``base`` (default: the store's models base)."""
+        return self.models_root if base is None else owned.own_root(base, self.store_id)
+
+    def model_path(self, version_id: int) -> Path:
+        """The version's model folder, refused with one line when missing or another
+        store's (:func:`gpsl.annotation.owned.model_path`)."""
+        version = self.get_model_version(version_id)
+        if version is None:
+            raise NotFoundError(f"no model version with id {version_id}")
+        return owned.model_path(self.models_root, version)
 
     @property
     def where(self) -> str:
@@ -85,7 +116,7 @@ class Store:
 
     def __getstate__(self) -> dict:
         return {"target": self.target, "timeout": self.timeout,
-                "models_root": str(self.models_root)}
+                "models_root": str(self.models_base)}
 
     def __setstate__(self, state) -> None:
         self.__init__(state["target"], timeout=state["timeout"],
@@ -291,6 +322,15 @@ class Store:
     def get_query_scores(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get_query_scores(self.db, version_id, sentence_ids)
 
+    def label_activity(self, project_id: int) -> list[tuple[str, str, int]]:
+        """``(day, annotator, labels set)`` (:func:`stats.activity`)."""
+        return stats.activity(self.db, project_id)
+
+    def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
+        """Compute and store what the pages show of a version (:mod:`.summaries`);
+        ``classes``: its labels, before the run records them."""
+        return summaries.store_summary(self, version_id, classes)
+
     def has_predictions(self, version_id: int) -> bool:
         return predictions.has_any(self.db, version_id)
 
@@ -456,6 +496,41 @@ class Store:
                            split: str | None = "train") -> str:
         return exports.export_annotations(self, project_id, fmt, split)
 
+    # limits
+    def store_limits(self) -> dict:
+        """The limits as the lead set them (``upload_mb``, ``max_tokens``; None: the server's
+        default), those in force (``upload_bytes``, ``tokens``; None: no limit) and the
+        ceilings (``upload_ceiling_mb``, ``tokens_ceiling``) (:mod:`.store_limits`)."""
+        size, tokens = store_limits.effective(self.db)
+        return {**store_limits.get(self.db), "upload_bytes": size, "tokens": tokens,
+                "upload_ceiling_mb": limits.upload_ceiling_mb(),
+                "tokens_ceiling": limits.tokens_ceiling()}
+
+    def set_store_limits(self, upload_mb: float | None = None,
+                         max_tokens: int | None = None) -> dict:
+        """Set the store's limits within the ceilings (None: the server's default)."""
+        store_limits.put(self.db, upload_mb, max_tokens)
+        return self.store_limits()
+
+    def parse_upload(self, data: bytes, filename: str, fmt: str | None = None) -> list:
+        """:func:`imports.parse_upload` under the store's limits (its own exports always
+        read back, :func:`store_limits.for_upload`)."""
+        size, tokens = store_limits.for_upload(self.db, len(data or b""))
+        return imports.parse_upload(data, filename, fmt, max_bytes=size or 0,
+                                    max_tokens=tokens or 0)
+
+    def annotations_file(self, project_id: int, fmt: str = "conll",
+                         split: str | None = "train"):
+        """:meth:`export_annotations` written page by page to a temporary file (rewound),
+        built when asked for (a download)."""
+        return exports.spooled(exports.iter_annotations(self, project_id, fmt, split))
+
+    def predictions_file(self, project_id: int, version_id: int, fmt: str = "conll",
+                         split: str | None = "train"):
+        """:meth:`export_predictions` written page by page to a temporary file (rewound)."""
+        return exports.spooled(exports.iter_predictions(
+            self, project_id, self.get_model_version(version_id), fmt, split))
+
     def export_votes(self, project_id: int, fmt: str = "crowd",
                      split: str | None = "train") -> str:
         """Every vote, the training labels and the leads' decisions (:mod:`vote_files`)."""
@@ -465,7 +540,9 @@ class Store:
                      doc: str | None = None, add_labels: Sequence[str] = ()) -> int:
         """Append the sentences of a vote file (:func:`vote_files.read_votes`) with every
         vote credited to its annotator; returns how many sentences."""
-        items = vote_files.read_votes(data, fmt, doc or "<upload>")
+        size, tokens = store_limits.for_upload(self.db, len(data or ""))
+        items = vote_files.read_votes(data, fmt, doc or "<upload>", max_bytes=size or 0,
+                                      max_tokens=tokens or 0)
         return vote_files.import_votes(self.db, project_id, items, doc=doc,
                                        add_labels=add_labels)
 
@@ -501,7 +578,7 @@ class Store:
 
     def check_model(self, version_id: int) -> None:
         """Raise a one-line error unless the version's saved model loads cleanly."""
-        exports.check_model(self.get_model_version(version_id)["path"])
+        exports.check_model(self.model_path(version_id))
 
     def model_zip(self, version_id: int) -> bytes:
-        return exports.model_zip(self.get_model_version(version_id)["path"])
+        return exports.model_zip(self.model_path(version_id))

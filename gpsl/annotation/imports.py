@@ -463,8 +463,11 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
         raise InputError(f"no project with id {project_id}", source="<import>")
     first = store.get_sentences(project_id, limit=1)
     labels = list(project["labels"]) + [x for x in add_labels if x not in project["labels"]]
-    validate.sentences(sentences, labels, source=doc or "<upload>",  # precise messages first
-                       n_columns=len(first[0]["tokens"][0]) if first else None)
+    n_columns = len(first[0]["tokens"][0]) if first else None
+    for a in range(0, len(sentences), 2000):  # precise messages first, a page at a time
+        checked = validate.sentences(sentences[a:a + 2000], labels, source=doc or "<upload>",
+                                     n_columns=n_columns, first=a)
+        n_columns = n_columns or len(checked[0]["tokens"][0])
     if split == "heldout":
         return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
                                                 for s in sentences], split="heldout",

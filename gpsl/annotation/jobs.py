@@ -94,7 +94,7 @@ def reap_workers() -> None:
 def mark_stale(store, models_root, project_id: int | None = None) -> list[int]:
     """Mark ``'failed'`` the running versions whose worker is gone (pid + start time)."""
     reap_workers()
-    root = Path(models_root)
+    root = store.own_root(models_root)
     return store.mark_stale_running_failed(
         project_id, alive=worker_alive, reason=lambda v: _gone_reason(root, v))
 
@@ -102,7 +102,7 @@ def mark_stale(store, models_root, project_id: int | None = None) -> list[int]:
 def running_version(store, project_id: int, models_root=None) -> dict | None:
     """The project's running version whose worker is alive, or None (versions whose worker
     died are marked failed first)."""
-    mark_stale(store, models_root or store.models_root, project_id)
+    mark_stale(store, models_root, project_id)
     for v in reversed(store.list_model_versions(project_id)):
         if v["status"] == "running":
             return v
@@ -151,7 +151,7 @@ def cleanup_staging(store, project_id: int, models_root) -> list[Path]:
 def recover(store, models_root=None) -> dict:
     """After a crash: mark versions whose worker is gone ``'failed'`` and clean leftovers.
     Returns ``{"failed": [version ids], "removed": [paths]}``."""
-    root = Path(models_root or store.models_root)
+    root = store.own_root(models_root)
     failed = mark_stale(store, root)
     removed: list[Path] = []
     for project in store.list_projects():
@@ -181,7 +181,7 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
     ``started_by``: recorded in the version's settings (``"keep training"``; else a click)."""
     if pause_at is not None and pause_at not in pipeline.PAUSES:
         raise ValueError(f"pause_at must be one of {', '.join(pipeline.PAUSES)}")
-    root = Path(models_root or store.models_root)
+    root = store.own_root(models_root)
     if store.get_project(project_id) is None:
         raise InputError(f"no project with id {project_id}", source="<train>")
     with start_lock(root, project_id):
@@ -259,7 +259,7 @@ def stop_training(store, version_id: int) -> bool:
 def train_now(store, project_id: int, config: TrainConfig, models_root=None, *,
               raise_errors: bool = True) -> dict:
     """Run a training job in this process (tests, scripts); returns the version dict."""
-    root = Path(models_root or store.models_root)
+    root = store.own_root(models_root)
     with start_lock(root, project_id):
         busy = running_version(store, project_id, root)
         if busy is not None:
@@ -340,7 +340,7 @@ def after_labels(store, project_id: int | None) -> int | None:
     every = int(keep.get("every", KEEP_EVERY.default))
     if not keep.get("on") or versions.new_labels(store.db, project_id, keep) < every:
         return None
-    root = Path(store.models_root)
+    root = store.models_root
     with start_lock(root, project_id):
         mark_stale(store, root, project_id)  # a dead worker's run no longer blocks
         if versions.claim_keep_training(store.db, project_id, every) is None:

@@ -10,11 +10,13 @@ runs them in order, in the one transaction that opens an older store.
 * 2 -> 3 (:func:`migrate_2_to_3`): the team tables, project guidelines, version numbers;
 * 3 -> 4 (:func:`migrate_3_to_4`): the per-token query scores of the queue;
 * 4 -> 5 (:func:`migrate_4_to_5`): project memberships, the sign-in rate limit, setup tokens;
-* 5 -> 6 (:func:`migrate_5_to_6`): predictions packed, old versions' predictions pruned.
+* 5 -> 6 (:func:`migrate_5_to_6`): predictions packed, old versions' predictions pruned;
+* 6 -> 7 (:func:`migrate_6_to_7`): the store's own id and the per-version summaries.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from io import BytesIO
 
@@ -25,11 +27,11 @@ from sqlalchemy.engine import Connection
 from gpsl.annotation import schema
 
 __all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "migrate_4_to_5",
-           "migrate_5_to_6", "run"]
+           "migrate_5_to_6", "migrate_6_to_7", "run"]
 
 
 def run(conn: Connection, version: int) -> None:
-    """Bring a store of schema ``version`` (1 to 5) to the newest schema's tables, in the
+    """Bring a store of schema ``version`` (1 to 6) to the newest schema's tables, in the
     caller's transaction (schema 0, a new store: :data:`schema.metadata` is created)."""
     if version == 1:
         migrate_1_to_2(conn)
@@ -41,8 +43,11 @@ def run(conn: Connection, version: int) -> None:
         migrate_4_to_5(conn)
     if version in (1, 2, 3, 4, 5):
         migrate_5_to_6(conn)
+    if version in (1, 2, 3, 4, 5, 6):
+        migrate_6_to_7(conn)
     if version == 0:
         schema.metadata.create_all(conn)
+        _new_store_id(conn)
 
 
 # ----------------------------------------------------------------------------- 1 -> 2
@@ -225,3 +230,25 @@ def migrate_5_to_6(conn: Connection, keep: int = 1) -> None:
                 conn.execute(text(
                     "UPDATE predictions SET marginals = :m, confidence = :c, query_scores = :qs"
                     " WHERE model_version_id = :v AND sentence_id = :s"), updates)
+
+
+# ----------------------------------------------------------------------------- 6 -> 7
+
+def _new_store_id(conn: Connection) -> None:
+    """The store's own random id (``store_info.store_id``, 32 hex digits), once."""
+    if conn.execute(text("SELECT 1 FROM store_info WHERE key = 'store_id'")).first() is None:
+        conn.execute(text("INSERT INTO store_info (key, value) VALUES ('store_id', :v)"),
+                     {"v": uuid.uuid4().hex})
+
+
+def migrate_6_to_7(conn: Connection) -> None:
+    """Schema 6 -> 7: ``store_info`` with the store's own id, and ``version_summaries``.
+
+    Before schema 7 two stores in one folder shared ``models/<project>/<version>``, and their
+    ids collide.  From now on a store writes only under ``models/store-<its id>/``; the model
+    folders already recorded keep their paths and load only when the saved model is the one
+    the version recorded (its bound trace, :func:`gpsl.annotation.owned.model_path`).  The
+    summaries of versions trained before are computed the first time a page asks.  Every
+    row is kept."""
+    schema.metadata.create_all(conn)  # the new tables only
+    _new_store_id(conn)

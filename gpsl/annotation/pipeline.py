@@ -415,7 +415,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
         raise InputError(f"no model version {version_id}", source=store.where)
     if version["status"] != "running":
         return version
-    r = _Run(store, version_id, version["project_id"], Path(models_root),
+    r = _Run(store, version_id, version["project_id"], store.own_root(models_root),
              TrainConfig.from_settings(version["settings"]), should_stop, pause_at)
     try:
         r.progress = Progress(progress_file(r.root, r.project_id, version_id),
@@ -425,6 +425,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
         figures, held = _evaluate(r, model, X, y)
         _save(r, model)
         _predict(r, model, held)
+        store.store_summary(version_id, model.classes_)  # what the pages show of it, once
         _finish(r, model, figures)
     except Stopped:
         _stopped(r)

@@ -431,6 +431,22 @@ class CalibrationReport:
 
 
 @dataclass(frozen=True)
+class VersionSummary:
+    """What the Confidence page shows of a version (:mod:`gpsl.annotation.summaries`): the
+    unlabeled training tokens when it was trained (count, mean confidence, the histogram
+    ``lo, hi, mid, count`` and the box per predicted label ``predicted, q1, median, q3,
+    lower, upper, n, mean``, pandas), its least confident tokens then, and its reliability
+    on the held-out gold (None without)."""
+
+    unlabeled: int
+    mean_confidence: float | None
+    histogram: Any
+    boxes: Any
+    least_confident: tuple
+    calibration: CalibrationReport | None
+
+
+@dataclass(frozen=True)
 class RankedSentence:
     """A sentence of the uncertainty queue with its queue score, the query score that gave
     it (``strategy``) and its unlabeled tokens' confidences."""

@@ -58,12 +58,13 @@ HOW = ("selected", "refitted", "reused")
 
 def previous_model(store, project_id: int) -> tuple[GPSL | None, dict | None]:
     """The project's active version and its saved model (None, None without one; the model
-    is None when its folder does not load)."""
+    is None when its folder does not load, or is not this store's: the fit then starts
+    afresh)."""
     version = store.active_model(project_id)
     if version is None or not version.get("path"):
         return None, version
     try:
-        return GPSL.load(version["path"]), version
+        return GPSL.load(store.model_path(version["id"])), version
     except (GpslError, OSError, ValueError, KeyError):
         return None, version
 

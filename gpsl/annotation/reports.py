@@ -15,9 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpsl import active, metrics, tags
-from gpsl.annotation import jobs, rules, runs, validate
-from gpsl.annotation.evaluation import heldout
+from gpsl import active, tags
+from gpsl.annotation import jobs, rules, runs, summaries, validate
 from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
@@ -42,12 +41,10 @@ from gpsl.annotation.records import (
     TokenView,
     TrainingProgress,
     Version,
+    VersionSummary,
 )
 
 __all__ = ["Reports", "query_description", "queue_strategy"]
-
-TOKEN_COLUMNS = ["sentence_id", "position", "split", "token_index", "token", "label", "source",
-                 "predicted", "confidence", "labeled"]
 
 
 class _Pandas:
@@ -136,27 +133,12 @@ def token_views(sentence: dict, marginals: np.ndarray | None, classes: Sequence[
     return views
 
 
-def _calibration_report(result, train_labels, n_bins: int = 10) -> CalibrationReport:
-    conf, correct = result.confidence, result.correct
-    band_of = metrics.frequency_bands(result.gold_label, train_labels)
-    bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
-              "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
-              "which": ", ".join(r["labels"])}
-             for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
-    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
-    table = table.dropna(subset=["accuracy"])  # the bins with tokens
-    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
-    table["band_up"] = table["band_hi"] - table["mean_confidence"]
-    table["band_down"] = table["mean_confidence"] - table["band_lo"]
-    return CalibrationReport(
-        table=table,
-        accuracy=result.accuracy, ece=result.ece,
-        ece_floor=metrics.ece_noise_floor(conf, n_bins, binning="width"),
-        ece_mass=result.ece_mass, ece_mass_floor=metrics.ece_noise_floor(conf, 15, binning="mass"),
-        mean_confidence=result.mean_confidence, nll=result.nll, tokens=result.tokens,
-        selective=pd.DataFrame(metrics.selective_accuracy(conf, correct)),
-        thresholds=pd.DataFrame(metrics.threshold_table(conf, correct)),
-        bands=pd.DataFrame(bands))
+def _bins(h: dict) -> dict:
+    """A stored histogram as columns ``lo, hi, mid, count``."""
+    counts = h["counts"]
+    edges = np.linspace(h["lo"], h["hi"], len(counts) + 1)
+    return {"lo": edges[:-1], "hi": edges[1:], "mid": (edges[:-1] + edges[1:]) / 2,
+            "count": counts}
 
 
 class Reports:
@@ -281,69 +263,69 @@ class Reports:
             for h in found["hits"]))
 
     # dashboards
-    def token_table(self, project_id: int, version: Version, split: str | None = None):
-        """One row per token with the version's prediction: ``sentence_id, position, split,
-        token_index, token, label, source, predicted, confidence, labeled`` (pandas)."""
-        classes = list(version.classes)
-        preds = self.store.get_predictions(version.id)
-        rows = []
-        for s in self.store.get_sentences(project_id, split=split):
-            p = preds.get(s["id"])
-            if p is None or p.shape[0] != len(s["tokens"]) or p.shape[1] != len(classes):
-                continue
-            arg, conf = p.argmax(axis=1), p.max(axis=1)
-            for t, tok in enumerate(s["tokens"]):
-                rows.append((s["id"], s["position"], s["split"], t, tok[0], s["labels"][t],
-                             s["sources"][t], classes[arg[t]], float(conf[t]),
-                             s["labels"][t] is not None))
-        return pd.DataFrame(rows, columns=TOKEN_COLUMNS)
-
-    @staticmethod
-    def unlabeled(tokens):
-        """The unlabeled training tokens of a :meth:`token_table`."""
-        return tokens[(~tokens["labeled"]) & (tokens["split"] == "train")]
-
-    @staticmethod
-    def mean_confidence(tokens) -> float | None:
-        return float(tokens["confidence"].mean()) if len(tokens) else None
+    def summary(self, version: Version) -> VersionSummary:
+        """What the Confidence page shows of a version: its stored summary
+        (:mod:`gpsl.annotation.summaries`, computed once when it was trained)."""
+        d = summaries.get(self.store, version.id)
+        return VersionSummary(
+            unlabeled=int(d["unlabeled"]), mean_confidence=d["mean_confidence"],
+            histogram=pd.DataFrame(_bins(d["histogram"])),
+            boxes=pd.DataFrame([{"predicted": lab, **b} for lab, b in d["boxes"].items()],
+                               columns=["predicted", "q1", "median", "q3", "lower", "upper",
+                                        "n", "mean"]),
+            least_confident=tuple(d["least_confident"]),
+            calibration=summaries.calibration_report(d["calibration"]))
 
     def calibration(self, project_id: int, version: Version) -> CalibrationReport | None:
         """Reliability of the version on the held-out gold labels, or None without gold or
-        predictions (:func:`gpsl.annotation.evaluation.heldout`, the one held-out
-        evaluation)."""
-        ids, _, gold = self.store.gold_data(project_id)
-        if not ids:
-            return None
-        preds = self.store.get_predictions(version.id, ids)
-        result = heldout(version.classes, [preds.get(sid) for sid in ids], gold)
-        if result is None:
-            return None
-        _, train_y = self.store.training_data(project_id, "train", only_labeled=True)
-        return _calibration_report(result, train_y)
+        predictions (stored with its summary)."""
+        return self.summary(version).calibration
 
-    def ranked(self, project_id: int, tokens, n: int = 10) -> list[RankedSentence]:
+    def ranked(self, project_id: int, version: Version, n: int = 10):
         """The first ``n`` sentences of the annotation queue (the one ranking,
-        :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences."""
-        free = self.unlabeled(tokens)
+        :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences under
+        ``version``: a list of ``(RankedSentence, tokens)``, ``tokens`` a pandas table
+        ``token, label, predicted, confidence`` of the sentence (read for these sentences
+        only)."""
+        rows = self.store.ranked_queue(project_id, n)
+        preds = self.store.get_predictions(version.id, [r["sentence_id"] for r in rows])
         out = []
-        for r in self.store.ranked_queue(project_id, n):
-            conf = free.loc[free["sentence_id"] == r["sentence_id"], "confidence"]
-            if conf.empty:
+        for r in rows:
+            s, p = self.store.get_sentence(r["sentence_id"]), preds.get(r["sentence_id"])
+            if s is None or p is None or p.shape != (len(s["tokens"]), len(version.classes)):
                 continue
-            out.append(RankedSentence(r["sentence_id"], r["position"], r["score"],
-                                      r["strategy"], float(conf.min()), float(conf.mean()),
-                                      int(conf.size)))
+            conf, arg = p.max(axis=1), p.argmax(axis=1)
+            free = np.array([lab is None for lab in s["labels"]], dtype=bool)
+            if not free.any():
+                continue
+            table = pd.DataFrame({"token": [t[0] for t in s["tokens"]], "label": s["labels"],
+                                  "predicted": [version.classes[j] for j in arg],
+                                  "confidence": conf})
+            out.append((RankedSentence(r["sentence_id"], r["position"], r["score"],
+                                       r["strategy"], float(conf[free].min()),
+                                       float(conf[free].mean()), int(free.sum())), table))
         return out
 
-    @staticmethod
-    def sentence_tokens(tokens, sentence_id: int):
-        return tokens[tokens["sentence_id"] == sentence_id]
-
-    def uncertain_tokens(self, tokens, n: int = 20):
-        top = self.unlabeled(tokens).sort_values(["confidence", "position"]).head(n)
-        return pd.DataFrame({"sentence": top["position"] + 1, "token #": top["token_index"] + 1,
-                             "token": top["token"], "predicted": top["predicted"],
-                             "confidence": top["confidence"]})
+    def uncertain_tokens(self, summary: VersionSummary, n: int = 20):
+        """The ``n`` least confident tokens of the summary that are still unlabeled (their
+        sentences read now), as pandas ``sentence, token #, token, predicted, confidence``."""
+        rows, seen = [], {}
+        for t in summary.least_confident:
+            sid = t["sentence_id"]
+            if sid not in seen:
+                s = self.store.get_sentence(sid)
+                seen[sid] = s["labels"] if s is not None else None
+            labels = seen[sid]
+            if labels is None or t["token_index"] >= len(labels) or \
+                    labels[t["token_index"]] is not None:
+                continue
+            rows.append({"sentence": t["position"] + 1, "token #": t["token_index"] + 1,
+                         "token": t["token"], "predicted": t["predicted"],
+                         "confidence": t["confidence"]})
+            if len(rows) == n:
+                break
+        return pd.DataFrame(rows, columns=["sentence", "token #", "token", "predicted",
+                                           "confidence"])
 
     @staticmethod
     def learning_curve(versions: Sequence[Version]):
@@ -359,13 +341,9 @@ class Reports:
 
     def activity(self, project_id: int):
         """Labels set per annotator per day (history action 'set', not undone) as pandas
-        ``day, annotator, labels``."""
-        counts: dict[tuple[str, str], int] = {}
-        for h in self.store.history(project_id=project_id, limit=None):
-            if h["action"] == "set" and not h["undone"]:
-                key = (h["at"][:10], h["annotator"])
-                counts[key] = counts.get(key, 0) + 1
-        rows = [{"day": d, "annotator": a, "labels": c} for (d, a), c in sorted(counts.items())]
+        ``day, annotator, labels`` (counted by the database)."""
+        rows = [{"day": d, "annotator": a, "labels": c}
+                for d, a, c in self.store.label_activity(project_id)]
         return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
 
     def label_stamp(self, project_id: int) -> int:

@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 6.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 7.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -37,6 +37,11 @@ each token's labels with a probability of at least ``1 / 131070`` and those prob
 16 bits, ``predictions.query_scores`` raw float32 behind a tag (:mod:`gpsl.annotation
 .predictions`); and keeps predictions only for a project's active version and the one before
 it (:func:`gpsl.annotation.migrations.migrate_5_to_6`).
+
+Schema 7 adds ``store_info`` (key/value text: ``store_id``, the store's own random id that names
+its folder of model files, progress files and locks, :mod:`gpsl.annotation.owned`; ``limits``,
+the limits a lead set, JSON) and ``version_summaries`` (per model version, the figures the pages
+show, computed once when the version is trained, JSON, :mod:`gpsl.annotation.summaries`).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -291,6 +296,20 @@ leases = Table(
     PrimaryKeyConstraint("sentence_id", "annotator"),
 )
 Index("leases_by_annotator", leases.c.annotator, leases.c.expires_at)
+
+store_info = Table(  # schema 7: the store's own id ("store_id") and the lead's limits
+    "store_info", metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+version_summaries = Table(  # schema 7: what the pages show of a version, computed once
+    "version_summaries", metadata,
+    Column("model_version_id", Integer, _fk("model_versions"), primary_key=True,
+           autoincrement=False),
+    Column("summary", Text, nullable=False),  # JSON
+    Column("created_at", Text, nullable=False),
+)
 
 schema_version = Table(
     "schema_version", metadata,

@@ -25,13 +25,30 @@ def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, 
                          {"p": project_id}).first()
     n_cols = len(loads(first[0])[0]) if first else None
     doc = validate.doc_name(doc)
-    checked = validate.sentences(items, loads(project[0]), n_columns=n_cols,
-                                 source=doc, gold=gold)
-    if not checked:
-        return 0
+    label_set = loads(project[0])
     start = conn.execute(text("SELECT COALESCE(MAX(position), -1) + 1 FROM sentences"
                               " WHERE project_id = :p"), {"p": project_id}).scalar_one()
-    at = now()
+    at, done = now(), 0
+    items = items if isinstance(items, list) else list(items)
+    gold = None if gold is None else list(gold)
+    if gold is not None and len(gold) != len(items):
+        validate.sentences(items, label_set, n_columns=n_cols, source=doc, gold=gold)
+    for a in range(0, len(items), INSERT_PAGE):  # a page at a time: memory stays bounded
+        checked = validate.sentences(items[a:a + INSERT_PAGE], label_set, n_columns=n_cols,
+                                     source=doc, first=a, gold=None if gold is None else
+                                     gold[a:a + INSERT_PAGE])
+        n_cols = n_cols or len(checked[0]["tokens"][0])
+        _insert_page(conn, project_id, checked, start + done, split, doc, annotator, at)
+        done += len(checked)
+    return done
+
+
+#: sentences validated and written at a time by :func:`insert` (one transaction for all)
+INSERT_PAGE = 2000
+
+
+def _insert_page(conn, project_id: int, checked: list[dict], start: int, split: str, doc,
+                 annotator: str, at: str) -> None:
     rows = [{"p": project_id, "pos": start + k, "doc": s["doc"] or doc, "line": s["line"],
              "split": split, "tokens": dumps([list(t) for t in s["tokens"]]),
              "n": len(s["tokens"]), "nl": sum(lab is not None for lab in s["labels"])}
@@ -63,7 +80,6 @@ def insert(conn, project_id: int, items: list, split: str, doc, annotator: str, 
     if gold_rows:
         conn.execute(text("INSERT INTO gold_labels (sentence_id, token_index, label)"
                           " VALUES (:s, :t, :l)"), gold_rows)
-    return len(rows)
 
 
 def last_ids(conn, project_id: int, n: int) -> list[int]:

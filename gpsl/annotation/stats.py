@@ -65,3 +65,12 @@ def progress(db: Database, project_id: int, split: str | None = None, *,
         "disputed_tokens": int(disputed), "sources": sources, "label_counts": label_counts,
         "labels_per_day": per_day, "skipped_sentences": int(skipped),
     }
+
+
+def activity(db: Database, project_id: int) -> list[tuple[str, str, int]]:
+    """``(day, annotator, labels)``: the labels set per annotator per day (history action
+    ``'set'``, not undone), counted by the database."""
+    return [(r[0], r[1], int(r[2])) for r in db.read(lambda conn: conn.execute(text(
+        "SELECT substr(at, 1, 10), annotator, COUNT(*) FROM annotation_history"
+        " WHERE project_id = :p AND action = 'set' AND undone_by IS NULL"
+        " GROUP BY substr(at, 1, 10), annotator ORDER BY 1, 2"), {"p": project_id}))]

@@ -191,14 +191,15 @@ def _gold_list(obj):
 
 
 def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
-              source: str | None = None, gold=None) -> list[dict]:
+              source: str | None = None, gold=None, first: int = 0) -> list[dict]:
     """Check sentences against a project's label set and column count; returns normalised
     dicts ``(tokens: list of tuples, labels: list with None, line, doc, gold)``.
 
     ``items`` are :class:`gpsl.io.Sentence` objects or dicts (``tokens`` and optional
     ``labels``/``line``/``doc``); a token is a tuple of string columns (a bare string is one
     column); ``"_"`` is a missing label.  ``gold`` is an optional parallel list of label
-    lists.  Every problem raises one :class:`InputError` line."""
+    lists.  Every problem raises one :class:`InputError` line (``first``: how many
+    sentences come before these, for the numbers in the messages)."""
     items = list(items)
     known = set(labels)
     if gold is not None:
@@ -222,35 +223,36 @@ def sentences(items, labels: Sequence[str], *, n_columns: int | None = None,
         return lab
 
     for k, obj in enumerate(items):
+        n = k + first  # the sentence's number in messages, less one
         tokens, labs, line, doc = _parts(obj)
         doc = doc_name(doc)
         src = doc or source or "<import>"
         line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 \
             else None
         if not tokens or isinstance(tokens, (str, bytes)):
-            raise InputError(f"sentence {k + 1} has no tokens", source=src, line=line)
-        tokens = [_token(tok, f"sentence {k + 1}, token {t + 1}", src,
+            raise InputError(f"sentence {n + 1} has no tokens", source=src, line=line)
+        tokens = [_token(tok, f"sentence {n + 1}, token {t + 1}", src,
                          line + t if line else None) for t, tok in enumerate(tokens)]
         for t, tok in enumerate(tokens):
             if n_columns is None:
                 n_columns = len(tok)
             if len(tok) != n_columns or n_columns == 0:
-                raise InputError(f"sentence {k + 1}, token {t + 1}: {len(tok)} column"
+                raise InputError(f"sentence {n + 1}, token {t + 1}: {len(tok)} column"
                                  f"{'s' if len(tok) != 1 else ''}, but the project's tokens "
                                  f"have {n_columns} columns", source=src,
                                  line=line + t if line else None)
         labs = [None] * len(tokens) if labs is None else list(labs)
         if len(labs) != len(tokens):
-            raise InputError(f"sentence {k + 1}: {len(labs)} labels for {len(tokens)} tokens",
+            raise InputError(f"sentence {n + 1}: {len(labs)} labels for {len(tokens)} tokens",
                              source=src, line=line)
-        labs = [check_label(lab, k, t, tokens, src, line) for t, lab in enumerate(labs)]
+        labs = [check_label(lab, n, t, tokens, src, line) for t, lab in enumerate(labs)]
         glabs = None
         if gold is not None and gold[k] is not None:
             glabs = list(_gold_list(gold[k]))
             if len(glabs) != len(tokens):
-                raise InputError(f"sentence {k + 1}: {len(glabs)} gold labels for "
+                raise InputError(f"sentence {n + 1}: {len(glabs)} gold labels for "
                                  f"{len(tokens)} tokens", source=src, line=line)
-            glabs = [check_label(lab, k, t, tokens, src, line, "gold label")
+            glabs = [check_label(lab, n, t, tokens, src, line, "gold label")
                      for t, lab in enumerate(glabs)]
         out.append({"tokens": tokens, "labels": labs, "line": line, "doc": doc, "gold": glabs})
     return out

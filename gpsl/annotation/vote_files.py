@@ -505,13 +505,16 @@ def read_records(text: str, source: str, fmt: str) -> list[VotedSentence]:
     return out
 
 
-def read_votes(data: bytes | str, fmt: str, source: str = "<upload>") -> list[VotedSentence]:
+def read_votes(data: bytes | str, fmt: str, source: str = "<upload>", *,
+               max_bytes: int | None = None, max_tokens: int | None = None
+               ) -> list[VotedSentence]:
     """The sentences and votes of a file written by :func:`export_votes` (or by the tool
-    named by ``fmt``); every problem is one InputError line naming the file and record."""
+    named by ``fmt``); every problem is one InputError line naming the file and record.
+    ``max_bytes``/``max_tokens``: the limits (:mod:`gpsl.limits`; None: the defaults)."""
     if fmt not in VOTE_FORMATS:
         raise InputError(f"unknown vote format {fmt!r}", source=source)
     if isinstance(data, bytes):
-        limits.check_upload_size(len(data), limits.max_upload_bytes(), source)
+        limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -524,7 +527,7 @@ def read_votes(data: bytes | str, fmt: str, source: str = "<upload>") -> list[Vo
         items = read_records(data, source, fmt)
     if not items:
         raise InputError("no sentences found", source=source)
-    cap = limits.max_tokens()
+    cap = limits.max_tokens(max_tokens)
     for item in items:
         if cap and len(item.tokens) > cap:
             raise InputError(f"sentence of {len(item.tokens)} tokens (the limit is {cap})",

@@ -204,8 +204,11 @@ def format_conll(
     sep: str = "\t",
     label: bool = True,
     source: str = "<output>",
+    first: int = 1,
 ) -> str:
     """Return sentences as CRF++ column text (tab-separated, blank line after each sentence).
+    ``first``: the number of the first sentence in error messages (a part of a longer
+    output).
 
     ``extra_columns[i][j]`` is a list of strings appended after the label of token ``j`` of
     sentence ``i``. ``label=False`` omits the label column.
@@ -229,7 +232,7 @@ def format_conll(
                 f"extra_columns[{i}] has {len(extra)} entries for {len(sent.tokens)} tokens"
             )
         for j, tok in enumerate(sent.tokens):
-            where = f"sentence {i + 1} (line {sent.line}), token {j + 1}"
+            where = f"sentence {i + first} (line {sent.line}), token {j + 1}"
             cols = [_check_field(c, "column", where, source) for c in tok]
             if label:
                 lab = sent.labels[j]

@@ -1,0 +1,197 @@
+"""What the Confidence page shows of a model version, computed once when the version is
+trained and stored (``version_summaries``, schema 7), so that opening the page costs what it
+shows, not a pass over every token.
+
+A summary holds, for the training tokens without a label when the version was trained:
+their count and mean confidence (the largest marginal ``max_j p_tj``), a histogram of the
+confidences (:data:`HIST_BINS` equal-width bins on [0, 1]), the box-plot quantiles of the
+confidences per predicted label (Tukey's box: quartiles, whiskers at the most extreme values
+within 1.5 IQR of the box), and the :data:`TOP_TOKENS` least confident of them; and the
+version's reliability on the held-out gold (:func:`gpsl.annotation.reports.calibration_dict`).
+It is a few kilobytes whatever the size of the project.
+
+A version trained before schema 7 gets its summary the first time it is asked for
+(:func:`get`)."""
+
+from __future__ import annotations
+
+import heapq
+import json
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import text
+
+from gpsl import metrics
+from gpsl.annotation.db import Database, now
+from gpsl.annotation.evaluation import heldout
+from gpsl.annotation.records import CalibrationReport
+
+#: equal-width confidence bins of the histogram
+HIST_BINS = 40
+#: the least confident unlabeled tokens kept (the page shows those still unlabeled)
+TOP_TOKENS = 200
+#: sentences read at a time
+PAGE = 2000
+
+
+def box(values: np.ndarray) -> dict:
+    """Tukey's box of ``values``: ``q1, median, q3``, the whiskers ``lower``/``upper`` (the
+    most extreme values within 1.5 IQR of the quartiles), ``n`` and ``mean``."""
+    v = np.sort(np.asarray(values, dtype=float))
+    q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
+    iqr = q3 - q1
+    inside = v[(v >= q1 - 1.5 * iqr) & (v <= q3 + 1.5 * iqr)]
+    return {"q1": float(q1), "median": float(med), "q3": float(q3),
+            "lower": float(inside[0]), "upper": float(inside[-1]), "n": int(v.size),
+            "mean": float(v.mean())}
+
+
+def compute(store, project_id: int, version: dict) -> dict:
+    """The summary of ``version`` (a version dict) from its stored predictions and the
+    current labels, reading :data:`PAGE` sentences at a time."""
+    classes = list(version["classes"] or [])
+    counts = np.zeros(HIST_BINS, dtype=np.int64)
+    by_label: dict[str, list[np.ndarray]] = {}
+    top: list[tuple] = []  # a max-heap (negated confidence) of the least confident
+    total, n_free = 0.0, 0
+    offset = 0
+    while True:
+        page = store.get_sentences(project_id, split="train", offset=offset, limit=PAGE)
+        if not page:
+            break
+        offset += len(page)
+        preds = store.get_predictions(version["id"], [s["id"] for s in page])
+        for s in page:
+            p = preds.get(s["id"])
+            if p is None or p.shape != (len(s["tokens"]), len(classes)):
+                continue
+            free = np.array([lab is None for lab in s["labels"]], dtype=bool)
+            if not free.any():
+                continue
+            conf, arg = p.max(axis=1)[free], p.argmax(axis=1)[free]
+            counts += np.histogram(conf, bins=HIST_BINS, range=(0.0, 1.0))[0]
+            total += float(conf.sum())
+            n_free += int(conf.size)
+            for j in np.unique(arg):
+                by_label.setdefault(classes[j], []).append(conf[arg == j])
+            where = np.flatnonzero(free)
+            for k in np.argsort(conf)[:TOP_TOKENS]:
+                item = (-float(conf[k]), -int(s["position"]), -int(where[k]), int(s["id"]),
+                        s["tokens"][where[k]][0], classes[arg[k]])
+                if len(top) < TOP_TOKENS:
+                    heapq.heappush(top, item)
+                elif item > top[0]:
+                    heapq.heapreplace(top, item)
+    tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2], "token": t[4],
+               "predicted": t[5], "confidence": -t[0]} for t in sorted(top, reverse=True)]
+    return {
+        "classes": classes,
+        "unlabeled": n_free,
+        "mean_confidence": total / n_free if n_free else None,
+        "histogram": {"lo": 0.0, "hi": 1.0, "counts": counts.tolist()},
+        "boxes": {lab: box(np.concatenate(parts)) for lab, parts in by_label.items()},
+        "least_confident": tokens,
+        "calibration": calibration_dict(store, project_id, version),
+    }
+
+
+def _calibration_report(result, train_labels, n_bins: int = 10) -> CalibrationReport:
+    conf, correct = result.confidence, result.correct
+    band_of = metrics.frequency_bands(result.gold_label, train_labels)
+    bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
+              "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
+              "which": ", ".join(r["labels"])}
+             for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
+    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
+    table = table.dropna(subset=["accuracy"])  # the bins with tokens
+    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
+    table["band_up"] = table["band_hi"] - table["mean_confidence"]
+    table["band_down"] = table["mean_confidence"] - table["band_lo"]
+    return CalibrationReport(
+        table=table,
+        accuracy=result.accuracy, ece=result.ece,
+        ece_floor=metrics.ece_noise_floor(conf, n_bins, binning="width"),
+        ece_mass=result.ece_mass, ece_mass_floor=metrics.ece_noise_floor(conf, 15, binning="mass"),
+        mean_confidence=result.mean_confidence, nll=result.nll, tokens=result.tokens,
+        selective=pd.DataFrame(metrics.selective_accuracy(conf, correct)),
+        thresholds=pd.DataFrame(metrics.threshold_table(conf, correct)),
+        bands=pd.DataFrame(bands))
+
+
+def _frame_dict(df) -> dict:
+    return {"columns": list(df.columns), "rows": df.astype(object).where(df.notna(), None)
+            .values.tolist()}
+
+
+def _frame(d: dict):
+    return pd.DataFrame(d["rows"], columns=d["columns"])
+
+
+def calibration_dict(store, project_id: int, version: dict) -> dict | None:
+    """The reliability of ``version`` (a version dict) on the held-out gold labels as JSON
+    data (:func:`calibration_report` reads it back), or None without gold or predictions
+    (:func:`gpsl.annotation.evaluation.heldout`, the one held-out evaluation)."""
+    ids, _, gold = store.gold_data(project_id)
+    if not ids:
+        return None
+    preds = store.get_predictions(version["id"], ids)
+    result = heldout(version["classes"], [preds.get(sid) for sid in ids], gold)
+    if result is None:
+        return None
+    _, train_y = store.training_data(project_id, "train", only_labeled=True)
+    rep = _calibration_report(result, train_y)
+    out = {k: getattr(rep, k) for k in ("accuracy", "ece", "ece_floor", "ece_mass",
+                                        "ece_mass_floor", "mean_confidence", "nll", "tokens")}
+    out = {k: (None if v is None else float(v)) for k, v in out.items()}
+    out["tokens"] = int(rep.tokens)
+    for k in ("table", "selective", "thresholds", "bands"):
+        out[k] = _frame_dict(getattr(rep, k))
+    return out
+
+
+def calibration_report(d: dict | None) -> CalibrationReport | None:
+    """The :class:`CalibrationReport` of :func:`calibration_dict`'s data."""
+    if d is None:
+        return None
+    return CalibrationReport(**{k: (_frame(v) if isinstance(v, dict) else v)
+                                for k, v in d.items()})
+
+
+def save(db: Database, version_id: int, summary: dict) -> None:
+    """Store (or replace) the summary of a version."""
+    body = json.dumps(summary, allow_nan=False)
+
+    def tx(conn):
+        conn.execute(text("DELETE FROM version_summaries WHERE model_version_id = :v"),
+                     {"v": version_id})
+        conn.execute(text("INSERT INTO version_summaries (model_version_id, summary, created_at)"
+                          " VALUES (:v, :s, :at)"), {"v": version_id, "s": body, "at": now()})
+
+    db.write(tx)
+
+
+def load(db: Database, version_id: int) -> dict | None:
+    """The stored summary of a version, or None."""
+    raw = db.read(lambda c: c.execute(text(
+        "SELECT summary FROM version_summaries WHERE model_version_id = :v"),
+        {"v": version_id}).scalar())
+    return None if raw is None else json.loads(raw)
+
+
+def store_summary(store, version_id: int, classes=None) -> dict:
+    """Compute and store the summary of a version (called once its predictions are stored,
+    :mod:`gpsl.annotation.pipeline`, with its ``classes`` before the run records them)."""
+    version = store.get_model_version(version_id)
+    if classes is not None:
+        version = {**version, "classes": list(classes)}
+    summary = compute(store, version["project_id"], version)
+    save(store.db, version_id, summary)
+    return summary
+
+
+def get(store, version_id: int) -> dict:
+    """The stored summary of a version; computed and stored first when it has none (a
+    version trained before schema 7)."""
+    found = load(store.db, version_id)
+    return found if found is not None else store_summary(store, version_id)
