@@ -183,9 +183,6 @@ def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
                 raise InputError(f"cannot read: {exc.strerror or exc}", source=name) from None
             final = not block
             if isinstance(block, (bytes, bytearray)):
-                if first and codec.name.startswith("utf-8") and block.startswith(
-                        codecs.BOM_UTF8):
-                    block = block[len(codecs.BOM_UTF8):]
                 try:
                     text = decoder.decode(block, final)
                 except UnicodeDecodeError as exc:
@@ -200,9 +197,11 @@ def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
             else:
                 raise InputError("the file object returned neither text nor bytes",
                                  source=name)
-            if first and text.startswith(_BOM):
-                text = text[1:]
-            first = False
+            if first and text:  # a BOM as _read_source drops it (bytes, then text)
+                for drop in (codec.name.startswith("utf-8") and isinstance(block, bytes), True):
+                    if drop and text.startswith(_BOM):
+                        text = text[1:]
+                first = False
             buf = pending + text
             hold = "\r" if not final and buf.endswith("\r") else ""  # maybe half a CRLF
             if hold:
