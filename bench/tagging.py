@@ -28,7 +28,7 @@ of ``gpsl test``. Writes ``tagging.md`` and ``tagging.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import shlex
 import subprocess
 import sys
@@ -49,6 +49,7 @@ from bench.common import (
     now_iso,
     write_results,
 )
+from bench.scale import _time_predict  # median CPU seconds of repeats
 
 NER_FILE = DATA_DIR.parent / "crowd-ner" / "val.gold.conll"
 CRF_PARAMS = {"algorithm": "lbfgs", "c1": 0.0, "c2": 0.5, "max_iterations": 500,
@@ -91,17 +92,36 @@ def _synthetic(n_test: int):
     return X[:SYNTH_TRAIN], y[:SYNTH_TRAIN], X[SYNTH_TRAIN:], y[SYNTH_TRAIN:], TEMPLATE
 
 
+#: a small launcher between this process and the measured command: the peak memory of a
+#: forked child counts the parent's pages before ``exec``, so the command is forked from this
+#: small process, not from the benchmark's (which holds the data)
+_LAUNCH = """import json, os, sys
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, ru = os.wait4(pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "peak_rss_mib": ru.ru_maxrss / 1024.0}))
+"""
+
+
 def child(argv: list[str]) -> dict:
-    """Run ``argv`` as a child process; its own CPU seconds and peak memory (``wait4``)."""
+    """Run ``argv`` as a child process; its own CPU seconds (user + system) and peak memory
+    (``wait4`` of the command, forked from a small launcher)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} failed ({proc.returncode}): {err.strip()}")
-    return {"cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": time.perf_counter() - t0,
-            "peak_rss_mib": ru.ru_maxrss / 1024.0}
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH, *argv], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    try:
+        rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        rec = {"code": proc.returncode}
+    if proc.returncode != 0 or rec.get("code") != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed ({rec.get('code')}): "
+                           f"{proc.stderr.strip()}")
+    return {"cpu_s": rec["cpu_s"], "wall_s": wall, "peak_rss_mib": rec["peak_rss_mib"]}
 
 
 def crf_tag_file(model_file: str, template_spec: str, test_file: str, out_file: str) -> None:
@@ -123,15 +143,6 @@ def crf_tag_file(model_file: str, template_spec: str, test_file: str, out_file: 
             for tok, lab in zip(s.tokens, tagger.tag(feats), strict=True):
                 fh.write("\t".join((*tok, lab)) + "\n")
             fh.write("\n")
-
-
-def _median_cpu(fn, repeats: int) -> float:
-    times = []
-    for _ in range(max(1, repeats)):
-        c0 = time.process_time()
-        fn()
-        times.append(time.process_time() - c0)
-    return float(np.median(times))
 
 
 def _passes(model, Xte) -> dict:
@@ -191,10 +202,10 @@ def run_dataset(name: str, args, tmp: Path, log) -> dict:
     if name != "synthetic":
         model = GPSL.load(model_dir)
         log(f"{name}: tagging, {n_test} tokens, {args.repeats} repeats")
-        out["gpsl_cpu_s"] = _median_cpu(lambda: model.predict(Xte), args.repeats)
+        out["gpsl_cpu_s"] = _time_predict(lambda: model.predict(Xte), args.repeats)
         ref = GPSL.load(model_dir).set_params(rns_schedule="jacobi")
-        out["gpsl_jacobi_cpu_s"] = _median_cpu(lambda: ref.predict(Xte), args.repeats)
-        out["crf_cpu_s"] = _median_cpu(lambda: crf.predict(template_features(tmpl, Xte)),
+        out["gpsl_jacobi_cpu_s"] = _time_predict(lambda: ref.predict(Xte), args.repeats)
+        out["crf_cpu_s"] = _time_predict(lambda: crf.predict(template_features(tmpl, Xte)),
                                        args.repeats)
         for k in ("gpsl", "gpsl_jacobi", "crf"):
             out[f"{k}_tokens_per_cpu_s"] = n_test / max(out[f"{k}_cpu_s"], 1e-9)

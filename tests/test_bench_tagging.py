@@ -42,5 +42,8 @@ def test_child_reports_its_own_cpu_and_memory():
 
     r = tagging.child([sys.executable, "-c", "x = bytearray(200 << 20); sum(range(10**6))"])
     assert r["peak_rss_mib"] > 150 and r["cpu_s"] > 0
+    held = bytearray(400 << 20)  # this process's memory is not the child's
+    r = tagging.child([sys.executable, "-c", "pass"])
+    assert r["peak_rss_mib"] < 200 and len(held) == 400 << 20
     with pytest.raises(RuntimeError, match="failed"):
         tagging.child([sys.executable, "-c", "raise SystemExit(3)"])
