@@ -26,6 +26,7 @@ pairs over them.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -497,8 +498,8 @@ class FeatureExtractor:
         """Binary ``(total tokens, n_features)`` float64 CSR; unseen features are ignored."""
         self._check_fitted()
         feats, rows, n_tokens = self._expand_all(sentences)
-        get = self.vocabulary_.get
-        ids = np.fromiter((get(f, -1) for f in feats), dtype=np.int64, count=len(feats))
+        ids = np.fromiter(map(self.vocabulary_.get, feats, itertools.repeat(-1)),
+                          dtype=np.int64, count=len(feats))
         ok = ids >= 0
         return self._csr(rows[ok], ids[ok], n_tokens, len(self.vocabulary_))
 

@@ -9,7 +9,6 @@ mode, the sharded scalable mode) and :mod:`gpsl.predict` (Algorithm 2, Viterbi).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import time
@@ -27,6 +26,7 @@ from gpsl.likelihood import Problem, missing_weight
 from gpsl.params import GPSL1, GPSL2, GPSL4, PRESETS, parse_offsets
 from gpsl.persist import read_model, save_model
 from gpsl.predict import pl_decode, viterbi
+from gpsl.rns_sweeps import single_threaded_blas
 
 __all__ = ["GPSL", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
 
@@ -35,15 +35,6 @@ __all__ = ["GPSL", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
 
 #: the per-token marginals :meth:`GPSL.predict_marginals` can give (``marginals=``)
 MARGINALS = METHODS
-
-
-def _single_threaded_blas():
-    """A context that limits BLAS to one thread (no-op without threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is in requirements.txt
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _sentence_key(tokens) -> str:
@@ -126,7 +117,7 @@ class GPSL:
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
                  max_iter=100, tol=1e-3, learn_hyper=False, variance=None, decoder="rns",
-                 rns_tol=1e-4, rns_max_iter=100, rns_schedule="jacobi", rns_damping=0.5,
+                 rns_tol=1e-4, rns_max_iter=100, rns_schedule="adaptive", rns_damping=0.5,
                  rns_variance=False,
                  warm_start=False,
                  lambda_floor=1e-8, inference="auto", covariance="auto", inducing=500,
@@ -192,12 +183,13 @@ class GPSL:
 
     def _features(self, X):
         sents = [_as_tokens(s) for s in X]
-        for i, s in enumerate(sents):
-            for tok in s:
-                if len(tok) != self.n_columns_:
-                    raise InputError(f"sentence {i + 1} has a token with {len(tok)} columns; "
-                                     f"the model was trained on {self.n_columns_}",
-                                     source="input")
+        if {len(tok) for s in sents for tok in s} - {self.n_columns_}:  # one pass; then find it
+            for i, s in enumerate(sents):
+                for tok in s:
+                    if len(tok) != self.n_columns_:
+                        raise InputError(f"sentence {i + 1} has a token with {len(tok)} "
+                                         f"columns; the model was trained on "
+                                         f"{self.n_columns_}", source="input")
         lengths = np.array([len(s) for s in sents], dtype=np.int64)
         return self.extractor_.transform(sents), lengths
 
@@ -242,7 +234,7 @@ class GPSL:
         keys = [_sentence_key(x) for x in sents]
         for name in ("n_shards_", "shard_stats_"):  # set again by a sharded fit only
             self.__dict__.pop(name, None)
-        with _single_threaded_blas():
+        with single_threaded_blas():
             trace = engine.fit(
                 Xf, lengths, problem, classes=classes, keys=keys, prev=prev,
                 extractor=extractor,

@@ -26,6 +26,7 @@ from scipy.special import logsumexp, softmax
 
 from gpsl.likelihood import neighbour_index
 from gpsl.linalg import B_factor, train_matrix
+from gpsl.rns_sweeps import SWITCH, _softmax_rows, probit_scale, rns_adaptive
 from gpsl.sparse import khan_factors, predictive_variance
 
 
@@ -107,14 +108,11 @@ class SparsePredictor:
         return mean, np.maximum(var.T, 0.0)
 
 
-def probit_scale(s2) -> np.ndarray:
-    r"""``kappa(s^2) = (1 + pi s^2 / 8)^{-1/2}``: the probit (MacKay) factor of
-    :func:`rns`'s uncertainty-aware scores."""
-    return 1.0 / np.sqrt(1.0 + (np.pi / 8.0) * s2)
+SCHEDULES = ("adaptive", "jacobi", "sequential")
 
 
 def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
-        damping=1.0, b_var=None, g_var=None):
+        damping=1.0, b_var=None, g_var=None, switch=SWITCH, per_sentence=False):
     r"""Algorithm 2: iterate the refined normalised scores to a fixed point.
 
     **Uncertainty-aware scores** (``b_var``/``g_var`` given; not in the paper). Under ``q`` the
@@ -151,7 +149,11 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
     schedule: ``"jacobi"`` computes every ``RNS^t`` from ``RNS^{t-1}`` exactly as
         Algorithm 2 is written; ``"sequential"`` sweeps positions left to right and
         uses the newest values (Gauss-Seidel), which avoids the two-cycles the Jacobi
-        form can fall into between strongly coupled neighbours.
+        form can fall into between strongly coupled neighbours. ``"adaptive"``
+        (:func:`gpsl.rns_sweeps.rns_adaptive`): the undamped Jacobi passes for at most
+        ``switch`` passes, then the sentences still moving restart from ``RNS^0`` on the
+        damped Jacobi passes (``damping``), the path of ``"jacobi"`` with that damping; same
+        fixed points and stop rule, a third of the passes on most sentences.
     b_var, g_var: optional ``(n, J)`` and ``(R, J, J)`` variances of ``b`` and ``g`` (both or
         neither): the uncertainty-aware scores above (``g`` is then the pair functions' mean).
     damping: ``eta`` in ``RNS^t = (1 - eta) RNS^{t-1} + eta F(RNS^{t-1})``, where ``F`` is
@@ -161,12 +163,18 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         whose last iterate depends on the parity of ``max_iter``) into convergence. The stop
         rule uses the residual ``max |F(RNS) - RNS|``.
 
+    per_sentence: return the passes per sentence (``"adaptive"`` only; a restarted sentence
+        counts both phases) and whether each sentence met the stop rule.
+
     Returns
     -------
-    (marginals ``(n, J)``, number of passes)
+    (marginals ``(n, J)``, number of passes of the slowest sentence); with ``per_sentence``
+    (marginals, passes per sentence, converged per sentence).
     """
-    if schedule not in ("jacobi", "sequential"):
-        raise ValueError(f"schedule must be 'jacobi' or 'sequential', not {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
+    if per_sentence and schedule != "adaptive":
+        raise ValueError("per_sentence pass counts come from the adaptive schedule only")
     eta = float(damping)
     if not 0.0 < eta <= 1.0:
         raise ValueError(f"damping must be in (0, 1], not {damping!r}")
@@ -199,6 +207,16 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         P = fix(softmax(b * probit_scale(b_var), axis=1))  # RNS^0
     else:
         P = fix(softmax(b, axis=1))  # RNS^0
+    if schedule == "adaptive":
+        if R == 0 or b.shape[0] == 0:
+            passes = np.zeros(lengths.size, dtype=np.int64)
+            return (P, passes, np.ones(lengths.size, dtype=bool)) if per_sentence else (P, 0)
+        P, passes, conv = rns_adaptive(P, b, g, lengths, offsets, tol=tol, max_iter=max_iter,
+                                       damping=eta, switch=switch, clamp=clamp, b_var=b_var,
+                                       g_var=g_var)
+        if per_sentence:
+            return P, passes, conv
+        return P, int(passes.max()) if passes.size else 0
     if R == 0 or b.shape[0] == 0:
         return P, 0
     if schedule == "jacobi":
@@ -225,13 +243,6 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         if delta < tol:
             break
     return P, it
-
-
-def _softmax_rows(a: np.ndarray) -> np.ndarray:
-    a = a - a.max(axis=1, keepdims=True)
-    np.exp(a, out=a)
-    a /= a.sum(axis=1, keepdims=True)
-    return a
 
 
 def _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var=None,

@@ -262,11 +262,11 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     assert cal.source == "3-fold" and cal.method in ("mean", "probit")
     singles = {"mean/temperature", "probit/temperature", "mean/structured",
                "mean/structured+vector"}
-    ens = f"{cal.method}/{ENSEMBLE} ensemble"
+    ens = {f"{m}/{ENSEMBLE} ensemble" for m in ("mean", "probit")}  # named by its 1st member
     # the ensemble stacks the candidates allowed to change the decisions, when two are; the
     # lowest-NLL candidate, when not allowed to, competes with the decisions kept
-    kept = {f"{k} (decisions kept)" for k in singles | {ens}}
-    assert singles <= set(cal.candidates) <= singles | {ens} | kept
+    kept = {f"{k} (decisions kept)" for k in singles | ens}
+    assert singles <= set(cal.candidates) <= singles | ens | kept
     cv = {k: c["cv_nll"] for k, c in cal.candidates.items()}  # one fold model left out at a time
     assert all(np.isfinite(v) for v in cv.values())
     ok = {k for k, c in cal.candidates.items() if c["admissible"]}
@@ -275,10 +275,11 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     # exactly the left-out log score, so the stacked ensemble is never above its members there
     name, = (k for k, c in cal.candidates.items() if c.get("chosen"))
     assert name in ok and cal.candidates[name]["cv_nll"] == min(cv[k] for k in ok)
-    assert (cal.kind == "ensemble") == (name == ens) and (cal.kind == "kept") == (name in kept)
-    if ens in cal.candidates:
-        assert cv[ens] <= min(cv[k] for k in singles & ok) + 1e-12
-        assert sum(cal.candidates[ens]["weights"].values()) == pytest.approx(1.0)
+    assert (cal.kind == "ensemble") == (name in ens) and (cal.kind == "kept") == (name in kept)
+    for e in ens & set(cal.candidates):
+        # (to the EM's stop: at an optimum on a vertex of the simplex it converges slowly)
+        assert cv[e] <= min(cv[k] for k in singles & ok) + 1e-6
+        assert sum(cal.candidates[e]["weights"].values()) == pytest.approx(1.0)
     P = model.predict_marginals(Xte)
     assert all(np.allclose(p.sum(axis=1), 1.0) for p in P)
     # the mean-only RNS stays available by name, uncalibrated

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -146,30 +149,79 @@ def one_line(exc: BaseException) -> str:
 
 
 def write_output(text: str, dest: str | None, encoding_: str) -> None:
-    try:
-        data = text.encode(encoding_)
-    except UnicodeEncodeError as exc:
-        line = text.count("\n", 0, exc.start) + 1
-        raise InputError(f"character {text[exc.start]!r} cannot be written with encoding "
-                         f"{encoding_} (output line {line}; use --encoding utf-8)",
-                         source=dest or "<stdout>") from None
-    if dest is not None:
-        if Path(dest).is_dir():
-            raise InputError("is a directory, not a file", source=dest)
+    """Write ``text`` to ``dest`` (a file; ``None``: stdout) with :func:`output_stream`."""
+    with output_stream(dest, encoding_) as write:
+        write(text)
+
+
+@contextlib.contextmanager
+def output_stream(dest: str | None, encoding_: str):
+    """A ``write(text)`` function for output in pieces. Each piece is encoded first (a
+    character the encoding cannot write is an InputError naming the output line). A regular
+    file is written to a temporary file beside it and renamed over it only when the block
+    ends without an error: a failed command leaves no partial output file (and an existing
+    one unchanged). Stdout, a pipe or a device named by ``dest`` get each piece as it comes."""
+    lines_before = 0
+    encode = codecs.getincrementalencoder(encoding_)().encode  # one BOM (utf-16) at most
+    target = Path(dest) if dest is not None else None
+    if target is not None and target.is_dir():
+        raise InputError("is a directory, not a file", source=dest)
+    direct = target is not None and target.exists() and not target.is_file()
+    fh = tmp = None
+    if target is not None:
         try:
-            with open(dest, "w", encoding=encoding_, newline="\n") as fh:
-                fh.write(text)
+            if direct:
+                fh = open(target, "wb")  # noqa: SIM115 - closed below
+            else:
+                fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.",
+                                           suffix=".part")
+                fh = os.fdopen(fd, "wb")
         except OSError as exc:
             raise InputError(f"cannot write: {exc.strerror or exc}", source=dest) from None
-        return
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is not None:
-        sys.stdout.flush()
-        buffer.write(data)
-        buffer.flush()
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+
+    def write(text: str) -> None:
+        nonlocal lines_before
+        try:
+            data = encode(text)
+        except UnicodeEncodeError as exc:
+            line = lines_before + text.count("\n", 0, exc.start) + 1
+            raise InputError(f"character {text[exc.start]!r} cannot be written with encoding "
+                             f"{encoding_} (output line {line}; use --encoding utf-8)",
+                             source=dest or "<stdout>") from None
+        lines_before += text.count("\n")
+        if fh is not None:
+            try:
+                fh.write(data)
+            except OSError as exc:
+                raise InputError(f"cannot write: {exc.strerror or exc}", source=dest) from None
+            return
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is not None:
+            sys.stdout.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    try:
+        yield write
+        if fh is not None:
+            fh.close()
+            if tmp is not None:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+                os.replace(tmp, target)
+                tmp = None
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", source=dest) from None
+    finally:
+        if fh is not None and not fh.closed:
+            fh.close()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 # --------------------------------------------------------------------------- models and files
@@ -204,12 +256,17 @@ def read_for_model(model: Any, path: str, encoding_: str,
     from gpsl.io import read_conll
 
     sents = read_conll(path, encoding=encoding_, labeled=False, max_tokens=max_tokens)
+    return sents, *model_columns(model, sents, path)
+
+
+def model_columns(model: Any, sents: list, path: str) -> tuple[list, bool]:
+    """The model's feature columns of some sentences of a file, and whether it has gold."""
     n = int(model.n_columns_)
     width = len(sents[0].tokens[0])
     if width == n + 1:
-        return sents, [[tok[:n] for tok in s.tokens] for s in sents], True
+        return [[tok[:n] for tok in s.tokens] for s in sents], True
     if width == n:
-        return sents, [s.tokens for s in sents], False
+        return [s.tokens for s in sents], False
     raise InputError(
         f"found {width} columns but the model was trained on {n} feature column"
         f"{'s' if n != 1 else ''} (expected {n}, or {n + 1} with a gold label)",

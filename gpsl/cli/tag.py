@@ -44,13 +44,31 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=run_eval)
 
 
-def run_test(args: argparse.Namespace) -> int:
+#: tokens tagged at a time by ``gpsl test`` (features, Algorithm 2 and output of one chunk
+#: held in memory; the result does not depend on it: sentences are tagged independently)
+CHUNK_TOKENS = 50_000
+
+
+def chunks(sentences, tokens: int = CHUNK_TOKENS):
+    """Consecutive lists of sentences of about ``tokens`` tokens (at least one sentence)."""
+    chunk, n = [], 0
+    for s in sentences:
+        chunk.append(s)
+        n += len(s)
+        if n >= tokens:
+            yield chunk
+            chunk, n = [], 0
+    if chunk:
+        yield chunk
+
+
+def tag_chunk(model, sents, X, decoder, marginals: bool) -> str:
+    """The output text of some sentences: each token line with its predicted label (and its
+    RNS marginal, ``label/0.987654``, with ``marginals``)."""
     from gpsl.io import format_conll
 
-    model = common.load_model(args.model)
-    sents, X, _ = common.read_for_model(model, args.test_file, args.encoding, args.max_tokens)
-    pred = model.predict(X, decoder=args.decoder)
-    if args.marginals or args.verbose_level >= 1:
+    pred = model.predict(X, decoder=decoder)
+    if marginals:
         index = {c: i for i, c in enumerate(model.classes_)}
         marg = model.predict_marginals(X)
         extra = [
@@ -59,8 +77,24 @@ def run_test(args: argparse.Namespace) -> int:
         ]
     else:
         extra = [[[lab] for lab in labs] for labs in pred]
-    text = format_conll(sents, extra_columns=extra, label=False)
-    common.write_output(text, args.output, args.encoding)
+    return format_conll(sents, extra_columns=extra, label=False)
+
+
+def run_test(args: argparse.Namespace, chunk_tokens: int = CHUNK_TOKENS) -> int:
+    """Read, tag and write ``chunk_tokens`` tokens at a time: the memory stays that of one
+    chunk whatever the file's size. With ``-o`` the output goes to a temporary file beside
+    it, renamed when every sentence is written (an error leaves no partial file); on stdout
+    the chunks before an error have been written, as ``crf_test`` does."""
+    from gpsl.io import iter_conll
+
+    model = common.load_model(args.model)
+    marginals = args.marginals or args.verbose_level >= 1
+    sentences = iter_conll(args.test_file, encoding=args.encoding, labeled=False,
+                           max_tokens=args.max_tokens)
+    with common.output_stream(args.output, args.encoding) as write:
+        for sents in chunks(sentences, chunk_tokens):
+            X, _ = common.model_columns(model, sents, args.test_file)
+            write(tag_chunk(model, sents, X, args.decoder, marginals))
     return 0
 
 

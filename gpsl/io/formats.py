@@ -20,19 +20,27 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpsl import limits
 from gpsl.errors import InputError
-from gpsl.io.source import _SURROGATE, Source, _lines, _read_source, _source_name
+from gpsl.io.source import (
+    _SURROGATE,
+    Source,
+    _lines,
+    _read_source,
+    _source_name,
+    iter_lines,
+)
 
 __all__ = [
     "FORMATS",
     "Sentence",
     "format_conll",
     "format_jsonl",
+    "iter_conll",
     "read_any",
     "read_conll",
     "read_jsonl",
@@ -110,10 +118,34 @@ def read_conll(
         default), ``0`` means no limit. A longer sentence or line is an :class:`InputError`.
     """
     name = _source_name(source, name)
+    return list(_conll_sentences(_lines(_read_source(source, encoding, name)), name, missing,
+                                 labeled, max_tokens, max_line_chars))
+
+
+def iter_conll(
+    source: Source,
+    *,
+    encoding: str = "utf-8",
+    missing: str = "_",
+    labeled: bool = True,
+    name: str | None = None,
+    max_tokens: int | None = None,
+    max_line_chars: int | None = None,
+) -> Iterator[Sentence]:
+    """:func:`read_conll` one sentence at a time, the file read a block at a time
+    (:func:`gpsl.io.source.iter_lines`): the memory held does not grow with the file. The same
+    checks, each raised when its line is reached (sentences before it have been yielded)."""
+    name = _source_name(source, name)
+    yield from _conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
+                                max_tokens, max_line_chars)
+
+
+def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
+                     max_tokens: int | None, max_line_chars: int | None) -> Iterator[Sentence]:
+    """The sentences of CRF++ column lines (the readers above); InputError naming the line."""
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
-    text = _read_source(source, encoding, name)
-    sentences: list[Sentence] = []
+    found = False
     n_cols = 0
     first_line = 0
     tokens: list[tuple[str, ...]] = []
@@ -123,16 +155,14 @@ def read_conll(
     good_labels: set[str] = set()
     split = _COLUMN_SEP.split
 
-    def finish() -> None:
-        limits.check_sentence_length(n_in_sentence, token_limit, name, start)
-        sentences.append(Sentence(tokens, labels, start))
-
-    for lineno, raw in enumerate(_lines(text), start=1):
+    for lineno, raw in enumerate(lines, start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         stripped = raw.strip(" \t")
         if not stripped:
             if n_in_sentence:
-                finish()
+                limits.check_sentence_length(n_in_sentence, token_limit, name, start)
+                yield Sentence(tokens, labels, start)
+                found = True
                 tokens, labels, n_in_sentence = [], [], 0
             continue
         cols = split(stripped)
@@ -169,10 +199,10 @@ def read_conll(
             labels.append(None)
         tokens.append(tuple(cols))
     if n_in_sentence:
-        finish()
-    if not sentences:
+        limits.check_sentence_length(n_in_sentence, token_limit, name, start)
+        yield Sentence(tokens, labels, start)
+    elif not found:
         raise InputError("no sentences found", source=name)
-    return sentences
 
 
 def _check_field(value: Any, what: str, where: str, source: str) -> str:

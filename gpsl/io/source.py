@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +45,32 @@ def _line_of(data: bytes | str, offset: int) -> int:
     return head.count(b"\n") + 1
 
 
+def _codec(encoding: str, name: str) -> codecs.CodecInfo:
+    """The codec of ``encoding``; an unknown or non-text encoding is an InputError."""
+    try:
+        codec = codecs.lookup(encoding)
+    except (LookupError, TypeError, ValueError):
+        raise InputError(f"unknown encoding {encoding!r}", source=name) from None
+    if not getattr(codec, "_is_text_encoding", True):
+        raise InputError(f"{encoding!r} is not a text encoding", source=name)
+    return codec
+
+
+def _checked_path(source: str | os.PathLike, name: str) -> Path:
+    """``source`` as a Path that can be read: not a directory, a device or a bad name."""
+    path = Path(source)
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+        readable = not exists or path.is_file() or path.is_fifo()  # a pipe ends, a device never
+    except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
+        raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
+    if is_dir:
+        raise InputError("is a directory, not a file", source=name)
+    if not readable:
+        raise InputError("not a regular file or pipe (a device?)", source=name)
+    return path
+
+
 def _read_source(source: Source, encoding: str, name: str) -> str:
     """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
 
@@ -51,24 +78,10 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
     non-regular file (a FIFO or device would never end), an unknown or non-text encoding, bytes
     the encoding cannot decode (file and line named), NUL characters and unpaired surrogates.
     """
-    try:
-        codec = codecs.lookup(encoding)
-    except (LookupError, TypeError, ValueError):
-        raise InputError(f"unknown encoding {encoding!r}", source=name) from None
-    if not getattr(codec, "_is_text_encoding", True):
-        raise InputError(f"{encoding!r} is not a text encoding", source=name)
+    codec = _codec(encoding, name)
     data: bytes | str
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        try:
-            is_dir, exists = path.is_dir(), path.exists()
-            readable = not exists or path.is_file() or path.is_fifo()  # a pipe ends, a device
-        except (OSError, ValueError) as exc:  # e.g. an embedded NUL in the path
-            raise InputError(f"bad file name: {exc}", source=repr(str(source))) from None
-        if is_dir:
-            raise InputError("is a directory, not a file", source=name)
-        if not readable:
-            raise InputError("not a regular file or pipe (a device?)", source=name)
+        path = _checked_path(source, name)
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -133,3 +146,84 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+
+
+#: bytes read at a time by :func:`iter_lines`
+BLOCK = 1 << 20
+
+
+def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
+    """The lines :func:`_lines` gives of :func:`_read_source`'s text, read and decoded a block
+    at a time from a path or a file object (bytes are already in memory), with the same
+    checks: the memory held is a block and a line, whatever the size of the file. A problem
+    is found when its block is read (line numbers count LF, CRLF and lone CR)."""
+    if not isinstance(source, (str, os.PathLike)) and not hasattr(source, "read"):
+        yield from _lines(_read_source(source, encoding, name))
+        return
+    codec = _codec(encoding, name)
+    if isinstance(source, (str, os.PathLike)):
+        path = _checked_path(source, name)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
+    else:
+        fh = None
+    decoder = codecs.getincrementaldecoder(codec.name)(errors="strict")
+    pending, lineno, first = "", 0, True
+    try:
+        while True:
+            try:
+                block = (fh or source).read(BLOCK)
+            except UnicodeError as exc:
+                raise InputError(f"cannot decode the input with encoding "
+                                 f"{getattr(exc, 'encoding', encoding)}: "
+                                 f"{getattr(exc, 'reason', exc)}", source=name) from None
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", source=name) from None
+            final = not block
+            if isinstance(block, (bytes, bytearray)):
+                try:
+                    text = decoder.decode(block, final)
+                except UnicodeDecodeError as exc:
+                    bad = exc.object[exc.start:exc.start + 1]
+                    raise InputError(
+                        f"byte 0x{bytes(bad).hex()} cannot be decoded with encoding {encoding}"
+                        " (wrong encoding?)", source=name,
+                        line=lineno + _line_of(pending, len(pending)) - 1
+                        + _line_of(exc.object, exc.start)) from None
+            elif isinstance(block, str):
+                text = block
+            else:
+                raise InputError("the file object returned neither text nor bytes",
+                                 source=name)
+            if first and text:  # a BOM as _read_source drops it (bytes, then text)
+                for drop in (codec.name.startswith("utf-8") and isinstance(block, bytes), True):
+                    if drop and text.startswith(_BOM):
+                        text = text[1:]
+                first = False
+            buf = pending + text
+            hold = "\r" if not final and buf.endswith("\r") else ""  # maybe half a CRLF
+            if hold:
+                buf = buf[:-1]
+            if "\r" in buf:
+                buf = buf.replace("\r\n", "\n").replace("\r", "\n")
+            nul = buf.find("\x00")
+            if nul >= 0:
+                raise InputError("NUL byte in input (binary file?)", source=name,
+                                 line=lineno + buf.count("\n", 0, nul) + 1)
+            sur = _SURROGATE.search(buf)
+            if sur is not None:
+                raise InputError("unpaired surrogate character (not valid Unicode text)",
+                                 source=name, line=lineno + buf.count("\n", 0, sur.start()) + 1)
+            parts = buf.split("\n")
+            pending = parts.pop() + hold
+            lineno += len(parts)
+            yield from parts
+            if final:
+                if pending:
+                    yield pending
+                return
+    finally:
+        if fh is not None:
+            fh.close()
