@@ -23,6 +23,7 @@ from gpsl.calibration.rule import (
 )
 from gpsl.calibration.scores import (
     DEFAULT_KINDS,
+    DEFAULT_METHODS,
     ENSEMBLE,
     ENSEMBLES,
     FOLDS_LARGE,
@@ -30,6 +31,7 @@ from gpsl.calibration.scores import (
     FOLDS_SMALL_MAX_SENTENCES,
     KINDS,
     METHODS,
+    OUT_OF_FOLD_MAX_TOKENS,
     SELECT_CRITERIA,
     SELECT_GROUPS,
     STACK_MIN_WEIGHT,
@@ -43,10 +45,12 @@ from gpsl.calibration.scores import (
     stacking_weights,
     temperature_nll,
 )
+from gpsl.calibration.step import STEP_KINDS
 
 __all__ = ["Calibrator", "Scores", "cross_calibrate", "calibration_folds", "fold_indices",
            "nll_and_grad", "stack", "stacking_weights", "temperature_nll", "METHODS", "KINDS",
-           "STRUCTURED_KINDS", "DEFAULT_KINDS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
+           "STRUCTURED_KINDS", "DEFAULT_KINDS", "DEFAULT_METHODS", "STEP_KINDS",
+           "OUT_OF_FOLD_MAX_TOKENS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
            "ENSEMBLE", "STACK_MIN_WEIGHT", "STRUCTURED_MAX_TOKENS", "FOLDS_SMALL",
            "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES", "MIN_TOKENS", "SOURCES", "Plan", "plan",
            "CalibrationRun", "calibrate_model", "not_calibrated", "out_of_fold_scores",
