@@ -107,7 +107,7 @@ class Calibrator:
     and the module docstring).
 
     ``method`` names the marginals it applies to; ``kind`` is ``"temperature"``, ``"vector"``,
-    ``"structured"``, ``"structured+vector"``, ``"step"`` or ``"step+vector"`` (``u``, ``s``:
+    ``"structured"``, ``"structured+vector"``, ``"step"`` or ``"step+vector"`` (``u``:
     :mod:`gpsl.calibration.step`); ``w``/``c`` are the per-label scale and shift
     (``w = 1/T``, ``c = 0`` for a temperature; ``w = 1``, ``c = 0`` for the structured kind; the
     scaling after the fixed point for ``"structured+vector"``); ``t_unary``/``t_pair`` the
@@ -131,8 +131,7 @@ class Calibrator:
     criterion: str = "nll"  # what select() chose by
     members: list = field(default_factory=list)  # the stacked calibrators (kind "ensemble")
     weights: np.ndarray | None = None  # their weights (on the simplex)
-    u: np.ndarray | None = None  # the step's weights of b and M (gpsl.calibration.step)
-    s: np.ndarray | None = None
+    u: np.ndarray | None = None  # the step's weight of b (gpsl.calibration.step)
 
     # ------------------------------------------------------------------ fitting
 
@@ -209,7 +208,7 @@ class Calibrator:
                 how += " + vector"
         elif self.kind in STEP_KINDS:
             how = ("step · per label" if self.kind == "step+vector" else
-                   f"step · w {self.w[0]:.2f} u {self.u[0]:+.2f} s {self.s[0]:+.2f}")
+                   f"step · w {self.w[0]:.2f} u {self.u[0]:+.2f}")
         elif self.kind == "vector":
             how = "vector"
         else:
@@ -475,7 +474,7 @@ class Calibrator:
         if self.kind == "ensemble":
             d["weights"] = [float(v) for v in self.weights]
         if self.kind in STEP_KINDS:
-            d["u"], d["s"] = [float(v) for v in self.u], [float(v) for v in self.s]
+            d["u"] = [float(v) for v in self.u]
         return d
 
     @classmethod
@@ -501,9 +500,8 @@ class Calibrator:
                   nll_after=d.get("nll_after"), source=str(d.get("source", "")),
                   candidates=dict(d.get("candidates") or {}), criterion=criterion)
         if out.kind in STEP_KINDS:
-            out.u, out.s = (np.asarray(d.get(k), dtype=float) for k in ("u", "s"))
-            if out.u.shape != (n_labels,) or out.s.shape != (n_labels,) \
-                    or not np.all(np.isfinite(out.u)) or not np.all(np.isfinite(out.s)):
+            out.u = np.asarray(d.get("u"), dtype=float)
+            if out.u.shape != (n_labels,) or not np.all(np.isfinite(out.u)):
                 raise ValueError("calibration record's step weights do not match the labels")
         if out.kind == "ensemble":
             members = d.get("members")

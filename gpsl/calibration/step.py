@@ -11,23 +11,24 @@ Algorithm 2 ends at a fixed point ``P = F(P)`` of
 with the local scores ``b`` (``m``, or ``m + v/2`` with ``rns_variance``) and the pair scores
 ``g = m_S + v_S/2``. The structured temperature (:mod:`gpsl.calibration.structured`) divides
 ``b`` by ``T_U`` and ``g`` by ``T_S`` *inside* the fixed point, so each of the few hundred NLL
-evaluations of its search reruns Algorithm 2. The step keeps the fixed point and re-weighs
-the two parts of its last step: with ``ell = log P`` and the three channels ``(ell, b, M)``
-cached once per calibration token,
+evaluations of its search reruns Algorithm 2. The step keeps the fixed point and re-weighs the
+two parts of its last step. At the fixed point ``ell_l = log P_l = b_l + M_l - log Z_l``, and a
+per-token constant does not matter to a softmax, so the two cached channels ``(ell, b)`` of a
+token carry its pair messages too (``M = ell - b`` up to that constant):
 
 .. math::
 
-   \tilde p_{ly} = \operatorname{softmax}_y\big(w_y\, \ell_{ly} + u_y\, b_{ly}
-                   + s_y\, M_{ly} + c_y\big).
+   \tilde p_{ly} = \operatorname{softmax}_y\big(w_y\, \ell_{ly} + u_y\, b_{ly} + c_y\big)
+   \;=\; \operatorname{softmax}_y\big((w_y + u_y)\, b_{ly} + w_y\, M_{ly} + c_y\big).
 
-At the fixed point ``ell_l = b_l + M_l - log Z_l`` (the per-token constant does not matter
-to a softmax), so ``w = 1, u = 1/T_U - 1, s = 1/T_S - 1, c = 0`` is one Jacobi step of the
-structured temperature's Algorithm 2 started from the uncalibrated fixed point; ``u = s = 0,
-c = 0, w = 1/T`` is temperature scaling; **``w = 1, u = s = c = 0`` returns the uncalibrated
-marginals exactly** (``softmax(log P) = P``). ``kind="step"`` fits the three scalars
-(``w, u, s`` shared by the labels, ``c = 0``), ``kind="step+vector"`` all four per label
-(``4J`` parameters) with the ridge ``(lambda/2)(||w - 1||^2 + ||u||^2 + ||s||^2 + ||c||^2)``
-centred on the uncalibrated marginals.
+So ``w = 1/T_S, u = 1/T_U - 1/T_S, c = 0`` is one Jacobi step of the structured
+temperature's Algorithm 2 started from the uncalibrated fixed point (exact up to Algorithm 2's
+stop rule; tested), ``u = 0, c = 0, w = 1/T`` is temperature scaling, and **``w = 1, u = c =
+0`` returns the uncalibrated marginals exactly** (``softmax(log P) = P``). ``kind="step"``
+fits the two scalars (``w, u`` shared by the labels, ``c = 0``), ``kind="step+vector"`` all
+three per label (``3J`` parameters) with the ridge ``(lambda/2)(||w - 1||^2 + ||u||^2 +
+||c||^2)`` centred on the uncalibrated marginals. (A third channel ``M`` would add nothing but
+a flat direction: ``ell``, ``b`` and ``M`` are linearly dependent up to per-token constants.)
 
 The logits are linear in the parameters, so the mean NLL over the calibration tokens,
 
@@ -37,14 +38,14 @@ The logits are linear in the parameters, so the mean NLL over the calibration to
    \qquad \frac{\partial\, \mathrm{NLL}}{\partial w_y} = \frac1N \sum_t
    (\tilde p_{ty} - [y = y_t])\, \ell_{ty}
 
-(likewise ``u`` with ``b``, ``s`` with ``M``, ``c`` with 1; the shared scalars sum these over
-``y``), is **convex**, like a multinomial logistic regression on three fixed features: one
-optimum, found by L-BFGS with the exact gradient (:func:`step_nll_and_grad`, checked against
-finite differences in the tests), from the identity. Nothing in the fit reruns Algorithm 2:
-a selection costs one run per group of calibration tokens (:meth:`Scores.fixed_point`,
-cached), and applying the calibrator to new sentences costs one matrix product after their
-Algorithm 2. Unlike a temperature, ``u``, ``s`` and ``c`` can move the argmax; whether they
-may is :mod:`gpsl.calibration.decisions`'s test, as for the structured kinds.
+(likewise ``u`` with ``b``, ``c`` with 1; the shared scalars sum these over ``y``), is
+**convex**, like a multinomial logistic regression on two fixed features: one optimum, found
+by L-BFGS with the exact gradient (:func:`step_nll_and_grad`, checked against finite
+differences in the tests), from the identity. Nothing in the fit reruns Algorithm 2: a
+selection costs one run per group of calibration tokens (:meth:`Scores.fixed_point`, cached),
+and applying the calibrator to new sentences costs nothing after their Algorithm 2. Unlike a
+temperature, ``u`` and ``c`` can move the argmax; whether they may is
+:mod:`gpsl.calibration.decisions`'s test, as for the structured kinds.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from scipy.optimize import minimize
 
 from gpsl.calibration.scores import _LOG_FLOOR, Scores, _softmax
 from gpsl.errors import InputError
-from gpsl.problem import neighbour_index
 
 if TYPE_CHECKING:
     from gpsl.calibration.calibrator import Calibrator
@@ -69,49 +69,39 @@ STEP_RIDGE, STEP_VECTOR_RIDGE = 1e-4, 1e-2
 
 
 def channels(scores: Scores, P: np.ndarray) -> np.ndarray:
-    """``(3, n_tokens, J)``: ``log P``, the local scores ``b`` and the pair messages ``M(P)``
-    (module docstring) of ``scores`` at marginals ``P`` (the mean method's fixed point)."""
+    """``(2, n_tokens, J)``: ``log P`` and the local scores ``b`` (module docstring) of
+    ``scores`` at marginals ``P`` (the mean method's fixed point)."""
     b = scores.mean + 0.5 * scores.var if scores.rns_variance else scores.mean
-    g = np.asarray(scores.m_S) + 0.5 * np.asarray(scores.v_S)
-    n, J = P.shape
-    M = np.zeros((n, J))
-    R = len(scores.offsets)
-    if R and n:
-        nb = neighbour_index(scores.lengths, scores.offsets)
-        PG = P @ np.concatenate(list(g), axis=1)  # block d: P g_d (gathered per neighbour)
-        for d in range(R):
-            ok = np.flatnonzero(nb[:, d] >= 0)
-            M[ok] += PG[nb[ok, d], d * J:(d + 1) * J]
-    return np.stack([np.log(np.clip(P, _LOG_FLOOR, None)), np.asarray(b, dtype=float), M])
+    return np.stack([np.log(np.clip(P, _LOG_FLOOR, None)), np.asarray(b, dtype=float)])
 
 
 def _unpack(params: np.ndarray, J: int, per_label: bool):
-    """``(w, u, s, c)`` as ``(J,)`` arrays from the flat parameters."""
+    """``(w, u, c)`` as ``(J,)`` arrays from the flat parameters."""
     if per_label:
-        w, u, s, c = params.reshape(4, J)
-        return w, u, s, c
-    w, u, s = (np.full(J, v) for v in params)
-    return w, u, s, np.zeros(J)
+        w, u, c = params.reshape(3, J)
+        return w, u, c
+    w, u = (np.full(J, v) for v in params)
+    return w, u, np.zeros(J)
 
 
 def identity(J: int, per_label: bool) -> np.ndarray:
     """The parameters of the uncalibrated marginals (``w = 1``, the rest 0)."""
-    return np.r_[np.ones(J), np.zeros(3 * J)] if per_label else np.array([1.0, 0.0, 0.0])
+    return np.r_[np.ones(J), np.zeros(2 * J)] if per_label else np.array([1.0, 0.0])
 
 
-def logits(F: np.ndarray, w, u, s, c) -> np.ndarray:
-    """``w l + u b + s M + c`` of the channels ``F`` (:func:`channels`)."""
-    return np.einsum("knj,kj->nj", F, np.stack([w, u, s])) + c
+def logits(F: np.ndarray, w, u, c) -> np.ndarray:
+    """``w l + u b + c`` of the channels ``F`` (:func:`channels`)."""
+    return F[0] * w + F[1] * u + c
 
 
 def step_nll_and_grad(params: np.ndarray, F: np.ndarray, g: np.ndarray, ridge: float = 0.0,
                       per_label: bool = False):
     """Mean NLL of the gold indices ``g`` (``(N,)``) under the step's marginals of channels
-    ``F`` (``(3, N, J)``), plus the ridge towards :func:`identity`; ``(value, gradient)``
+    ``F`` (``(2, N, J)``), plus the ridge towards :func:`identity`; ``(value, gradient)``
     (module docstring)."""
     N, J = F.shape[1], F.shape[2]
-    w, u, s, c = _unpack(params, J, per_label)
-    Z = logits(F, w, u, s, c)
+    w, u, c = _unpack(params, J, per_label)
+    Z = logits(F, w, u, c)
     Zm = Z.max(axis=1, keepdims=True)
     E = np.exp(Z - Zm)
     S = E.sum(axis=1, keepdims=True)
@@ -121,9 +111,10 @@ def step_nll_and_grad(params: np.ndarray, F: np.ndarray, g: np.ndarray, ridge: f
     Rr[rows, g] -= 1.0  # p~ - onehot
     x0 = identity(J, per_label)
     if per_label:
-        grad = np.concatenate([np.einsum("knj,nj->kj", F, Rr).ravel(), Rr.sum(axis=0)]) / N
+        grad = np.concatenate([(Rr * F[0]).sum(axis=0), (Rr * F[1]).sum(axis=0),
+                               Rr.sum(axis=0)]) / N
     else:
-        grad = np.einsum("knj,nj->k", F, Rr) / N
+        grad = np.array([np.vdot(Rr, F[0]), np.vdot(Rr, F[1])]) / N
     value += 0.5 * ridge * float(np.sum((params - x0) ** 2))
     return float(value), grad + ridge * (params - x0)
 
@@ -159,16 +150,15 @@ def fit_step(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
     J = F.shape[2]
     ridge = (STEP_VECTOR_RIDGE if vector else STEP_RIDGE) if ridge is None else float(ridge)
     x0 = identity(J, vector)
-    xs = x0 if start is None else (np.concatenate([start.w, start.u, start.s, start.c])
-                                   if vector else np.array([start.w[0], start.u[0],
-                                                            start.s[0]]))
+    xs = x0 if start is None else (np.concatenate([start.w, start.u, start.c]) if vector
+                                   else np.array([start.w[0], start.u[0]]))
     out = minimize(step_nll_and_grad, xs, args=(F, g, ridge, vector), jac=True,
                    method="L-BFGS-B")
-    w, u, s, c = _unpack(out.x, J, vector)
+    w, u, c = _unpack(out.x, J, vector)
     before = step_nll_and_grad(x0, F, g, 0.0, vector)[0]
     after = step_nll_and_grad(out.x, F, g, 0.0, vector)[0]
     return cls(method="mean", kind="step+vector" if vector else "step", temperature=1.0, w=w,
-               c=c, u=u, s=s, n_tokens=int(g.size), nll_before=float(before),
+               c=c, u=u, n_tokens=int(g.size), nll_before=float(before),
                nll_after=float(after), source=source)
 
 
@@ -177,7 +167,7 @@ def apply_step(cal: Calibrator, scores: Scores, P: np.ndarray, clamp=None) -> np
     labels ``>= 0`` in ``clamp``, stay one-hot)."""
     if P.size == 0:
         return P.copy()
-    out = _softmax(logits(channels(scores, P), cal.w, cal.u, cal.s, cal.c))
+    out = _softmax(logits(channels(scores, P), cal.w, cal.u, cal.c))
     if clamp is not None:
         rows = np.flatnonzero(np.asarray(clamp) >= 0)
         out[rows] = 0.0
