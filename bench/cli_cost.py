@@ -21,8 +21,9 @@ Each data point is written as CRF++ column files and run as a user runs it:
 * CRFsuite (sklearn-crfsuite, ``bench.scale``'s settings) on the same template's features,
   in a fresh process: fit CPU, loss, ECE of its marginals (posterior decoding).
 
-Data: chunking, 800 training sentences of ``bench.scale``'s split (seeded permutation of the
-pooled sentences, the last 100 the test slice); the NER val half
+Data: chunking, 800 training and 100 test sentences (``bench.cli_calibration``'s partition of
+the pooled sentences, seed 31: issue 36's split), with every label and with 90% of the
+training labels hidden (``_``); the NER val half
 (``../shared/data/crowd-ner/val.gold.conll``, gold labels, ``-t ner``), a seeded 80/20 split
 of its sentences; ``--sentences N``: ``bench.scale``'s synthetic sentences (sample grammar,
 unigram template), 2,000 test sentences. Ratios are gpsl's CPU over CRFsuite's fit CPU in the
@@ -198,12 +199,26 @@ def _write(path: Path, X, y) -> None:
     write(path, X, y)
 
 
-def chunking_point(work: Path) -> dict:
-    from bench.scale import _chunking_split
+def chunking_point(work: Path, hidden: float = 0.0) -> dict:
+    """Issue 36's split: ``bench.cli_calibration``'s partition of pooled chunking (seed 31),
+    800 training and 100 test sentences; ``hidden``: that share of the training tokens'
+    labels hidden (:func:`gpsl.synthetic.hide_labels`, seed 1, as ``bench.partial``)."""
+    from bench.cli_calibration import SEED
+    from bench.common import DATA_DIR, load_pooled, partitions
+    from gpsl.synthetic import hide_labels
 
-    Xtr, ytr, Xte, yte, template = _chunking_split(800, 0)
-    (work / "template").write_text(template, encoding="utf-8")
-    return _files(work, "chunking 800", Xtr, ytr, Xte, yte, str(work / "template"))
+    data = load_pooled(DATA_DIR, "chunking")
+    (tr, te), = partitions(len(data), 800, 100, 1, SEED, "chunking")
+    Xtr, ytr = [data.X[i] for i in tr], [data.y[i] for i in tr]
+    (work / "template").write_text(data.template, encoding="utf-8")
+    if not hidden:
+        return _files(work, "chunking 800", Xtr, ytr, [data.X[i] for i in te],
+                      [data.y[i] for i in te], str(work / "template"))
+    _write(work / "train-every-label.data", Xtr, ytr)  # CRFsuite's (issue 36's peer row)
+    part = [["_" if v is None else v for v in s] for s in hide_labels(ytr, hidden, seed=1)]
+    point = _files(work, f"chunking 800, {hidden:.0%} hidden", Xtr, part,
+                   [data.X[i] for i in te], [data.y[i] for i in te], str(work / "template"))
+    return {**point, "crf_train": str(work / "train-every-label.data")}
 
 
 def ner_point(work: Path) -> dict:
@@ -240,7 +255,7 @@ def measure(point: dict, *, phases: bool = True, log=print) -> dict:
     work: Path = point["work"]
     py = [sys.executable, "-m", "gpsl"]
     train, test = str(work / "train.data"), str(work / "test.data")
-    rec = {k: v for k, v in point.items() if k not in ("work", "gold")}
+    rec = {k: v for k, v in point.items() if k not in ("work", "gold", "crf_train")}
     for tag, extra in (("default", []), ("--no-calibrate", ["--no-calibrate"])):
         model = work / f"model-{tag.strip('-')}"
         argv = ["-q", "-t", point["template"], *extra, train, str(model)]
@@ -260,8 +275,10 @@ def measure(point: dict, *, phases: bool = True, log=print) -> dict:
                 ["-q", "-t", point["template"], train, str(work / "model-phases")], work)
         log(f"{point['name']}: train {tag} {r['cpu_s']:.1f} CPU s, loss {figs['loss']:.2f}, "
             f"ECE {figs['ece']:.4f}", flush=True)
-    rec["CRFsuite"] = in_fresh_process(crfsuite_job, {"train": train, "test": test,
+    rec["CRFsuite"] = in_fresh_process(crfsuite_job, {"train": point.get("crf_train", train),
+                                                      "test": test,
                                                       "template": point["template"]})
+    rec["CRFsuite"]["every_label"] = True
     c = rec["CRFsuite"]
     log(f"{point['name']}: CRFsuite fit {c['fit_cpu_s']:.1f} CPU s, loss {c['loss']:.2f}, "
         f"ECE {c['ece']:.4f}", flush=True)
@@ -319,13 +336,16 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+POINTS = {"chunking": chunking_point, "hidden": lambda w: chunking_point(w, 0.9),
+          "ner": ner_point}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.cli_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sentences", type=int, nargs="*", default=None,
                    help="synthetic training sentences (default: chunking 800 and NER instead)")
-    p.add_argument("--points", nargs="+", choices=("chunking", "ner"),
-                   default=["chunking", "ner"])
+    p.add_argument("--points", nargs="+", choices=tuple(POINTS), default=list(POINTS))
     p.add_argument("--no-phases", action="store_true", help="skip the timed run")
     p.add_argument("--out", default=str(RESULTS_DIR))
     p.add_argument("--name", default=None, help="result files' base name")
@@ -346,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpsl-cli-cost-") as tmp:
         makers = ([(f"s{n}", lambda w, n=n: synthetic_point(w, n)) for n in args.sentences]
                   if args.sentences else
-                  [(k, {"chunking": chunking_point, "ner": ner_point}[k]) for k in args.points])
+                  [(k, POINTS[k]) for k in args.points])
         for key, make in makers:
             work = Path(tmp) / key
             work.mkdir()
