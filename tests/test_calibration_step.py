@@ -165,3 +165,14 @@ def test_out_of_fold_tokens_are_capped_per_fold():
         assert set(s.tolist()) <= set(held.tolist()) and np.all(np.diff(s) > 0)
         assert sum(lengths[i] for i in s) == 300  # the fold's share, whole sentences
     assert [a.tolist() for a in sub] == [a.tolist() for a in R._scored(parts, lengths, 600, 0)]
+
+
+def test_the_apps_refit_keeps_the_step_kinds():
+    from gpsl.annotation.refit import refit_like
+
+    sc = _scores_case(seed=7, n_sent=80)
+    g = _gold(sc.marginals("mean", 2.0, 5.0))
+    for vector in (False, True):
+        cal = Calibrator.fit_step([sc], [g], vector=vector)
+        again = refit_like(cal, [sc], [g])
+        assert again.kind == cal.kind and np.allclose(again.apply(sc), cal.apply(sc), atol=1e-4)
