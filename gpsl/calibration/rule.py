@@ -3,7 +3,7 @@ both call :func:`calibrate_model`.
 
 **The rule** (:func:`plan`). Held-out gold labels when there are enough of them
 (:data:`MIN_TOKENS` labeled tokens in at least two sentences), else K folds of the labeled
-training sentences (:func:`gpsl.calibration.calibration_folds`: 5 up to 1,000 sentences, 3
+training sentences (:func:`gpsl.calibration.calibration_folds`: 5 up to 250 sentences, 2
 above; or the K asked for), else none: fewer than :data:`MIN_TOKENS` labeled training tokens,
 or too few sentences for two per fold. The calibrator itself is chosen from the candidates by
 cross-validated NLL (:meth:`gpsl.calibration.Calibrator.select`), whichever the data.
@@ -13,8 +13,10 @@ each on ``(K-1)/K`` of the sentences with the model's own settings: they run in 
 processes (:func:`out_of_fold_scores`; ``jobs``, by default ``min(K, CPUs)`` when the model's
 fit took :data:`PROCESS_MIN_FIT_SECONDS` or more, else here), each process with its share of
 the CPUs as ``n_jobs`` threads (unless ``n_jobs`` was set). The candidates' selection that
-follows (:meth:`~gpsl.calibration.Calibrator.select`) reruns Algorithm 2 a few hundred times
-on the calibration tokens; in the scalable mode that, not the fold fits, is most of the cost.
+follows (:meth:`~gpsl.calibration.Calibrator.select`) runs Algorithm 2 once per fold's
+scored sentences (at most :data:`~gpsl.calibration.OUT_OF_FOLD_MAX_TOKENS` tokens in all) and
+fits the default candidates on those cached marginals (:mod:`gpsl.calibration.step`); before
+issue 36 it reran Algorithm 2 a few hundred times and cost more than the fold fits.
 
 A fold fit is never warm-started from the model being calibrated: that model has seen the
 fold's labels, so a state carried from it would make the out-of-fold marginals partly
