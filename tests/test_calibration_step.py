@@ -176,3 +176,14 @@ def test_the_apps_refit_keeps_the_step_kinds():
         cal = Calibrator.fit_step([sc], [g], vector=vector)
         again = refit_like(cal, [sc], [g])
         assert again.kind == cal.kind and np.allclose(again.apply(sc), cal.apply(sc), atol=1e-4)
+
+
+def test_the_temperatures_value_is_the_vector_scalings_at_one_over_t():
+    from gpsl.calibration import nll_and_grad, temperature_nll
+
+    rng = np.random.default_rng(3)
+    L = np.log(rng.dirichlet(np.ones(4), size=50))
+    g = rng.integers(0, 4, 50)
+    for T in (0.3, 1.0, 2.5):
+        want = nll_and_grad(np.r_[np.full(4, 1 / T), np.zeros(4)], L, g)[0]
+        assert temperature_nll(T, L, g) == pytest.approx(want, rel=1e-13)

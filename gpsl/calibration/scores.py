@@ -202,9 +202,12 @@ def stacking_weights(Q: np.ndarray, *, max_iter: int = 5000, tol: float = 1e-12,
 
 
 def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
-    """Mean NLL of the tokens ``(L, g)`` after temperature ``T``."""
-    J = L.shape[1]
-    return nll_and_grad(np.r_[np.full(J, 1.0 / T), np.zeros(J)], L, g)[0]
+    """Mean NLL of the tokens ``(L, g)`` after temperature ``T`` (:func:`nll_and_grad`'s
+    value at ``w = 1/T``, ``c = 0``, without its gradient)."""
+    Z = L / float(T)
+    Zm = Z.max(axis=1)
+    lse = Zm + np.log(np.exp(Z - Zm[:, None]).sum(axis=1))
+    return float(-np.mean(Z[np.arange(Z.shape[0]), g] - lse))
 
 
 # --------------------------------------------------------------------------- K-fold

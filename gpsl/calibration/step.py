@@ -64,8 +64,11 @@ if TYPE_CHECKING:
 
 #: the kinds of this module (need Algorithm 2's inputs: :meth:`Calibrator.apply`)
 STEP_KINDS = ("step", "step+vector")
-#: the ridge of ``"step"`` (three shared parameters) and of ``"step+vector"``
+#: the ridge of ``"step"`` (two shared parameters) and of ``"step+vector"``
 STEP_RIDGE, STEP_VECTOR_RIDGE = 1e-4, 1e-2
+#: labeled tokens a step is fitted on at most (a seeded random subset above: ``3J`` parameters
+#: need far fewer, and each L-BFGS evaluation reads every token)
+STEP_MAX_TOKENS = 8_000
 
 
 def channels(scores: Scores, P: np.ndarray) -> np.ndarray:
@@ -132,7 +135,12 @@ def _labeled(scores: Sequence[Scores], gold: Sequence[np.ndarray]):
             gs.append(g[keep])
     if not gs:
         return None, None
-    return np.concatenate(Fs, axis=1), np.concatenate(gs)
+    F, g = np.concatenate(Fs, axis=1), np.concatenate(gs)
+    if g.size > STEP_MAX_TOKENS:
+        rows = np.sort(np.random.default_rng(g.size).choice(g.size, STEP_MAX_TOKENS,
+                                                             replace=False))
+        F, g = F[:, rows], g[rows]
+    return F, g
 
 
 def fit_step(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
@@ -140,7 +148,8 @@ def fit_step(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
              start: Calibrator | None = None) -> Calibrator:
     """The step (``vector=False``: ``kind="step"``) or the step with per-label parameters
     (``kind="step+vector"``) fitted on ``scores`` with their flat gold indices (``< 0`` =
-    none): L-BFGS on the convex NLL from the identity, or from ``start`` (a fitted step:
+    none; above :data:`STEP_MAX_TOKENS` labeled tokens a seeded random subset of them): L-BFGS
+    on the convex NLL from the identity, or from ``start`` (a fitted step:
     the per-label fit from the shared one; the optimum is the same, the path shorter)
     (module docstring). Algorithm 2 runs once per ``Scores`` (its fixed point is cached
     there). :class:`InputError` without a labeled token."""
