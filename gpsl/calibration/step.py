@@ -51,16 +51,12 @@ temperature, ``u`` and ``c`` can move the argmax; whether they may is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import minimize
 
 from gpsl.calibration.scores import _LOG_FLOOR, Scores, _softmax
 from gpsl.errors import InputError
-
-if TYPE_CHECKING:
-    from gpsl.calibration.calibrator import Calibrator
 
 #: the kinds of this module (need Algorithm 2's inputs: :meth:`Calibrator.apply`)
 STEP_KINDS = ("step", "step+vector")
@@ -145,7 +141,7 @@ def _labeled(scores: Sequence[Scores], gold: Sequence[np.ndarray]):
 
 def fit_step(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
              vector: bool = False, ridge: float | None = None, source: str = "",
-             start: Calibrator | None = None) -> Calibrator:
+             start=None):
     """The step (``vector=False``: ``kind="step"``) or the step with per-label parameters
     (``kind="step+vector"``) fitted on ``scores`` with their flat gold indices (``< 0`` =
     none; above :data:`STEP_MAX_TOKENS` labeled tokens a seeded random subset of them): L-BFGS
@@ -171,7 +167,7 @@ def fit_step(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                nll_after=float(after), source=source)
 
 
-def apply_step(cal: Calibrator, scores: Scores, P: np.ndarray, clamp=None) -> np.ndarray:
+def apply_step(cal, scores: Scores, P: np.ndarray, clamp=None) -> np.ndarray:
     """The step's marginals of ``scores`` from their fixed point ``P`` (clamped tokens, known
     labels ``>= 0`` in ``clamp``, stay one-hot)."""
     if P.size == 0:

@@ -39,7 +39,6 @@ cannot. ``w = 1, c = 0`` is the structured temperature.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.optimize import minimize
@@ -55,14 +54,11 @@ from gpsl.calibration.scores import (
 )
 from gpsl.errors import InputError
 
-if TYPE_CHECKING:
-    from gpsl.calibration.calibrator import Calibrator
-
 
 def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
                    method: str = "mean", vector: bool = False, ridge: float = 1e-2,
                    source: str = "", max_tokens: int = STRUCTURED_MAX_TOKENS,
-                   seed: int = 0, start: tuple[float, float] | None = None) -> Calibrator:
+                   seed: int = 0, start: tuple[float, float] | None = None):
     """Fit ``(T_U, T_S)`` (module docstring) on one or more :class:`Scores` with their
     flat gold indices (``< 0`` = no gold). Every NLL evaluation reruns Algorithm 2, so
     above ``max_tokens`` a seeded random subset of the sentences (that many tokens) is
@@ -115,7 +111,7 @@ def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
     return cal.with_vector(all_scores, all_gold, ridge=ridge) if vector else cal
 
 def with_vector(self, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
-                ridge: float = 1e-2) -> Calibrator:
+                ridge: float = 1e-2):
     """This structured calibrator followed by a per-label vector scaling of its marginals
     (``kind="structured+vector"``): ``w, c`` minimise the vector-scaling NLL
     (:func:`nll_and_grad`) of the structured marginals of ``scores`` against ``gold``
