@@ -1,6 +1,8 @@
 """Post-hoc calibration of the marginals (:meth:`gpsl.model.GPSL.calibrate`): temperature and
-vector scaling, the structured temperature inside Algorithm 2, their stacked ensemble, chosen by
-cross-validated NLL. :mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
+vector scaling, the step at Algorithm 2's fixed point (:mod:`~gpsl.calibration.step`, the
+default's), the structured temperature inside Algorithm 2 (:mod:`~gpsl.calibration.structured`),
+their stacked ensemble, chosen by cross-validated NLL, never worse than none.
+:mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
 objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`;
 :mod:`~gpsl.calibration.decisions`: which candidates may change the decisions;
 :mod:`~gpsl.calibration.heldout`: :func:`cross_calibrate`;
