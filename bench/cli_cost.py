@@ -25,9 +25,10 @@ Data: chunking, 800 training and 100 test sentences (``bench.cli_calibration``'s
 the pooled sentences, seed 31: issue 36's split), with every label and with 90% of the
 training labels hidden (``_``); the NER val half
 (``../shared/data/crowd-ner/val.gold.conll``, gold labels, ``-t ner``), a seeded 80/20 split
-of its sentences; ``--sentences N``: ``bench.scale``'s synthetic sentences (sample grammar,
-unigram template), 2,000 test sentences. Ratios are gpsl's CPU over CRFsuite's fit CPU in the
-same run (the goal: the default ``train`` at most 3x). Writes ``cli_cost.md``/``.json`` (or
+of its sentences; ``--sentences N``: ``bench.scale``'s synthetic sentences
+(:func:`gpsl.synthetic.make_chain_task`, 10 labels, unigram template; 9.5 tokens a sentence),
+2,000 test sentences. Ratios are gpsl's CPU over CRFsuite's fit CPU in the same run (the
+goal: the default ``train`` at most 3x). Writes ``cli_cost.md``/``.json`` (or
 ``cli_cost_scale.*`` with ``--sentences``) to ``--out``.
 """
 
