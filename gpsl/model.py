@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl import auto, params
-from gpsl.calibration import ENSEMBLE, METHODS
+from gpsl.calibration import DEFAULT_KINDS, ENSEMBLE, METHODS
 from gpsl.engines import make_engine
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
@@ -412,8 +412,7 @@ class GPSL:
         return [np.array([-1 if v is None or v not in index else index[v]
                           for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
 
-    def calibrate(self, X, y, *, folds=None, method="auto",
-                  kinds=("temperature", "structured", "structured+vector"), seed=0,
+    def calibrate(self, X, y, *, folds=None, method="mean", kinds=DEFAULT_KINDS, seed=0,
                   source="", criterion="nll", ensemble=ENSEMBLE, jobs=1, on_fold=None) -> GPSL:
         """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
         ``calibrator_`` (saved with the model).
@@ -421,10 +420,13 @@ class GPSL:
         ``folds=None``: ``(X, y)`` is held-out labeled data for *this* model. ``folds=K``:
         ``(X, y)`` are the training sentences; K models with this model's parameters are fitted
         on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold),
-        as ``CalibratedClassifierCV(ensemble=False)``. Candidates: a temperature on each
-        method's marginals (``method="auto"``: mean-only and uncertainty-aware) and the
-        structured temperature with and without a vector scaling after it; the lowest
-        cross-validated NLL on the calibration data wins
+        as ``CalibratedClassifierCV(ensemble=False)``. Candidates (:data:`DEFAULT_KINDS`): a
+        temperature of the mean-only marginals (``method="auto"``: of the uncertainty-aware
+        ones too, whose variances cost the fold models more) and the step at Algorithm 2's
+        fixed point with shared or per-label weights (:mod:`gpsl.calibration.step`; the
+        structured temperature, ``kinds=("structured", ...)``, reruns Algorithm 2 a few hundred
+        times); the lowest cross-validated NLL on the calibration data wins, never worse on
+        the left-out tokens than the uncalibrated marginals
         (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice,
         ``criterion`` chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead).
         ``ensemble``: how the candidates' ensemble, itself a candidate, weighs them
@@ -436,7 +438,7 @@ class GPSL:
         calibrates (scikit-learn's convention; ``gpsl train`` does, by
         :func:`gpsl.calibration.calibrate_model`).
         """
-        from gpsl.calibration import CalibrationRun, Calibrator, out_of_fold_scores
+        from gpsl.calibration import CalibrationRun
 
         t0 = time.perf_counter()
         self._check_fitted()
@@ -445,22 +447,33 @@ class GPSL:
             raise ValueError(f"method must be 'auto', 'mean' or 'probit', not {method!r}")
         X = list(X)
         labels = [list(getattr(lab, "labels", lab)) for lab in y]
+        need_var = "probit" in methods
+        with _single_threaded_blas():  # small products: BLAS threads only spin (CPU x2)
+            self._calibrate(X, labels, folds, methods, kinds, seed, source, criterion,
+                            ensemble, jobs, on_fold, need_var)
+        self.calibration_run_ = CalibrationRun(
+            source="held-out" if folds is None else "folds",
+            folds=None if folds is None else int(folds), tokens=int(self.calibrator_.n_tokens),
+            sentences=len(X), seconds=time.perf_counter() - t0, reason=self.calibrator_.source)
+        return self
+
+    def _calibrate(self, X, labels, folds, methods, kinds, seed, source, criterion, ensemble,
+                   jobs, on_fold, need_var) -> None:
+        """:meth:`calibrate`'s data and choice (``calibrator_``)."""
+        from gpsl.calibration import Calibrator, out_of_fold_scores
+
         if folds is None:
-            scores = [self.calibration_scores(X)]
+            scores = [self.calibration_scores(X, with_variance=need_var)]
             gold = [np.concatenate(self.gold_index(labels))] if labels else []
             source = source or "held-out"
         else:
             scores, gold = out_of_fold_scores(self, X, labels, int(folds), seed=seed,
-                                              jobs=jobs, on_fold=on_fold)
+                                              jobs=jobs, on_fold=on_fold,
+                                              with_variance=need_var)
             source = source or f"{int(folds)}-fold"
         self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
                                              source=source, criterion=criterion,
                                              ensemble=ensemble)
-        self.calibration_run_ = CalibrationRun(
-            source="held-out" if folds is None else "folds",
-            folds=None if folds is None else int(folds), tokens=int(self.calibrator_.n_tokens),
-            sentences=len(X), seconds=time.perf_counter() - t0, reason=source)
-        return self
 
     def predict(self, X, decoder=None, y=None):
         """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""

@@ -177,7 +177,7 @@ def test_calibrate_auto_takes_the_apps_folds(tmp_path):
     assert AL._folds(0, 50) is None
     assert AL._folds(3, 5) is None and AL._folds(3, 6) == 3
     assert [AL._folds(AL.AUTO_FOLDS, n) for n in (4, 6, 12, 2000)] == \
-        [calibration_folds(n) for n in (4, 6, 12, 2000)] == [None, 3, 5, 3]
+        [calibration_folds(n) for n in (4, 6, 12, 2000)] == [None, 3, 5, 2]
     out = tmp_path / "results"
     rc = AL.main(["--dataset", "basenp", "--pool", "8", "--test", "6", "--rounds", "1",
                   "--seeds", "1", "--max-iter", "3", "--batch", "12", "--quiet", "--out",

@@ -35,9 +35,9 @@ from gpsl.synthetic import make_chain_task
           held_out_tokens=49), ("folds", 5)),
     (dict(labeled_sentences=40, labeled_tokens=400, held_out_sentences=1,
           held_out_tokens=80), ("folds", 5)),
-    # calibration_folds: 5 up to 1,000 sentences, 3 above, 3 from 6 to 9
-    (dict(labeled_sentences=1000, labeled_tokens=9000), ("folds", 5)),
-    (dict(labeled_sentences=1001, labeled_tokens=9000), ("folds", 3)),
+    # calibration_folds: 5 up to 250 sentences, 2 above, 3 from 6 to 9
+    (dict(labeled_sentences=250, labeled_tokens=9000), ("folds", 5)),
+    (dict(labeled_sentences=251, labeled_tokens=9000), ("folds", 2)),
     (dict(labeled_sentences=6, labeled_tokens=60), ("folds", 3)),
     (dict(labeled_sentences=5, labeled_tokens=60), ("none", None)),
     (dict(labeled_sentences=40, labeled_tokens=49), ("none", None)),
@@ -305,7 +305,8 @@ def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
     back = moved[rng.random(moved.size) < 0.3]
     gold[back] = raw.argmax(axis=1)[back]
     part = list(range(150))
-    fits, cv = Calibrator.select_all([sc.take(part)], [gold[sc.rows(part)]], ensemble=None)
+    fits, cv = Calibrator.select_all([sc.take(part)], [gold[sc.rows(part)]], ensemble=None,
+                                     kinds=("temperature", "structured", "structured+vector"))
     ref = cv[D.UNCALIBRATED]["errors"]
     for name in fits:
         assert cv[name]["errors"] - ref == cv[name]["broken"] - cv[name]["fixed"]

@@ -37,6 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gpsl.calibration import (
+    STEP_KINDS,
     STRUCTURED_KINDS,
     CalibrationRun,
     Calibrator,
@@ -95,6 +96,9 @@ def refit_like(previous: Calibrator, scores, gold, source: str = "") -> Calibrat
                     scores, gold, method=c.method, start=(c.t_unary, c.t_pair), source=source)
             st = cache[c.method]
             return st.with_vector(scores, gold) if c.kind == "structured+vector" else st
+        if c.kind in STEP_KINDS:  # gpsl.calibration.step: fitted on the cached fixed point
+            return Calibrator.fit_step(scores, gold, vector=c.kind == "step+vector",
+                                       source=source)
         P = np.concatenate([sc.marginals(c.method) for sc in scores])
         return Calibrator.fit(P, flat, method=c.method, kind=c.kind, source=source)
 

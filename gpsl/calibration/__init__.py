@@ -1,6 +1,8 @@
 """Post-hoc calibration of the marginals (:meth:`gpsl.model.GPSL.calibrate`): temperature and
-vector scaling, the structured temperature inside Algorithm 2, their stacked ensemble, chosen by
-cross-validated NLL. :mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
+vector scaling, the step at Algorithm 2's fixed point (:mod:`~gpsl.calibration.step`, the
+default's), the structured temperature inside Algorithm 2 (:mod:`~gpsl.calibration.structured`),
+their stacked ensemble, chosen by cross-validated NLL, never worse than none.
+:mod:`~gpsl.calibration.scores`: Algorithm 2's inputs, the scalings'
 objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`;
 :mod:`~gpsl.calibration.decisions`: which candidates may change the decisions;
 :mod:`~gpsl.calibration.heldout`: :func:`cross_calibrate`;
@@ -23,6 +25,7 @@ from gpsl.calibration.rule import (
 )
 from gpsl.calibration.scores import (
     DEFAULT_KINDS,
+    DEFAULT_METHODS,
     ENSEMBLE,
     ENSEMBLES,
     FOLDS_LARGE,
@@ -30,6 +33,7 @@ from gpsl.calibration.scores import (
     FOLDS_SMALL_MAX_SENTENCES,
     KINDS,
     METHODS,
+    OUT_OF_FOLD_MAX_TOKENS,
     SELECT_CRITERIA,
     SELECT_GROUPS,
     STACK_MIN_WEIGHT,
@@ -43,10 +47,12 @@ from gpsl.calibration.scores import (
     stacking_weights,
     temperature_nll,
 )
+from gpsl.calibration.step import STEP_KINDS
 
 __all__ = ["Calibrator", "Scores", "cross_calibrate", "calibration_folds", "fold_indices",
            "nll_and_grad", "stack", "stacking_weights", "temperature_nll", "METHODS", "KINDS",
-           "STRUCTURED_KINDS", "DEFAULT_KINDS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
+           "STRUCTURED_KINDS", "DEFAULT_KINDS", "DEFAULT_METHODS", "STEP_KINDS",
+           "OUT_OF_FOLD_MAX_TOKENS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
            "ENSEMBLE", "STACK_MIN_WEIGHT", "STRUCTURED_MAX_TOKENS", "FOLDS_SMALL",
            "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES", "MIN_TOKENS", "SOURCES", "Plan", "plan",
            "CalibrationRun", "calibrate_model", "not_calibrated", "out_of_fold_scores",

@@ -2,35 +2,9 @@ r"""The calibrator of per-token marginals: fitting, choosing and applying the sc
 :mod:`gpsl.calibration.scores` (temperature and vector scaling, derived there) and the
 structured ones below.
 
-**Structured temperature** (``kind="structured"``; not in the paper). Algorithm 2 combines a
-token's own score ``b = m`` with its neighbours' pair scores ``g = m_S + v_S/2``; on the paper's
-data sets the pair scores, learned through the pseudo-likelihood with the neighbours' labels
-*observed*, are too strong once the neighbours are themselves predicted. Two temperatures,
-one per part, are fitted inside the fixed point,
-
-.. math::
-
-   RNS_l(y) \propto \exp\Big(b_{ly}/T_U + \sum_d \sum_{y'} RNS_{l+d}(y')\, g_d(y', y)/T_S\Big),
-
-by minimising the same held-out NLL over ``(log T_U, log T_S)`` (Nelder-Mead: every evaluation
-reruns Algorithm 2 on the calibration sentences). ``T_U = T_S = 1`` is Algorithm 2; ``T_U =
-T_S = T`` is not a plain temperature (the fixed point moves), which is why both are fitted.
-Unlike a temperature this can change the argmax.
-
-**Structured temperature with vector scaling** (``kind="structured+vector"``; not in the
-paper). The structured marginals ``q_t`` above followed by a per-label vector scaling,
-
-.. math::
-
-   \tilde p_{ty} = \operatorname{softmax}_y\big(w_y \log q_{ty}(T_U, T_S) + c_y\big),
-
-fitted in two stages on the same tokens: ``(T_U, T_S)`` as above, then ``w, c`` by the
-vector-scaling NLL on ``log q`` with the ridge centred on the identity (``w = 1, c = 0``, the
-structured marginals themselves). The pair scores and the own scores miscalibrate differently
-per label (a label that mostly begins a chunk leans on its neighbours more than one inside it);
-a per-label scale and shift after the fixed point corrects what two global temperatures
-cannot. ``w = 1, c = 0`` is the structured temperature.
-
+**Structured temperature** (``kind="structured"`` and ``"structured+vector"``; not in
+the paper): :mod:`gpsl.calibration.structured`. **The step at the fixed point**
+(``kind="step"`` and ``"step+vector"``, the default's): :mod:`gpsl.calibration.step`.
 
 **Selection by cross-validated NLL.** The candidates are nested (a vector scaling contains its
 temperature, the structured kind with vector scaling contains the structured kind), so the
@@ -91,6 +65,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
+from gpsl.calibration import step as _step
+from gpsl.calibration import structured as _structured
 from gpsl.calibration.decisions import (
     DECISION_Z,
     UNCALIBRATED,
@@ -102,7 +78,6 @@ from gpsl.calibration.decisions import (
 )
 from gpsl.calibration.scores import (
     _LOG_FLOOR,
-    _LOG_T_STRUCTURED,
     _T_BOUNDS,
     DEFAULT_KINDS,
     ENSEMBLE,
@@ -112,7 +87,6 @@ from gpsl.calibration.scores import (
     SELECT_CRITERIA,
     STACK_MIN_WEIGHT,
     STRUCTURED_KINDS,
-    STRUCTURED_MAX_TOKENS,
     Scores,
     _logits,
     _softmax,
@@ -123,6 +97,7 @@ from gpsl.calibration.scores import (
     stacking_weights,
     temperature_nll,
 )
+from gpsl.calibration.step import STEP_KINDS
 from gpsl.errors import InputError
 
 
@@ -132,7 +107,8 @@ class Calibrator:
     and the module docstring).
 
     ``method`` names the marginals it applies to; ``kind`` is ``"temperature"``, ``"vector"``,
-    ``"structured"`` or ``"structured+vector"``; ``w``/``c`` are the per-label scale and shift
+    ``"structured"``, ``"structured+vector"``, ``"step"`` or ``"step+vector"`` (``u``:
+    :mod:`gpsl.calibration.step`); ``w``/``c`` are the per-label scale and shift
     (``w = 1/T``, ``c = 0`` for a temperature; ``w = 1``, ``c = 0`` for the structured kind; the
     scaling after the fixed point for ``"structured+vector"``); ``t_unary``/``t_pair`` the
     structured temperatures (1 otherwise); ``n_tokens``, ``nll_before``/``nll_after`` (on the
@@ -155,6 +131,7 @@ class Calibrator:
     criterion: str = "nll"  # what select() chose by
     members: list = field(default_factory=list)  # the stacked calibrators (kind "ensemble")
     weights: np.ndarray | None = None  # their weights (on the simplex)
+    u: np.ndarray | None = None  # the step's weight of b (gpsl.calibration.step)
 
     # ------------------------------------------------------------------ fitting
 
@@ -188,87 +165,9 @@ class Calibrator:
         cal.nll_after = float(nll_and_grad(np.r_[w, c], L, g)[0])
         return cal
 
-    @classmethod
-    def fit_structured(cls, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
-                       method: str = "mean", vector: bool = False, ridge: float = 1e-2,
-                       source: str = "", max_tokens: int = STRUCTURED_MAX_TOKENS,
-                       seed: int = 0, start: tuple[float, float] | None = None) -> Calibrator:
-        """Fit ``(T_U, T_S)`` (module docstring) on one or more :class:`Scores` with their
-        flat gold indices (``< 0`` = no gold). Every NLL evaluation reruns Algorithm 2, so
-        above ``max_tokens`` a seeded random subset of the sentences (that many tokens) is
-        used for the fit. ``vector=True``: then the vector scaling of the structured
-        marginals (``kind="structured+vector"``, :meth:`with_vector`) on all the tokens.
-        ``start``: ``(T_U, T_S)`` to start the search from (one start instead of two; the
-        cross-validation of :meth:`select` starts from the fit on all the tokens)."""
-        gold = [np.asarray(g, dtype=np.int64) for g in gold]
-        all_scores, all_gold = list(scores), gold
-        total = sum(sc.n_tokens for sc in scores)
-        if total > max_tokens:
-            rng = np.random.default_rng(seed)
-            frac = max_tokens / total
-            sub_scores, sub_gold = [], []
-            for sc, g in zip(scores, gold):
-                keep = np.flatnonzero(rng.random(sc.lengths.size) < frac).tolist()
-                if keep:
-                    sub_scores.append(sc.take(keep))
-                    sub_gold.append(g[sc.rows(keep)])
-            if sub_scores:
-                scores, gold = sub_scores, sub_gold
-        n = sum(int((g >= 0).sum()) for g in gold)
-        if n == 0:
-            raise InputError("no labeled token to calibrate on", source=source or "calibration")
-
-        def nll(x):
-            tu, tp = np.exp(np.clip(x, *_LOG_T_STRUCTURED))
-            total = 0.0
-            for sc, g in zip(scores, gold):
-                keep = g >= 0
-                if keep.any():
-                    P = sc.marginals(method, tu, tp)
-                    total -= np.log(np.clip(P[keep, g[keep]], _LOG_FLOOR, None)).sum()
-            return total / n
-
-        before = nll(np.zeros(2))
-        best_x, best = np.zeros(2), before
-        starts = ((np.zeros(2), np.array([np.log(2.0), np.log(10.0)])) if start is None
-                  else (np.clip(np.log(np.asarray(start, dtype=float)), *_LOG_T_STRUCTURED),))
-        for x0 in starts:
-            res = minimize(nll, x0, method="Nelder-Mead",
-                           options={"xatol": 1e-3, "fatol": 1e-6, "maxiter": 200})
-            if res.fun < best:
-                best_x, best = np.clip(res.x, *_LOG_T_STRUCTURED), float(res.fun)
-        tu, tp = (float(v) for v in np.exp(best_x))
-        J = scores[0].mean.shape[1]
-        cal = cls(method=method, kind="structured", temperature=1.0, w=np.ones(J),
-                  c=np.zeros(J), t_unary=tu, t_pair=tp, n_tokens=n, nll_before=float(before),
-                  nll_after=float(best), source=source)
-        return cal.with_vector(all_scores, all_gold, ridge=ridge) if vector else cal
-
-    def with_vector(self, scores: Sequence[Scores], gold: Sequence[np.ndarray], *,
-                    ridge: float = 1e-2) -> Calibrator:
-        """This structured calibrator followed by a per-label vector scaling of its marginals
-        (``kind="structured+vector"``): ``w, c`` minimise the vector-scaling NLL
-        (:func:`nll_and_grad`) of the structured marginals of ``scores`` against ``gold``
-        (flat, ``< 0`` = none), with the ridge ``(ridge/2)(||w - 1||^2 + ||c||^2)`` centred
-        on the structured marginals themselves; started there, solved by L-BFGS."""
-        if self.kind != "structured":
-            raise ValueError(f"with_vector needs a structured calibrator, not {self.kind!r}")
-        P = np.concatenate([sc.marginals(self.method, self.t_unary, self.t_pair)
-                            for sc in scores])
-        P, g = stack(P, np.concatenate([np.asarray(v, dtype=np.int64) for v in gold]))
-        if g.size == 0:
-            raise InputError("no labeled token to calibrate on",
-                             source=self.source or "calibration")
-        L = _logits(P)
-        J = L.shape[1]
-        x0 = np.r_[np.ones(J), np.zeros(J)]
-        out = minimize(nll_and_grad, x0, args=(L, g, ridge), jac=True, method="L-BFGS-B")
-        w, c = out.x[:J], out.x[J:]
-        return Calibrator(method=self.method, kind="structured+vector", temperature=1.0, w=w,
-                          c=c, t_unary=self.t_unary, t_pair=self.t_pair, n_tokens=int(g.size),
-                          nll_before=self.nll_before,
-                          nll_after=float(nll_and_grad(np.r_[w, c], L, g)[0]),
-                          source=self.source)
+    fit_structured = classmethod(_structured.fit_structured)
+    fit_step = classmethod(_step.fit_step)
+    with_vector = _structured.with_vector
 
     @classmethod
     def stacked(cls, members: Sequence[Calibrator], weights, *, source: str = "") -> Calibrator:
@@ -307,6 +206,9 @@ class Calibrator:
             how = f"T_U {self.t_unary:.2f} · T_S {self.t_pair:.2f}"
             if self.kind == "structured+vector":
                 how += " + vector"
+        elif self.kind in STEP_KINDS:
+            how = ("step · per label" if self.kind == "step+vector" else
+                   f"step · w {self.w[0]:.2f} u {self.u[0]:+.2f}")
         elif self.kind == "vector":
             how = "vector"
         else:
@@ -335,7 +237,12 @@ class Calibrator:
                     if "structured+vector" in kinds:
                         fits[f"{m}/structured+vector"] = st.with_vector(scores, gold)
                     continue
-                P = np.concatenate([sc.marginals(m) for sc in scores])
+                if k in STEP_KINDS:  # on the mean method's fixed point (gpsl.calibration.step)
+                    if m == "mean":
+                        fits[f"{m}/{k}"] = cls.fit_step(scores, gold, vector=k == "step+vector",
+                                                        source=source, start=fits.get("mean/step"))
+                    continue
+                P = np.concatenate([sc.fixed_point(m) for sc in scores])
                 fits[f"{m}/{k}"] = cls.fit(P, flat_gold, method=m, kind=k, source=source)
         if not fits:
             raise ValueError(f"no calibration candidate for methods {list(methods)} and kinds "
@@ -389,7 +296,7 @@ class Calibrator:
                                        methods, kinds, source, start=start)
             for name, cal in part.items():
                 held_P[name].append(cal.apply(held_sc)[keep])
-            held_P[UNCALIBRATED].append(held_sc.marginals("mean")[keep])
+            held_P[UNCALIBRATED].append(held_sc.fixed_point("mean")[keep])
             held_y.append(held_g[keep])
         if not held_y:
             return fits, cv
@@ -439,10 +346,24 @@ class Calibrator:
         cross-validated figures, the lowest NLL on the fitted tokens. Its ``candidates``
         record every candidate's figures. Only the candidates
         :func:`~gpsl.calibration.decisions.admissible` allows to change the decisions (by
-        ``decision_z``) are chosen from."""
+        ``decision_z``) are chosen from, and with cross-validated figures only those whose
+        left-out NLL and ECE are both at or below the uncalibrated model's
+        (``cv[UNCALIBRATED]``); the uncalibrated marginals are then a candidate themselves
+        (the temperature 1, which returns them), so calibration never ships marginals its
+        left-out tokens found worse than none (issue 36)."""
         if criterion not in SELECT_CRITERIA:
             raise ValueError(f"criterion must be one of {SELECT_CRITERIA}, not {criterion!r}")
         ok = admissible(cv, list(fits), decision_z)  # those allowed to change the decisions
+        unc = cv.get(UNCALIBRATED) or {}
+        if unc.get("nll") is not None and unc.get("ece") is not None:
+            ok = [k for k in ok if cv[k]["nll"] is not None and cv[k]["ece"] is not None
+                  and cv[k]["nll"] <= unc["nll"] and cv[k]["ece"] <= unc["ece"]]
+            one = next(iter(fits.values()))
+            fits = {**fits, UNCALIBRATED: Calibrator(
+                method="mean", kind="temperature", w=np.ones(one.w.size),
+                c=np.zeros(one.w.size), n_tokens=max(c.n_tokens for c in fits.values()),
+                nll_before=one.nll_before, nll_after=one.nll_before, source=one.source)}
+            ok.append(UNCALIBRATED)
         if all(cv[k][criterion] is None for k in fits):
             name = min(ok, key=lambda k: fits[k].nll_after)
         else:
@@ -490,8 +411,9 @@ class Calibrator:
     def apply(self, scores: Scores, clamp=None, _runs: dict | None = None) -> np.ndarray:
         """Calibrated ``(n_tokens, J)`` marginals from Algorithm 2's inputs (``clamp``: known
         labels, -1 elsewhere; a known token stays one-hot). An ensemble runs Algorithm 2 once
-        per distinct input its members read (``_runs`` holds those runs)."""
-        runs = {} if _runs is None else _runs
+        per distinct input its members read (``_runs`` holds those runs; without a clamp, the
+        ``Scores``' own :attr:`~gpsl.calibration.Scores.runs`)."""
+        runs = _runs if _runs is not None else scores.runs if clamp is None else {}
         if self.kind == "kept":  # gpsl.calibration.decisions.keep_decisions
             return kept_marginals(*(m.apply(scores, clamp, runs) for m in self.members))
         if self.kind == "ensemble":
@@ -507,6 +429,8 @@ class Calibrator:
         if key not in runs:
             runs[key] = scores.marginals(key[0], key[1], key[2], clamp=clamp)
         P = runs[key]
+        if self.kind in STEP_KINDS:
+            return _step.apply_step(self, scores, P, clamp)
         if self.kind == "structured":
             return P.copy()
         P = self._apply(P)
@@ -520,7 +444,7 @@ class Calibrator:
     def transform(self, marginals):
         """Calibrated marginals, in the shape given (a list of arrays or one array); the
         scalings only (a structured calibrator needs :meth:`apply`)."""
-        if self.kind in (*STRUCTURED_KINDS, "ensemble", "kept"):
+        if self.kind in (*STRUCTURED_KINDS, *STEP_KINDS, "ensemble", "kept"):
             raise ValueError(f"a {self.kind} calibrator applies to Algorithm 2's inputs: use "
                              "apply(scores)")
         if isinstance(marginals, np.ndarray):
@@ -549,6 +473,8 @@ class Calibrator:
             d["members"] = [m.to_dict() for m in self.members]
         if self.kind == "ensemble":
             d["weights"] = [float(v) for v in self.weights]
+        if self.kind in STEP_KINDS:
+            d["u"] = [float(v) for v in self.u]
         return d
 
     @classmethod
@@ -573,6 +499,10 @@ class Calibrator:
                   t_pair=tp, n_tokens=int(d.get("n_tokens", 0)), nll_before=d.get("nll_before"),
                   nll_after=d.get("nll_after"), source=str(d.get("source", "")),
                   candidates=dict(d.get("candidates") or {}), criterion=criterion)
+        if out.kind in STEP_KINDS:
+            out.u = np.asarray(d.get("u"), dtype=float)
+            if out.u.shape != (n_labels,) or not np.all(np.isfinite(out.u)):
+                raise ValueError("calibration record's step weights do not match the labels")
         if out.kind == "ensemble":
             members = d.get("members")
             if not isinstance(members, list) or not members:

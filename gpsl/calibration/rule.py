@@ -3,7 +3,7 @@ both call :func:`calibrate_model`.
 
 **The rule** (:func:`plan`). Held-out gold labels when there are enough of them
 (:data:`MIN_TOKENS` labeled tokens in at least two sentences), else K folds of the labeled
-training sentences (:func:`gpsl.calibration.calibration_folds`: 5 up to 1,000 sentences, 3
+training sentences (:func:`gpsl.calibration.calibration_folds`: 5 up to 250 sentences, 2
 above; or the K asked for), else none: fewer than :data:`MIN_TOKENS` labeled training tokens,
 or too few sentences for two per fold. The calibrator itself is chosen from the candidates by
 cross-validated NLL (:meth:`gpsl.calibration.Calibrator.select`), whichever the data.
@@ -13,8 +13,10 @@ each on ``(K-1)/K`` of the sentences with the model's own settings: they run in 
 processes (:func:`out_of_fold_scores`; ``jobs``, by default ``min(K, CPUs)`` when the model's
 fit took :data:`PROCESS_MIN_FIT_SECONDS` or more, else here), each process with its share of
 the CPUs as ``n_jobs`` threads (unless ``n_jobs`` was set). The candidates' selection that
-follows (:meth:`~gpsl.calibration.Calibrator.select`) reruns Algorithm 2 a few hundred times
-on the calibration tokens; in the scalable mode that, not the fold fits, is most of the cost.
+follows (:meth:`~gpsl.calibration.Calibrator.select`) runs Algorithm 2 once per fold's
+scored sentences (at most :data:`~gpsl.calibration.OUT_OF_FOLD_MAX_TOKENS` tokens in all) and
+fits the default candidates on those cached marginals (:mod:`gpsl.calibration.step`); before
+issue 36 it reran Algorithm 2 a few hundred times and cost more than the fold fits.
 
 A fold fit is never warm-started from the model being calibrated: that model has seen the
 fold's labels, so a state carried from it would make the out-of-fold marginals partly
@@ -43,7 +45,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gpsl.calibration.scores import calibration_folds, fold_indices
+from gpsl.calibration.scores import OUT_OF_FOLD_MAX_TOKENS, calibration_folds, fold_indices
 from gpsl.errors import GpslError, InputError
 
 #: labeled tokens needed to calibrate at all (held-out gold: in at least two sentences)
@@ -239,10 +241,13 @@ def _spawn_safe() -> bool:
 
 def _fold_task(task):
     """One fold fit (in a worker process or here): the fold model's Algorithm 2 inputs of the
-    held-out sentences."""
-    cls, settings, X_train, y_train, X_held, classes = task
+    held-out sentences (their predictive variances only when ``with_variance``)."""
+    from threadpoolctl import threadpool_limits
+
+    cls, settings, X_train, y_train, X_held, classes, with_variance = task
     fm = cls(**settings).fit(X_train, y_train, classes=classes)
-    return fm.calibration_scores(X_held)
+    with threadpool_limits(limits=1, user_api="blas"):  # as the fit: BLAS threads only spin
+        return fm.calibration_scores(X_held, with_variance=with_variance)
 
 
 def _init_worker(parent: int) -> None:
@@ -261,12 +266,18 @@ def _init_worker(parent: int) -> None:
 
 
 def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int = 0,
-                       jobs: int | None = None, on_fold=None):
-    """Algorithm 2's inputs of every sentence of ``(X, y)`` under a model fitted without it:
+                       jobs: int | None = None, on_fold=None, with_variance: bool = True,
+                       max_tokens: int | None = OUT_OF_FOLD_MAX_TOKENS):
+    """Algorithm 2's inputs of the sentences of ``(X, y)`` under a model fitted without them:
     K models with ``model``'s parameters (``warm_start`` off), each fitted on K-1 folds
     (:func:`fold_indices`) and scoring the remaining one, as
     ``CalibratedClassifierCV(ensemble=False)``. Returns ``(scores, gold)``: one
     :class:`~gpsl.calibration.Scores` and one array of gold indices (model's classes) per fold.
+    Each fold model is fitted on all its K-1 folds; when the sentences hold more than
+    ``max_tokens`` tokens, it scores a seeded random subset of its held-out fold's sentences
+    (about ``max_tokens / K`` tokens a fold; ``None``: all), so that the calibrator's choice
+    after it costs the same at any size. ``with_variance``: the predictive variances too
+    (only the uncertainty-aware marginals read them).
 
     The fits run in :func:`fold_processes` processes (``spawn``: safe in a threaded caller
     such as the app); one process runs them here. ``on_fold(done, K)`` after each fit ends."""
@@ -274,18 +285,35 @@ def out_of_fold_scores(model, X: Sequence, y: Sequence, folds: int, *, seed: int
     settings = model.get_params()
     settings.update(warm_start=False, callback=None, verbose=False)
     parts = fold_indices(len(X), int(folds), seed)
+    scored = _scored(parts, [len(x) for x in X], max_tokens, seed)
     n_proc = fold_processes(len(parts), jobs, model)
     if n_proc > 1 and settings.get("n_jobs") is None:
         settings["n_jobs"] = max(1, cpu_count() // n_proc)  # no oversubscription
     tasks = []
-    for held in parts:
+    for held, score in zip(parts, scored):
         held_set = set(held.tolist())
         tr = [i for i in range(len(X)) if i not in held_set]
         tasks.append((type(model), settings, [X[i] for i in tr], [labels[i] for i in tr],
-                      [X[i] for i in held], list(model.classes_)))
+                      [X[i] for i in score], list(model.classes_), bool(with_variance)))
     scores = _run(tasks, n_proc, on_fold)
-    gold = [np.concatenate(model.gold_index([labels[i] for i in held])) for held in parts]
+    gold = [np.concatenate(model.gold_index([labels[i] for i in score])) for score in scored]
     return scores, gold
+
+
+def _scored(parts: list, lengths: list[int], max_tokens: int | None, seed: int) -> list:
+    """The sentences each fold model scores: its whole held-out fold, or, when all the
+    sentences hold more than ``max_tokens`` tokens, each fold's sentences in a seeded random
+    order until the fold's share (``max_tokens / K``) is reached, in their order."""
+    if max_tokens is None or sum(lengths) <= max_tokens:
+        return parts
+    rng = np.random.default_rng([int(seed), 36])
+    share = max_tokens / len(parts)
+    out = []
+    for held in parts:
+        order = rng.permutation(held)
+        cum = np.cumsum([lengths[i] for i in order])
+        out.append(np.sort(order[:max(1, int(np.searchsorted(cum, share, side="right")))]))
+    return out
 
 
 def _context():

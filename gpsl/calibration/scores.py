@@ -41,11 +41,17 @@ from gpsl.predict import rns_marginals
 
 #: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
 METHODS = ("mean", "probit")
-KINDS = ("temperature", "vector", "structured", "structured+vector", "ensemble", "kept")
+KINDS = ("temperature", "vector", "structured", "structured+vector", "step", "step+vector",
+         "ensemble", "kept")
 #: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
 STRUCTURED_KINDS = ("structured", "structured+vector")
-#: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers
-DEFAULT_KINDS = ("temperature", "structured", "structured+vector")
+#: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers:
+#: the temperature and the step at the fixed point (:mod:`gpsl.calibration.step`), fitted on
+#: one run of Algorithm 2 per group of calibration tokens; the structured kinds (their search
+#: reruns it a few hundred times) were the default before issue 36
+DEFAULT_KINDS = ("temperature", "step", "step+vector")
+#: the marginals the default candidates read (``GPSL.calibrate(method="auto")``: both)
+DEFAULT_METHODS = ("mean",)
 #: groups a single held-out set is split into to cross-validate the choice of calibrator
 SELECT_GROUPS = 3
 #: what :meth:`Calibrator.select` can choose by (cross-validated): NLL, Brier score, ECE
@@ -79,6 +85,9 @@ class Scores:
     rns: dict = field(default_factory=dict)
     rns_variance: bool = False
     passes: int = 0  # Algorithm 2's passes in the last call of marginals()
+    #: Algorithm 2's unclamped runs, by ``(method, t_unary, t_pair)`` (:meth:`fixed_point`,
+    #: :meth:`gpsl.calibration.Calibrator.apply`): a calibration runs it once per input
+    runs: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_tokens(self) -> int:
@@ -92,6 +101,14 @@ class Scores:
                                        rns_variance=self.rns_variance, t_unary=t_unary,
                                        t_pair=t_pair, clamp=clamp, **self.rns)
         return P
+
+    def fixed_point(self, method: str = "mean") -> np.ndarray:
+        """Algorithm 2's marginals of ``method`` (no clamp, temperatures 1), computed once and
+        kept in :attr:`runs` (read them, do not write: they are shared)."""
+        key = (method, 1.0, 1.0)
+        if key not in self.runs:
+            self.runs[key] = self.marginals(method)
+        return self.runs[key]
 
     def rows(self, sentences: Sequence[int]) -> np.ndarray:
         """The token rows of the given sentences (indices into ``lengths``), in that order."""
@@ -185,18 +202,25 @@ def stacking_weights(Q: np.ndarray, *, max_iter: int = 5000, tol: float = 1e-12,
 
 
 def temperature_nll(T: float, L: np.ndarray, g: np.ndarray) -> float:
-    """Mean NLL of the tokens ``(L, g)`` after temperature ``T``."""
-    J = L.shape[1]
-    return nll_and_grad(np.r_[np.full(J, 1.0 / T), np.zeros(J)], L, g)[0]
+    """Mean NLL of the tokens ``(L, g)`` after temperature ``T`` (:func:`nll_and_grad`'s
+    value at ``w = 1/T``, ``c = 0``, without its gradient)."""
+    Z = L / float(T)
+    Zm = Z.max(axis=1)
+    lse = Zm + np.log(np.exp(Z - Zm[:, None]).sum(axis=1))
+    return float(-np.mean(Z[np.arange(Z.shape[0]), g] - lse))
 
 
 # --------------------------------------------------------------------------- K-fold
 
 
 #: folds for calibrating on the training sentences themselves (:func:`calibration_folds`)
-FOLDS_SMALL, FOLDS_LARGE = 5, 3
+FOLDS_SMALL, FOLDS_LARGE = 5, 2
 #: sentences up to which :func:`calibration_folds` gives :data:`FOLDS_SMALL` folds
-FOLDS_SMALL_MAX_SENTENCES = 1000
+FOLDS_SMALL_MAX_SENTENCES = 250
+#: out-of-fold tokens a calibration scores at most (:func:`gpsl.calibration.out_of_fold_scores`
+#: predicts a seeded subset of each held-out fold's sentences above it): the calibrator's
+#: choice then costs the same at any size
+OUT_OF_FOLD_MAX_TOKENS = 40_000
 
 
 def calibration_folds(n_sentences: int) -> int | None:
@@ -208,12 +232,17 @@ def calibration_folds(n_sentences: int) -> int | None:
     sentences) and shrinks as K grows. Five folds (scikit-learn's default ``cv``) up to
     :data:`FOLDS_SMALL_MAX_SENTENCES` sentences, where a fit is cheap (on seg's 20 training
     sentences: GPSL2's ECE15 0.0437 at 3 folds, 0.0398 at 5; ``python -m bench.calibration``),
-    three above it; fewer than two sentences per fold: three folds if there are six sentences,
-    else ``None`` (too few to calibrate)."""
+    two above it: K folds cost K - 1 fits of (K-1)/K of the data, and two keep the
+    calibration within one fit of the model's own (issue 36: five folds made ``gpsl train``
+    on 800 chunking sentences cost 32 times CRFsuite's CPU; ``python -m bench.cli_cost``);
+    fewer than two sentences per fold: three folds from six to nine sentences, else ``None``
+    (too few to calibrate)."""
     n = int(n_sentences)
     if FOLDS_SMALL * 2 <= n <= FOLDS_SMALL_MAX_SENTENCES:
         return FOLDS_SMALL
-    return FOLDS_LARGE if n >= 2 * FOLDS_LARGE else None
+    if n > FOLDS_SMALL_MAX_SENTENCES:
+        return FOLDS_LARGE
+    return 3 if n >= 6 else None
 
 
 def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
@@ -257,7 +286,7 @@ def nll_before_after(cal, scores: Sequence[Scores],
         keep = np.flatnonzero(g >= 0)
         if not keep.size:
             continue
-        runs: dict = {}
+        runs = sc.runs  # Algorithm 2's runs the selection made already
         P_after = cal.apply(sc, None, runs)
         P_before = runs[("mean", 1.0, 1.0)] if ("mean", 1.0, 1.0) in runs \
             else sc.marginals("mean")
