@@ -287,12 +287,13 @@ def served_locally() -> bool:
 
 
 def client_address() -> str:
-    """Where this tab connects from (the sign-in rate limit counts per place too)."""
+    """Where this tab connects from (the sign-in rate limit counts per place too): behind
+    a trusted proxy, the address its configured header names (:func:`back.client_address`)."""
     try:
-        ip = st.context.ip_address
+        ip, headers = st.context.ip_address, st.context.headers
     except Exception:  # noqa: BLE001
-        ip = None
-    return ip if isinstance(ip, str) and ip else "loopback"
+        ip, headers = None, None
+    return back.client_address(ip, headers)
 
 
 def _local_name() -> str:
