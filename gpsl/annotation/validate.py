@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from gpsl import params
@@ -20,6 +21,9 @@ IMPORT = "import"  # the annotator of labels that came with a file (also "import
 #: lead's decision (``adjudicated``), the model's suggestions (``model``); never a person's
 RESERVED = (IMPORT, "adjudicated", "model")
 MAX_NAME = 60
+#: the most labels a project's label set holds (the model's pairwise parameters grow with
+#: its square; a file whose last column is words has as many "labels" as words)
+MAX_LABELS = 1000
 #: what no stored text may hold: NUL (PostgreSQL refuses it), unpaired surrogates (not
 #: Unicode, neither back end can store them)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -119,6 +123,9 @@ def project_name(name) -> str:
 def label_set(labels) -> list[str]:
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise InputError("labels must be a list of strings", source="<project>")
+    if len(labels) > MAX_LABELS:  # refused before each is looked at
+        raise InputError(f"{len(labels):,} labels: a project takes at most {MAX_LABELS:,}",
+                         source="<project>")
     out = [text(x, "a label", "<project>", one_line=True) for x in labels]
     if not out:
         raise InputError("the label set is empty", source="<project>")
@@ -126,7 +133,7 @@ def label_set(labels) -> list[str]:
         if not lab or lab != lab.strip() or len(lab.split()) != 1 or lab == "_":
             raise InputError(f"invalid label {lab!r} (empty, '_' or contains whitespace)",
                              source="<project>")
-    dup = sorted({x for x in out if out.count(x) > 1})
+    dup = sorted(x for x, n in Counter(out).items() if n > 1)
     if dup:
         raise InputError(f"duplicate labels: {', '.join(dup)}", source="<project>")
     return out

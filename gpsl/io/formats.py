@@ -44,6 +44,27 @@ __all__ = [
 FORMATS = ("conll", "jsonl", "text")
 
 _COLUMN_SEP = re.compile(r"[ \t]+")
+
+
+def _tab_separated(text: str) -> bool:
+    """Whether every non-blank line has the same number (one or more) of tabs between its
+    columns: a tab-separated file, whose columns are the tab-separated fields."""
+    counts = {ln.strip(" \t").count("\t") for ln in _lines(text) if ln.strip(" \t")}
+    return len(counts) == 1 and min(counts) >= 1
+
+
+def _refuse_mixed_separators(line: str, name: str, lineno: int) -> None:
+    """A line of a tab-separated file with a space inside a column
+    (``a<TAB>+cmd|'/c calc'!A0``): columns are split at spaces and tabs alike, so reading
+    it would cut that column in two and silently change a label; refused with one line
+    instead."""
+    for k, col in enumerate(line.split("\t"), start=1):
+        if " " in col.strip(" "):
+            shown = col.strip(" ")
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            raise InputError(f"column {k} of a tab-separated line holds a space ({shown!r}):"
+                             " a column (token or label) never holds spaces",
+                             source=name, line=lineno)
 _SPACE = re.compile(r"\s")
 
 
@@ -127,6 +148,7 @@ def read_conll(
         limits.check_sentence_length(n_in_sentence, token_limit, name, start)
         sentences.append(Sentence(tokens, labels, start))
 
+    tabbed = _tab_separated(text)
     for lineno, raw in enumerate(_lines(text), start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         stripped = raw.strip(" \t")
@@ -136,6 +158,8 @@ def read_conll(
                 tokens, labels, n_in_sentence = [], [], 0
             continue
         cols = split(stripped)
+        if tabbed and " " in stripped:
+            _refuse_mixed_separators(stripped, name, lineno)
         if n_cols == 0:
             n_cols = len(cols)
             first_line = lineno
