@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = ["alpha_per_label", "cohen_kappa", "coincidences", "krippendorff_alpha",
            "mean_kappa", "pair_kappas", "pairwise_kappa"]
@@ -114,9 +115,10 @@ def pairwise_kappa(items: Mapping[Hashable, Mapping[str, Hashable | None]],
     return annotators, kappa, shared
 
 
-def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.ndarray]:
-    """The coincidence matrix ``o`` of (A) over ``units`` (each the values of one item, one
-    per annotator; None left out): ``(values, o)`` with ``values`` sorted by repr."""
+def _unit_counts(units: Iterable[Iterable[Hashable | None]]):
+    """``(values, N, m)``: the values (sorted by repr), the sparse count matrix ``N[u, c]``
+    (how many annotators gave unit ``u`` value ``c``) of the units with two or more values,
+    and ``m[u]`` (the values of each such unit): one pass over the votes."""
     kept = []
     for unit in units:
         vals = [v for v in unit if v is not None]
@@ -124,14 +126,25 @@ def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.n
             kept.append(vals)
     values = sorted({v for u in kept for v in u}, key=repr)
     index = {v: i for i, v in enumerate(values)}
-    o = np.zeros((len(values), len(values)))
-    for vals in kept:
-        counts = Counter(index[v] for v in vals)
-        m = len(vals)
-        for c, nc in counts.items():
-            for k, nk in counts.items():
-                pairs = nc * (nc - 1) if c == k else nc * nk
-                o[c, k] += pairs / (m - 1)
+    rows = np.repeat(np.arange(len(kept)), [len(u) for u in kept])
+    cols = np.fromiter((index[v] for u in kept for v in u), dtype=np.int64, count=len(rows))
+    N = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(kept), len(values)))
+    N.sum_duplicates()
+    m = np.asarray(N.sum(axis=1)).ravel()
+    return values, N, m
+
+
+def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.ndarray]:
+    """The coincidence matrix ``o`` of (A) over ``units`` (each the values of one item, one
+    per annotator; None left out): ``(values, o)`` with ``values`` sorted by repr.  Each
+    unit ``u`` with counts ``n_u`` adds ``(n_u n_u^T - diag(n_u)) / (m_u - 1)``, so
+    ``o = N^T W N - diag(N^T w)`` with ``w_u = 1 / (m_u - 1)`` (one sparse product)."""
+    values, N, m = _unit_counts(units)
+    if not values:
+        return values, np.zeros((0, 0))
+    w = 1.0 / (m - 1.0)
+    o = np.asarray((N.T @ sp.diags(w) @ N).todense())
+    o -= np.diag(np.asarray(N.T @ w).ravel())
     return values, o
 
 
@@ -152,9 +165,23 @@ def krippendorff_alpha(units: Iterable[Iterable[Hashable | None]]) -> float:
 def alpha_per_label(units: Sequence[Sequence[Hashable | None]],
                     labels: Iterable[Hashable] | None = None) -> dict:
     """Eq. (A) per label ``c``: every value recoded as ``value == c`` (NaN where ``c``
-    never varies across the pairable values)."""
-    units = [list(u) for u in units]
+    never varies across the pairable values).  With ``a_u`` the values ``c`` of unit ``u``
+    and ``b_u = m_u - a_u`` the others, the recoded coincidences off the diagonal are
+    ``2 sum_u a_u b_u / (m_u - 1)`` and ``D_e = (n^2 - n_c^2 - n_other^2) / (n - 1)``:
+    every label from one count matrix, no pass over the units per label."""
+    values, N, m = _unit_counts(units)
     if labels is None:
-        labels = sorted({v for u in units for v in u if v is not None}, key=repr)
-    return {c: krippendorff_alpha([[None if v is None else v == c for v in u] for u in units])
-            for c in labels}
+        labels = values
+    index = {v: i for i, v in enumerate(values)}
+    w = 1.0 / (m - 1.0) if m.size else m
+    n = float(m.sum())
+    out = {}
+    for c in labels:
+        a = (np.asarray(N[:, index[c]].todense()).ravel() if c in index
+             else np.zeros(m.size))
+        b = m - a
+        observed = 2.0 * float(np.sum(w * a * b))
+        expected = ((n ** 2 - float(a.sum()) ** 2 - float(b.sum()) ** 2) / (n - 1)
+                    if n > 1 else 0.0)
+        out[c] = float(1.0 - observed / expected) if n > 1 and expected > 0 else float("nan")
+    return out
