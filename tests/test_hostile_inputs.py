@@ -3,18 +3,32 @@ file with 100k distinct labels are refused in one line (no quadratic count), a t
 thousands keeps bounded kappa matrices and the same mean kappa as the dense computation,
 span types that are token labels are refused, a zero-width space stays inside its word,
 stacked byte-order marks are read, "Ann" and "Ann " are one person, and a tab-separated
-column holding a space is refused instead of being cut in two."""
+column holding a space is refused instead of being cut in two; a bad scheduler address, a
+template of 20,000 lines, a named pipe without a writer, a crowd zip with a 300-byte name or
+a 2,000-deep path and a 4,000-digit offset each end in one short line."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import threading
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpsl import agreement
-from gpsl.annotation import InputError, team, validate
+from gpsl.annotation import InputError, read_crowd_upload, team, validate
 from gpsl.annotation.imports import parse_upload
+from gpsl.cli.main import main
+from gpsl.distributed import connect
+from gpsl.features import Template
+from gpsl.io import read_conll
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_data"
 
 
 def one_line(info) -> str:
@@ -129,3 +143,85 @@ def test_a_tab_separated_column_with_a_space_is_refused_not_cut():
         parse_upload(data, "x.conll", "conll")
     one_line(info)
     assert parse_upload(b"a\tB-X\nb  O\n", "x.conll", "conll")[0].labels == ["B-X", "O"]
+
+
+# ----------------------------------------------------------------------------- hangs, messages
+
+
+def run_cli(argv) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("address", ["inproc://x", "file:///etc/passwd", "tcp://[::1",
+                                     "tcp://host", "tcp://h:1/path", "x" * 5000])
+def test_a_bad_scheduler_address_is_refused_before_anything_connects(tmp_path, address):
+    code, err = run_cli(["train", "--scheduler", address, str(SAMPLE / "sample.conll"),
+                         str(tmp_path / "m")])
+    assert code == 2 and err.count("\n") == 1 and len(err) < 400, err
+    assert "--scheduler" in err
+    with pytest.raises(InputError) as info:
+        connect(address)
+    one_line(info)
+
+
+def test_a_template_of_20000_lines_is_refused_in_one_line(tmp_path):
+    text = "\n".join(f"U{i:05d}:%x[0,0]" for i in range(20_000))
+    with pytest.raises(InputError, match="characters|feature lines") as info:
+        Template.parse(text)
+    one_line(info)
+    short = "\n".join(f"U{i:04d}:%x[0,0]" for i in range(1200))  # under the characters
+    with pytest.raises(InputError, match="more than 1,000 feature lines"):
+        Template.parse(short)
+    assert len(Template.parse("U00:%x[0,0]\nB\n").unigrams) == 1
+
+
+def test_a_named_pipe_without_a_writer_is_refused_after_the_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPSL_PIPE_TIMEOUT", "0.5")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, err = run_cli(["train", "-t", str(fifo), str(SAMPLE / "sample.conll"),
+                         str(tmp_path / "m")])
+    assert code == 2 and "named pipe that sent nothing" in err and err.count("\n") == 1
+    code, err = run_cli(["test", str(SAMPLE / "no-model"), str(fifo)])
+    assert code == 2 and err.count("\n") == 1
+
+    def write():
+        with open(fifo, "w", encoding="utf-8") as f:
+            f.write("Anna B-PER\nran O\n\n")
+
+    monkeypatch.setenv("GPSL_PIPE_TIMEOUT", "30")
+    writer = threading.Thread(target=write)
+    writer.start()
+    got = read_conll(fifo)
+    writer.join(10)
+    assert [s.labels for s in got] == [["B-PER", "O"]]
+
+
+def _zip(files: dict) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("path, match", [
+    ("val/mturk_train_data/" + "w" * 300 + "/d1.txt", "name of 300 bytes"),
+    ("val/mturk_train_data/w/" + "d/" * 2000 + "d1.txt", "2,004 folders deep"),
+])
+def test_a_crowd_zip_with_a_long_name_or_a_deep_path_is_one_clear_line(path, match):
+    data = _zip({"val/ground_truth/d1.txt": "Ann B-PER\n", path: "Ann B-PER\n"})
+    with pytest.raises(InputError, match=match) as info:
+        read_crowd_upload([("x.zip", data)])
+    one_line(info)
+
+
+def test_a_4000_digit_offset_is_not_echoed_whole():
+    big = int("9" * 4000)
+    rec = {"text": "Ann ran", "label": [[big, big + 1, "PER"]]}
+    with pytest.raises(InputError, match="outside the text") as info:
+        parse_upload(json.dumps(rec).encode(), "x.jsonl", "doccano")
+    assert len(one_line(info)) < 200

@@ -134,7 +134,8 @@ def _offset(value, what: str, text: str, source: str, line: int | None) -> int:
         raise InputError(f"{what} must be a whole number, found {_kind(value)}",
                          source=source, line=line)
     if not 0 <= value <= len(text):
-        raise InputError(f"{what} {value} is outside the text (0 to {len(text)} characters)",
+        raise InputError(f"{what} {_show(value, 24)} is outside the text (0 to {len(text)} "
+                         "characters)",
                          source=source, line=line)
     return value
 
