@@ -53,6 +53,9 @@ from pages._text import status_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
+#: the tab's icon, served by the app itself (a ``:material/...:`` icon made every page load
+#: ask fonts.gstatic.com for it, a request off the machine that fails offline)
+PAGE_ICON = str(ROOT / "pages" / "icon.png")
 PAGES = {
     "project": "pages/project.py",
     "annotate": "pages/annotate.py",
@@ -540,7 +543,7 @@ def setup(role: str | None = None) -> tuple[Store, Project | None]:
     """
     if not st.session_state.pop(ENTRY_FLAG, False):
         st.session_state[FAILED_FLAG] = False
-        st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+        st.set_page_config(page_title="gpsl", page_icon=PAGE_ICON, layout="wide")
         keep_widget_state()
         with guard("Cannot read the annotation store", stop=True):
             st.session_state["_who"] = None
