@@ -50,8 +50,13 @@ class InputError(GpslError, ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
+        """``source:line: message``; a placeholder source such as ``<account>`` (what the
+        store checked, not a file a person can open) is left out when no line goes with it:
+        the message alone is what a person reads."""
         where = ""
-        if self.source is not None:
+        placeholder = (self.source is not None and self.source.startswith("<")
+                       and self.source.endswith(">") and self.line is None)
+        if self.source is not None and not placeholder:
             where = str(self.source)
             if self.line is not None:
                 where += f":{self.line}"

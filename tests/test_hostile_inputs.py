@@ -14,12 +14,12 @@ import io
 import json
 import os
 import threading
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench.robustness.issue42 import zip_of
 from gpsl import agreement
 from gpsl.annotation import InputError, read_crowd_upload, team, validate
 from gpsl.annotation.imports import parse_upload
@@ -200,20 +200,12 @@ def test_a_named_pipe_without_a_writer_is_refused_after_the_timeout(tmp_path, mo
     assert [s.labels for s in got] == [["B-PER", "O"]]
 
 
-def _zip(files: dict) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-    return buf.getvalue()
-
-
 @pytest.mark.parametrize("path, match", [
     ("val/mturk_train_data/" + "w" * 300 + "/d1.txt", "name of 300 bytes"),
     ("val/mturk_train_data/w/" + "d/" * 2000 + "d1.txt", "2,004 folders deep"),
 ])
 def test_a_crowd_zip_with_a_long_name_or_a_deep_path_is_one_clear_line(path, match):
-    data = _zip({"val/ground_truth/d1.txt": "Ann B-PER\n", path: "Ann B-PER\n"})
+    data = zip_of({"val/ground_truth/d1.txt": "Ann B-PER\n", path: "Ann B-PER\n"})
     with pytest.raises(InputError, match=match) as info:
         read_crowd_upload([("x.zip", data)])
     one_line(info)
@@ -225,3 +217,9 @@ def test_a_4000_digit_offset_is_not_echoed_whole():
     with pytest.raises(InputError, match="outside the text") as info:
         parse_upload(json.dumps(rec).encode(), "x.jsonl", "doccano")
     assert len(one_line(info)) < 200
+
+
+def test_a_message_carries_no_internal_placeholder_prefix():
+    assert str(InputError("that name is taken", source="<account>")) == "that name is taken"
+    assert str(InputError("bad line", source="<upload>", line=3)) == "<upload>:3: bad line"
+    assert str(InputError("bad line", source="data.conll")) == "data.conll: bad line"
