@@ -149,3 +149,15 @@ def test_a_project_id_is_a_whole_number(store, bad):
     with pytest.raises(InputError) as info:
         store.get_project(bad)
     assert "\n" not in str(info.value) and "SELECT" not in str(info.value)
+
+
+def test_a_training_run_records_who_started_it(store):
+    from gpsl.annotation import TrainConfig
+
+    store.create_project("p", LABELS)
+    lead = store.create_account("Lea", "lead", "sturdy wombat lantern")
+    acting = store.acting(Identity("Lea", "lead", lead))
+    for given in ({}, {"started_by": "click"}, {"started_by": "someone else"}):
+        bound = acting.check("start_training", store.start_training,
+                             (1, TrainConfig()), given)
+        assert bound.arguments["started_by"] == "Lea"

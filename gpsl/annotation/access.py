@@ -282,6 +282,8 @@ class ActingStore:
         if name in IMPORT_CREDIT and credit is not None and not validate.is_import(str(credit)):
             raise AccessDenied("imported labels are credited to the import "
                                "(import:<file name>), never to a person")
+        if name == "start_training":  # the run's line names who started it, never a choice
+            a["started_by"] = who.name
         if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
             raise AccessDenied("the project's blind mode decides what you see")
         pid = self._project(a)

@@ -432,9 +432,11 @@ class Store:
         return team.conflicts(self.db, project_id, votes)
 
     # training (gpsl.annotation.jobs)
-    def start_training(self, project_id: int, config: TrainConfig) -> int:
-        """Start a background training run; returns its version id."""
-        return jobs.start_training(self, project_id, config)
+    def start_training(self, project_id: int, config: TrainConfig,
+                       started_by: str | None = None) -> int:
+        """Start a background training run; returns its version id.  ``started_by``: who
+        (through an acting store: always the acting person), shown on the run's line."""
+        return jobs.start_training(self, project_id, config, started_by=started_by)
 
     def stop_training(self, version_id: int) -> bool:
         return jobs.stop_training(self, version_id)
