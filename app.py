@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `gpsl` and `pages._ui` import from here
     sys.path.insert(0, str(ROOT))
 
-st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+st.set_page_config(page_title="gpsl", page_icon=str(ROOT / "pages" / "icon.png"),
+                   layout="wide")  # served by the app: no request leaves the machine
 # .streamlit/config.toml turns the sidebar navigation off, so that the first run of a freshly
 # started server, which Streamlit runs in its legacy `pages/` folder mode, never shows the
 # raw folder list; the app's own navigation below is on from the first run.

@@ -32,9 +32,10 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = ["alpha_per_label", "cohen_kappa", "coincidences", "krippendorff_alpha",
-           "pairwise_kappa"]
+           "mean_kappa", "pair_kappas", "pairwise_kappa"]
 
 
 def cohen_kappa(a: Sequence[Hashable | None], b: Sequence[Hashable | None]) -> float:
@@ -54,41 +55,70 @@ def cohen_kappa(a: Sequence[Hashable | None], b: Sequence[Hashable | None]) -> f
     return float((p_o - p_e) / (1.0 - p_e))
 
 
+def pair_kappas(items: Mapping[Hashable, Mapping[str, Hashable | None]]
+                ) -> tuple[dict[str, int], dict[tuple[str, str], tuple[float, int]]]:
+    """Eq. (K) for every pair of annotators who share an item, in time linear in the votes
+    (plus the pairs per item): ``(counts, pairs)`` with ``counts[a]`` the items ``a``
+    labeled and ``pairs[(a, b)] = (kappa, shared items)`` for ``a < b``; pairs sharing no
+    item are absent (a team of 10,000 shares few of its 50 million pairs)."""
+    counts: Counter = Counter()
+    values: dict[tuple[str, str], tuple[list, list]] = {}
+    for votes in items.values():
+        present = sorted((a, lab) for a, lab in votes.items() if lab is not None)
+        counts.update(a for a, _ in present)
+        for (a, x), (b, y) in itertools.combinations(present, 2):
+            xs, ys = values.setdefault((a, b), ([], []))
+            xs.append(x)
+            ys.append(y)
+    return dict(counts), {k: (cohen_kappa(xs, ys), len(xs)) for k, (xs, ys) in values.items()}
+
+
+def mean_kappa(counts: Mapping[str, int], pairs: Mapping[tuple[str, str], tuple[float, int]]
+               ) -> dict[str, float | None]:
+    """Each annotator's mean of eq. (K) with the others, weighted by the items each pair
+    shares (pairs with an undefined kappa left out); None without such a pair."""
+    num: Counter = Counter()
+    den: Counter = Counter()
+    for (a, b), (k, n) in pairs.items():
+        if n > 0 and k == k:
+            for who in (a, b):
+                num[who] += n * k
+                den[who] += n
+    return {a: (num[a] / den[a] if den[a] > 0 else None) for a in counts}
+
+
 def pairwise_kappa(items: Mapping[Hashable, Mapping[str, Hashable | None]],
-                   annotators: Sequence[str] | None = None) -> tuple[list[str], np.ndarray,
-                                                                     np.ndarray]:
+                   annotators: Sequence[str] | None = None, *, pairs=None
+                   ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Eq. (K) for every pair of annotators over ``items`` (item -> {annotator: value}).
 
     Returns ``(annotators, kappa, shared)``: symmetric ``(A, A)`` matrices of kappa (NaN
-    where undefined; 1 on the diagonal) and of the number of items both labeled."""
+    where undefined; 1 on the diagonal) and of the number of items both labeled (on the
+    diagonal: the items each labeled).  ``pairs``: :func:`pair_kappas` of ``items`` when
+    already computed."""
+    counts, pairs = pair_kappas(items) if pairs is None else pairs
     if annotators is None:
-        annotators = sorted({a for v in items.values() for a, lab in v.items()
-                             if lab is not None})
+        annotators = sorted(counts)
     annotators = list(annotators)
     index = {a: i for i, a in enumerate(annotators)}
     A = len(annotators)
     kappa = np.full((A, A), np.nan)
     shared = np.zeros((A, A), dtype=int)
-    pairs: dict[tuple[int, int], tuple[list, list]] = {}
-    for votes in items.values():
-        present = sorted((index[a], lab) for a, lab in votes.items()
-                         if lab is not None and a in index)
-        for (i, x), (j, y) in itertools.combinations(present, 2):
-            xs, ys = pairs.setdefault((i, j), ([], []))
-            xs.append(x)
-            ys.append(y)
-    for (i, j), (xs, ys) in pairs.items():
-        kappa[i, j] = kappa[j, i] = cohen_kappa(xs, ys)
-        shared[i, j] = shared[j, i] = len(xs)
-    for i in range(A):
+    for (a, b), (k, n) in pairs.items():
+        if a in index and b in index:
+            i, j = index[a], index[b]
+            kappa[i, j] = kappa[j, i] = k
+            shared[i, j] = shared[j, i] = n
+    for a, i in index.items():
         kappa[i, i] = 1.0
-        shared[i, i] = sum(1 for v in items.values() if v.get(annotators[i]) is not None)
+        shared[i, i] = counts.get(a, 0)
     return annotators, kappa, shared
 
 
-def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.ndarray]:
-    """The coincidence matrix ``o`` of (A) over ``units`` (each the values of one item, one
-    per annotator; None left out): ``(values, o)`` with ``values`` sorted by repr."""
+def _unit_counts(units: Iterable[Iterable[Hashable | None]]):
+    """``(values, N, m)``: the values (sorted by repr), the sparse count matrix ``N[u, c]``
+    (how many annotators gave unit ``u`` value ``c``) of the units with two or more values,
+    and ``m[u]`` (the values of each such unit): one pass over the votes."""
     kept = []
     for unit in units:
         vals = [v for v in unit if v is not None]
@@ -96,14 +126,25 @@ def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.n
             kept.append(vals)
     values = sorted({v for u in kept for v in u}, key=repr)
     index = {v: i for i, v in enumerate(values)}
-    o = np.zeros((len(values), len(values)))
-    for vals in kept:
-        counts = Counter(index[v] for v in vals)
-        m = len(vals)
-        for c, nc in counts.items():
-            for k, nk in counts.items():
-                pairs = nc * (nc - 1) if c == k else nc * nk
-                o[c, k] += pairs / (m - 1)
+    rows = np.repeat(np.arange(len(kept)), [len(u) for u in kept])
+    cols = np.fromiter((index[v] for u in kept for v in u), dtype=np.int64, count=len(rows))
+    N = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(kept), len(values)))
+    N.sum_duplicates()
+    m = np.asarray(N.sum(axis=1)).ravel()
+    return values, N, m
+
+
+def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.ndarray]:
+    """The coincidence matrix ``o`` of (A) over ``units`` (each the values of one item, one
+    per annotator; None left out): ``(values, o)`` with ``values`` sorted by repr.  Each
+    unit ``u`` with counts ``n_u`` adds ``(n_u n_u^T - diag(n_u)) / (m_u - 1)``, so
+    ``o = N^T W N - diag(N^T w)`` with ``w_u = 1 / (m_u - 1)`` (one sparse product)."""
+    values, N, m = _unit_counts(units)
+    if not values:
+        return values, np.zeros((0, 0))
+    w = 1.0 / (m - 1.0)
+    o = np.asarray((N.T @ sp.diags(w) @ N).todense())
+    o -= np.diag(np.asarray(N.T @ w).ravel())
     return values, o
 
 
@@ -124,9 +165,23 @@ def krippendorff_alpha(units: Iterable[Iterable[Hashable | None]]) -> float:
 def alpha_per_label(units: Sequence[Sequence[Hashable | None]],
                     labels: Iterable[Hashable] | None = None) -> dict:
     """Eq. (A) per label ``c``: every value recoded as ``value == c`` (NaN where ``c``
-    never varies across the pairable values)."""
-    units = [list(u) for u in units]
+    never varies across the pairable values).  With ``a_u`` the values ``c`` of unit ``u``
+    and ``b_u = m_u - a_u`` the others, the recoded coincidences off the diagonal are
+    ``2 sum_u a_u b_u / (m_u - 1)`` and ``D_e = (n^2 - n_c^2 - n_other^2) / (n - 1)``:
+    every label from one count matrix, no pass over the units per label."""
+    values, N, m = _unit_counts(units)
     if labels is None:
-        labels = sorted({v for u in units for v in u if v is not None}, key=repr)
-    return {c: krippendorff_alpha([[None if v is None else v == c for v in u] for u in units])
-            for c in labels}
+        labels = values
+    index = {v: i for i, v in enumerate(values)}
+    w = 1.0 / (m - 1.0) if m.size else m
+    n = float(m.sum())
+    out = {}
+    for c in labels:
+        a = (np.asarray(N[:, index[c]].todense()).ravel() if c in index
+             else np.zeros(m.size))
+        b = m - a
+        observed = 2.0 * float(np.sum(w * a * b))
+        expected = ((n ** 2 - float(a.sum()) ** 2 - float(b.sum()) ** 2) / (n - 1)
+                    if n > 1 else 0.0)
+        out[c] = float(1.0 - observed / expected) if n > 1 and expected > 0 else float("nan")
+    return out

@@ -196,15 +196,47 @@ class InstanceOf(Constraint):
         return self.what
 
 
+#: the Dask protocols a scheduler address may name (``inproc://`` lives in one process only,
+#: ``file://`` and the like are no scheduler)
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def address_problem(text: str) -> str | None:
+    """Why ``text`` is no Dask scheduler address ``tcp://HOST:PORT`` (None: it is one),
+    checked before anything connects (a bad address made Dask try for 20 s)."""
+    from urllib.parse import urlsplit
+
+    shown = text if len(text) <= 60 else text[:60] + "…"
+    scheme, sep, _ = text.partition("://")
+    if not sep or scheme.lower() not in SCHEDULER_SCHEMES:
+        return (f"{shown!r} is not a scheduler address: use "
+                f"{'/'.join(SCHEDULER_SCHEMES)}://HOST:PORT, e.g. tcp://127.0.0.1:8786")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        return f"{shown!r} is not a scheduler address: {exc}"
+    if not parts.hostname or port is None or parts.path not in ("", "/") or parts.query \
+            or parts.username or parts.password:
+        return f"{shown!r} is not a scheduler address: it needs a host and a port, nothing else"
+    return None
+
+
 @dataclass(frozen=True)
 class Anything(Constraint):
     """Any value but a bool or a number; its reader checks it further (a Dask client or a
-    scheduler address: :func:`gpsl.distributed.connect`)."""
+    scheduler address: :func:`gpsl.distributed.connect`); a string must be a scheduler
+    address (:func:`address_problem`)."""
 
     what: str
 
     def accepts(self, value) -> bool:
+        if isinstance(value, str):
+            return address_problem(value) is None
         return value is not None and not isinstance(value, bool | Real)
+
+    def reason(self, value) -> str | None:
+        return address_problem(value) if isinstance(value, str) else None
 
     def from_text(self, text: str):
         if not text.strip():

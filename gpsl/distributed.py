@@ -54,6 +54,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
+from gpsl.constraints import address_problem
 from gpsl.errors import GpslError, InputError
 from gpsl.kernels import LinearFeatures
 from gpsl.likelihood import Problem, PseudoLikelihoodBound
@@ -472,6 +473,9 @@ def connect(cluster):
         raise InputError(f"cluster must be a dask.distributed Client or a scheduler address "
                          f"like tcp://host:8786, not {type(cluster).__name__}",
                          source="cluster")
+    problem = address_problem(cluster)
+    if problem is not None:
+        raise InputError(problem, source="cluster")
     try:
         from distributed import Client
     except ImportError:

@@ -30,6 +30,11 @@ class GpslError(Exception):
     """Base class of all errors raised deliberately by gpsl."""
 
 
+#: the sources that name what the store checked rather than a file (no prefix of a message)
+INTERNAL_SOURCES = frozenset({"<project>", "<account>", "<train>", "<annotator>", "<export>",
+                              "<setup>", "<settings>", "<label>", "<link>", "<store>"})
+
+
 class InputError(GpslError, ValueError):
     """Bad user input: a one-line message with the source and line number.
 
@@ -50,8 +55,12 @@ class InputError(GpslError, ValueError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
+        """``source:line: message``; an internal source (:data:`INTERNAL_SOURCES`, such as
+        ``<account>``: what the store checked, not a file a person can open) is left out
+        when no line goes with it: the message alone is what a person reads."""
         where = ""
-        if self.source is not None:
+        placeholder = self.source in INTERNAL_SOURCES and self.line is None
+        if self.source is not None and not placeholder:
             where = str(self.source)
             if self.line is not None:
                 where += f":{self.line}"

@@ -41,6 +41,12 @@ from gpsl.word_features import capitalisation, digits, position, short_shape, wi
 __all__ = ["FEATURE_SETS", "MAX_OFFSET", "FeatureExtractor", "NerFeatures", "Template",
            "UnigramTemplate", "capitalisation", "default_template", "short_shape", "word_shape"]
 
+#: the most feature lines (U and B) a template holds: each is a feature of every token, and
+#: CRF++'s own templates have a few dozen (20,000 lines ran past 90 s and 6 GB)
+MAX_TEMPLATE_LINES = 1000
+#: the most characters of template text (comments included), refused before it is parsed
+MAX_TEMPLATE_CHARS = 100_000
+
 
 class Template:
     """A parsed CRF++ feature template.
@@ -82,6 +88,9 @@ class Template:
             return FEATURE_SETS[text.strip()]()
         if "\x00" in text:
             raise InputError("NUL byte in template", source=source)
+        if len(text) > MAX_TEMPLATE_CHARS:
+            raise InputError(f"template of {len(text):,} characters: the most is "
+                             f"{MAX_TEMPLATE_CHARS:,}", source=source)
         unigrams: list[UnigramTemplate] = []
         bigrams: list[UnigramTemplate] = []
         body = text.removeprefix("\ufeff")
@@ -90,6 +99,10 @@ class Template:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
+            if len(unigrams) + len(bigrams) >= MAX_TEMPLATE_LINES:
+                raise InputError(f"template of more than {MAX_TEMPLATE_LINES:,} feature lines"
+                                 " (every line is a feature of every token)", source=source,
+                                 line=lineno)
             if line[0] == "U":
                 unigrams.append(_parse_line(line, lineno, source))
             elif line[0] == "B":

@@ -448,7 +448,7 @@ class GPSL:
         X = list(X)
         labels = [list(getattr(lab, "labels", lab)) for lab in y]
         need_var = "probit" in methods
-        with _single_threaded_blas():  # small products: BLAS threads only spin (CPU x2)
+        with single_threaded_blas():  # small products: BLAS threads only spin (CPU x2)
             self._calibrate(X, labels, folds, methods, kinds, seed, source, criterion,
                             ensemble, jobs, on_fold, need_var)
         self.calibration_run_ = CalibrationRun(

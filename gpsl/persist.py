@@ -50,6 +50,7 @@ FORMAT_NAME = "gpsl-model"
 FORMAT_VERSION = 2
 _MAX_META = 1 << 30  # a model description larger than this is refused unread
 _MAX_ARRAYS = 1 << 34  # arrays.npz larger than 16 GiB is refused unread
+_CHUNK = 1 << 24  # model files are read 16 MiB at a time (memory follows the file's size)
 #: the largest magnitude of a saved value: no fit comes near it (log kernel parameters are
 #: below 15, probabilities 1, precisions about the number of tokens), and products of such
 #: values stay far from overflow (1e308 in a tampered array made every prediction one label)
@@ -102,9 +103,26 @@ def read_file(path: Path, limit: int) -> bytes:
         if info.st_size > limit:
             _fail(path, "is implausibly large")
         try:
-            return f.read(limit + 1)
+            return _read_bounded(f, limit, path)
         except OSError as e:
             _fail(path, f"cannot be read: {e.strerror or e}")
+
+
+def _read_bounded(f, limit: int, path: Path) -> bytes:
+    """The bytes of the open file ``f``, read in chunks of at most :data:`_CHUNK`: memory
+    grows with the bytes read, never with ``limit`` (a single ``f.read(limit + 1)`` makes
+    Python reserve the whole limit, 16 GiB, up front). A file that grows past ``limit`` while
+    it is read is refused."""
+    chunks, total = [], 0
+    while True:
+        chunk = f.read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            _fail(path, "is implausibly large")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _meta_digest(meta: dict) -> str:

@@ -53,6 +53,9 @@ from pages._text import status_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
+#: the tab's icon, served by the app itself (a ``:material/...:`` icon made every page load
+#: ask fonts.gstatic.com for it, a request off the machine that fails offline)
+PAGE_ICON = str(ROOT / "pages" / "icon.png")
 PAGES = {
     "project": "pages/project.py",
     "annotate": "pages/annotate.py",
@@ -290,12 +293,13 @@ def served_locally() -> bool:
 
 
 def client_address() -> str:
-    """Where this tab connects from (the sign-in rate limit counts per place too)."""
+    """Where this tab connects from (the sign-in rate limit counts per place too): behind
+    a trusted proxy, the address its configured header names (:func:`back.client_address`)."""
     try:
-        ip = st.context.ip_address
+        ip, headers = st.context.ip_address, st.context.headers
     except Exception:  # noqa: BLE001
-        ip = None
-    return ip if isinstance(ip, str) and ip else "loopback"
+        ip, headers = None, None
+    return back.client_address(ip, headers)
 
 
 def _local_name() -> str:
@@ -542,7 +546,7 @@ def setup(role: str | None = None) -> tuple[Store, Project | None]:
     """
     if not st.session_state.pop(ENTRY_FLAG, False):
         st.session_state[FAILED_FLAG] = False
-        st.set_page_config(page_title="gpsl", page_icon=":material/label:", layout="wide")
+        st.set_page_config(page_title="gpsl", page_icon=PAGE_ICON, layout="wide")
         keep_widget_state()
         with guard("Cannot read the annotation store", stop=True):
             st.session_state["_who"] = None

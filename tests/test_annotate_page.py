@@ -131,7 +131,7 @@ def test_keys_for_more_than_nine_labels_and_unknown_events(db):
          {"k": "bogus"}, key("q"), {"k": "click", "key": "lab_99"})
     assert store.get_sentence(sid)["labels"] == ["O", "I-DATE", "B-MISC", None, None, None]
     send(at, {"k": "pick", "label": "NOPE"})
-    assert [e.value for e in at.error] == ["Not saved: <label>: 'NOPE' is not in the "
+    assert [e.value for e in at.error] == ["Not saved: 'NOPE' is not in the "
                                            "project's label set"]
     # the buttons of labels without a digit say how to reach them
     assert at.button(key=f"lab_{labels.index('I-DATE')}").help.startswith("Type /")

@@ -97,12 +97,16 @@ def test_the_library_snippet_runs_as_written(tmp_path):
     (tmp_path / "snippet.py").write_text(snippet, encoding="utf-8")
     (tmp_path / "sample_data").symlink_to(ROOT / "sample_data", target_is_directory=True)
     before = _checkout.snapshot(ROOT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     out = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=limit(600))
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "model_dir" / "model.json").is_file()
+    # the model goes to a temporary folder, never beside the snippet (the checkout)
+    assert len(list(temp.glob("*/model/model.json"))) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample_data", "snippet.py", "temp"]
     assert _checkout.changes(before, _checkout.snapshot(ROOT)) == []
 
 

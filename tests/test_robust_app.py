@@ -345,7 +345,7 @@ def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
     monkeypatch.setattr(Store, "create_sample_copy", _raising(
         InputError("a project named 'tiny' already exists", source="<project>")))
     at.button(key="create_sample").click().run()
-    assert _errors(at) == ["Project not created: <project>: a project named 'tiny' already "
+    assert _errors(at) == ["Project not created: a project named 'tiny' already "
                            "exists"]
     assert len(store.list_projects()) == 1
 

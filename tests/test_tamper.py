@@ -10,11 +10,14 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _limits import limit
 
 from gpsl.annotation import Store
 from gpsl.annotation import exports as exp
@@ -182,3 +185,21 @@ def test_query_on_a_fully_labeled_pool_is_one_line(saved, tmp_path):
     pool.write_text("Anna B-PER\nwent O\n\nBob B-PER\n", encoding="utf-8")
     code, err = run(["query", "-m", str(saved), str(pool)])
     assert code == 2 and len(err.splitlines()) == 1 and "nothing to ask" in err
+
+
+def test_a_model_loads_and_tags_under_an_address_space_limit(saved, tmp_path):
+    """Loading reads model files in bounded chunks: under a 3 GB address-space limit (far
+    below the 16 GiB cap on arrays.npz) a model loads and tags (a single read of the cap
+    reserved 16 GiB up front: MemoryError)."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 * 10**9, 3 * 10**9))\n"
+        "from gpsl.model import GPSL\n"
+        "m = GPSL.load(sys.argv[1])\n"
+        "print(m.predict([[('Anna',), ('ran',)]])[0][0])\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    got = subprocess.run([sys.executable, "-c", code, str(saved)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=limit(120))
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip() == "B-PER"

@@ -307,6 +307,10 @@ def markdown(report: dict) -> str:
             lines += ["Examples of failures:", ""]
             lines += [f"* {kind}: `{' '.join(str(ex).split())[:240]}`" for kind, ex in failures]
             lines.append("")
+    if report.get("issue42"):
+        from bench.robustness.issue42 import markdown_lines
+
+        lines += markdown_lines(report["issue42"])
     lines += ["## Concurrent annotators", "",
               "Writers start together on one barrier and write to the same SQLite file (WAL); "
               "each write is checked against the history afterwards, every (token, annotator) "
@@ -352,6 +356,21 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _write_issue42(report: dict, out: Path) -> int:
+    from bench.robustness.issue42 import markdown_lines
+
+    lines = common.header_lines("Robustness: the cases of issue 42", report["date"],
+                                report["machine"], report["git"], report["command"])
+    (out / "robustness_issue42.json").write_text(json.dumps(common.jsonable(report), indent=1),
+                                                 encoding="utf-8")
+    (out / "robustness_issue42.md").write_text("\n".join(lines + markdown_lines(
+        report["issue42"])), encoding="utf-8")
+    c = report["issue42"]["classes"]
+    print("issue 42: " + ", ".join(f"{k} {v['ok']}/{v['cases']}" for k, v in c.items())
+          + f" -> {out / 'robustness_issue42.md'}", file=sys.stderr)
+    return 0 if report["issue42"]["ok"] else 1
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m bench.robustness",
@@ -359,6 +378,8 @@ def main(argv=None) -> int:
     parser.add_argument("--long", action="store_true", help="the full sizes (slower)")
     parser.add_argument("--out", default=str(common.RESULTS_DIR), help="output directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only-issue42", action="store_true",
+                        help="only the family of issue 42 (robustness_issue42.*)")
     args = parser.parse_args(argv)
     size = "long" if args.long else "default"
     sizes = SIZES[size]
@@ -376,6 +397,13 @@ def main(argv=None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="gpsl-robustness-") as tmp:
         work = Path(tmp)
+        print("issue 42 cases ...", file=sys.stderr, flush=True)
+        from bench.robustness.issue42 import run_issue42
+
+        report["issue42"] = run_issue42()
+        if args.only_issue42:
+            report["summary"] = {"ok": report["issue42"]["ok"]}
+            return _write_issue42(report, out)
         print("hostile inputs ...", file=sys.stderr, flush=True)
         report["inputs"] = run_inputs(sizes["inputs_per_kind"], args.seed)
         print("concurrent writers ...", file=sys.stderr, flush=True)
@@ -390,6 +418,8 @@ def main(argv=None) -> int:
                                             sizes["postgres_crash_labels"], args.seed, work)
     report["summary"] = summarize(report["inputs"], report["concurrency"], report["crashes"],
                                   report["postgresql"])
+    report["summary"]["issue42_ok"] = report["issue42"]["ok"]
+    report["summary"]["ok"] = report["summary"]["ok"] and report["issue42"]["ok"]
     report["seconds"] = round(time.perf_counter() - started, 1)
     stem = "robustness_long" if args.long else "robustness"
     (out / f"{stem}.json").write_text(json.dumps(common.jsonable(report), indent=1),

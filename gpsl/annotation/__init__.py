@@ -9,7 +9,7 @@ of uploads, templates and dependency sets.  See docs/ARCHITECTURE.md for the lay
 
 from gpsl.annotation.access import ActingStore
 from gpsl.annotation.accounts import MIN_PASSWORD, Identity
-from gpsl.annotation.auth import LINK_HOURS, SESSION_DAYS
+from gpsl.annotation.auth import LINK_HOURS, SESSION_DAYS, client_address
 from gpsl.annotation.crowd_folders import DEFAULT_HELDOUT as CROWD_HELDOUT
 from gpsl.annotation.crowd_folders import MAX_HELDOUT as CROWD_MAX_HELDOUT
 from gpsl.annotation.crowd_folders import CrowdFolder, CrowdImport
@@ -98,7 +98,7 @@ SESSION_SECONDS = SESSION_DAYS * 24 * 3600
 
 __all__ = [
     "LINK_HOURS", "MIN_PASSWORD", "SESSION_DAYS", "SESSION_SECONDS", "AccessDenied",
-    "ActingStore", "TooManyAttempts", "check_person", "to_csv",
+    "ActingStore", "TooManyAttempts", "check_person", "client_address", "to_csv",
     "CROWD_HELDOUT", "CROWD_MAX_HELDOUT", "CrowdFolder", "CrowdFolderError", "CrowdImport",
     "default_features", "read_crowd_upload",
     "EXPORT_FORMATS", "FORMATS", "INFERENCE_MODES", "KERNELS", "LIMIT_SETTINGS", "MAX_OVERLAP",

@@ -22,20 +22,31 @@ request that reaches it) asks for, the back end decides:
   label as someone else or as a reserved name; imported labels are credited to the import
   (``import:<file>``) only;
 * **blind mode**: someone who is not a lead, in a project in blind mode, sees only their own
-  history, searches by text only and cannot list who voted.
+  history, searches by text only and cannot list who voted;
+* **the team's model**: the crowd model in a project's settings (every annotator's name and
+  confusion matrix) is a lead's: a project read by anyone else comes without it;
+* **an accepted suggestion**: a label written with ``source='accepted'`` must be what the
+  active model suggests for that token in the person's own view (else it is their own label,
+  and is refused as an accepted one);
+* **nothing private**: the object keeps its store and caches out of reach (no ``_store``,
+  no ``__dict__``): what a page holds is the checked methods and ``who``.
 
 Refusals are :class:`~gpsl.annotation.errors.AccessDenied`, one line.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
+import weakref
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from gpsl.annotation import accounts, auth, projects, team, validate
 from gpsl.annotation.accounts import Identity
-from gpsl.annotation.errors import AccessDenied
+from gpsl.annotation.errors import AccessDenied, InputError
 from gpsl.annotation.reports import Reports
 
 #: Store methods anyone may call on a project they are a member of
@@ -101,6 +112,51 @@ SELF_IF_NOT_LEAD = {"queue": "annotator"}
 IMPORT_CREDIT = {"import_sentences", "add_sentences", "create_project_from_sentences"}
 
 
+#: what an :class:`ActingStore` or :class:`ActingReports` keeps out of a page's reach: the
+#: unrestricted store, the caches (per object, weakly: it goes with the object)
+_PRIVATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: results that carry a project's settings: read without the crowd model by non-leads
+_PROJECT_READS = frozenset({"get_project", "list_projects", "project", "projects"})
+_LABEL_WRITES = frozenset({"set_labels", "set_label_steps", "set_label"})
+
+
+def _private(obj) -> SimpleNamespace:
+    return _PRIVATE[obj]
+
+
+def _without_crowd(item):
+    """A project (a dict or a :class:`~gpsl.annotation.records.Project`) without the crowd
+    model of its settings, or the team settings dict without it."""
+    if item is None:
+        return None
+    if isinstance(item, list):
+        return [_without_crowd(x) for x in item]
+    if isinstance(item, dict) and "settings" not in item:  # team settings
+        return {**item, "crowd": None} if "crowd" in item else item
+    settings = item["settings"] if isinstance(item, dict) else item.settings
+    if not settings or "crowd" not in settings:
+        return item
+    kept = {k: v for k, v in settings.items() if k != "crowd"}
+    if isinstance(item, dict):
+        return {**item, "settings": kept}
+    return dataclasses.replace(item, settings=kept)
+
+
+def _own_progress(progress, name: str):
+    """A progress (a dict or a :class:`~gpsl.annotation.records.Progress`) as a blind
+    annotator sees it: the counts, but of the votes per person only their own (and the
+    imports'), and no label counts (the training labels are other people's votes)."""
+    get = progress.get if isinstance(progress, dict) else functools.partial(getattr,
+                                                                             progress)
+    own = {a: n for a, n in (get("annotators") or {}).items()
+           if a == name or validate.is_import(a)}
+    changes = {"annotators": own, "label_counts": {}, "disputed_tokens": 0}
+    if isinstance(progress, dict):
+        return {**progress, **changes}
+    return dataclasses.replace(progress, **changes,
+                               people=tuple(p for p in progress.people if p == name))
+
+
 def resolve(store, who: Identity) -> Identity:
     """``who`` as the store knows it now: the account's current name and role (refused
     when it is gone), or the local identity (refused once an account exists)."""
@@ -120,20 +176,21 @@ class ActingStore:
     """The :class:`~gpsl.annotation.Store` for one identity (see the module docstring):
     the same methods, each checked before it runs."""
 
+    __slots__ = ("who", "__weakref__")
+
     def __init__(self, store, who: Identity):
-        self._store = store
         self.who = resolve(store, who)
-        self._members: dict[int, bool] = {}  # per object: pages make one per run
-        self._blinds: dict[int, bool] = {}
+        # the unrestricted store and the caches (per object: pages make one per run)
+        _PRIVATE[self] = SimpleNamespace(store=store, members={}, blinds={})
 
     # -- what may be read freely --------------------------------------------------------
     @property
     def where(self) -> str:
-        return self._store.where
+        return _private(self).store.where
 
     @property
     def dialect(self) -> str:
-        return self._store.dialect
+        return _private(self).store.dialect
 
     def __repr__(self) -> str:
         return f"ActingStore({self.where!r}, {self.who.name!r}, {self.who.role})"
@@ -143,29 +200,56 @@ class ActingStore:
         return ActingReports(self)
 
     # -- the checks ---------------------------------------------------------------------
-    def _member(self, project_id: int) -> bool:
-        if project_id not in self._members:
-            self._members[project_id] = project_id in accounts.projects_of(
-                self._store.db, self.who.account_id)
-        return self._members[project_id]
+    def is_member(self, project_id: int) -> bool:
+        """Whether this person may open the project (a lead: every one)."""
+        members = _private(self).members
+        if project_id not in members:
+            members[project_id] = project_id in accounts.projects_of(
+                _private(self).store.db, self.who.account_id)
+        return members[project_id]
 
     def _blind(self, project_id: int | None) -> bool:
         if project_id is None or self.who.is_lead:
             return False
-        if project_id not in self._blinds:
-            self._blinds[project_id] = bool(team.settings_of(
-                self._store.get_project(project_id) or {})["blind"])
-        return self._blinds[project_id]
+        blinds, store = _private(self).blinds, _private(self).store
+        if project_id not in blinds:
+            blinds[project_id] = bool(team.settings_of(store.get_project(project_id) or {})
+                                      ["blind"])
+        return blinds[project_id]
 
     def _project(self, args: dict) -> int | None:
+        db = _private(self).store.db
         if args.get("project_id") is not None:
-            return args["project_id"]
+            return validate.whole(args["project_id"], "project id")
         if args.get("sentence_id") is not None:
-            return projects.project_of(self._store.db, sentence_id=args["sentence_id"])
+            return projects.project_of(db, sentence_id=validate.whole(args["sentence_id"],
+                                                                      "sentence id"))
         if args.get("version_id") is not None:
-            return projects.project_of(self._store.db, version_id=args["version_id"])
+            return projects.project_of(db, version_id=validate.whole(args["version_id"],
+                                                                     "version id"))
         version = args.get("version")
         return getattr(version, "project_id", None)
+
+    def _check_accepted(self, name: str, a: dict) -> None:
+        """``source='accepted'``: every label is the active model's suggestion for its token
+        in this person's view of the sentence (:meth:`Reports.sentence`)."""
+        if name not in _LABEL_WRITES or a.get("source", "human") != "accepted":
+            return
+        steps = ([a.get("labels") or {}] if name == "set_labels" else
+                 [{a.get("token_index"): a.get("label")}] if name == "set_label" else
+                 list(a.get("steps") or []))
+        view = Reports(_private(self).store).sentence(a["sentence_id"], self.who.name)
+        if view is None or view.version is None:
+            raise InputError("no model suggestions to accept (train a model first)",
+                             source=f"sentence {a['sentence_id']}")
+        tokens = view.tokens
+        for step in steps:
+            for t, lab in dict(step).items():
+                t = validate.token_index(t, len(tokens), f"sentence {a['sentence_id']}")
+                if lab is not None and tokens[t].suggestion != lab:
+                    raise InputError(f"token {t}: {str(lab)[:40]!r} is not the model's "
+                                     "suggestion, so it cannot be stored as accepted",
+                                     source=f"sentence {a['sentence_id']}")
 
     def check(self, name: str, fn: Callable, args: tuple, kwargs: dict, *,
               reports: bool = False) -> inspect.BoundArguments:
@@ -199,12 +283,15 @@ class ActingStore:
         if name in IMPORT_CREDIT and credit is not None and not validate.is_import(str(credit)):
             raise AccessDenied("imported labels are credited to the import "
                                "(import:<file name>), never to a person")
+        if name == "start_training":  # the run's line names who started it, never a choice
+            a["started_by"] = who.name
         if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
             raise AccessDenied("the project's blind mode decides what you see")
+        pid = self._project(a)
+        self._check_accepted(name, a)
         if who.is_lead:
             return bound
-        pid = self._project(a)
-        if pid is not None and not self._member(pid):
+        if pid is not None and not self.is_member(pid):
             raise AccessDenied(f"you are not a member of project {pid}: ask a lead to add you")
         if self._blind(pid):
             if name == "annotators" or (name in ("search", "find_sentences") and any(
@@ -214,17 +301,31 @@ class ActingStore:
                 a["only"] = who.name  # the report's own filter: this person's changes
         return bound
 
+    def redact(self, name: str, result, bound: inspect.BoundArguments | None = None):
+        """What a non-lead gets of a call's ``result``: only their projects, no project's
+        crowd model (every annotator's name and confusion matrix), and in blind mode a
+        progress without other people's names and labels."""
+        if self.who.is_lead:
+            return result
+        if name == "progress" and self._blind(self._project(bound.arguments)):
+            result = _own_progress(result, self.who.name)
+        if name in ("list_projects", "projects"):
+            result = [p for p in result
+                      if self.is_member(p["id"] if isinstance(p, dict) else p.id)]
+        if name in _PROJECT_READS or (name == "team_settings" and isinstance(result, dict)):
+            result = _without_crowd(result)
+        return result
+
     def __getattr__(self, name: str) -> Any:
-        target = getattr(self._store, name)  # AttributeError for what the Store lacks
+        if name.startswith("_"):
+            raise AccessDenied(f"{name} is not available here")
+        target = getattr(_private(self).store, name)  # AttributeError for what it lacks
         if not callable(target):
             raise AccessDenied(f"{name} is not available here")
 
         def call(*args, **kwargs):
             bound = self.check(name, target, args, kwargs)
-            result = target(*bound.args, **bound.kwargs)
-            if name == "list_projects" and not self.who.is_lead:
-                return [p for p in result if self._member(p["id"])]
-            return result
+            return self.redact(name, target(*bound.args, **bound.kwargs), bound)
 
         call.__name__ = name
         return call
@@ -234,26 +335,28 @@ class ActingStore:
         """Sign this person out everywhere (every session of their account)."""
         if self.who.account_id is None:
             return 0
-        return auth.end_sessions(self._store.db, self.who.account_id)
+        return auth.end_sessions(_private(self).store.db, self.who.account_id)
 
 
 class ActingReports:
     """:class:`~gpsl.annotation.reports.Reports` for one identity: every report checked by
     the tables of :class:`ActingStore`."""
 
+    __slots__ = ("__weakref__",)
+
     def __init__(self, acting: ActingStore):
-        self._acting = acting
-        self._reports = Reports(acting._store)
+        _PRIVATE[self] = SimpleNamespace(acting=acting,
+                                         reports=Reports(_private(acting).store))
 
     def __getattr__(self, name: str) -> Any:
-        target = getattr(self._reports, name)
+        if name.startswith("_"):
+            raise AccessDenied(f"{name} is not available here")
+        acting, reports = _private(self).acting, _private(self).reports
+        target = getattr(reports, name)
 
         def call(*args, **kwargs):
-            bound = self._acting.check(name, target, args, kwargs, reports=True)
-            result = target(*bound.args, **bound.kwargs)
-            if name == "projects" and not self._acting.who.is_lead:
-                return [p for p in result if self._acting._member(p.id)]
-            return result
+            bound = acting.check(name, target, args, kwargs, reports=True)
+            return acting.redact(name, target(*bound.args, **bound.kwargs), bound)
 
         call.__name__ = name
         return call

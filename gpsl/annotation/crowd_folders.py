@@ -119,6 +119,11 @@ def document_of(sentence: CrowdSentence) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
+#: the deepest path and the longest name (bytes, the file systems' limit) of an upload
+MAX_DEPTH = 16
+MAX_NAME_BYTES = 255
+
+
 def _relative(name: str, source: str) -> PurePosixPath | None:
     """An upload's path as a safe relative path (None: a file to skip, e.g. macOS's
     ``__MACOSX/`` or ``.DS_Store``); InputError for an absolute path or one with ``..``."""
@@ -130,6 +135,15 @@ def _relative(name: str, source: str) -> PurePosixPath | None:
                          source=f"{source}: {name}" if source != name else source)
     if not parts or any(p.startswith(".") or p == "__MACOSX" for p in parts):
         return None
+    where = f"{source}: {name[:80]}{'…' if len(name) > 80 else ''}"
+    if len(parts) > MAX_DEPTH:
+        raise InputError(f"a path {len(parts):,} folders deep (a crowd folder is SPLIT/"
+                         f"mturk_train_data/WORKER/DOC.txt; at most {MAX_DEPTH})", source=where)
+    long = next((p for p in parts if len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES),
+                None)
+    if long is not None:
+        raise InputError(f"a file or worker name of {len(long.encode('utf-8', 'replace')):,} "
+                         f"bytes (at most {MAX_NAME_BYTES})", source=where)
     return PurePosixPath(*parts)
 
 

@@ -28,7 +28,13 @@ _EXT_FORMAT = {
     ".ndjson": "jsonl", ".txt": "text", ".text": "text",
 }
 UPLOAD_TYPES = sorted({ext.lstrip(".") for ext in _EXT_FORMAT})
-_TOKEN_RE = re.compile(r"\w+(?:[-'.]\w+)*|[^\w\s]")
+#: a word (zero-width characters inside it stay part of it: U+200B-U+200D, U+2060, U+FEFF,
+#: the soft hyphen), or one other character that is neither space nor zero-width
+_ZW = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
+_TOKEN_RE = re.compile(rf"[\w{_ZW}]*\w[\w{_ZW}]*(?:[-'.][\w{_ZW}]*\w[\w{_ZW}]*)*"
+                       rf"|[^\w\s{_ZW}]")
+#: a span type that is a token label already (``B-PER``, ``I-LOC``, ``S-X`` ...)
+_PREFIXED = re.compile(r"^[BIESLU]-")
 
 
 def guess_format(filename: str) -> str:
@@ -47,6 +53,12 @@ def spans_to_labels(text: str, offsets: Sequence[tuple[int, int]],
     """BIO labels of the tokens at ``offsets`` for character ``spans`` (start, end, tag);
     :class:`InputError` when a span does not fall on token boundaries or spans overlap."""
     labels = ["O"] * len(offsets)
+    spans = list(spans)
+    for start, end, tag in spans:
+        if tag in ("O", "_") or _PREFIXED.match(str(tag)):
+            raise InputError(f"span [{start}, {end}) has type {_show(str(tag))}, which is a "
+                             "token label, not an entity type (a span's type is e.g. 'PER': "
+                             "its tokens become B-PER, I-PER)", source=source, line=line)
     starts = {s: i for i, (s, _) in enumerate(offsets)}
     ends = {e: i for i, (_, e) in enumerate(offsets)}
     for start, end, tag in sorted(spans):
@@ -122,7 +134,8 @@ def _offset(value, what: str, text: str, source: str, line: int | None) -> int:
         raise InputError(f"{what} must be a whole number, found {_kind(value)}",
                          source=source, line=line)
     if not 0 <= value <= len(text):
-        raise InputError(f"{what} {value} is outside the text (0 to {len(text)} characters)",
+        raise InputError(f"{what} {_show(value, 24)} is outside the text (0 to {len(text)} "
+                         "characters)",
                          source=source, line=line)
     return value
 
@@ -369,7 +382,8 @@ def read_conll2003(text: str, source: str) -> list[Sentence]:
     """CoNLL-2003: ``word POS chunk NER`` columns; ``-DOCSTART-`` lines are skipped (left
     blank, so every line keeps its number)."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    kept = "\n".join("" if ln.startswith("-DOCSTART-") else ln for ln in lines)
+    kept = "\n".join("" if ln.lstrip("\ufeff").startswith("-DOCSTART-") else ln
+                     for ln in lines)
     return read_any(kept.encode("utf-8", errors="surrogatepass"), "conll", name=source)
 
 
@@ -395,7 +409,7 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
         except UnicodeDecodeError as exc:
             raise InputError(f"not UTF-8 text (byte {exc.start})", source=source,
                              line=bytes(data).count(b"\n", 0, exc.start) + 1) from None
-        text = text.removeprefix("\ufeff")
+        text = text.lstrip("\ufeff")  # one byte-order mark, or several (a file saved twice)
         if "\x00" in text:  # no store keeps it (PostgreSQL refuses it): refused at parse
             raise InputError("NUL byte in input (binary file?)", source=source,
                              line=text.count("\n", 0, text.index("\x00")) + 1)
@@ -410,11 +424,17 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     else:
         sentences = read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
     per_token = fmt in ("conll", "conll2003")
+    seen: set[str] = set()
     for s in sentences:  # what a project's label set may hold, checked where the file is named
         for t, lab in enumerate(s.labels):
-            if lab is not None:
-                validate.text(lab, f"label {lab!r}", source,
-                              line=(s.line + t) if per_token else s.line, one_line=True)
+            if lab is not None and lab not in seen:
+                line = (s.line + t) if per_token else s.line
+                validate.text(lab, f"label {lab!r}", source, line=line, one_line=True)
+                seen.add(lab)
+                if len(seen) > validate.MAX_LABELS:
+                    raise InputError(f"more than {validate.MAX_LABELS:,} distinct labels (a "
+                                     "project takes at most that many): is the last column "
+                                     "the labels?", source=source, line=line)
     return sentences
 
 
@@ -462,7 +482,8 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
     if project is None:
         raise InputError(f"no project with id {project_id}", source="<import>")
     first = store.get_sentences(project_id, limit=1)
-    labels = list(project["labels"]) + [x for x in add_labels if x not in project["labels"]]
+    known = set(project["labels"])
+    labels = list(project["labels"]) + [x for x in add_labels if x not in known]
     n_columns = len(first[0]["tokens"][0]) if first else None
     for a in range(0, len(sentences), 2000):  # precise messages first, a page at a time
         checked = validate.sentences(sentences[a:a + 2000], labels, source=doc or "<upload>",

@@ -22,7 +22,6 @@ history, the touched tokens' derived labels and the sentence's queue scores
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -88,15 +87,14 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
     vote (Clear): it is not a vote for "no label", and where the annotator has no vote it
     changes nothing.  ``ages``: per step, how many seconds before this write it happened
     (keys queued in the browser while the page was busy: their history times are then the
-    times they were pressed, which the speed figures read; clamped to
-    [0, :data:`MAX_STEP_AGE`]).  A bad label or index raises InputError and nothing is
-    written.  Returns the new history ids (none when nothing changed)."""
+    times they were pressed, which the speed figures read; at most :data:`MAX_STEP_AGE`;
+    a negative, non-finite or non-numeric age is refused).  A bad label or index raises
+    InputError and nothing is written.  Returns the new history ids (none when nothing changed)."""
     annotator = validate.annotator(annotator)
     source = validate.source(source)
     steps = [dict(step) for step in steps]
     ages = [0.0] * len(steps) if ages is None else [
-        min(max(float(a), 0.0), MAX_STEP_AGE) if math.isfinite(float(a)) else 0.0
-        for a in ages]
+        validate.age(a, MAX_STEP_AGE) for a in ages]
     if len(ages) != len(steps):
         raise ValueError(f"{len(ages)} ages for {len(steps)} steps")
 
@@ -111,13 +109,7 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
             batch = uuid.uuid4().hex
             at = (written - timedelta(seconds=age)).isoformat(timespec="milliseconds")
             for t, lab in step.items():
-                try:
-                    t = int(t)
-                except (TypeError, ValueError):
-                    raise InputError(f"bad token index {t!r}", source=where) from None
-                if not 0 <= t < n:
-                    raise InputError(f"token index {t} out of range (the sentence has {n} "
-                                     "tokens)", source=where)
+                t = validate.token_index(t, n, where)
                 lab = None if lab is None else str(lab)
                 if lab is not None and lab not in label_set:
                     raise InputError(f"token {t}: label {lab!r} is not in the project's label"
@@ -196,9 +188,7 @@ def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | No
 
     def tx(conn):
         info = sentences.info_row(conn, sentence_id, db.for_update())
-        t = int(token_index)
-        if not 0 <= t < info["n_tokens"]:
-            raise InputError(f"token index {t} out of range", source=f"sentence {sentence_id}")
+        t = validate.token_index(token_index, info["n_tokens"], f"sentence {sentence_id}")
         if label is not None and label not in loads(info["labels"]):
             raise InputError(f"label {label!r} is not in the project's label set",
                              source=f"sentence {sentence_id}")

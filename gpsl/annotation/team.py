@@ -33,6 +33,9 @@ DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority", "soft": False}
 RESOLVE = tuple(rules.RESOLVE_RULES)
 MAX_OVERLAP = 20
 ACTIVE_GAP = 300.0  # seconds: a longer pause between two labels is not labeling time
+#: the most people the pairwise kappa matrices hold (those with the most votes): 10,000
+#: people would make 100 million cells, and no page can show them
+MAX_MATRIX = 200
 
 
 def settings_of(project: dict) -> dict:
@@ -222,10 +225,15 @@ def agreement_figures(db: Database, project_id: int, cast: Sequence[dict] | None
     (tokens with two or more labels)."""
     cast = project_votes(db, project_id) if cast is None else cast
     items = _items(cast)
-    annotators, kappa, shared = agreement.pairwise_kappa(items)
+    counts, pairs = agreement.pair_kappas(items)
+    # the matrices hold the MAX_MATRIX people with the most votes (10,000 people would be
+    # 100 million cells); every person's mean kappa is over all their pairs
+    shown = sorted(sorted(counts, key=lambda a: (-counts[a], a))[:MAX_MATRIX])
+    annotators, kappa, shared = agreement.pairwise_kappa(items, shown, pairs=(counts, pairs))
     units = [[lab for lab in v.values()] for v in items.values()]
     multi = [u for u in units if sum(lab is not None for lab in u) >= 2]
     return {"annotators": annotators, "kappa": kappa, "shared": shared,
+            "mean_kappa": agreement.mean_kappa(counts, pairs), "people": len(counts),
             "alpha": agreement.krippendorff_alpha(multi),
             "alpha_by_label": agreement.alpha_per_label(multi),
             "n_tokens": len(multi)}
@@ -264,8 +272,11 @@ def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None =
         if not validate.is_import(who):
             times[who].append(datetime.fromisoformat(at).timestamp())
     n_votes = Counter(v["annotator"] for v in cast if v["label"] is not None)
-    n_sent = {a: len({v["sentence_id"] for v in cast if v["annotator"] == a})
-              for a in n_votes}
+    sents: dict[str, set] = defaultdict(set)
+    for v in cast:
+        sents[v["annotator"]].add(v["sentence_id"])
+    n_sent = {a: len(sents[a]) for a in n_votes}
+    means = figures.get("mean_kappa")
     index = {a: i for i, a in enumerate(figures["annotators"])}
     names = sorted(set(n_votes) | set(times))
     rows = []
@@ -273,7 +284,9 @@ def annotator_stats(db: Database, project_id: int, cast: Sequence[dict] | None =
         ts = sorted(times.get(a, []))
         active, timed, per_label = label_seconds(ts)
         kappa = None
-        if a in index:
+        if means is not None:
+            kappa = means.get(a)
+        elif a in index:
             i = index[a]
             w = figures["shared"][i].astype(float).copy()
             w[i] = 0.0

@@ -4,7 +4,10 @@ sets, offsets, splits, annotators and sentences.  Problems raise
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from gpsl import params
@@ -18,6 +21,9 @@ IMPORT = "import"  # the annotator of labels that came with a file (also "import
 #: lead's decision (``adjudicated``), the model's suggestions (``model``); never a person's
 RESERVED = (IMPORT, "adjudicated", "model")
 MAX_NAME = 60
+#: the most labels a project's label set holds (the model's pairwise parameters grow with
+#: its square; a file whose last column is words has as many "labels" as words)
+MAX_LABELS = 1000
 #: what no stored text may hold: NUL (PostgreSQL refuses it), unpaired surrogates (not
 #: Unicode, neither back end can store them)
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -117,6 +123,9 @@ def project_name(name) -> str:
 def label_set(labels) -> list[str]:
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise InputError("labels must be a list of strings", source="<project>")
+    if len(labels) > MAX_LABELS:  # refused before each is looked at
+        raise InputError(f"{len(labels):,} labels: a project takes at most {MAX_LABELS:,}",
+                         source="<project>")
     out = [text(x, "a label", "<project>", one_line=True) for x in labels]
     if not out:
         raise InputError("the label set is empty", source="<project>")
@@ -124,7 +133,7 @@ def label_set(labels) -> list[str]:
         if not lab or lab != lab.strip() or len(lab.split()) != 1 or lab == "_":
             raise InputError(f"invalid label {lab!r} (empty, '_' or contains whitespace)",
                              source="<project>")
-    dup = sorted({x for x in out if out.count(x) > 1})
+    dup = sorted(x for x, n in Counter(out).items() if n > 1)
     if dup:
         raise InputError(f"duplicate labels: {', '.join(dup)}", source="<project>")
     return out
@@ -146,6 +155,46 @@ def split(value) -> str:
     if value not in SPLITS:
         raise InputError(f"split must be 'train' or 'heldout', got {value!r}", source="<import>")
     return value
+
+
+#: the largest id or index the store takes (a signed 64-bit integer, both back ends)
+MAX_ID = 2 ** 63 - 1
+#: the arguments the facade reads as whole numbers (:func:`whole`)
+ID_ARGS = {"project_id": "project id", "sentence_id": "sentence id",
+           "version_id": "version id", "account_id": "account id",
+           "token_index": "token index"}
+
+
+def whole(value, what: str = "id", source: str = "<store>") -> int:
+    """``value`` as a whole number 0..:data:`MAX_ID`: an ``int`` (or numpy integer), never a
+    bool, a float (``1.9`` is not token 1), a string (``'-0'``) or None; one line
+    otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{what} must be a whole number, not {type(value).__name__} "
+                         f"{str(value)[:40]!r}", source=source)
+    value = int(value)
+    if not 0 <= value <= MAX_ID:
+        raise InputError(f"{what} {str(value)[:40]} is out of range", source=source)
+    return value
+
+
+def token_index(value, n: int, where: str) -> int:
+    """A token index of a sentence of ``n`` tokens (:func:`whole`, below ``n``)."""
+    t = whole(value, "token index", where)
+    if t >= n:
+        raise InputError(f"token index {t} out of range (the sentence has {n} tokens)",
+                         source=where)
+    return t
+
+
+def age(value, most: float) -> float:
+    """A step's age in seconds: a finite number, not negative; above ``most`` it is
+    ``most`` (a key pressed long before the write)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(float(value)) or float(value) < 0:
+        raise InputError(f"a step's age must be a finite number of seconds >= 0, not "
+                         f"{str(value)[:40]!r}", source="<label>")
+    return min(float(value), most)
 
 
 def source(value) -> str:

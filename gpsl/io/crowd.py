@@ -97,8 +97,11 @@ def read_crowd_jsonl(
             if not isinstance(who, str) or not who.strip():
                 raise bad(f'annotation {k}: "annotator" must be a non-empty string')
             _json_string(who, f"annotation {k}: annotator", bad)
-            if who in annotations:
-                raise bad(f"duplicate annotator {who!r} in one sentence")
+            same = [a for a in annotations if " ".join(a.split()) == " ".join(who.split())]
+            if same:
+                raise bad(f"duplicate annotator {who!r} in one sentence" + (
+                    f" (the same name as {same[0]!r} but for spaces)" if same[0] != who
+                    else ""))
             labs = ann.get("labels")
             if not isinstance(labs, list):
                 raise bad(f'annotator {who!r}: "labels" must be a list, found {_json_type(labs)}')

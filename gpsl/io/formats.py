@@ -52,6 +52,20 @@ __all__ = [
 FORMATS = ("conll", "jsonl", "text")
 
 _COLUMN_SEP = re.compile(r"[ \t]+")
+
+
+def _refuse_mixed_separators(line: str, name: str, lineno: int) -> None:
+    """A line of a tab-separated file with a space inside a column
+    (``a<TAB>+cmd|'/c calc'!A0``): columns are split at spaces and tabs alike, so reading
+    it would cut that column in two and silently change a label; refused with one line
+    instead."""
+    for k, col in enumerate(line.split("\t"), start=1):
+        if " " in col.strip(" "):
+            shown = col.strip(" ")
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            raise InputError(f"column {k} of a tab-separated line holds a space ({shown!r}):"
+                             " a column (token or label) never holds spaces",
+                             source=name, line=lineno)
 _SPACE = re.compile(r"\s")
 
 
@@ -155,6 +169,7 @@ def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: boo
     good_labels: set[str] = set()
     split = _COLUMN_SEP.split
 
+    tabs = None  # the first line's tab count: a tab-separated file when >= 1
     for lineno, raw in enumerate(lines, start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         stripped = raw.strip(" \t")
@@ -166,6 +181,10 @@ def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: boo
                 tokens, labels, n_in_sentence = [], [], 0
             continue
         cols = split(stripped)
+        if tabs is None:
+            tabs = stripped.count("\t")
+        if tabs and " " in stripped and stripped.count("\t") == tabs:
+            _refuse_mixed_separators(stripped, name, lineno)
         if n_cols == 0:
             n_cols = len(cols)
             first_line = lineno

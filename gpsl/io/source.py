@@ -5,6 +5,7 @@ rule (BOM, the encoding, NUL and unpaired surrogates refused naming the line), a
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -71,11 +72,51 @@ def _checked_path(source: str | os.PathLike, name: str) -> Path:
     return path
 
 
+#: seconds a named pipe may stay silent (no writer yet, or a writer that sends nothing)
+#: before it is refused; the environment variable ``GPSL_PIPE_TIMEOUT`` sets it
+PIPE_TIMEOUT = 3.0
+ENV_PIPE_TIMEOUT = "GPSL_PIPE_TIMEOUT"
+
+
+def _read_pipe(path: Path, name: str) -> bytes:
+    """The bytes of a named pipe until its writer closes it, read without blocking: opening
+    a FIFO that has no writer blocks forever, so it is opened non-blocking and every wait
+    for data is bounded by :data:`PIPE_TIMEOUT` seconds (``GPSL_PIPE_TIMEOUT``); a pipe
+    silent that long is refused with one line."""
+    import select
+
+    try:
+        timeout = float(os.environ.get(ENV_PIPE_TIMEOUT, "") or PIPE_TIMEOUT)
+    except ValueError:
+        raise InputError(f"{ENV_PIPE_TIMEOUT} must be a number of seconds",
+                         source="<settings>") from None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        chunks = []
+        while True:
+            if not poller.poll(max(timeout, 0.0) * 1000):
+                raise InputError(f"a named pipe that sent nothing for {timeout:g} s (no "
+                                 f"writer?); set {ENV_PIPE_TIMEOUT} to wait longer",
+                                 source=name)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:  # the writer closed the pipe
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _read_source(source: Source, encoding: str, name: str) -> str:
     """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
 
     Refused with a one-line :class:`InputError`: a missing path, a directory or another
-    non-regular file (a FIFO or device would never end), an unknown or non-text encoding, bytes
+    non-regular file (a device would never end), a named pipe silent for
+    :data:`PIPE_TIMEOUT` seconds (:func:`_read_pipe`), an unknown or non-text encoding, bytes
     the encoding cannot decode (file and line named), NUL characters and unpaired surrogates.
     """
     codec = _codec(encoding, name)
@@ -83,7 +124,9 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
     if isinstance(source, (str, os.PathLike)):
         path = _checked_path(source, name)
         try:
-            data = path.read_bytes()
+            data = _read_pipe(path, name) if path.is_fifo() else path.read_bytes()
+        except InputError:
+            raise
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
         except ValueError as exc:  # an embedded NUL in the path
@@ -164,7 +207,9 @@ def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
     if isinstance(source, (str, os.PathLike)):
         path = _checked_path(source, name)
         try:
-            fh = open(path, "rb")  # noqa: SIM115 - closed below
+            # a named pipe is read whole, every wait bounded (:func:`_read_pipe`): opening one
+            # that has no writer would block forever
+            fh = io.BytesIO(_read_pipe(path, name)) if path.is_fifo() else open(path, "rb")  # noqa: SIM115
         except OSError as exc:
             raise InputError(f"cannot read file: {exc.strerror or exc}", source=name) from None
     else:
