@@ -285,6 +285,8 @@ function receive(d) {
   if (d.next) W.cache[d.next.sid] = d.next;
   const ack = Number((d.ack || {})[W.q.client] || 0);
   const before = W.q.pending.length;
+  W.refusedEvents = {};
+  for (const ev of W.q.pending) if (ev.seq <= ack) W.refusedEvents[ev.seq] = ev;
   W.q.pending = W.q.pending.filter(function (ev) { return ev.seq > ack; });
   if (W.q.pending.length !== before) save();
   for (const r of d.refused || []) {
@@ -292,6 +294,10 @@ function receive(d) {
     W.shownRefusals[r.seq] = true;
     W.reason = "Not saved: " + r.why;
     W.undo = W.undo.filter(function (u) { return u.seq !== r.seq; });
+    const ev = W.refusedEvents && W.refusedEvents[r.seq];
+    if (ev && ev.ch && ev.sid === currentSid()) {  // the cursor back where the key was
+      W.sel = Math.min.apply(null, Object.keys(ev.ch).map(Number)); W.anchor = null;
+    }
   }
   if (d.note && d.note.client === W.q.client && !W.shownRefusals["n" + d.note.seq]) {
     W.shownRefusals["n" + d.note.seq] = true;
