@@ -102,14 +102,9 @@ queued = _keys.new_events()
 if queued and state["current"] is not None:
     page.apply_events(queued)
 # first on the page (it keeps its place), after the events it acknowledges are applied
-typeahead = [{"value": lab, "kind": "label",
-              "text": lab + (f"  ({hints[lab]})" if lab in hints else "")} for lab in labels]
-typeahead += [{"value": kind, "kind": "type", "text": f"{kind}: entity (span)"
-               + (f"  ({key})" if key else "")} for kind, key in choices if kind != "O"]
 # the buttons' keyboard: it steps aside once the widget has loaded (drawn on every run all
 # the same, so the page's elements keep their places and the widget is never drawn anew)
-_keys.render(typeahead, exact=["tok_prev", "tok_next", *CLICK_ACTIONS],
-             prefixes=["tok_", "lab_", "span_"])
+_keys.render(exact=["tok_prev", "tok_next", *CLICK_ACTIONS], prefixes=["tok_", "lab_", "span_"])
 
 
 def opened() -> SentenceView | None:

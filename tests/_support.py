@@ -63,6 +63,32 @@ def wait_until(predicate, timeout: float = 120.0, step: float = 0.1, what: str =
 WIDGET = "[data-testid='gpslWidget']"
 
 
+@pytest.fixture(scope="module", name="browser")
+def chromium_browser():
+    """Fixture ``browser``: Debian's Chromium through Playwright, one for a test module
+    (import ``chromium_browser`` there)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                               args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@contextlib.contextmanager
+def server_paused(url: str):
+    """The server of ``url`` (:func:`serve_app`) stopped (SIGSTOP) inside the block."""
+    import signal
+
+    pid = SERVED[url].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def token_chip(page, t: int):
     """The Annotate page's chip of token ``t`` (the labelling widget, pages/labeler)."""
     return page.locator(f"{WIDGET} .gw-chip[data-t='{t}']").first

@@ -22,7 +22,7 @@ from _limits import limit, ms
 from _support import (
     ARTIFACTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
+    chromium_browser,  # noqa: F401 (the fixture `browser`)
     serve_app,
     token_chip,
     widget_button,
@@ -56,17 +56,6 @@ def app(tmp_path_factory):
                                         "GPSL_ANNOTATOR": "keyboard-test"}) as url:
         yield url, store, {"Keys": keys, "Spans": spans}
     store.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                               args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_annotate(browser, url: str, project: str):

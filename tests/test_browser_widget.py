@@ -19,8 +19,6 @@ Skipped when /usr/bin/chromium is missing.  Screenshots go to $GPSL_TEST_ARTIFAC
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
@@ -28,9 +26,9 @@ from _limits import ms
 from _support import (
     ARTIFACTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
-    SERVED,
+    chromium_browser,  # noqa: F401 (the fixture `browser`)
     serve_app,
+    server_paused,
     token_chip,
     wait_until,
     widget_button,
@@ -64,17 +62,6 @@ def app(tmp_path_factory):
                                         "GPSL_ANNOTATOR": "widget-test"}) as url:
         yield url, store, pids
     store.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                               args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def open_project(browser, url: str, pid: int, context=None, n: int = len(WORDS)):
@@ -113,11 +100,9 @@ def history_of(store, sid):
     return [(h["token_index"], h["new_label"]) for h in sorted(rows, key=lambda h: h["id"])]
 
 
-def burst(page, keys=KEYS, pause=None):
+def burst(page, keys=KEYS):
     painted = []
-    for i, key in enumerate(keys):
-        if pause is not None and i == len(keys) // 2:
-            pause()
+    for key in keys:
         painted.append(press_painted(page, key))
         page.wait_for_timeout(30)
     return painted
@@ -152,15 +137,12 @@ def test_a_burst_with_the_server_paused_for_5_s(app, browser):
     url, store, pids = app
     page = open_project(browser, url, pids["Paused"])
     sid = store.sentence_ids(pids["Paused"])[0]
-    server = SERVED[url]
-    try:
-        painted = burst(page, pause=lambda: os.kill(server.pid, signal.SIGSTOP))
+    with server_paused(url):
+        painted = burst(page, KEYS[:10]) + burst(page, KEYS[10:])  # paused from the 11th
         for i, (text, label) in enumerate(zip(painted, WANT)):
             assert text == f"w{i}{label}", (i, text)  # painted while the server sleeps
         widget_shows(page, "waiting for the server", "Sync")
         time.sleep(5.0)
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
     check_stored(store, sid)
     widget_shows(page, "all saved", "Sync")
     page.context.close()
@@ -171,17 +153,12 @@ def test_a_reload_mid_burst_loses_nothing_and_writes_nothing_twice(app, browser)
     url, store, pids = app
     page = open_project(browser, url, pids["Reload"])
     sid = store.sentence_ids(pids["Reload"])[0]
-    server = SERVED[url]
-    try:
-        burst(page, KEYS[:10])
-        os.kill(server.pid, signal.SIGSTOP)  # the rest typed while the server is paused
+    burst(page, KEYS[:10])
+    with server_paused(url):  # the rest typed while the server is paused
         burst(page, KEYS[10:])
-        queued = page.evaluate("window.__gpslWidget.q.pending.length")
-        assert queued > 0
+        assert page.evaluate("window.__gpslWidget.q.pending.length") > 0
         page.evaluate("setTimeout(() => location.reload(), 0)")  # mid-burst, not acknowledged
         time.sleep(2.0)
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
     widget_ready(page)
     check_stored(store, sid)  # sent by the old page and again by the new one: once each
     widget_shows(page, f"20 of {len(WORDS)} tokens labeled by you", "Head")

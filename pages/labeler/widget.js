@@ -265,6 +265,7 @@ function onClick(e) {
   const el = e.target && e.target.closest ? e.target.closest("[data-act]") : null;
   if (!el || !W.root || !W.root.contains(el) || el.disabled) return;
   e.preventDefault();
+  el.blur();  // no focus look: the outline is the cursor's alone
   const act = el.getAttribute("data-act"), arg = el.getAttribute("data-arg");
   if (act === "tok") {
     const t = Number(arg);
