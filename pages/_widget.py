@@ -34,6 +34,7 @@ KEY = "labeler"
 ACKS = "labeler_acks"  # client -> the last seq applied (this session)
 REFUSED = "labeler_refused"  # the latest refusals: {client, seq, why}
 NOTE = "labeler_note"  # the latest one-line note for the widget: {client, seq, text, sid, sel}
+CURSOR = "labeler_cursor"  # {sid, t}: the widget's cursor when it last sent
 LIVE = "labeler_live"  # the widget has loaded in this session: the buttons are not needed
 MAX_EVENTS = 200  # the most events taken from one message
 _HERE = Path(__file__).resolve().parent / "labeler"
@@ -56,6 +57,8 @@ def received() -> tuple[str, list[dict]]:
     if not client:
         return "", []
     st.session_state[LIVE] = True
+    cursor = value.get("cursor")
+    st.session_state[CURSOR] = cursor if isinstance(cursor, dict) else None
     done = int(st.session_state.setdefault(ACKS, {}).get(client, 0))
     events = [e for e in value.get("events") or [] if isinstance(e, dict)
               and isinstance(e.get("seq"), int) and not isinstance(e.get("seq"), bool)
@@ -180,10 +183,14 @@ class Events:
 def apply(page: Labeling) -> bool:
     """Apply the events the widget sent that this session has not applied yet (True: some)."""
     client, events = received()
-    if events and page.state["current"] is not None:
+    done = bool(events) and page.state["current"] is not None
+    if done:
         Events(page, client).run(events)
-        return True
-    return False
+    cursor, state = st.session_state.get(CURSOR) or {}, page.state
+    t = cursor.get("t")
+    if cursor.get("sid") == state["current"] is not None and isinstance(t, int) and t >= 0:
+        state["sel"], state["sel_sid"], state["anchor"] = t, state["current"], None
+    return done
 
 
 def tokens(sentence: SentenceView) -> list[dict]:

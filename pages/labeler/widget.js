@@ -41,7 +41,18 @@ function sendQueue(force) {
   if (!force && !W.q.pending.length && W.sends) return;
   W.sends += 1;
   W.lastSend = Date.now();
-  W.send("events", {client: W.q.client, events: W.q.pending.slice(0, 200), sends: W.sends});
+  W.cursorSent = currentSid() + ":" + W.sel;
+  W.send("events", {client: W.q.client, events: W.q.pending.slice(0, 200), sends: W.sends,
+                    cursor: {sid: currentSid(), t: W.sel}});
+}
+
+/* The cursor reaches the server (its token's history beside the sentence) 400 ms after it
+   stopped moving, unless a label's message takes it along first. */
+function cursorMoved() {
+  clearTimeout(W.cursorTimer);
+  W.cursorTimer = setTimeout(function () {
+    if (W.data && W.cursorSent !== currentSid() + ":" + W.sel) sendQueue(true);
+  }, 400);
 }
 
 // ---------------------------------------------------------------- the model of the sentence
@@ -259,6 +270,7 @@ function onKey(e) {
   e.preventDefault();
   e.stopPropagation();
   paint();
+  cursorMoved();
 }
 
 function onClick(e) {
@@ -278,6 +290,7 @@ function onClick(e) {
   else if (act === "undo") undo();
   else navigate(act);  // next, prev, skip, accept
   paint();
+  cursorMoved();
 }
 
 // ---------------------------------------------------------------- the server's answer
