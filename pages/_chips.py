@@ -168,7 +168,10 @@ def legend_html() -> str:
         f"<span><span style='{chip}border:2px dashed #94a3b8'>token <em>LABEL?</em></span>"
         "model suggestion</span>"
         f"<span><span style='{chip}border:1px dotted #94a3b8'>token</span>unlabeled</span>"
-        f"<span>confidence 1.0 {steps} 0.4 (darker = less sure)</span>"
+        f"<span>shading, the model's certainty: confidence 1.0 {steps} 0.4 "
+        "(darker = less sure of its best label)</span>"
+        "<span>★ where the cursor opens: the unlabeled token the queue's score ranks first "
+        "(the training run's query score, e.g. BALD; else least confidence)</span>"
         "</div>")
 
 

@@ -1,5 +1,6 @@
-"""The Annotate page's keyboard and click queue: a bidirectional Streamlit component made
-from the local folder ``pages/keyboard`` (one HTML file, no build step, no network).
+"""The Annotate page's keyboard and click queue for its plain buttons, until the labelling
+widget (:mod:`pages._widget`) has loaded: a bidirectional Streamlit component made from the
+local folder ``pages/keyboard`` (one HTML file, no build step, no network).
 
 The browser side captures key presses and clicks on the buttons named in :func:`render`,
 numbers them and sends every event the server has not acknowledged yet, each time one is
@@ -47,10 +48,10 @@ def new_events() -> list[dict]:
     return fresh
 
 
-def render(options: Sequence[dict], exact: Sequence[str], prefixes: Sequence[str]) -> None:
-    """Draw the (invisible) component: ``options`` are the type-ahead's choices
-    (``{"value", "kind": "label"|"type", "text"}``); clicks on the buttons whose keys are
-    in ``exact`` or start with one of ``prefixes`` go through the queue."""
+def render(exact: Sequence[str], prefixes: Sequence[str]) -> None:
+    """Draw the (invisible) component: clicks on the buttons whose keys are in ``exact`` or
+    start with one of ``prefixes`` go through the queue (the type-ahead is the labelling
+    widget's, :mod:`pages._widget`)."""
     ack = _ack()
-    _component(ack=int(ack["seq"] or 0), epoch=ack["epoch"], options=list(options),
-               clicks=list(exact), prefixes=list(prefixes), key=KEY, default=None)
+    _component(ack=int(ack["seq"] or 0), epoch=ack["epoch"], clicks=list(exact),
+               prefixes=list(prefixes), key=KEY, default=None)

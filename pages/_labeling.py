@@ -55,6 +55,7 @@ class Labeling:
             "current": None, "back": [], "fwd": [], "seen": set(), "sel": None,
             "sel_sid": None})
         self.state.setdefault("anchor", None)
+        self.say = _ui.flash  # how an action's message is shown (the widget: one line)
 
     def order(self) -> str:
         return st.session_state.get("queue_order") or "uncertainty"
@@ -81,7 +82,7 @@ class Labeling:
                                           self.state["current"], self.state["seen"],
                                           team=self.team)
         if sid is None or sid == self.state["current"]:
-            _ui.flash("info", "No other sentence left in the queue.")
+            self.say("info", "No other sentence left in the queue.")
             return
         self.go_to(sid)
 
@@ -89,7 +90,7 @@ class Labeling:
     def previous_sentence(self) -> None:
         self.state["anchor"] = None
         if not self.state["back"]:
-            _ui.flash("info", "This is the first sentence of this session.")
+            self.say("info", "This is the first sentence of this session.")
             return
         self.state["fwd"].append(self.state["current"])
         self.state["current"] = self.state["back"].pop()
@@ -114,23 +115,24 @@ class Labeling:
     def accept_suggestions(self) -> None:
         sid = self.state["current"]
         if sid is None or self.store.reports.active_version(self.pid) is None:
-            _ui.flash("warning", "No model suggestions yet: train a model on the Train page.")
+            self.say("warning", "No model suggestions yet: train a model on the Train page.")
             return
         threshold = float(st.session_state.get("accept_thr", 0.9))
         changes = accept_candidates(self.view(sid).tokens, threshold, self.labels)
         if not changes:
-            _ui.flash("info", "No unlabeled token has a suggestion with confidence ≥ "
+            self.say("info", "No unlabeled token has a suggestion with confidence ≥ "
                               f"{threshold:.2f}.")
             return
         self.store.set_labels(sid, changes, self.annotator, source="accepted")
-        _ui.flash("info", f"Accepted {len(changes)} suggestion{'s' if len(changes) > 1 else ''} "
+        self.say("info", f"Accepted {len(changes)} suggestion{'s' if len(changes) > 1 else ''} "
                           f"(confidence ≥ {threshold:.2f}).")
 
 
-    def undo(self) -> None:
-        result = self.store.undo(self.pid, self.annotator)
+    def undo(self, batch: str | None = None) -> None:
+        """Revert this person's last step (``batch``: the widget's event id, done once)."""
+        result = self.store.undo(self.pid, self.annotator, batch=batch)
         if result is None:
-            _ui.flash("info", "Nothing to undo.")
+            self.say("info", "Nothing to undo.")
             return
         self.go_to(result["sentence_id"])
         if result["changes"]:
@@ -138,7 +140,7 @@ class Labeling:
             self.state["sel_sid"] = self.state["current"]
             self.state["anchor"] = None
         n = len(result["changes"])
-        _ui.flash("info", f"Undid the last change ({n} token{'s' if n > 1 else ''}).")
+        self.say("info", f"Undid the last change ({n} token{'s' if n > 1 else ''}).")
 
     def apply_events(self, events: list[dict]) -> None:
         """Apply events in order (the keyboard queue's, or one button's own)."""

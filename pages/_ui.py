@@ -65,6 +65,7 @@ PAGES = {
     "team": "pages/team.py",
 }
 SESSION_PARAM, LINK_PARAM, NAME_PARAM = "session", "token", "annotator"
+PROJECT_PARAM = "project"  # the project's id in the URL: a reload, a tab, a bookmark keep it
 # widget values that must survive page switches (Streamlit drops the state of widgets that
 # are not rendered on the current page unless it is re-assigned every run)
 ENTRY_FLAG = "_entry_ran"
@@ -497,6 +498,9 @@ def sidebar(store) -> Project | None:
     names = {p.id: p.name for p in store.reports.projects()}
     ids = list(names)
     pending = st.session_state.pop("_pending_project", None)
+    in_url = str(st.query_params.get(PROJECT_PARAM) or "")
+    if pending is None and "project_id" not in st.session_state and in_url.isdigit():
+        pending = int(in_url)  # a new session (a reload, a tab, a bookmark): the URL's
     if pending in names:
         st.session_state["project_id"] = pending
     if st.session_state.get("project_id") not in names:
@@ -527,6 +531,8 @@ def sidebar(store) -> Project | None:
                 st.button("Sign out", key="sign_out", on_click=sign_out,
                           icon=":material/logout:")
         pid = st.session_state.get("project_id")
+        if pid is not None and st.query_params.get(PROJECT_PARAM) != str(pid):
+            st.query_params[PROJECT_PARAM] = str(pid)
         if pid is not None:
             progress = store.reports.progress(pid, split="train", detail=False)
             st.caption(status_line(progress, store.reports.active_version(pid)))

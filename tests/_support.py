@@ -60,9 +60,61 @@ def wait_until(predicate, timeout: float = 120.0, step: float = 0.1, what: str =
     raise AssertionError(f"{what} not met within {limit(timeout):.0f} s")
 
 
+WIDGET = "[data-testid='gpslWidget']"
+
+
+@pytest.fixture(scope="module", name="browser")
+def chromium_browser():
+    """Fixture ``browser``: Debian's Chromium through Playwright, one for a test module
+    (import ``chromium_browser`` there)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                               args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@contextlib.contextmanager
+def server_paused(url: str):
+    """The server of ``url`` (:func:`serve_app`) stopped (SIGSTOP) inside the block."""
+    import signal
+
+    pid = SERVED[url].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def token_chip(page, t: int):
-    """The Annotate page's button of token ``t`` once the page drew the current sentence."""
-    return page.locator(f".st-key-tok_{t}[data-stale='false'] button").first
+    """The Annotate page's chip of token ``t`` (the labelling widget, pages/labeler)."""
+    return page.locator(f"{WIDGET} .gw-chip[data-t='{t}']").first
+
+
+def widget_button(page, act: str, arg: str | None = None):
+    """A button of the labelling widget: ``act`` "label" / "type" with the label or entity
+    type ``arg``, or "clear", "undo", "next", "prev", "skip", "accept"."""
+    sel = f"{WIDGET} [data-act='{act}']" + ("" if arg is None else f"[data-arg='{arg}']")
+    return page.locator(sel).first
+
+
+def widget_shows(page, text: str, part: str = "Detail", timeout: float = 30.0) -> None:
+    """Wait until the widget's line ``part`` ("Detail": the selected token, "Head": the
+    sentence and its counts, "Reason", "Sync") contains ``text``."""
+    from _limits import ms
+    page.get_by_test_id(f"gpslWidget{part}").filter(has_text=text).wait_for(
+        timeout=ms(timeout))
+
+
+def widget_ready(page, timeout: float = 60.0) -> None:
+    """Wait until the labelling widget has drawn a sentence and holds the keys."""
+    from _limits import ms
+    page.wait_for_function("() => { const w = window.__gpslWidget; return !!(w && w.root &&"
+                           " w.root.isConnected && w.data && w.data.sid); }",
+                           timeout=ms(timeout))
 
 
 def app_store_env(tmp_path: Path, monkeypatch) -> Path:
@@ -72,6 +124,10 @@ def app_store_env(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("GPSL_DB", str(path))
     monkeypatch.setenv("GPSL_ANNOTATOR", "tester")
     return path
+
+
+#: the server process of each URL :func:`serve_app` serves (a test may pause it)
+SERVED: dict[str, subprocess.Popen] = {}
 
 
 @contextlib.contextmanager
@@ -98,8 +154,10 @@ def serve_app(log_path: Path, env: dict, ready_path: str = "_stcore/health",
                 pytest.fail(f"no HTTP 200 from {url + ready_path} within 60 s:\n"
                             f"{log_path.read_text()}")
             time.sleep(0.3)
+        SERVED[url] = proc
         yield url
     finally:
+        SERVED.pop(url, None)
         proc.terminate()
         try:
             proc.wait(timeout=limit(15))

@@ -309,7 +309,7 @@ def test_view_helpers():
     assert _format.safe_markdown("a <b> & ![i](u)") == "a &lt;b&gt; &amp; !\\[i](u)"
     assert _format.marked_text(["a", "*b*", "c"], [1]) == "a **\\*b\\*** c"
     assert next_unlabeled(["O", None, "O", None], 3) == 1
-    assert next_unlabeled(["O", "O"], 0) == 1
+    assert next_unlabeled(["O", "O"], 0) == 0  # all labeled: it stays
     assert _chips.span_choices(["PER"]) == [("PER", "1"), ("O", "0")]
     labels = [None, "O", None, None]
     least = [1 - conf for conf in (0.9, 0.1, 0.5, 0.5)]  # least confidence, the fallback score

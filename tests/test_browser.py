@@ -13,7 +13,16 @@ from pathlib import Path
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app, token_chip
+from _support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    serve_app,
+    token_chip,
+    widget_button,
+    widget_ready,
+    widget_shows,
+)
 
 from gpsl.annotation import Store
 
@@ -46,20 +55,19 @@ def test_label_a_token_in_the_browser(server):
             nav = page.get_by_test_id("stSidebarNav")
             nav.get_by_role("link", name="Annotate").click(timeout=ms(60))
             page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+            widget_ready(page)
 
             store = Store(db)
             pid = store.list_projects()[0]["id"]
             sid = store.queue(pid, "sequential")[0]  # no model yet: file order
             sentence = store.get_sentence(sid)
             t = sentence["labels"].index(None)
-            label = store.get_project(pid)["labels"].index("B-ORG")
 
             # click the token chip, then the label button
             chip = token_chip(page, t)
             chip.click(timeout=ms(30))
-            page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
-                timeout=ms(30))
-            page.locator(f".st-key-lab_{label}[data-stale='false'] button").first.click()
+            widget_shows(page, f"token {t + 1} of {len(sentence['tokens'])}")
+            widget_button(page, "label", "B-ORG").click()
 
             deadline = time.monotonic() + limit(30)
             while store.get_sentence(sid)["labels"][t] is None:
@@ -81,10 +89,9 @@ def test_label_a_token_in_the_browser(server):
             page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").click()
             page.get_by_role("option", name="Hostile tokens").click(timeout=ms(30))
-            page.get_by_text("token 1 of 3").wait_for(timeout=ms(30))  # its first token
+            widget_shows(page, "token 1 of 3")  # its first token
             for i, tok in enumerate(HOSTILE):  # the chips carry the literal text
-                page.locator(f".st-key-tok_{i}[data-stale='false'] button").filter(
-                    has_text=tok).first.wait_for(timeout=ms(30))
+                token_chip(page, i).filter(has_text=tok).wait_for(timeout=ms(30))
             assert page.evaluate("window.__pwned") is None
             for frame in page.frames:  # st.html / components may use iframes
                 assert frame.evaluate("typeof window.__pwned") == "undefined", frame.url
@@ -123,19 +130,17 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
                 page.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(
                     timeout=ms(60))
                 page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+                widget_ready(page)
                 pages.append(page)
             pid = store.list_projects()[0]["id"]
             sid = store.queue(pid, "sequential")[0]
             sentence = store.get_sentence(sid)
             t = sentence["labels"].index(None)
-            labels = store.get_project(pid)["labels"]
 
             def label(page, name):
                 token_chip(page, t).click(timeout=ms(30))
-                page.get_by_text(f"token {t + 1} of {len(sentence['tokens'])}").wait_for(
-                    timeout=ms(30))
-                page.locator(f".st-key-lab_{labels.index(name)}[data-stale='false'] button"
-                             ).first.click(timeout=ms(30))
+                widget_shows(page, f"token {t + 1} of {len(sentence['tokens'])}")
+                widget_button(page, "label", name).click(timeout=ms(30))
 
             def votes():
                 return store.get_sentence(sid)["votes"][t]
@@ -151,8 +156,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(server):
             label(pages[1], "B-PER")
             wait_for({"first": "B-ORG", "second": "B-PER"})
             assert store.get_sentence(sid)["labels"][t] is None  # a tie: left unlabeled
-            pages[1].locator(".st-key-undo[data-stale='false'] button").first.click(
-                timeout=ms(30))
+            widget_button(pages[1], "undo").click(timeout=ms(30))
             wait_for({"first": "B-ORG"})
             assert store.get_sentence(sid)["labels"][t] == "B-ORG"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)

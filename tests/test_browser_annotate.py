@@ -1,8 +1,8 @@
 """The Annotate page's keyboard in a real browser: `streamlit run app.py` and Debian's
 Chromium (Playwright), one server shared by the tests of this module.
 
-* ten keys pressed 100 ms apart -> ten labels in the store (keys are queued client-side by
-  pages/keyboard/index.html and applied in order by the page, several per rerun);
+* ten keys pressed 100 ms apart -> ten labels in the store (keys are painted and queued
+  client-side by the labelling widget, pages/labeler, and applied in order by the page);
 * a span selected with Shift+arrows, its entity type picked once -> B-/I- stored in one
   step, and one Undo removes the whole span;
 * a token and a span clicked with the mouse (Shift+click) go through the same queue, and
@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app
+from _support import (
+    ARTIFACTS,
+    CHROMIUM,
+    chromium_browser,  # noqa: F401 (the fixture `browser`)
+    serve_app,
+    token_chip,
+    widget_button,
+    widget_ready,
+    widget_shows,
+)
 
 from gpsl.annotation import Store
 
@@ -49,17 +58,6 @@ def app(tmp_path_factory):
     store.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                               args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def open_annotate(browser, url: str, project: str):
     page = browser.new_context(viewport={"width": 1400, "height": 950}).new_page()
     page.set_default_timeout(ms(30))  # Playwright's default, scaled
@@ -72,9 +70,7 @@ def open_annotate(browser, url: str, project: str):
         box.click()
         page.get_by_role("option", name=project).click(timeout=ms(30))
     page.get_by_text(f"**{project}**".strip("*")).first.wait_for(timeout=ms(30))
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=ms(30))
-    page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
-                           timeout=ms(30))
+    widget_ready(page)
     return page
 
 
@@ -91,8 +87,8 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     url, store, pids = app
     page = open_annotate(browser, url, "Keys")
     sid = store.sentence_ids(pids["Keys"])[0]
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.click()  # focus the page
-    page.get_by_text(f"token 1 of {len(KEYS_TOKENS)}").wait_for(timeout=ms(30))
+    token_chip(page, 0).click()  # focus the page
+    widget_shows(page, f"token 1 of {len(KEYS_TOKENS)}")
     # BIO labels: the digits are the entity types (PER 1 ... DATE 5, O 0), each key shown
     # once (on its type's button); on one token a type is a one-token entity
     keys = ["1", "2", "3", "4", "5", "0", "1", "2", "3", "4"]
@@ -105,8 +101,7 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     saved = store.get_sentence(sid)
     assert saved["labels"] == expected + [None, None]
     assert set(saved["annotators"][:10]) == {"keyboard-test"}
-    page.locator(".st-key-tok_9[data-stale='false'] button").filter(
-        has_text="B-MISC").first.wait_for(timeout=ms(30))
+    token_chip(page, 9).filter(has_text="B-MISC").wait_for(timeout=ms(30))
     # the type-ahead reaches every label: `/`, part of a name, Enter (token 11 is next)
     page.keyboard.press("/")
     page.keyboard.type("date")
@@ -123,11 +118,11 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     # just before it (a click during a slow rerun used to be lost or applied out of order)
     store.set_labels(sid, {0: None, 1: None}, "keyboard-test")
     page.reload()
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.wait_for(timeout=ms(30))
-    page.wait_for_function("() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
-                           timeout=ms(30))
-    for key in ("tok_1", "lab_2", "tok_0", "lab_4"):  # B-LOC on "two", B-ORG on "one"
-        page.locator(f".st-key-{key} button").first.click()
+    widget_ready(page)
+    for chip, label in ((1, "B-LOC"), (0, "B-ORG")):  # B-LOC on "two", B-ORG on "one"
+        token_chip(page, chip).click()
+        page.wait_for_timeout(100)
+        widget_button(page, "label", label).click()
         page.wait_for_timeout(100)
     wait_for(lambda: store.get_sentence(sid)["labels"][:2], ["B-ORG", "B-LOC"])
     page.context.close()
@@ -138,11 +133,11 @@ def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
     url, store, pids = app
     page = open_annotate(browser, url, "Spans")
     sid = store.sentence_ids(pids["Spans"])[0]
-    page.locator(".st-key-tok_2[data-stale='false'] button").first.click()  # "New"
-    page.get_by_text(f"token 3 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
+    token_chip(page, 2).click()  # "New"
+    widget_shows(page, f"token 3 of {len(SPAN_TOKENS)}")
     page.keyboard.press("Shift+ArrowRight")
     page.keyboard.press("Shift+ArrowRight")
-    page.get_by_text(f"tokens 3–5 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
+    widget_shows(page, f"tokens 3–5 of {len(SPAN_TOKENS)}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser_span_selected.png"), full_page=True)
     page.keyboard.press("2")  # the second entity type: LOC
@@ -150,15 +145,15 @@ def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
     history = store.history(sid)
     assert len(history) == 3 and {h["at"] for h in history} == {history[0]["at"]}
     # a one-token entity with the mouse: click "Anna", then the PER type button
-    page.locator(".st-key-tok_0[data-stale='false'] button").first.click()
-    page.get_by_text(f"token 1 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
-    page.locator(".st-key-span_0[data-stale='false'] button").first.click()
+    token_chip(page, 0).click()
+    widget_shows(page, f"token 1 of {len(SPAN_TOKENS)}")
+    widget_button(page, "type", "PER").click()
     wait_for(lambda: store.get_sentence(sid)["labels"][0], "B-PER")
     # Shift+click selects a span with the mouse; O for both tokens is one step too
-    page.locator(".st-key-tok_5[data-stale='false'] button").first.click()
-    page.get_by_text(f"token 6 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
-    page.locator(".st-key-tok_6[data-stale='false'] button").first.click(modifiers=["Shift"])
-    page.get_by_text(f"tokens 6–7 of {len(SPAN_TOKENS)}").wait_for(timeout=ms(30))
+    token_chip(page, 5).click()
+    widget_shows(page, f"token 6 of {len(SPAN_TOKENS)}")
+    token_chip(page, 6).click(modifiers=["Shift"])
+    widget_shows(page, f"tokens 6–7 of {len(SPAN_TOKENS)}")
     page.keyboard.press("0")
     wait_for(lambda: store.get_sentence(sid)["labels"][5:7], ["O", "O"])
     # one undo per step, newest first: the O span, the PER token, the LOC span

@@ -14,7 +14,16 @@ import re
 
 import pytest
 from _limits import limit, ms
-from _support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, serve_app, token_chip, wait_until
+from _support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    serve_app,
+    token_chip,
+    wait_until,
+    widget_ready,
+    widget_shows,
+)
 
 from gpsl.annotation import Store
 
@@ -60,12 +69,10 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
                 page.goto(f"{url}?token={links[name]}")
                 page.get_by_role("heading", name="Annotate", exact=True).wait_for(
                     timeout=ms(60))
-                page.get_by_text(f"0 of {n} tokens labeled by you").wait_for(timeout=ms(30))
-                page.wait_for_function(
-                    "() => !!(window.__gpslKeyboard && window.__gpslKeyboard.epoch)",
-                    timeout=ms(30))
+                widget_ready(page)
+                widget_shows(page, f"0 of {n} tokens labeled by you", "Head")
                 token_chip(page, 0).click()  # the focus on the page; token 1 selected
-                page.get_by_text(f"token 1 of {n}").wait_for(timeout=ms(30))
+                widget_shows(page, f"token 1 of {n}")
                 pages[name] = page
             ann, bob = pages["Ann"], pages["Bob"]
             assert {x["annotator"] for x in store.leases(pid)} == {"Ann", "Bob"}
@@ -87,15 +94,19 @@ def test_two_annotators_type_on_one_sentence_at_once(tmp_path):
             assert all(v == {} for v in got[10:]), got[10:]
             assert store.conflicts(pid) == []  # identical keys: no conflict
             for page in (ann, bob):
-                page.get_by_text(f"10 of {n} tokens labeled by you").wait_for(timeout=ms(30))
-                page.get_by_text(f"token 11 of {n}").wait_for(timeout=ms(30))
+                widget_shows(page, f"10 of {n} tokens labeled by you", "Head")
+                widget_shows(page, f"token 11 of {n}")
+                widget_shows(page, "all saved", "Sync")
 
             # Ann labels one more token; Bob, on the same sentence, does not see it
             ann.keyboard.press("2")
             wait_until(lambda: votes()[10] == {"Ann": "B-LOC"}, 60, what="Ann's 11th vote")
-            ann.get_by_text(f"11 of {n} tokens labeled by you").wait_for(timeout=ms(30))
-            bob.keyboard.press("ArrowRight")  # a rerun of Bob's page after Ann's vote
-            bob.get_by_text(f"token 12 of {n}").wait_for(timeout=ms(30))
+            widget_shows(ann, f"11 of {n} tokens labeled by you", "Head")
+            bob.keyboard.press("ArrowRight")  # Bob's cursor only: his page stays his
+            widget_shows(bob, f"token 12 of {n}")
+            bob.reload()  # drawn afresh after Ann's vote: still without it
+            widget_ready(bob)
+            widget_shows(bob, f"10 of {n} tokens labeled by you", "Head")
             assert "B-LOC" not in token_chip(bob, 10).inner_text()
             assert not re.search(r"\bAnn\b", bob.locator("body").inner_text())
             bob.get_by_text("stay hidden until a lead reviews").wait_for(timeout=ms(30))

@@ -26,6 +26,9 @@ from _support import (
     serve_app,
     token_chip,
     wait_until,
+    widget_button,
+    widget_ready,
+    widget_shows,
 )
 
 from gpsl.annotation import Store
@@ -114,15 +117,15 @@ def test_two_annotators_blind_on_one_sentence(team):
             for page, name in ((ann, "Ann"), (bob, "Bob")):
                 page.get_by_test_id("stSidebar").get_by_text(name).wait_for(timeout=ms(30))
                 assert "token=" not in page.url and "session=" not in page.url
-                page.get_by_text(f"of {n} tokens labeled").wait_for(timeout=ms(30))
+                widget_ready(page)
+                widget_shows(page, f"of {n} tokens labeled", "Head")
                 token_chip(page, 0).filter(has_text="Ada").wait_for(timeout=ms(30))  # both: k = 2
             assert {x["annotator"] for x in store.leases(pid)} == {"Ann", "Bob"}
 
             def label(page, t, name):
                 token_chip(page, t).click(timeout=ms(30))
-                page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(30))
-                page.locator(f".st-key-lab_{LABELS.index(name)}[data-stale='false'] button"
-                             ).first.click(timeout=ms(30))
+                widget_shows(page, f"token {t + 1} of {n}")
+                widget_button(page, "label", name).click(timeout=ms(30))
 
             def votes():
                 return store.get_sentence(sid)["votes"][0]
@@ -163,7 +166,7 @@ def test_two_annotators_blind_on_one_sentence(team):
             lead.screenshot(path=str(ARTIFACTS / "browser_team_conflicts.png"), full_page=True)
 
             # Bob's undo removes his vote only
-            bob.locator(".st-key-undo[data-stale='false'] button").first.click(timeout=ms(30))
+            widget_button(bob, "undo").click(timeout=ms(30))
             wait_until(lambda: votes() == {"Ann": "B-PER"}, 30, what="Bob's undo")
             token_chip(ann, 0).filter(has_text="B-PER").wait_for(timeout=ms(30))
             assert store.get_sentence(sid)["labels"][0] == "B-PER"
@@ -223,7 +226,7 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
             # the page fully drawn first (a script chunk the browser fails to fetch while
             # the server is down stays broken in that tab: a test artefact, not the app's)
             token_chip(page, n - 1).wait_for(timeout=ms(30))
-            page.locator(".st-key-undo[data-stale='false'] button").first.wait_for()
+            widget_button(page, "undo").wait_for()
             page.get_by_test_id("stSidebar").get_by_test_id("stSelectbox").wait_for()
             page.wait_for_load_state("networkidle")
             team["restart"]()
@@ -236,9 +239,8 @@ def test_a_tab_open_across_a_server_restart_keeps_its_person(team):
                 assert time.monotonic() < deadline, "no label after the restart"  # reconnect
                 try:                                                 # may be dropped: again
                     token_chip(page, t).click(timeout=ms(10))
-                    page.get_by_text(f"token {t + 1} of {n}").wait_for(timeout=ms(5))
-                    page.locator(f".st-key-lab_{LABELS.index('O')}[data-stale='false'] button"
-                                 ).first.click(timeout=ms(10))
+                    widget_shows(page, f"token {t + 1} of {n}", timeout=5)
+                    widget_button(page, "label", "O").click(timeout=ms(10))
                 except PlaywrightTimeout:
                     continue
                 time.sleep(1.0)

@@ -218,11 +218,13 @@ class Store:
 
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
                         annotator: str, source: str = "human",
-                        ages: Sequence[float] | None = None) -> list[int]:
+                        ages: Sequence[float] | None = None,
+                        batches: Sequence[str] | None = None) -> list[int]:
         """Several undo steps (key presses) of one annotator on one sentence, one
-        transaction; ``ages``: seconds each step lies before the write
-        (:func:`labels.set_steps`)."""
-        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages)
+        transaction; ``ages``: seconds each step lies before the write; ``batches``: the
+        steps' event ids, each written at most once (:func:`labels.set_steps`)."""
+        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
+                                 batches)
         self._labels_written(sentence_id=sentence_id)
         return out
 
@@ -234,8 +236,10 @@ class Store:
     def clear_label(self, sentence_id: int, token_index: int, annotator: str) -> int | None:
         return self.set_label(sentence_id, token_index, None, annotator)
 
-    def undo(self, project_id: int, annotator: str | None = None) -> dict | None:
-        out = labeling.undo(self.db, project_id, annotator)
+    def undo(self, project_id: int, annotator: str | None = None,
+             batch: str | None = None) -> dict | None:
+        """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
+        out = labeling.undo(self.db, project_id, annotator, batch)
         self._labels_written(project_id=project_id)
         return out
 

@@ -80,7 +80,8 @@ MAX_STEP_AGE = 60.0
 
 def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
               annotator: str, source: str = "human",
-              ages: Sequence[float] | None = None) -> list[int]:
+              ages: Sequence[float] | None = None,
+              batches: Sequence[str] | None = None) -> list[int]:
     """Write several undo steps of ``annotator``'s votes on one sentence in one transaction:
     each step (``{token: label}``, a key press, a span, an "accept") is its own history
     batch, so Undo reverts exactly one of them.  ``None`` withdraws the annotator's own
@@ -89,7 +90,10 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
     (keys queued in the browser while the page was busy: their history times are then the
     times they were pressed, which the speed figures read; at most :data:`MAX_STEP_AGE`;
     a negative, non-finite or non-numeric age is refused).  A bad label or index raises
-    InputError and nothing is written.  Returns the new history ids (none when nothing changed)."""
+    InputError and nothing is written.  ``batches``: the steps' own history batch ids (a
+    client's event ids): a step whose batch ``annotator``'s history holds already was written
+    before and is skipped, so an event sent again is applied exactly once.  Returns the new
+    history ids (none when nothing changed)."""
     annotator = validate.annotator(annotator)
     source = validate.source(source)
     steps = [dict(step) for step in steps]
@@ -97,6 +101,9 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
         validate.age(a, MAX_STEP_AGE) for a in ages]
     if len(ages) != len(steps):
         raise ValueError(f"{len(ages)} ages for {len(steps)} steps")
+    names = [None] * len(steps) if batches is None else [str(b) for b in batches]
+    if len(names) != len(steps):
+        raise ValueError(f"{len(names)} batches for {len(steps)} steps")
 
     def tx(conn):
         info = sentences.info_row(conn, sentence_id, db.for_update())
@@ -105,8 +112,11 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
         mine = votes.of_annotator(conn, sentence_id, annotator)
         written, hist, touched = datetime.now(UTC), [], set()
         where = f"sentence {sentence_id}"
-        for step, age in zip(steps, ages):
-            batch = uuid.uuid4().hex
+        done = votes.batches_present(conn, annotator, names)
+        for step, age, name in zip(steps, ages, names):
+            if name in done:
+                continue  # written before: this is the same event sent again
+            batch = name or uuid.uuid4().hex
             at = (written - timedelta(seconds=age)).isoformat(timespec="milliseconds")
             for t, lab in step.items():
                 t = validate.token_index(t, n, where)
@@ -136,23 +146,30 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
     return db.write(tx)
 
 
-def undo(db: Database, project_id: int, annotator: str | None = None) -> dict | None:
+def undo(db: Database, project_id: int, annotator: str | None = None,
+         batch: str | None = None) -> dict | None:
     """Revert the latest not-yet-undone ``set``/``clear`` step of ``annotator`` (of anyone
     when None: then that step's annotator is the undoer).  Only that annotator's votes
     change; every other vote stays.  The revert is history action ``'undo'`` and the
     entries are marked undone, so repeated calls walk further back.  Returns
     ``dict(sentence_id, annotator, changes=[{token_index, label, previous}] (the tokens'
     training labels after and before), undone, history_ids)`` or None when there is
-    nothing to undo."""
+    nothing to undo.  ``batch``: the revert's history batch id (a client's event id): when
+    ``annotator``'s history holds it already, this undo was done before and nothing
+    happens (None)."""
+    event = batch
 
     def tx(conn):
+        if event is not None and annotator is not None and votes.batches_present(
+                conn, annotator, [event]):
+            return None
         last = votes.last_step(conn, project_id, annotator)
         if last is None:
             return None
         hid0, batch, sid, who = last
         sentences.info_row(conn, sid, db.for_update())
         entries = votes.step_entries(conn, hid0, batch, who)
-        at, new_batch = now(), uuid.uuid4().hex
+        at, new_batch = now(), event or uuid.uuid4().hex
         new_ids, touched, own = [], [], []
         for e in (r._mapping for r in entries):
             t = e["token_index"]

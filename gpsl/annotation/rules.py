@@ -263,13 +263,15 @@ def opening_token(labels: Sequence[str | None], scores: Sequence[float | None]) 
 
 def next_unlabeled(labels: Sequence[str | None], after: int) -> int:
     """Where the cursor moves after a label: the next unlabeled token after ``after``
-    (wrapping); ``after + 1`` when every token is labeled (clamped to the last token)."""
+    (wrapping); ``after`` itself when every token is labeled, so the next key never lands
+    on another token's label by surprise (pages/labeler/widget.js ``advance`` is the same
+    rule in the browser)."""
     n = len(labels)
     for k in range(1, n + 1):
         t = (after + k) % n
         if labels[t] is None:
             return t
-    return min(after + 1, n - 1)
+    return min(after, n - 1)
 
 
 def accept_candidates(views: Sequence[TokenView], threshold: float,

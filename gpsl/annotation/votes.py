@@ -132,6 +132,18 @@ def add_history(conn, h: Mapping) -> int:
         " :src, :a, :at, :action, :b) RETURNING id"), dict(h)).scalar_one()
 
 
+def batches_present(conn, annotator: str, batches) -> set[str]:
+    """Which of ``batches`` (history batch ids) ``annotator``'s history holds already."""
+    batches = sorted({str(b) for b in batches if b})
+    if not batches:
+        return set()
+    names = {f"b{i}": b for i, b in enumerate(batches)}
+    rows = conn.execute(text(
+        "SELECT DISTINCT batch FROM annotation_history WHERE annotator = :a AND batch IN ("
+        + ", ".join(f":{k}" for k in names) + ")"), {"a": annotator, **names}).fetchall()
+    return {r[0] for r in rows}
+
+
 def last_step(conn, project_id: int, annotator: str | None):
     """``(id, batch, sentence_id, annotator)`` of the latest ``set``/``clear`` not undone
     (of ``annotator``, or of anyone), or None."""
