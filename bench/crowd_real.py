@@ -295,13 +295,13 @@ def ner_features(template_name: str, sents) -> list[list[dict]]:
     return out
 
 
-def crfsuite_tagger(Xtr, ytr, Xte) -> dict:
+def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
     import sklearn_crfsuite
 
     crf = sklearn_crfsuite.CRF(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100,
                                all_possible_transitions=True)
-    crf.fit(ner_features("ner", Xtr), ytr)
-    return {"pred": [list(p) for p in crf.predict(ner_features("ner", Xte))]}
+    crf.fit(ner_features(template, Xtr), ytr)
+    return {"pred": [list(p) for p in crf.predict(ner_features(template, Xte))]}
 
 
 def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
@@ -312,12 +312,23 @@ def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
 
 
 def crowd_tagger(votes, Xtr, Xte) -> dict:
+    """``train --crowd``'s tagger (the refit on the decoded labels), and beside it the joint
+    fit's own tagger and the refit on the posteriors (:func:`gpsl.crowd.joint.fit_soft`)."""
     from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.joint import fit_soft
     from gpsl.model import GPSL
 
     joint = CrowdGPSL(GPSL(template="ner")).fit(Xtr, votes)
+    c0 = time.process_time()
+    soft = fit_soft(GPSL(template="ner"), Xtr, joint.probas_, votes.voted() | (votes.observed >= 0),
+                    joint.classes_, votes.split)
+    soft_cpu = time.process_time() - c0
+    trace = np.diff(soft.bound_trace_[1:])
     return {"pred": [list(p) for p in joint.predict(Xte)], "labels": joint.labels_array_,
-            "sweeps": int(joint.joint_model_.n_iter_)}
+            "sweeps": int(joint.joint_model_.n_iter_),
+            "own_pred": [list(p) for p in joint.joint_model_.predict(Xte)],
+            "soft_pred": [list(p) for p in soft.predict(Xte)], "soft_cpu_s": soft_cpu,
+            "soft_min_bound_step": float(trace.min()) if trace.size else None}
 
 
 # --------------------------------------------------------------------------- the run
@@ -422,8 +433,16 @@ def section_taggers(cfg: Config, raw: Data, log) -> tuple[list[dict], list[dict]
     out = isolated(crowd_tagger, votes, Xtr, Xte)
     joint_train = None if "error" in out else as_sentences(out["labels"], votes.lengths)
     lab_f1 = None if joint_train is None else span_scores(gtr, joint_train)["f1"]
+    extra = [] if "error" in out else [
+        ("GPSL, ner, the joint fit's own tagger (echo prior)", {"pred": out.pop("own_pred"),
+                                                                "cpu_s": 0.0, "wall_s": 0.0}),
+        ("GPSL, ner, refit on the joint model's posteriors (soft labels)",
+         {"pred": out.pop("soft_pred"), "cpu_s": out.pop("soft_cpu_s"), "wall_s": 0.0,
+          "min_bound_step": out.pop("soft_min_bound_step")})]
     crowd_rows.append(score("GPSL, ner, on the joint model's labels (train --crowd)", out,
                             labels_from=lab_f1, labels="joint model"))
+    for name, o in extra:
+        crowd_rows.append(score(name, o, labels_from=lab_f1, labels="joint model"))
     for name, lab_name in (("crowd-kit majority vote", "majority vote"),
                            ("crowd-kit Dawid-Skene", "crowd-kit Dawid-Skene")):
         agg = isolated(crowdkit_labels, name, votes)

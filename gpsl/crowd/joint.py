@@ -14,8 +14,8 @@ from gpsl.crowd.sequential import DEFAULT_KAPPA, previous_labels, sequential_m_s
 from gpsl.crowd.votes import Votes, majority_posteriors
 from gpsl.errors import InputError
 
-__all__ = ["ANNOTATOR_MODELS", "LSE_BOUNDS", "TAGGER_PRIORS", "CrowdGPSL", "decode_labels",
-           "echo_variance"]
+__all__ = ["ANNOTATOR_MODELS", "LSE_BOUNDS", "REFIT_ON", "TAGGER_PRIORS", "CrowdGPSL",
+           "decode_labels", "echo_variance", "fit_soft"]
 
 #: the annotator models of the joint fit: Dawid-Skene confusion matrices, or the sequential
 #: model of :mod:`gpsl.crowd.sequential` (confusion conditioned on the annotator's previous label)
@@ -25,6 +25,8 @@ TAGGER_PRIORS = ("auto", "learn", "model")
 #: the joint fit's bound on the expected log-partition (see :class:`CrowdGPSL`)
 LSE_BOUNDS = ("auto", "jensen", "bohning", "model")
 DECODERS = ("auto", "valid", "argmax")
+#: what the refit tagger learns from: the decoded labels, or the posteriors q(y) themselves
+REFIT_ON = ("argmax", "posterior")
 #: the joint fit's default stop rule: the rise of J1 over a sweep in nats per training token
 #: (on the CoNLL crowd a relative 1e-3 stopped after 5 sweeps with 0.1% of the labels still
 #: moving each sweep)
@@ -77,6 +79,30 @@ def decode_labels(r: np.ndarray, votes: Votes, how: str = "auto") -> list[str]:
     return out
 
 
+def fit_soft(model, X, q: np.ndarray, keep: np.ndarray, classes, split):
+    r"""Fit ``model`` (a GPSL) on soft labels: a distribution ``q_t(y)`` per kept token.
+
+    GPSL's bound with missing labels (the paper's eq. lb2 with the latent labels ``r_t``,
+    :mod:`gpsl.inference`) is ``L(q(f), r) = E_{q(f) r}[log PL(y | f)] + sum_t H(r_t) -
+    KL(q(f) || p(f))``, ``log PL = sum_t log p(y_t | y_{N(t)}, f_t)`` the pseudo-likelihood
+    (eq. pl). Take ``q_t`` as the likelihood of an observation ``z_t`` of the true label,
+    ``p(z_t | y_t) = q_t(y_t)``; the log evidence of all ``z`` is then bounded by
+
+    .. math:: \mathcal{L}_z = L(q(f), r) + \sum_t \sum_y r_t(y) \log q_t(y)
+              \le \log \sum_Y \int \prod_t q_t(y_t)\, PL(Y | f)\, p(f)\, df,
+
+    which is GPSL's bound with the evidence ``e_t = log q_t`` on a missing label
+    (:attr:`gpsl.inference.Problem.evidence`), maximised by the same monotone coordinate
+    ascent: its ``r`` update is ``r_t ∝ q_t exp(E_q[f-terms])``, so the pseudo-likelihood is
+    marginalised over the labels under ``q`` reweighted by the tagger. A one-hot ``q_t``
+    (``log 0 = -inf`` elsewhere) forces ``r_t`` one-hot, its entropy and evidence terms
+    vanish, and the fit is the hard-label fit exactly. Tokens not kept carry no evidence
+    (missing, as in the argmax refit)."""
+    with np.errstate(divide="ignore"):
+        E = np.where(keep[:, None], np.log(np.asarray(q, dtype=float)), 0.0)
+    return model.fit(X, [[None] * len(x) for x in X], classes=classes, evidence=split(E))
+
+
 class CrowdGPSL:
     """GPSL trained on crowd votes with the annotator model learned jointly (J1).
 
@@ -101,6 +127,9 @@ class CrowdGPSL:
         the others missing). ``None`` (default): refit exactly when the joint fit's
         settings differ from ``model``'s (``tagger_prior`` ``"auto"`` or ``"learn"``, or
         another ``lse_bound``).
+    refit_on: what the refit learns from: ``"argmax"`` (default) the decoded labels,
+        ``"posterior"`` the joint fit's posteriors ``r_t = q(y_t)`` themselves
+        (:func:`fit_soft`).
     decode: the inferred labels from the posteriors ``r_t``: ``"auto"`` (default: the most
         probable span-valid sequence when the labels are BIO/BILOU/IOBES, else the argmax),
         ``"valid"`` or ``"argmax"`` (:func:`decode_labels`).
@@ -173,8 +202,9 @@ class CrowdGPSL:
     def __init__(self, model=None, *, annotator_model="sequential", prior_diag=2.0,
                  prior_off=0.1, min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA,
                  init="dawid-skene", tagger_prior="auto", refit=None, decode="auto", tol=None,
-                 lse_bound="auto"):
+                 lse_bound="auto", refit_on="argmax"):
         self.model = model
+        self.refit_on = refit_on
         self.annotator_model = annotator_model
         self.prior_diag = prior_diag
         self.prior_off = prior_off
@@ -199,6 +229,8 @@ class CrowdGPSL:
             raise ValueError(f"init must be 'dawid-skene' or 'majority', not {self.init!r}")
         if self.decode not in DECODERS:
             raise ValueError(f"decode must be one of {DECODERS}, not {self.decode!r}")
+        if self.refit_on not in REFIT_ON:
+            raise ValueError(f"refit_on must be one of {REFIT_ON}, not {self.refit_on!r}")
         if self.lse_bound not in LSE_BOUNDS:
             raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {self.lse_bound!r}")
 
@@ -299,11 +331,14 @@ class CrowdGPSL:
         if refit:
             # the tagger for prediction: model's own settings on the inferred labels
             keep = votes.voted() | observed
-            y_hat = [[lab if k else None for lab, k in zip(lv, kv)]
-                     for lv, kv in zip(votes.split(np.array(labels, dtype=object)),
-                                       votes.split(keep))]
             tagger = base if base is not model else GPSL(**base.get_params())
-            self.model_ = tagger.fit(X, y_hat, classes=classes)
+            if self.refit_on == "posterior":
+                self.model_ = fit_soft(tagger, X, r, keep, classes, votes.split)
+            else:
+                y_hat = [[lab if k else None for lab, k in zip(lv, kv)]
+                         for lv, kv in zip(votes.split(np.array(labels, dtype=object)),
+                                           votes.split(keep))]
+                self.model_ = tagger.fit(X, y_hat, classes=classes)
         self.crowd_ = state["crowd"]
         cm = self.crowd_
         self.confusions_ = cm.confusion if hasattr(cm, "confusion") else cm.pi
