@@ -82,6 +82,7 @@ PUBLISHED = (
 CROWDKIT = ("crowd-kit majority vote", "crowd-kit Dawid-Skene", "crowd-kit GLAD",
             "crowd-kit MACE", "crowd-kit one-coin")
 JOINT = "gpsl joint: sequential + ner (default)"
+RULE = "gpsl joint: sequential + ner, priors by held-out votes"
 #: the joint model's variants: (annotator model, template, lse_bound) -> row name
 JOINT_ROWS = {
     ("confusion", None, "auto"): "gpsl joint: confusion + word windows",
@@ -274,13 +275,24 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
                       refit=False, annotator_model=annotator_model,
                       **{"lse_bound": lse_bound, **fixed, **(crowd_kw or {})}).fit(X, votes)
     jt = np.diff(joint.joint_trace_)
-    return {"labels": joint.labels_array_,
+    choice = joint.prior_choice_
+    rule = {} if choice is None else {"kappa": choice.kappa, "shrink": choice.shrink,
+                                      "rule_scores": choice.scores,
+                                      "heldout_votes": choice.heldout_votes}
+    return {**rule, "labels": joint.labels_array_,
             "argmax_labels": decode_labels(joint.probas_, votes, "argmax"),
             "sweeps": int(joint.joint_model_.n_iter_), "max_iter": max_iter,
             "lse_bound": joint.joint_model_.lse_bound_,
             "variance": float(joint.variance_[0]),
             "min_bound_step": float(jt.min()) if jt.size else None,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
+
+
+def joint_rule_labels(votes, X, max_iter: int) -> dict:
+    """The joint model at the priors the held-out-vote rule chooses (``prior_rule=
+    "heldout"``, :mod:`gpsl.crowd.priors`, no gold read), the rule's fits in its CPU s."""
+    return joint_labels(votes, X, "sequential", "ner", max_iter,
+                        crowd_kw={"prior_rule": "heldout"})
 
 
 def ner_features(template_name: str, sents) -> list[list[dict]]:
@@ -338,7 +350,7 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
     votes = votes_of(data.sents)
     X = [s.tokens for s in data.sents]
     rows = []
-    methods = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+    methods = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
     if cfg.quick:
         methods = [m for m in methods if m not in ("crowd-kit GLAD", "crowd-kit MACE")
                    and (not m.startswith("gpsl joint") or m == JOINT)]
@@ -350,6 +362,8 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
             out = isolated(crowdkit_labels, name, votes)
         elif name == "gpsl Dawid-Skene":
             out = isolated(gpsl_ds_labels, votes)
+        elif name == RULE:
+            out = isolated(joint_rule_labels, votes, X, cfg.max_iter)
         else:
             (am, tmpl, lse), = [k for k, v in JOINT_ROWS.items() if v == name]
             out = isolated(joint_labels, votes, X, am, tmpl, cfg.max_iter, None, lse)
@@ -673,7 +687,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    known = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+    known = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
     bad = [m for m in (args.methods or []) if m not in known]
     if bad:
         print(f"bench.crowd_real: unknown method {bad[0]!r}; choose from {', '.join(known)}",

@@ -27,6 +27,8 @@ LSE_BOUNDS = ("auto", "jensen", "bohning", "model")
 DECODERS = ("auto", "valid", "argmax")
 #: what the refit tagger learns from: the decoded labels, or the posteriors q(y) themselves
 REFIT_ON = ("argmax", "posterior")
+#: how ``kappa`` and ``shrink`` are set: as given, or by held-out votes (gpsl.crowd.priors)
+PRIOR_RULES = ("fixed", "heldout")
 #: the joint fit's default stop rule: the rise of J1 over a sweep in nats per training token
 #: (on the CoNLL crowd a relative 1e-3 stopped after 5 sweeps with 0.1% of the labels still
 #: moving each sweep)
@@ -127,6 +129,11 @@ class CrowdGPSL:
         the others missing). ``None`` (default): refit exactly when the joint fit's
         settings differ from ``model``'s (``tagger_prior`` ``"auto"`` or ``"learn"``, or
         another ``lse_bound``).
+    prior_rule: ``"fixed"`` (default): ``kappa`` and ``shrink`` as given; ``"heldout"``: the
+        pair of :data:`gpsl.crowd.priors.GRID` whose joint fit on four fifths of the votes
+        best predicts the fifth left out (:func:`gpsl.crowd.priors.choose_priors`; no gold
+        is read), then the fit on all votes with it (``kappa_``, ``shrink_``,
+        ``prior_choice_``).
     refit_on: what the refit learns from: ``"argmax"`` (default) the decoded labels,
         ``"posterior"`` the joint fit's posteriors ``r_t = q(y_t)`` themselves
         (:func:`fit_soft`).
@@ -202,9 +209,10 @@ class CrowdGPSL:
     def __init__(self, model=None, *, annotator_model="sequential", prior_diag=2.0,
                  prior_off=0.1, min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA,
                  init="dawid-skene", tagger_prior="auto", refit=None, decode="auto", tol=None,
-                 lse_bound="auto", refit_on="argmax"):
+                 lse_bound="auto", refit_on="argmax", prior_rule="fixed"):
         self.model = model
         self.refit_on = refit_on
+        self.prior_rule = prior_rule
         self.annotator_model = annotator_model
         self.prior_diag = prior_diag
         self.prior_off = prior_off
@@ -229,6 +237,8 @@ class CrowdGPSL:
             raise ValueError(f"init must be 'dawid-skene' or 'majority', not {self.init!r}")
         if self.decode not in DECODERS:
             raise ValueError(f"decode must be one of {DECODERS}, not {self.decode!r}")
+        if self.prior_rule not in PRIOR_RULES:
+            raise ValueError(f"prior_rule must be one of {PRIOR_RULES}, not {self.prior_rule!r}")
         if self.refit_on not in REFIT_ON:
             raise ValueError(f"refit_on must be one of {REFIT_ON}, not {self.refit_on!r}")
         if self.lse_bound not in LSE_BOUNDS:
@@ -239,7 +249,7 @@ class CrowdGPSL:
         evidence of a model as ``evidence(model) -> (n, J)``."""
         if self.annotator_model == "sequential":
             def step(r, old):
-                return sequential_m_step(votes, r, prev, kappa=self.kappa, shrink=self.shrink,
+                return sequential_m_step(votes, r, prev, kappa=self.kappa_, shrink=self.shrink_,
                                          prior_diag=self.prior_diag, prior_off=self.prior_off,
                                          centre=None if old is None else old.centre,
                                          skill=None if old is None else old.skill)
@@ -249,7 +259,7 @@ class CrowdGPSL:
         else:
             def step(r, old):
                 return m_step(votes, r, one_coin, self.prior_diag, self.prior_off, M,
-                              shrink=self.shrink, skill=None if old is None else old.skill)
+                              shrink=self.shrink_, skill=None if old is None else old.skill)
 
             def evidence(cm):
                 return cm.evidence(votes, M)
@@ -265,6 +275,20 @@ class CrowdGPSL:
         if len(X) != len(votes.lengths) or any(len(x) != L for x, L in zip(X, votes.lengths)):
             raise InputError("the votes do not match the sentences' lengths", source="input")
         base = GPSL() if self.model is None else self.model
+        self.kappa_, self.shrink_, self.prior_choice_ = self.kappa, self.shrink, None
+        if self.prior_rule == "heldout":  # gpsl.crowd.priors: a fold of the votes left out
+            from gpsl.crowd.priors import choose_priors
+
+            same = {k: getattr(self, k) for k in ("annotator_model", "prior_diag", "prior_off",
+                                                  "min_votes", "init", "tagger_prior", "decode",
+                                                  "tol", "lse_bound")}
+
+            def make(kappa, shrink):
+                return CrowdGPSL(GPSL(**base.get_params()), kappa=kappa, shrink=shrink,
+                                 refit=False, **same)
+
+            self.prior_choice_ = choose_priors(X, votes, make)
+            self.kappa_, self.shrink_ = self.prior_choice_.kappa, self.prior_choice_.shrink
         params = base.get_params()
         if self.tagger_prior == "learn" and not base.learn_hyper:
             params["learn_hyper"] = True
@@ -289,7 +313,7 @@ class CrowdGPSL:
         step, evidence = self._annotators(votes, M, one_coin, prev)
         if self.init == "dawid-skene":
             ds = DawidSkene(self.prior_diag, self.prior_off, self.min_votes,
-                            shrink=self.shrink).fit_votes(votes)
+                            shrink=self.shrink_).fit_votes(votes)
             crowd = ds.model_ if self.annotator_model == "confusion" else step(ds.probas_, None)
         else:
             crowd = step(majority_posteriors(votes), None)
