@@ -38,6 +38,15 @@ the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised ide
    gold of the same documents (section 2); CRFsuite trained on crowd-kit's majority-vote and
    Dawid-Skene labels, and on the joint model's labels.
 
+4. **The lexical features' learning curve** (:mod:`bench.crowd_lexicon`; ``--curve`` runs
+   it alone, ``--no-curve`` leaves it out): GPSL and CRFsuite on the gold of 100, 200, 400,
+   800 and all training sentences, with and without each lexical group of ``ner``, and the
+   install size of the tables.
+
+Section 1 also has the joint model at the priors chosen by held-out votes
+(:mod:`gpsl.crowd.priors`) and section 3 the joint fit's own tagger and the refit on the
+joint posteriors (soft labels, :func:`gpsl.crowd.joint.fit_soft`).
+
 Acceptance (issue 27): the joint model's span F1 at least crowd-kit's best + 5 points, its fit
 within 3 minutes, the crowd-trained tagger within 3 points of the gold-trained one.
 """
@@ -57,6 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import crowd_lexicon
 from bench.common import (
     REPO,
     RESULTS_DIR,
@@ -113,6 +123,8 @@ class Config:
     taggers: bool = True
     variances: list = field(default_factory=list)
     priors: list = field(default_factory=list)  # (kappa, shrink) pairs
+    curve: bool = True  # section 4, the lexical features' learning curve
+    curve_only: bool = False
 
 
 # --------------------------------------------------------------------------- data
@@ -623,6 +635,7 @@ def write_outputs(report: dict, out: Path, stem: str) -> None:
                          meta["date"], meta["machine"], meta["git"], meta["command"])
     lines += [f"* total time: {meta.get('total_seconds', 0):.0f} s", ""]
     lines += summary_lines(report) + notes_lines(report) + table_lines(report)
+    lines += crowd_lexicon.curve_lines(report.get("curve") or [], report.get("install"))
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1) + "\n",
                                       encoding="utf-8")
@@ -643,11 +656,17 @@ def run(cfg: Config, command: str = "") -> dict:
     report = {"meta": meta, "settings": {"data": cfg.data, "quick": cfg.quick,
                                          "max_iter": cfg.max_iter},
               "alignment": data.alignment,
-              "aggregation": section_aggregation(cfg, data, log)}
+              "aggregation": [] if cfg.curve_only else section_aggregation(cfg, data, log),
+              "install": crowd_lexicon.install_size()}
     raw = data if cfg.data == "raw" else load(data_dir, "raw")
-    if cfg.taggers and not cfg.methods:
+    if cfg.taggers and not cfg.methods and not cfg.curve_only:
         log("sections 2-3 (held-out documents of raw/) ...")
         report["gold_taggers"], report["crowd_taggers"] = section_taggers(cfg, raw, log)
+    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick):
+        log("section 4 (the lexical features' learning curve) ...")
+        report["curve"] = crowd_lexicon.section_curve(raw, log, isolated, split_documents,
+                                                      span_scores, gpsl_tagger,
+                                                      crfsuite_tagger)
     report["acceptance"] = acceptance(report)
     meta["total_seconds"] = time.perf_counter() - t0
     return report
@@ -656,7 +675,7 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_priors" if cfg.priors else "") + \
+        ("_priors" if cfg.priors else "") + ("_curve" if cfg.curve_only else "") + \
         ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
@@ -677,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "at each S2 (its bound beside its F1)")
     p.add_argument("--no-taggers", action="store_true",
                    help="section 1 only (no taggers on held-out documents)")
+    p.add_argument("--curve", action="store_true",
+                   help="section 4 only: the lexical features' learning curve")
+    p.add_argument("--no-curve", action="store_true", help="without section 4")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -704,7 +726,7 @@ def main(argv=None) -> int:
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
                  taggers=not args.no_taggers, variances=list(args.variances),
-                 priors=priors)
+                 priors=priors, curve=not args.no_curve, curve_only=args.curve)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)
@@ -713,7 +735,9 @@ def main(argv=None) -> int:
         return 2
     write_outputs(report, Path(cfg.out_dir), stem_of(cfg))
     print(f"command: {command}")
-    print("\n".join(table_lines(report) + summary_lines(report)))
+    print("\n".join(table_lines(report) + summary_lines(report)
+                    + crowd_lexicon.curve_lines(report.get("curve") or [],
+                                                report.get("install"))))
     print(f"wrote {Path(cfg.out_dir) / (stem_of(cfg) + '.md')} and .json")
     return 0
 
