@@ -276,8 +276,9 @@ class NerFeatures(Template):
     * lexical knowledge (:mod:`gpsl.lexicon`, group ``cluster``): ``bc4 bc6 bc10 bc20``, the
       first 4, 6, 10 and 20 steps of the word's Brown cluster path, and the same at offsets -1
       and +1 (``bc4-1`` ...); group ``freq``: ``fq``, the word's frequency bucket. A word the
-      table lacks reads ``none``. ``ner`` is English with both groups; ``ner:de`` another
-      language's table, ``ner:en:cluster`` or ``ner:en:none`` fewer groups.
+      table lacks reads ``none``. ``ner`` is English with the clusters (the frequency did
+      not pay); ``ner:de`` another language's, ``ner:en:cluster,freq`` or ``ner:en:none``
+      other groups.
 
     Further columns ``c`` (e.g. part of speech) get the default template's window: ``cC-2
     .. cC+2`` and the pairs ``cC-1|cC``, ``cC|cC+1``. Outside the sentence a window reads
@@ -293,7 +294,7 @@ class NerFeatures(Template):
     CLUSTER_SLOTS = tuple(f"bc{k}{o}" for k in lexical.CLUSTER_LENGTHS for o in ("-1", "", "+1"))
 
     def __init__(self, source: str = "<ner>", lang: str = "en",
-                 groups: Sequence[str] = lexical.GROUPS):
+                 groups: Sequence[str] = lexical.DEFAULT_GROUPS):
         if lang not in lexical.languages():
             lexical.lexicon(lang)  # raises the one-line refusal
         if set(groups) - set(lexical.GROUPS):
@@ -302,8 +303,8 @@ class NerFeatures(Template):
         self.lang, self.groups = lang, tuple(g for g in lexical.GROUPS if g in groups)
         self.slots = self.SLOTS + (self.CLUSTER_SLOTS if "cluster" in groups else ()) + (
             ("fq",) if "freq" in groups else ())
-        name = self.NAME if (lang, self.groups) == ("en", lexical.GROUPS) else (
-            f"{self.NAME}:{lang}" + ("" if self.groups == lexical.GROUPS else
+        name = self.NAME if (lang, self.groups) == ("en", lexical.DEFAULT_GROUPS) else (
+            f"{self.NAME}:{lang}" + ("" if self.groups == lexical.DEFAULT_GROUPS else
                                      ":" + (",".join(self.groups) or "none")))
         units = [UnigramTemplate(k, (), (k,), 0, k) for k in self.slots]
         super().__init__(name, source, units, [])
@@ -315,7 +316,7 @@ class NerFeatures(Template):
         parts = name.strip().split(":")
         if parts[0] != cls.NAME or len(parts) > 3 or "\n" in name.strip():
             return None
-        groups = lexical.GROUPS if len(parts) < 3 else tuple(
+        groups = lexical.DEFAULT_GROUPS if len(parts) < 3 else tuple(
             g for g in parts[2].split(",") if g and parts[2] != "none")
         return cls(lang=parts[1] if len(parts) > 1 else "en", groups=groups)
 

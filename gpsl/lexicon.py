@@ -22,13 +22,16 @@ from pathlib import Path
 
 from gpsl.errors import InputError
 
-__all__ = ["CLUSTER_LENGTHS", "GROUPS", "Lexicon", "languages", "lexicon"]
+__all__ = ["CLUSTER_LENGTHS", "DEFAULT_GROUPS", "GROUPS", "Lexicon", "languages", "lexicon"]
 
 DATA = Path(__file__).resolve().parent / "data"
 #: the cluster path prefixes' lengths (Ratinov and Roth 2009 use 4, 6, 10 and 20)
 CLUSTER_LENGTHS = (4, 6, 10, 20)
 #: the lexical feature groups of ``ner``: Brown cluster prefixes, the frequency bucket
 GROUPS = ("cluster", "freq")
+#: the groups of plain ``ner``: the clusters pay on the CoNLL crowd's learning curve, the
+#: frequency bucket does not (docs/real-crowd.md, ``python -m bench.crowd_real --curve``)
+DEFAULT_GROUPS = ("cluster",)
 NONE = "none"
 
 

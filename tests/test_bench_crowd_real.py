@@ -126,7 +126,7 @@ def test_the_prior_rule_row_and_the_learning_curve(tmp_path, monkeypatch):
         v for k, s, v in row["rule_scores"] if (k, s) == (row["kappa"], row["shrink"]))
     monkeypatch.setattr(crowd_lexicon, "SIZES", (4, None))
     monkeypatch.setattr(crowd_lexicon, "VARIANTS", (("none", "ner:en:none"),
-                                                    ("both (ner)", "ner")))
+                                                    ("cluster", "ner")))
     curve = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), verbose=False,
                       curve_only=True)
     rep = cr.run(curve, command="python -m bench.crowd_real --curve")

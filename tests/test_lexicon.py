@@ -55,7 +55,7 @@ def test_casing_falls_back_to_lower_then_title_case():
 
 def test_a_word_the_table_lacks_reads_none_everywhere():
     sent = [("Zqxjvbw",), ("met",), ("Wqzxkp",)]
-    f0, f1, f2 = (feats(sent, i) for i in range(3))
+    f0, f1, f2 = (feats(sent, i, "ner:en:cluster,freq") for i in range(3))
     assert all(f0[f"bc{k}"] == "none" for k in lexicon.CLUSTER_LENGTHS)
     assert f0["fq"] == f2["fq"] == "none" and f0["bc4"] == f2["bc4"]
     assert f1["bc4-1"] == "none" and f1["bc4+1"] == "none" and f1["fq"] != "none"
@@ -75,7 +75,9 @@ def test_groups_and_languages_by_name():
     assert none.slots == NerFeatures.SLOTS and none.text == "ner:en:none"
     assert Template.parse("ner:en:cluster").slots == NerFeatures.SLOTS + NerFeatures.CLUSTER_SLOTS
     assert Template.parse("ner:en:freq").slots == NerFeatures.SLOTS + ("fq",)
-    assert Template.parse("ner:en:cluster,freq").text == "ner"
+    assert Template.parse("ner:en:cluster").text == "ner"  # the clusters alone by default
+    assert Template.parse("ner:en:freq,cluster").text == "ner:en:cluster,freq"
+    assert "fq" not in Template.parse("ner").slots
     de = Template.parse("ner:de")
     assert de.text == "ner:de" and de.lang == "de"
     assert feats([("Berlin",)], 0, "ner:de")["bc20"] != "none"
