@@ -196,8 +196,8 @@ class CrowdGPSL:
     label moves its own score by about one nat (``sigma^2 |phi_t|^2 ~ 1``): 0.022 for the
     46 features of the ``ner`` set (0.029 for its 34 without the word clusters), 0.05 for
     the 20 of the basenp template, as ``"learn"`` found there. The joint fit is then
-    coordinate ascent on one fixed bound and stops by ``tol``. That prior is too strong for tagging new text, hence the refit with
-    ``model``'s own settings on the inferred labels.
+    coordinate ascent on one fixed bound and stops by ``tol``. That prior is too strong for
+    tagging new text, hence the refit with ``model``'s own settings on the inferred labels.
 
     The bound on the log-partition
     ------------------------------
