@@ -38,6 +38,15 @@ the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised ide
    gold of the same documents (section 2); CRFsuite trained on crowd-kit's majority-vote and
    Dawid-Skene labels, and on the joint model's labels.
 
+4. **The lexical features' learning curve** (:mod:`bench.crowd_lexicon`; ``--curve`` runs
+   it alone, ``--no-curve`` leaves it out): GPSL and CRFsuite on the gold of 100, 200, 400,
+   800 and all training sentences, with and without each lexical group of ``ner``, and the
+   install size of the tables.
+
+Section 1 also has the joint model at the priors chosen by held-out votes
+(:mod:`gpsl.crowd.priors`) and section 3 the joint fit's own tagger and the refit on the
+joint posteriors (soft labels, :func:`gpsl.crowd.joint.fit_soft`).
+
 Acceptance (issue 27): the joint model's span F1 at least crowd-kit's best + 5 points, its fit
 within 3 minutes, the crowd-trained tagger within 3 points of the gold-trained one.
 """
@@ -57,6 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import crowd_lexicon
 from bench.common import (
     REPO,
     RESULTS_DIR,
@@ -82,6 +92,7 @@ PUBLISHED = (
 CROWDKIT = ("crowd-kit majority vote", "crowd-kit Dawid-Skene", "crowd-kit GLAD",
             "crowd-kit MACE", "crowd-kit one-coin")
 JOINT = "gpsl joint: sequential + ner (default)"
+RULE = "gpsl joint: sequential + ner, priors by held-out votes"
 #: the joint model's variants: (annotator model, template, lse_bound) -> row name
 JOINT_ROWS = {
     ("confusion", None, "auto"): "gpsl joint: confusion + word windows",
@@ -112,6 +123,8 @@ class Config:
     taggers: bool = True
     variances: list = field(default_factory=list)
     priors: list = field(default_factory=list)  # (kappa, shrink) pairs
+    curve: bool = True  # section 4, the lexical features' learning curve
+    curve_only: bool = False
 
 
 # --------------------------------------------------------------------------- data
@@ -274,13 +287,24 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
                       refit=False, annotator_model=annotator_model,
                       **{"lse_bound": lse_bound, **fixed, **(crowd_kw or {})}).fit(X, votes)
     jt = np.diff(joint.joint_trace_)
-    return {"labels": joint.labels_array_,
+    choice = joint.prior_choice_
+    rule = {} if choice is None else {"kappa": choice.kappa, "shrink": choice.shrink,
+                                      "rule_scores": choice.scores,
+                                      "heldout_votes": choice.heldout_votes}
+    return {**rule, "labels": joint.labels_array_,
             "argmax_labels": decode_labels(joint.probas_, votes, "argmax"),
             "sweeps": int(joint.joint_model_.n_iter_), "max_iter": max_iter,
             "lse_bound": joint.joint_model_.lse_bound_,
             "variance": float(joint.variance_[0]),
             "min_bound_step": float(jt.min()) if jt.size else None,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
+
+
+def joint_rule_labels(votes, X, max_iter: int) -> dict:
+    """The joint model at the priors the held-out-vote rule chooses (``prior_rule=
+    "heldout"``, :mod:`gpsl.crowd.priors`, no gold read), the rule's fits in its CPU s."""
+    return joint_labels(votes, X, "sequential", "ner", max_iter,
+                        crowd_kw={"prior_rule": "heldout"})
 
 
 def ner_features(template_name: str, sents) -> list[list[dict]]:
@@ -295,13 +319,13 @@ def ner_features(template_name: str, sents) -> list[list[dict]]:
     return out
 
 
-def crfsuite_tagger(Xtr, ytr, Xte) -> dict:
+def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
     import sklearn_crfsuite
 
     crf = sklearn_crfsuite.CRF(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100,
                                all_possible_transitions=True)
-    crf.fit(ner_features("ner", Xtr), ytr)
-    return {"pred": [list(p) for p in crf.predict(ner_features("ner", Xte))]}
+    crf.fit(ner_features(template, Xtr), ytr)
+    return {"pred": [list(p) for p in crf.predict(ner_features(template, Xte))]}
 
 
 def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
@@ -312,12 +336,24 @@ def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
 
 
 def crowd_tagger(votes, Xtr, Xte) -> dict:
+    """``train --crowd``'s tagger (the refit on the joint posteriors, :func:`gpsl.crowd.joint.
+    fit_soft`), and beside it the joint fit's own tagger and the refit on the decoded labels
+    (the default before, ``refit_on="argmax"``; only the voted tokens labeled)."""
     from gpsl.crowd import CrowdGPSL
     from gpsl.model import GPSL
 
-    joint = CrowdGPSL(GPSL(template="ner")).fit(Xtr, votes)
+    joint = CrowdGPSL(GPSL(template="ner")).fit(Xtr, votes)  # refit on the posteriors
+    c0 = time.process_time()
+    hard = GPSL(template="ner").fit(Xtr, [list(v) for v in votes.split(np.array(
+        [lab if k else None for lab, k in zip(joint.labels_array_, votes.voted())],
+        dtype=object))], classes=joint.classes_)
+    hard_cpu = time.process_time() - c0
+    trace = np.diff(joint.model_.bound_trace_[1:])
     return {"pred": [list(p) for p in joint.predict(Xte)], "labels": joint.labels_array_,
-            "sweeps": int(joint.joint_model_.n_iter_)}
+            "sweeps": int(joint.joint_model_.n_iter_),
+            "own_pred": [list(p) for p in joint.joint_model_.predict(Xte)],
+            "hard_pred": [list(p) for p in hard.predict(Xte)], "hard_cpu_s": hard_cpu,
+            "min_bound_step": float(trace.min()) if trace.size else None}
 
 
 # --------------------------------------------------------------------------- the run
@@ -327,7 +363,7 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
     votes = votes_of(data.sents)
     X = [s.tokens for s in data.sents]
     rows = []
-    methods = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+    methods = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
     if cfg.quick:
         methods = [m for m in methods if m not in ("crowd-kit GLAD", "crowd-kit MACE")
                    and (not m.startswith("gpsl joint") or m == JOINT)]
@@ -339,6 +375,8 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
             out = isolated(crowdkit_labels, name, votes)
         elif name == "gpsl Dawid-Skene":
             out = isolated(gpsl_ds_labels, votes)
+        elif name == RULE:
+            out = isolated(joint_rule_labels, votes, X, cfg.max_iter)
         else:
             (am, tmpl, lse), = [k for k, v in JOINT_ROWS.items() if v == name]
             out = isolated(joint_labels, votes, X, am, tmpl, cfg.max_iter, None, lse)
@@ -422,8 +460,15 @@ def section_taggers(cfg: Config, raw: Data, log) -> tuple[list[dict], list[dict]
     out = isolated(crowd_tagger, votes, Xtr, Xte)
     joint_train = None if "error" in out else as_sentences(out["labels"], votes.lengths)
     lab_f1 = None if joint_train is None else span_scores(gtr, joint_train)["f1"]
-    crowd_rows.append(score("GPSL, ner, on the joint model's labels (train --crowd)", out,
-                            labels_from=lab_f1, labels="joint model"))
+    extra = [] if "error" in out else [
+        ("GPSL, ner, the joint fit's own tagger (echo prior)", {"pred": out.pop("own_pred"),
+                                                                "cpu_s": 0.0, "wall_s": 0.0}),
+        ("GPSL, ner, refit on the joint model's argmax labels",
+         {"pred": out.pop("hard_pred"), "cpu_s": out.pop("hard_cpu_s"), "wall_s": 0.0})]
+    crowd_rows.append(score("GPSL, ner, refit on the joint model's posteriors (train --crowd)",
+                            out, labels_from=lab_f1, labels="joint model"))
+    for name, o in extra:
+        crowd_rows.append(score(name, o, labels_from=lab_f1, labels="joint model"))
     for name, lab_name in (("crowd-kit majority vote", "majority vote"),
                            ("crowd-kit Dawid-Skene", "crowd-kit Dawid-Skene")):
         agg = isolated(crowdkit_labels, name, votes)
@@ -590,6 +635,7 @@ def write_outputs(report: dict, out: Path, stem: str) -> None:
                          meta["date"], meta["machine"], meta["git"], meta["command"])
     lines += [f"* total time: {meta.get('total_seconds', 0):.0f} s", ""]
     lines += summary_lines(report) + notes_lines(report) + table_lines(report)
+    lines += crowd_lexicon.curve_lines(report.get("curve") or [], report.get("install"))
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1) + "\n",
                                       encoding="utf-8")
@@ -610,11 +656,17 @@ def run(cfg: Config, command: str = "") -> dict:
     report = {"meta": meta, "settings": {"data": cfg.data, "quick": cfg.quick,
                                          "max_iter": cfg.max_iter},
               "alignment": data.alignment,
-              "aggregation": section_aggregation(cfg, data, log)}
+              "aggregation": [] if cfg.curve_only else section_aggregation(cfg, data, log),
+              "install": crowd_lexicon.install_size()}
     raw = data if cfg.data == "raw" else load(data_dir, "raw")
-    if cfg.taggers and not cfg.methods:
+    if cfg.taggers and not cfg.methods and not cfg.curve_only:
         log("sections 2-3 (held-out documents of raw/) ...")
         report["gold_taggers"], report["crowd_taggers"] = section_taggers(cfg, raw, log)
+    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick):
+        log("section 4 (the lexical features' learning curve) ...")
+        report["curve"] = crowd_lexicon.section_curve(raw, log, isolated, split_documents,
+                                                      span_scores, gpsl_tagger,
+                                                      crfsuite_tagger)
     report["acceptance"] = acceptance(report)
     meta["total_seconds"] = time.perf_counter() - t0
     return report
@@ -623,7 +675,7 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_priors" if cfg.priors else "") + \
+        ("_priors" if cfg.priors else "") + ("_curve" if cfg.curve_only else "") + \
         ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
@@ -644,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "at each S2 (its bound beside its F1)")
     p.add_argument("--no-taggers", action="store_true",
                    help="section 1 only (no taggers on held-out documents)")
+    p.add_argument("--curve", action="store_true",
+                   help="section 4 only: the lexical features' learning curve")
+    p.add_argument("--no-curve", action="store_true", help="without section 4")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -654,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    known = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+    known = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
     bad = [m for m in (args.methods or []) if m not in known]
     if bad:
         print(f"bench.crowd_real: unknown method {bad[0]!r}; choose from {', '.join(known)}",
@@ -671,7 +726,7 @@ def main(argv=None) -> int:
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
                  taggers=not args.no_taggers, variances=list(args.variances),
-                 priors=priors)
+                 priors=priors, curve=not args.no_curve, curve_only=args.curve)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)
@@ -680,7 +735,9 @@ def main(argv=None) -> int:
         return 2
     write_outputs(report, Path(cfg.out_dir), stem_of(cfg))
     print(f"command: {command}")
-    print("\n".join(table_lines(report) + summary_lines(report)))
+    print("\n".join(table_lines(report) + summary_lines(report)
+                    + crowd_lexicon.curve_lines(report.get("curve") or [],
+                                                report.get("install"))))
     print(f"wrote {Path(cfg.out_dir) / (stem_of(cfg) + '.md')} and .json")
     return 0
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from gpsl import lexicon as lexical
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
@@ -84,8 +85,9 @@ class Template:
         """Parse template text; :class:`InputError` naming ``source`` and the line on error."""
         if not isinstance(text, str):
             raise TypeError("template text must be a str")
-        if text.strip() in FEATURE_SETS:  # a built-in feature set by name
-            return FEATURE_SETS[text.strip()]()
+        named = NerFeatures.from_name(text)  # a built-in feature set by name
+        if named is not None:
+            return named
         if "\x00" in text:
             raise InputError("NUL byte in template", source=source)
         if len(text) > MAX_TEMPLATE_CHARS:
@@ -131,8 +133,9 @@ class Template:
     def from_spec(cls, spec: str | os.PathLike, encoding: str = "utf-8") -> Template:
         """A built-in feature set by name (``"ner"``), else a template file (a file named like
         a feature set is read as ``./ner``)."""
-        if str(spec) in FEATURE_SETS:
-            return FEATURE_SETS[str(spec)]()
+        named = NerFeatures.from_name(str(spec))
+        if named is not None:
+            return named
         if not os.path.exists(spec):
             raise InputError("no such template file, and not a built-in feature set ("
                              + ", ".join(FEATURE_SETS) + ")", source=str(spec))
@@ -283,7 +286,13 @@ class NerFeatures(Template):
     * ``cap`` (:func:`capitalisation`: ``init``, ``all``, ``mixed``, ``lower``, ``none``) and
       ``cap-1``, ``cap+1``, ``cap-1|cap``, ``cap|cap+1``; ``dig`` (digits: ``all``, ``some``,
       ``none``); ``hyp`` (a hyphen: ``1``/``0``); ``pos`` (``first``, ``last``, ``only``,
-      ``mid``); ``bias`` (every token).
+      ``mid``); ``bias`` (every token);
+    * lexical knowledge (:mod:`gpsl.lexicon`, group ``cluster``): ``bc4 bc6 bc10 bc20``, the
+      first 4, 6, 10 and 20 steps of the word's Brown cluster path, and the same at offsets -1
+      and +1 (``bc4-1`` ...); group ``freq``: ``fq``, the word's frequency bucket. A word the
+      table lacks reads ``none``. ``ner`` is English with the clusters (the frequency did
+      not pay); ``ner:de`` another language's, ``ner:en:cluster,freq`` or ``ner:en:none``
+      other groups.
 
     Further columns ``c`` (e.g. part of speech) get the default template's window: ``cC-2
     .. cC+2`` and the pairs ``cC-1|cC``, ``cC|cC+1``. Outside the sentence a window reads
@@ -295,10 +304,35 @@ class NerFeatures(Template):
              "ss+1", "ss+2", "ss-1|ss", "ss|ss+1", "w-1|ss", "ss|w+1", "p1", "p2", "p3", "p4",
              "s1", "s2", "s3", "s4", "cap", "cap-1", "cap+1", "cap-1|cap", "cap|cap+1", "dig",
              "hyp", "pos", "bias")
+    #: Brown cluster path prefixes (:data:`gpsl.lexicon.CLUSTER_LENGTHS`) at offsets -1, 0, +1
+    CLUSTER_SLOTS = tuple(f"bc{k}{o}" for k in lexical.CLUSTER_LENGTHS for o in ("-1", "", "+1"))
 
-    def __init__(self, source: str = "<ner>"):
-        slots = [UnigramTemplate(k, (), (k,), 0, k) for k in self.SLOTS]
-        super().__init__(self.NAME, source, slots, [])
+    def __init__(self, source: str = "<ner>", lang: str = "en",
+                 groups: Sequence[str] = lexical.DEFAULT_GROUPS):
+        if lang not in lexical.languages():
+            lexical.lexicon(lang)  # raises the one-line refusal
+        if set(groups) - set(lexical.GROUPS):
+            raise InputError(f"unknown lexical groups {sorted(set(groups) - set(lexical.GROUPS))}"
+                             f" (groups: {', '.join(lexical.GROUPS)})", source=source)
+        self.lang, self.groups = lang, tuple(g for g in lexical.GROUPS if g in groups)
+        self.slots = self.SLOTS + (self.CLUSTER_SLOTS if "cluster" in groups else ()) + (
+            ("fq",) if "freq" in groups else ())
+        name = self.NAME if (lang, self.groups) == ("en", lexical.DEFAULT_GROUPS) else (
+            f"{self.NAME}:{lang}" + ("" if self.groups == lexical.DEFAULT_GROUPS else
+                                     ":" + (",".join(self.groups) or "none")))
+        units = [UnigramTemplate(k, (), (k,), 0, k) for k in self.slots]
+        super().__init__(name, source, units, [])
+
+    @classmethod
+    def from_name(cls, name: str) -> NerFeatures | None:
+        """``ner``, ``ner:LANG`` or ``ner:LANG:GROUPS`` (comma-separated :data:`gpsl.lexicon.
+        GROUPS`, or ``none``); ``None`` for a text that is no such name."""
+        parts = name.strip().split(":")
+        if parts[0] != cls.NAME or len(parts) > 3 or "\n" in name.strip():
+            return None
+        groups = lexical.DEFAULT_GROUPS if len(parts) < 3 else tuple(
+            g for g in parts[2].split(",") if g and parts[2] != "none")
+        return cls(lang=parts[1] if len(parts) > 1 else "en", groups=groups)
 
     @property
     def max_column(self) -> int:
@@ -309,7 +343,7 @@ class NerFeatures(Template):
         return 2
 
     def __repr__(self) -> str:
-        return f"NerFeatures({len(self.SLOTS)} slots on column 0, windows on other columns)"
+        return f"NerFeatures({len(self.slots)} slots on column 0, windows on other columns)"
 
     def validate(self, n_columns: int) -> None:
         if n_columns < 1:
@@ -321,10 +355,10 @@ class NerFeatures(Template):
         return [block[position] for block in self.expand_sentence(tokens)]
 
     def expand_sentence(self, tokens: Sequence[Token]) -> list[list[str]]:
-        """One block per slot (in :attr:`SLOTS` order, then the other columns' windows)."""
+        """One block per slot (in :attr:`slots` order, then the other columns' windows)."""
         n = len(tokens)
         if n == 0:
-            return [[] for _ in self.SLOTS]
+            return [[] for _ in self.slots]
         words = [tok[0] for tok in tokens]
         low = [w.lower() for w in words]
         shape = [word_shape(w) for w in words]
@@ -340,8 +374,16 @@ class NerFeatures(Template):
         col["dig"] = [digits(w) for w in words]
         col["hyp"] = ["1" if "-" in w else "0" for w in words]
         col["pos"] = [position(i, n) for i in range(n)]
+        if self.groups:
+            lex = lexical.lexicon(self.lang)
+            if "cluster" in self.groups:
+                for k in lexical.CLUSTER_LENGTHS:
+                    col[f"bc{k}"] = c = lex.clusters(words, k)
+                    col[f"bc{k}-1"], col[f"bc{k}+1"] = window(c, -1), window(c, 1)
+            if "freq" in self.groups:
+                col["fq"] = lex.buckets(words)
         out = []
-        for slot in self.SLOTS:
+        for slot in self.slots:
             if slot == "bias":
                 out.append(["bias"] * n)
             elif "|" in slot:

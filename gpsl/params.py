@@ -330,6 +330,11 @@ _P = [
           help="the joint fit's annotator model: 'sequential' (confusion conditioned on the "
                "annotator's previous label, as BSC-seq) or 'confusion' (Dawid-Skene)",
           doc="see :mod:`gpsl.crowd.sequential`"),
+    Param("prior_rule", "fixed", (_opts("fixed", "heldout"),), flags=("--prior-rule",),
+          group="crowd",
+          help="the sequential model's kappa and shrink: 'fixed' as given, 'heldout' the grid "
+               "pair whose fit best predicts a fifth of the votes left out (no gold read)",
+          doc="see :mod:`gpsl.crowd.priors`"),
     Param("kappa", 30.0, (_real(1e-3, 1e6),), flags=("--kappa",), metavar="K", group="crowd",
           help="sequential annotator model: shrink each previous-label row towards the "
                "annotator's confusion row with K pseudo-votes"),

@@ -110,3 +110,29 @@ def test_prior_rows_fit_the_joint_model_at_each_pair(tmp_path):
     assert rows[1]["bound"] == rows[0]["bound"] and rows[1]["f1"] == rows[0]["f1"]
     assert rows[2]["kappa"] == 3.0 and rows[2]["bound"] != rows[0]["bound"]
     assert cr.stem_of(cfg) == "crowd_real_priors"
+
+
+def test_the_prior_rule_row_and_the_learning_curve(tmp_path, monkeypatch):
+    from bench import crowd_lexicon
+
+    data_dir = fake_crowd(tmp_path / "crowd-ner")
+    cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=6,
+                    verbose=False, taggers=False, methods=[cr.RULE])
+    report = cr.run(cfg, command="python -m bench.crowd_real --test")
+    row, = report["aggregation"]
+    assert "error" not in row, row
+    assert (row["kappa"], row["shrink"]) in {(k, s) for k, s, _ in row["rule_scores"]}
+    assert max(v for *_, v in row["rule_scores"]) == next(
+        v for k, s, v in row["rule_scores"] if (k, s) == (row["kappa"], row["shrink"]))
+    monkeypatch.setattr(crowd_lexicon, "SIZES", (4, None))
+    monkeypatch.setattr(crowd_lexicon, "VARIANTS", (("none", "ner:en:none"),
+                                                    ("cluster", "ner")))
+    curve = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), verbose=False,
+                      curve_only=True)
+    rep = cr.run(curve, command="python -m bench.crowd_real --curve")
+    assert len(rep["curve"]) == 2 * 2 * 2 and all("f1" in r for r in rep["curve"])
+    assert sorted({r["n"] for r in rep["curve"]})[0] == 4
+    assert rep["install"]["total_bytes"] == sum(rep["install"]["files"].values()) > 10**6
+    cr.write_outputs(rep, tmp_path / "out", cr.stem_of(curve))
+    md = (tmp_path / "out" / "crowd_real_curve.md").read_text()
+    assert "## 4. Lexical features" in md and "to the install" in md

@@ -300,7 +300,8 @@ def test_decode_labels_are_span_valid():
 
 def test_echo_variance_counts_features_per_token():
     X = [[("John",), ("lives",)], [("in",), ("Paris",), ("now",)]]
-    assert echo_variance(X, "ner") == pytest.approx(1.0 / 34)
+    assert echo_variance(X, "ner:en:none") == pytest.approx(1.0 / 34)
+    assert echo_variance(X, "ner") == pytest.approx(1.0 / (34 + 12))  # + the cluster slots
     assert echo_variance(X, None) == pytest.approx(1.0 / 7)
     assert echo_variance(X, UNIGRAM_TEMPLATE, min_freq=1) == pytest.approx(
         1.0 / len([x for x in UNIGRAM_TEMPLATE.split("\n") if x.startswith("U")]))

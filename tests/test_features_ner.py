@@ -82,14 +82,14 @@ def test_flags_at_the_edges_and_short_words():
 def test_one_feature_per_slot_and_windows_on_other_columns():
     ner = NerFeatures()
     blocks = ner.expand_sentence(SENT)
-    assert len(blocks) == len(NerFeatures.SLOTS) and all(len(b) == len(SENT) for b in blocks)
+    assert len(blocks) == len(NerFeatures().slots) and all(len(b) == len(SENT) for b in blocks)
     two = [(w, pos) for (w,), pos in zip(SENT, ["NNP", "NNP", "IN", "NNP", "CD", "NNP"])]
     f = {x.partition("=")[0]: x.partition("=")[2] for x in ner.expand(two, 2)}
     assert (f["c1-2"], f["c1-1"], f["c1+0"], f["c1+1"], f["c1+2"]) == \
         ("NNP", "NNP", "IN", "NNP", "CD")
     assert f["c1-1|c1"] == "NNP|IN" and f["c1|c1+1"] == "IN|NNP"
-    assert len(ner.expand_sentence(two)) == len(NerFeatures.SLOTS) + 7
-    assert ner.expand_sentence([]) == [[] for _ in NerFeatures.SLOTS]
+    assert len(ner.expand_sentence(two)) == len(NerFeatures().slots) + 7
+    assert ner.expand_sentence([]) == [[] for _ in NerFeatures().slots]
     with pytest.raises(InputError, match="word column"):
         ner.validate(0)
 
@@ -101,7 +101,7 @@ def test_the_name_works_wherever_a_template_does(tmp_path):
     X = ex.transform([SENT])
     assert X.shape[0] == len(SENT)
     np.testing.assert_array_equal(np.asarray((X != 0).sum(axis=1)).ravel(),
-                                  len(NerFeatures.SLOTS))
+                                  len(NerFeatures().slots))
     back = FeatureExtractor.from_dict(ex.to_dict())
     assert isinstance(back.template, NerFeatures)
     assert (back.transform([SENT]) != X).nnz == 0

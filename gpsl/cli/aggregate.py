@@ -28,7 +28,7 @@ from gpsl.errors import InputError
 #: default is None on the command line so that ``train`` can tell one given without --crowd
 CROWD_PARAMS = ("min_votes", "prior_diag", "prior_off", "shrink")
 #: the joint model's own parameters (``train --crowd``, ``aggregate --model joint``)
-JOINT_PARAMS = ("tagger_prior", "annotator_model", "kappa")
+JOINT_PARAMS = ("tagger_prior", "annotator_model", "kappa", "prior_rule")
 METHODS = ("dawid-skene", "majority", "joint")
 
 
@@ -198,6 +198,24 @@ def gold_span_f1(sents, labels_flat) -> float | None:
     return 100.0 * metrics.chunk_scores(gold, pred)["f1"]
 
 
+def prior_report(joint) -> dict:
+    """``{"priors": ...}``: the held-out-vote rule's choice and scores (else nothing)."""
+    c = getattr(joint, "prior_choice_", None)
+    if c is None:
+        return {}
+    return {"priors": {"kappa": c.kappa, "shrink": c.shrink, "heldout_votes": c.heldout_votes,
+                       "scores": [{"kappa": k, "shrink": s, "heldout_log_lik": v}
+                                  for k, s, v in c.scores]}}
+
+
+def prior_line(joint) -> None:
+    c = getattr(joint, "prior_choice_", None)
+    if c is not None:
+        common.err(f"gpsl: priors by {c.heldout_votes} held-out votes: kappa {c.kappa:g}, "
+                   f"shrink {c.shrink:g} (held-out log-likelihood "
+                   f"{max(v for *_, v in c.scores):.1f} nats, best of {len(c.scores)})")
+
+
 def _fit_joint(args: argparse.Namespace, sents, votes):
     """``--model joint``: :class:`gpsl.crowd.CrowdGPSL` without the refit of a tagger."""
     from gpsl.crowd import CrowdGPSL
@@ -259,9 +277,11 @@ def run(args: argparse.Namespace) -> int:
     write_report(args.report, {"method": args.method, "classes": votes.classes,
                                "tokens": votes.n, "voted_tokens": int(votes.voted().sum()),
                                "gold_accuracy": gold, "gold_span_f1": f1,
-                               "alignment": alignment_of(args), "annotators": rows})
+                               "alignment": alignment_of(args), "annotators": rows,
+                               **prior_report(agg)})
     if not args.quiet:
         common.err(annotator_table(rows))
+        prior_line(agg)
         common.err(f"gpsl: aggregated {int(votes.token.size)} votes of {votes.A} annotators "
                    f"on {int(votes.voted().sum())} of {votes.n} tokens"
                    + ("" if gold is None else f"; accuracy against the gold labels {gold:.2f}%")

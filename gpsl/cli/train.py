@@ -230,9 +230,10 @@ def _run_crowd(args: argparse.Namespace) -> int:
                                          "gold_span_f1": aggregate.gold_span_f1(
                                              sents, joint.labels_array_),
                                          "alignment": aggregate.alignment_of(args),
-                                         "annotators": rows})
+                                         "annotators": rows, **aggregate.prior_report(joint)})
     if not args.quiet:
         common.err(aggregate.annotator_table(rows))
+        aggregate.prior_line(joint)
     common.err(f"gpsl: trained on {votes.n} tokens ({len(sents)} sentences) with "
                f"{votes.token.size} votes of {votes.A} annotators, {len(votes.classes)} labels; "
                f"{run_.summary()}; {time.perf_counter() - t0:.2f} seconds in all; model saved "
