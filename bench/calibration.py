@@ -267,9 +267,13 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
     fits, cv = Calibrator.select_all(fold_scores, fold_gold, source=src,
                                      ensemble=ENSEMBLES)
     ens = {mode: next(k for k in fits if k.endswith(f"/{mode} ensemble")) for mode in ENSEMBLES}
+    # the structured temperature (the default before issue 36's step), for comparison only
+    structured, _ = Calibrator.select_all(fold_scores, fold_gold, source=src, methods=("mean",),
+                                          kinds=("structured", "structured+vector"),
+                                          ensemble=None)
     cands = {"raw+T": fits["mean/temperature"], "probit+T": fits["probit/temperature"],
-             "structured": fits["mean/structured"],
-             "structured+V": fits["mean/structured+vector"],
+             "structured": structured["mean/structured"],
+             "structured+V": structured["mean/structured+vector"],
              "stack ensemble": fits[ens["stack"]], "uniform ensemble": fits[ens["uniform"]]}
     singles = {k: v for k, v in fits.items() if v.kind != "ensemble"}
     cands["best single"] = Calibrator.choose(singles, cv, "nll")

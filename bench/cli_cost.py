@@ -72,16 +72,35 @@ def _env() -> dict:
     return env
 
 
+#: a small process between this one and the measured command: it forks the command and
+#: writes the command's own rusage (CPU, peak resident set) as JSON to the file it is given.
+#: A child spawned straight from this process (vfork) would count this process's own peak
+#: resident set, before its exec, as the child's (Linux keeps the larger of the two).
+_SHIM = """import json, os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump({"cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kib": ru.ru_maxrss}, f)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_command(argv: list[str], stdout_path: Path | None = None) -> dict:
     """``argv`` as a subprocess: wall and CPU seconds (its own and its waited children's),
     peak resident set (MiB), stdout (or into ``stdout_path``) and stderr."""
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as err, \
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as usage, \
             (open(stdout_path, "wb") if stdout_path else tempfile.TemporaryFile()) as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=_env(), cwd=str(REPO))
-        _, status, ru = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.Popen([sys.executable, "-c", _SHIM, usage.name, *argv], stdout=out,
+                                stderr=err, env=_env(), cwd=str(REPO))
+        proc.wait()
         wall = time.perf_counter() - t0
+        ru = json.loads(usage.read() or "{}")
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace")
         text = ""
@@ -91,8 +110,8 @@ def run_command(argv: list[str], stdout_path: Path | None = None) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: "
                            f"{stderr.strip().splitlines()[-1:]}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
-            "peak_mib": ru.ru_maxrss / 1024.0, "stdout": text, "stderr": stderr}
+    return {"wall_s": wall, "cpu_s": ru["cpu_s"], "peak_mib": ru["maxrss_kib"] / 1024.0,
+            "stdout": text, "stderr": stderr}
 
 
 def _cpu() -> float:

@@ -35,18 +35,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from gpsl import lexicon as lexical
+from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
 __all__ = ["FEATURE_SETS", "MAX_OFFSET", "FeatureExtractor", "NerFeatures", "Template",
            "UnigramTemplate", "capitalisation", "default_template", "short_shape", "word_shape"]
-
-#: the most feature lines (U and B) a template holds: each is a feature of every token, and
-#: CRF++'s own templates have a few dozen (20,000 lines ran past 90 s and 6 GB)
-MAX_TEMPLATE_LINES = 1000
-#: the most characters of template text (comments included), refused before it is parsed
-MAX_TEMPLATE_CHARS = 100_000
 
 
 class Template:
@@ -90,9 +85,9 @@ class Template:
             return named
         if "\x00" in text:
             raise InputError("NUL byte in template", source=source)
-        if len(text) > MAX_TEMPLATE_CHARS:
+        if len(text) > limits.MAX_TEMPLATE_CHARS:
             raise InputError(f"template of {len(text):,} characters: the most is "
-                             f"{MAX_TEMPLATE_CHARS:,}", source=source)
+                             f"{limits.MAX_TEMPLATE_CHARS:,}", source=source)
         unigrams: list[UnigramTemplate] = []
         bigrams: list[UnigramTemplate] = []
         body = text.removeprefix("\ufeff")
@@ -101,10 +96,10 @@ class Template:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            if len(unigrams) + len(bigrams) >= MAX_TEMPLATE_LINES:
-                raise InputError(f"template of more than {MAX_TEMPLATE_LINES:,} feature lines"
-                                 " (every line is a feature of every token)", source=source,
-                                 line=lineno)
+            if len(unigrams) + len(bigrams) >= limits.MAX_TEMPLATE_LINES:
+                raise InputError(f"template of more than {limits.MAX_TEMPLATE_LINES:,} feature"
+                                 " lines (every line is a feature of every token)",
+                                 source=source, line=lineno)
             if line[0] == "U":
                 unigrams.append(_parse_line(line, lineno, source))
             elif line[0] == "B":
@@ -287,12 +282,8 @@ class NerFeatures(Template):
       ``cap-1``, ``cap+1``, ``cap-1|cap``, ``cap|cap+1``; ``dig`` (digits: ``all``, ``some``,
       ``none``); ``hyp`` (a hyphen: ``1``/``0``); ``pos`` (``first``, ``last``, ``only``,
       ``mid``); ``bias`` (every token);
-    * lexical knowledge (:mod:`gpsl.lexicon`, group ``cluster``): ``bc4 bc6 bc10 bc20``, the
-      first 4, 6, 10 and 20 steps of the word's Brown cluster path, and the same at offsets -1
-      and +1 (``bc4-1`` ...); group ``freq``: ``fq``, the word's frequency bucket. A word the
-      table lacks reads ``none``. ``ner`` is English with the clusters (the frequency did
-      not pay); ``ner:de`` another language's, ``ner:en:cluster,freq`` or ``ner:en:none``
-      other groups.
+    * :mod:`gpsl.lexicon`'s groups: ``cluster``, Brown path prefixes ``bc4 .. bc20`` at -1, 0,
+      +1; ``freq``, a frequency bucket ``fq`` (``none``: not in the table; ``ner:LANG:GROUPS``).
 
     Further columns ``c`` (e.g. part of speech) get the default template's window: ``cC-2
     .. cC+2`` and the pairs ``cC-1|cC``, ``cC|cC+1``. Outside the sentence a window reads
@@ -304,29 +295,27 @@ class NerFeatures(Template):
              "ss+1", "ss+2", "ss-1|ss", "ss|ss+1", "w-1|ss", "ss|w+1", "p1", "p2", "p3", "p4",
              "s1", "s2", "s3", "s4", "cap", "cap-1", "cap+1", "cap-1|cap", "cap|cap+1", "dig",
              "hyp", "pos", "bias")
-    #: Brown cluster path prefixes (:data:`gpsl.lexicon.CLUSTER_LENGTHS`) at offsets -1, 0, +1
     CLUSTER_SLOTS = tuple(f"bc{k}{o}" for k in lexical.CLUSTER_LENGTHS for o in ("-1", "", "+1"))
 
     def __init__(self, source: str = "<ner>", lang: str = "en",
                  groups: Sequence[str] = lexical.DEFAULT_GROUPS):
         if lang not in lexical.languages():
             lexical.lexicon(lang)  # raises the one-line refusal
-        if set(groups) - set(lexical.GROUPS):
-            raise InputError(f"unknown lexical groups {sorted(set(groups) - set(lexical.GROUPS))}"
-                             f" (groups: {', '.join(lexical.GROUPS)})", source=source)
+        if bad := sorted(set(groups) - set(lexical.GROUPS)):
+            raise InputError(f"unknown lexical groups {bad} (groups: {', '.join(lexical.GROUPS)})",
+                             source=source)
         self.lang, self.groups = lang, tuple(g for g in lexical.GROUPS if g in groups)
         self.slots = self.SLOTS + (self.CLUSTER_SLOTS if "cluster" in groups else ()) + (
             ("fq",) if "freq" in groups else ())
-        name = self.NAME if (lang, self.groups) == ("en", lexical.DEFAULT_GROUPS) else (
-            f"{self.NAME}:{lang}" + ("" if self.groups == lexical.DEFAULT_GROUPS else
-                                     ":" + (",".join(self.groups) or "none")))
+        name = f"{self.NAME}:{lang}" + ("" if self.groups == lexical.DEFAULT_GROUPS else
+                                         ":" + (",".join(self.groups) or "none"))
         units = [UnigramTemplate(k, (), (k,), 0, k) for k in self.slots]
-        super().__init__(name, source, units, [])
+        super().__init__(self.NAME if name == "ner:en" else name, source, units, [])
 
     @classmethod
     def from_name(cls, name: str) -> NerFeatures | None:
-        """``ner``, ``ner:LANG`` or ``ner:LANG:GROUPS`` (comma-separated :data:`gpsl.lexicon.
-        GROUPS`, or ``none``); ``None`` for a text that is no such name."""
+        """``ner``, ``ner:LANG`` or ``ner:LANG:GROUPS`` (comma-separated, or ``none``); ``None``
+        for a text that is no such name."""
         parts = name.strip().split(":")
         if parts[0] != cls.NAME or len(parts) > 3 or "\n" in name.strip():
             return None

@@ -157,3 +157,9 @@ def check_upload_size(n_bytes: int, limit: int | None, source: str | None) -> No
             f"the file is {_size(n_bytes)}; the upload limit is {_size(limit)}"
             f" (set {ENV_MAX_UPLOAD_MB})",
             source=source)
+
+#: the most feature lines (U and B) a template holds: each is a feature of every token, and
+#: CRF++'s own templates have a few dozen (20,000 lines ran past 90 s and 6 GB)
+MAX_TEMPLATE_LINES = 1000
+#: the most characters of template text (comments included), refused before it is parsed
+MAX_TEMPLATE_CHARS = 100_000

@@ -53,8 +53,7 @@ from pages._text import status_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_data"
-#: the tab's icon, served by the app itself (a ``:material/...:`` icon made every page load
-#: ask fonts.gstatic.com for it, a request off the machine that fails offline)
+#: the tab's icon, served by the app (a ``:material/...:`` one is fetched from fonts.gstatic.com)
 PAGE_ICON = str(ROOT / "pages" / "icon.png")
 PAGES = {
     "project": "pages/project.py",
@@ -205,13 +204,10 @@ def on_click_data(build, action: str):
 
 
 def parse_upload(upload, fmt: str, store=None) -> list | None:
-    """The sentences of an uploaded file (under ``store``'s limits, its own exports always
-    read back), or ``None`` after showing one error line (never a traceback for a bad
-    file)."""
+    """The sentences of an uploaded file (under ``store``'s limits: its own exports read
+    back), or ``None`` after showing one error line (never a traceback for a bad file)."""
     try:
-        if store is not None:
-            return store.parse_upload(upload.getvalue(), upload.name, fmt)
-        return back.parse_upload(upload.getvalue(), upload.name, fmt)
+        return (store or back).parse_upload(upload.getvalue(), upload.name, fmt)
     except InputError as exc:
         error(str(exc))
     except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback
@@ -294,8 +290,7 @@ def served_locally() -> bool:
 
 
 def client_address() -> str:
-    """Where this tab connects from (the sign-in rate limit counts per place too): behind
-    a trusted proxy, the address its configured header names (:func:`back.client_address`)."""
+    """Where this tab connects from, for the sign-in limit (:func:`back.client_address`)."""
     try:
         ip, headers = st.context.ip_address, st.context.headers
     except Exception:  # noqa: BLE001

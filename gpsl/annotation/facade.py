@@ -8,8 +8,6 @@ itself (training jobs, imports, exports, reports) take any object with these met
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -593,31 +591,4 @@ class Store:
         return exports.model_zip(self.model_path(version_id))
 
 
-def _typed_ids(cls):
-    """Every public method of ``cls`` taking an id or a token index
-    (:data:`gpsl.annotation.validate.ID_ARGS`) checks it first (:func:`validate.whole`): a
-    bool, a float, a string or a negative number is refused in one line on both back ends
-    (``get_project(True)`` was project 1 on SQLite and a raw SQL error on PostgreSQL)."""
-    for name, fn in list(vars(cls).items()):
-        if name.startswith("_") or not inspect.isfunction(fn):
-            continue
-        sig = inspect.signature(fn)
-        checked = [p for p in sig.parameters if p in validate.ID_ARGS]
-        if not checked:
-            continue
-
-        def wrapper(*args, _fn=fn, _sig=sig, _checked=tuple(checked), **kwargs):
-            try:
-                a = _sig.bind(*args, **kwargs).arguments
-            except TypeError:
-                return _fn(*args, **kwargs)  # Python's own error
-            for p in _checked:
-                if p in a and (a[p] is not None or p == "token_index"):
-                    validate.whole(a[p], validate.ID_ARGS[p])
-            return _fn(*args, **kwargs)
-
-        setattr(cls, name, functools.wraps(fn)(wrapper))
-    return cls
-
-
-Store = _typed_ids(Store)
+Store = validate.typed_ids(Store)

@@ -4,6 +4,8 @@ sets, offsets, splits, annotators and sentences.  Problems raise
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 import re
@@ -315,3 +317,30 @@ def template(text: str, n_columns: int) -> None:
 def default_template_text(n_columns: int) -> str:
     """gpsl's default window template over ``n_columns`` token columns (CRF++ text)."""
     return default_template(max(1, int(n_columns))).text
+
+
+def typed_ids(cls):
+    """Every public method of ``cls`` taking an id or a token index
+    (:data:`ID_ARGS`) checks it first (:func:`whole`): a
+    bool, a float, a string or a negative number is refused in one line on both back ends
+    (``get_project(True)`` was project 1 on SQLite and a raw SQL error on PostgreSQL)."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        sig = inspect.signature(fn)
+        checked = [p for p in sig.parameters if p in ID_ARGS]
+        if not checked:
+            continue
+
+        def wrapper(*args, _fn=fn, _sig=sig, _checked=tuple(checked), **kwargs):
+            try:
+                a = _sig.bind(*args, **kwargs).arguments
+            except TypeError:
+                return _fn(*args, **kwargs)  # Python's own error
+            for p in _checked:
+                if p in a and (a[p] is not None or p == "token_index"):
+                    whole(a[p], ID_ARGS[p])
+            return _fn(*args, **kwargs)
+
+        setattr(cls, name, functools.wraps(fn)(wrapper))
+    return cls

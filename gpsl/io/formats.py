@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from gpsl import limits
@@ -132,8 +133,9 @@ def read_conll(
         default), ``0`` means no limit. A longer sentence or line is an :class:`InputError`.
     """
     name = _source_name(source, name)
-    return list(_conll_sentences(_lines(_read_source(source, encoding, name)), name, missing,
-                                 labeled, max_tokens, max_line_chars))
+    lines = _lines(_read_source(source, encoding, name))
+    return list(_conll_sentences(lines, name, missing, labeled, max_tokens, max_line_chars,
+                                 tabbed=_tab_separated(lines)))
 
 
 def iter_conll(
@@ -150,12 +152,29 @@ def iter_conll(
     (:func:`gpsl.io.source.iter_lines`): the memory held does not grow with the file. The same
     checks, each raised when its line is reached (sentences before it have been yielded)."""
     name = _source_name(source, name)
+    tabbed = False  # a stream is read once: the whole-file test needs a file to read twice
+    if isinstance(source, (bytes, bytearray)) or (
+            isinstance(source, (str, os.PathLike)) and not Path(source).is_fifo()):
+        tabbed = _tab_separated(iter_lines(source, encoding, name))
     yield from _conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
-                                max_tokens, max_line_chars)
+                                max_tokens, max_line_chars, tabbed=tabbed)
+
+
+def _tab_separated(lines: Iterable[str]) -> bool:
+    """Whether every non-blank line has the same number (one or more) of tabs between its
+    columns: a tab-separated file, whose columns are the tab-separated fields."""
+    counts: set[int] = set()
+    for ln in lines:
+        if ln.strip(" \t"):
+            counts.add(ln.strip(" \t").count("\t"))
+            if len(counts) > 1 or 0 in counts:
+                return False
+    return bool(counts)
 
 
 def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
-                     max_tokens: int | None, max_line_chars: int | None) -> Iterator[Sentence]:
+                     max_tokens: int | None, max_line_chars: int | None, *,
+                     tabbed: bool = False) -> Iterator[Sentence]:
     """The sentences of CRF++ column lines (the readers above); InputError naming the line."""
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
@@ -169,7 +188,6 @@ def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: boo
     good_labels: set[str] = set()
     split = _COLUMN_SEP.split
 
-    tabs = None  # the first line's tab count: a tab-separated file when >= 1
     for lineno, raw in enumerate(lines, start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         stripped = raw.strip(" \t")
@@ -181,9 +199,7 @@ def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: boo
                 tokens, labels, n_in_sentence = [], [], 0
             continue
         cols = split(stripped)
-        if tabs is None:
-            tabs = stripped.count("\t")
-        if tabs and " " in stripped and stripped.count("\t") == tabs:
+        if tabbed and " " in stripped:
             _refuse_mixed_separators(stripped, name, lineno)
         if n_cols == 0:
             n_cols = len(cols)
