@@ -370,17 +370,20 @@ def first_lead() -> None:
             "To let a team in, create your own lead account first (with a password); from "
             "then on everyone signs in, and this tab stays signed in as that account.",
             icon=":material/info:")
+    # keys of its own: a second submit (Enter, then a click) that arrives after this tab is
+    # signed in must not fire the "New account" form, nor fill it with this name and password
     with st.form("first_lead", clear_on_submit=False):
         st.markdown("**Your lead account**")
         with st.container(horizontal=True):
-            name = st.text_input("Name", max_chars=60, key="acct_new_name", value=who.name)
+            name = st.text_input("Name", max_chars=60, key="lead_first_name",
+                                 value=who.name)
             password = st.text_input(f"Password (at least {MIN_PASSWORD} characters, hard "
-                                     "to guess)", type="password", key="acct_new_pw",
+                                     "to guess)", type="password", key="lead_first_pw",
                                      max_chars=256)
             again = st.text_input("The same password again", type="password",
-                                  key="acct_new_pw2", max_chars=256)
+                                  key="lead_first_pw2", max_chars=256)
         create = st.form_submit_button("Create the lead account", icon=":material/person_add:",
-                                       key="acct_create")
+                                       key="lead_first_create")
     if create:
         if password != again:
             _ui.error("The two passwords differ.")

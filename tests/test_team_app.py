@@ -59,15 +59,15 @@ def test_first_account_turns_sign_in_on(db):
     assert at.title[0].value == "Team" and signed_in_as(at) is None
     assert at.sidebar.text_input(key="annotator").value == "tester"
     assert any("Local mode" in c.value for c in at.sidebar.caption)
-    at.text_input(key="acct_new_name").set_value("Lea")
-    at.text_input(key="acct_new_pw").set_value("12345678901")  # long, but common
-    at.text_input(key="acct_new_pw2").set_value("12345678901")
-    at.button(key="acct_create").click().run()
+    at.text_input(key="lead_first_name").set_value("Lea")
+    at.text_input(key="lead_first_pw").set_value("12345678901")  # long, but common
+    at.text_input(key="lead_first_pw2").set_value("12345678901")
+    at.button(key="lead_first_create").click().run()
     assert [e.value for e in at.error] and "too easy to guess" in at.error[0].value
     assert Store(db).account_count() == 0
-    at.text_input(key="acct_new_pw").set_value(PASSWORD)
-    at.text_input(key="acct_new_pw2").set_value(PASSWORD)
-    at.button(key="acct_create").click().run()
+    at.text_input(key="lead_first_pw").set_value(PASSWORD)
+    at.text_input(key="lead_first_pw2").set_value(PASSWORD)
+    at.button(key="lead_first_create").click().run()
     assert not at.exception and not at.error
     store = Store(db)
     assert [(a["name"], a["role"]) for a in store.list_accounts()] == [("Lea", "lead")]
@@ -96,6 +96,28 @@ def test_first_account_turns_sign_in_on(db):
         assert [t.value for t in at_url.title] == ["Sign in"] and no_token_in_url(at_url)
     again = run(session="forged-session")
     assert [t.value for t in again.title] == ["Sign in"]
+
+
+def test_a_second_submit_of_the_first_lead_form_keeps_the_tab_signed_in(db):
+    """Enter, then a click on "Create the lead account": the second trigger reaches the
+    server after the first one created the account and signed the tab in. It must fire
+    nothing (a widget with the same key, the "New account" form's, got it and answered
+    "already exists" with the lead's name and password filled in)."""
+    at = run(page="team")
+    at.text_input(key="lead_first_name").set_value("Lea")
+    at.text_input(key="lead_first_pw").set_value(PASSWORD)
+    at.text_input(key="lead_first_pw2").set_value(PASSWORD)
+    button = at.button(key="lead_first_create")
+    button.click().run()
+    assert signed_in_as(at) == "Lea" and not at.error
+    again = [b for b in at.button if b.key == button.key]  # what the second trigger reaches
+    for b in again:
+        b.click().run()
+    assert not at.exception and not [e.value for e in at.error], [e.value for e in at.error]
+    assert signed_in_as(at) == "Lea" and at.title[0].value == "Team"
+    assert [a["name"] for a in Store(db).list_accounts()] == ["Lea"]
+    new_form = {w.key: w.value for w in at.text_input}
+    assert new_form.get("acct_new_name") == "" and new_form.get("acct_new_pw") == ""
 
 
 def test_sign_in_is_rate_limited(db):
