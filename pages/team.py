@@ -149,8 +149,13 @@ def show_people(pid: int) -> None:
                        "the votes: how often they give each label when the true label is "
                        "another.")
     rows = people_rows(figures.people, crowd)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, height=min(38 + 35 * len(rows), 560),
-                 column_config={"mean κ": st.column_config.NumberColumn(format="%.2f"),
+    table = pd.DataFrame(rows)  # a person who shares no token with another: "–", not None
+    table["mean κ"] = [fmt_num(k) for k in table["mean κ"]]
+    st.dataframe(table, hide_index=True, height=min(38 + 35 * len(rows), 560),
+                 column_config={"mean κ": st.column_config.TextColumn(
+                     "mean κ", help="Cohen's κ with each other person, weighted by the tokens "
+                                    "both labeled; – : no token labeled by this person and "
+                                    "another."),
                                 "accuracy": SCORE("accuracy", format="%.2f", min_value=0.0,
                                                   max_value=1.0),
                                 "entity precision": SCORE("entity precision", format="%.2f",

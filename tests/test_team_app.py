@@ -12,7 +12,7 @@ if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
 from _limits import limit  # noqa: E402
-from _support import BL, BP, OUT, app_store_env  # noqa: E402
+from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -118,6 +118,23 @@ def test_a_second_submit_of_the_first_lead_form_keeps_the_tab_signed_in(db):
     assert [a["name"] for a in Store(db).list_accounts()] == ["Lea"]
     new_form = {w.key: w.value for w in at.text_input}
     assert new_form.get("acct_new_name") == "" and new_form.get("acct_new_pw") == ""
+
+
+def test_the_team_table_shows_a_dash_for_a_kappa_nobody_shares(db):
+    """Two people who labeled different sentences share no token: their mean κ is "–" (with
+    a help text), never a literal None."""
+    store, pid = tiny_project(db)
+    first, second = store.sentence_ids(pid, "train")[:2]
+    store.set_labels(first, {0: BP, 1: IP, 2: OUT}, "Ann")
+    store.set_labels(second, {0: BP}, "Bob")
+    store.set_labels(first, {0: BP, 1: IP, 2: OUT}, "Cleo")
+    store.close()
+    at = run(page="team")
+    table = at.dataframe[0].value
+    kappa = dict(zip(table["annotator"], table["mean κ"]))
+    assert kappa["Bob"] == "–" and kappa["Ann"] != "–" and kappa["Cleo"] != "–", kappa
+    assert all(isinstance(k, str) and k != "None" for k in kappa.values()), kappa
+    assert kappa["Ann"] == kappa["Cleo"] == "1.00"  # each the other's only partner
 
 
 def test_sign_in_is_rate_limited(db):
