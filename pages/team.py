@@ -394,7 +394,19 @@ def first_lead() -> None:
             _ui.error("The two passwords differ.")
             return
         with _ui.guard("Account not created"):
-            aid = store.create_account(name, "lead", password)
+            mine = st.session_state.get("_first_lead") == name
+            st.session_state["_first_lead"] = name
+            try:
+                aid = store.create_account(name, "lead", password)
+            except GpslError:
+                # a second submit (Enter, then a click) ran beside the first, which made this
+                # account: this tab signs in as it with the typed password (rate-limited)
+                got = _ui.store().sign_in(name, password, _ui.client_address()) if mine \
+                    else None
+                if got is None:
+                    raise
+                st.session_state["_session"] = got[1]
+                st.rerun()
             st.session_state["_session"] = _ui.store().start_session(aid)
             _ui.flash("info", f"Created the lead account “{' '.join(name.split())}”: "
                               "sign-in is on.")
