@@ -65,4 +65,9 @@ else:
     names = list(PAGES) if who.is_lead else ["annotate"]
     pages = [st.Page(_ui.PAGES[name], default=(i == 0), **PAGES[name])
              for i, name in enumerate(names)]
+if not failed:  # every other page's URL too, hidden: each page shows the sign-in (or setup)
+    # form, or refuses a role, itself (_ui.setup), where Streamlit said "Page not found"
+    shown = set(names) if who is not None else set()
+    pages += [st.Page(_ui.PAGES[name], visibility="hidden", **PAGES[name])
+              for name in PAGES if name not in shown]
 st.navigation(pages).run()

@@ -149,8 +149,13 @@ def show_people(pid: int) -> None:
                        "the votes: how often they give each label when the true label is "
                        "another.")
     rows = people_rows(figures.people, crowd)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, height=min(38 + 35 * len(rows), 560),
-                 column_config={"mean κ": st.column_config.NumberColumn(format="%.2f"),
+    table = pd.DataFrame(rows)  # a person who shares no token with another: "–", not None
+    table["mean κ"] = [fmt_num(k) for k in table["mean κ"]]
+    st.dataframe(table, hide_index=True, height=min(38 + 35 * len(rows), 560),
+                 column_config={"mean κ": st.column_config.TextColumn(
+                     "mean κ", help="Cohen's κ with each other person, weighted by the tokens "
+                                    "both labeled; – : no token labeled by this person and "
+                                    "another."),
                                 "accuracy": SCORE("accuracy", format="%.2f", min_value=0.0,
                                                   max_value=1.0),
                                 "entity precision": SCORE("entity precision", format="%.2f",
@@ -370,23 +375,38 @@ def first_lead() -> None:
             "To let a team in, create your own lead account first (with a password); from "
             "then on everyone signs in, and this tab stays signed in as that account.",
             icon=":material/info:")
+    # keys of its own: a second submit (Enter, then a click) that arrives after this tab is
+    # signed in must not fire the "New account" form, nor fill it with this name and password
     with st.form("first_lead", clear_on_submit=False):
         st.markdown("**Your lead account**")
         with st.container(horizontal=True):
-            name = st.text_input("Name", max_chars=60, key="acct_new_name", value=who.name)
+            name = st.text_input("Name", max_chars=60, key="lead_first_name",
+                                 value=who.name)
             password = st.text_input(f"Password (at least {MIN_PASSWORD} characters, hard "
-                                     "to guess)", type="password", key="acct_new_pw",
+                                     "to guess)", type="password", key="lead_first_pw",
                                      max_chars=256)
             again = st.text_input("The same password again", type="password",
-                                  key="acct_new_pw2", max_chars=256)
+                                  key="lead_first_pw2", max_chars=256)
         create = st.form_submit_button("Create the lead account", icon=":material/person_add:",
-                                       key="acct_create")
+                                       key="lead_first_create")
     if create:
         if password != again:
             _ui.error("The two passwords differ.")
             return
         with _ui.guard("Account not created"):
-            aid = store.create_account(name, "lead", password)
+            mine = st.session_state.get("_first_lead") == name
+            st.session_state["_first_lead"] = name
+            try:
+                aid = store.create_account(name, "lead", password)
+            except GpslError:
+                # a second submit (Enter, then a click) ran beside the first, which made this
+                # account: this tab signs in as it with the typed password (rate-limited)
+                got = _ui.store().sign_in(name, password, _ui.client_address()) if mine \
+                    else None
+                if got is None:
+                    raise
+                st.session_state["_session"] = got[1]
+                st.rerun()
             st.session_state["_session"] = _ui.store().start_session(aid)
             _ui.flash("info", f"Created the lead account “{' '.join(name.split())}”: "
                               "sign-in is on.")

@@ -171,3 +171,87 @@ def test_setup_sessions_links_and_escaping(served):
     leaked = [u for u in seen for t in tokens if t in u]
     assert not leaked, leaked  # no session token (nor its hash) in any URL
     assert not [u for u in seen if "b.png" in u]  # the hostile image was never fetched
+
+
+@pytest.mark.timeout(300)
+def test_a_page_url_signed_out_shows_the_sign_in(tmp_path):
+    """A signed-out visit to a page's URL (/team, a bookmark) shows the sign-in form, never
+    Streamlit's "Page not found"; signing in there opens that page; an annotator at a lead's
+    page URL reads that it is for the lead."""
+    from playwright.sync_api import sync_playwright
+
+    store, pid = tiny_store(tmp_path / "gpsl.sqlite3")
+    store.create_account("Lea", "lead", PASSWORD)
+    ann_id = store.create_account("Ann", "annotator", None)
+    store.set_member(pid, ann_id)
+    with serve_app(tmp_path / "server.log", {"GPSL_DB": str(tmp_path / "gpsl.sqlite3")}) as url, \
+            sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            def tab(path):
+                page = browser.new_context(viewport={"width": 1300, "height": 850}).new_page()
+                page.set_default_timeout(ms(30))
+                page.goto(url + path)
+                return page
+
+            tab("").get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
+            for path in ("team", "data"):
+                page = tab(path)
+                page.get_by_role("heading", name="Sign in").wait_for(timeout=ms(60))
+                page.wait_for_timeout(1500)  # Streamlit's "Page not found" dialog came by now
+                assert page.get_by_text("Page not found").count() == 0
+                _shot(page, f"door_signed_out_{path}.png")
+            page.get_by_label("Name", exact=True).fill("Lea")
+            page.get_by_label("Password", exact=True).fill(PASSWORD)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("heading", name="Data", exact=True).wait_for(timeout=ms(60))
+            ann = tab(f"?token={store.issue_sign_in_link(ann_id)}")
+            ann.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+            wait_until(lambda: [c for c in ann.context.cookies()
+                                if c["name"].startswith("gpsl_session_") and c["value"]], 30)
+            ann.goto(url + "team")  # a bookmark of a lead's page, the session in its cookie
+            ann.get_by_text("This page is for the project lead").wait_for(timeout=ms(60))
+            assert ann.get_by_text("Page not found").count() == 0
+            _shot(ann, "door_annotator_team.png")
+        finally:
+            browser.close()
+    store.close()
+
+
+@pytest.mark.timeout(300)
+def test_enter_then_a_click_on_create_the_lead_account_signs_the_tab_in(tmp_path):
+    """Local mode, the first lead account: Enter in the form, then a click on its button.
+    The two submits run side by side on the server; the second finds the account the first
+    made and signs this tab in with the typed password, never "already exists" and
+    signed out."""
+    from playwright.sync_api import sync_playwright
+
+    db = tmp_path / "gpsl.sqlite3"
+    store, _ = tiny_store(db)
+    with serve_app(tmp_path / "server.log", {"GPSL_DB": str(db), "GPSL_ANNOTATOR": "tester"}) \
+            as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1300, "height": 850}).new_page()
+            page.set_default_timeout(ms(30))
+            page.goto(url + "team")
+            page.get_by_role("heading", name="Team", exact=True).wait_for(timeout=ms(60))
+            page.get_by_role("tab", name="Accounts").click()
+            form = page.get_by_test_id("stForm").filter(has_text="Your lead account")
+            form.get_by_label("Name").fill("Lea")
+            form.get_by_label("Password (at least", exact=False).fill(PASSWORD)
+            form.get_by_label("The same password again").fill(PASSWORD)
+            form.get_by_label("The same password again").press("Enter")
+            form.get_by_role("button", name="Create the lead account").click()
+            page.get_by_test_id("stSidebar").get_by_text("Signed in as").wait_for(
+                timeout=ms(60))
+            page.wait_for_timeout(2000)  # the second submit's answer is drawn by now
+            _shot(page, "door_first_lead_enter_and_click.png")
+            assert page.get_by_text("already exists").count() == 0
+            assert page.get_by_test_id("stSidebar").get_by_text("Signed in as").count() == 1
+        finally:
+            browser.close()
+    assert [(a["name"], a["role"]) for a in store.list_accounts()] == [("Lea", "lead")]
+    store.close()

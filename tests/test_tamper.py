@@ -203,3 +203,38 @@ def test_a_model_loads_and_tags_under_an_address_space_limit(saved, tmp_path):
                          text=True, env=env, cwd=tmp_path, timeout=limit(120))
     assert got.returncode == 0, got.stderr[-2000:]
     assert got.stdout.strip() == "B-PER"
+
+
+def _edits(meta: dict):
+    """Every field of a saved model description changed in turn (the template text above
+    all), each written back without recomputing the digest, as a hand edit would be."""
+    ext = meta["extractor"]
+    more = ext["template"] + "\nU99:%x[0,0]"
+    yield "the template", dict(meta, extractor=dict(ext, template=more))
+    yield "the template replaced", dict(meta, extractor=dict(ext, template="U00:%x[0,0]\n"))
+    yield "the template's source", dict(meta, extractor=dict(ext, template_source="other"))
+    yield "the vocabulary", dict(meta, extractor=dict(ext, vocabulary=ext["vocabulary"][::-1]))
+    for key, value in meta.items():
+        if key not in ("sha256", "extractor", "format", "format_version"):
+            yield key, dict(meta, **{key: [value] if not isinstance(value, list) else
+                                     value[::-1] + ["x"]})
+
+
+def test_each_file_of_a_saved_model_folder_is_covered_by_the_digest(saved, tmp_path):
+    """A saved model folder holds model.json (the template text among its fields) and
+    arrays.npz, nothing else; a hand edit of either (the template in particular) makes
+    `python -m gpsl test` refuse with exit 2 and one line, never tag with exit 0."""
+    assert sorted(p.name for p in saved.iterdir()) == ["arrays.npz", "model.json"]
+    data = tmp_path / "t.data"
+    data.write_text("Anna\nwent\n", encoding="utf-8")
+    for i, (what, meta) in enumerate(_edits(meta_of(saved))):
+        d = copy(saved, tmp_path / str(i))
+        (d / "model.json").write_text(json.dumps(meta), encoding="utf-8")
+        code, err = run(["test", "-m", str(d), str(data)])
+        assert code == 2 and len(err.splitlines()) == 1, (what, code, err)
+    d = copy(saved, tmp_path / "arrays")
+    raw = bytearray((d / "arrays.npz").read_bytes())
+    raw[len(raw) // 2] ^= 1
+    (d / "arrays.npz").write_bytes(bytes(raw))
+    code, err = run(["test", "-m", str(d), str(data)])
+    assert code == 2 and len(err.splitlines()) == 1 and "arrays.npz" in err, err

@@ -12,7 +12,7 @@ if str(ROOT) not in sys.path:  # the pages import `pages._ui`
     sys.path.insert(0, str(ROOT))
 
 from _limits import limit  # noqa: E402
-from _support import BL, BP, OUT, app_store_env  # noqa: E402
+from _support import BL, BP, IP, OUT, app_store_env  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
@@ -59,15 +59,15 @@ def test_first_account_turns_sign_in_on(db):
     assert at.title[0].value == "Team" and signed_in_as(at) is None
     assert at.sidebar.text_input(key="annotator").value == "tester"
     assert any("Local mode" in c.value for c in at.sidebar.caption)
-    at.text_input(key="acct_new_name").set_value("Lea")
-    at.text_input(key="acct_new_pw").set_value("12345678901")  # long, but common
-    at.text_input(key="acct_new_pw2").set_value("12345678901")
-    at.button(key="acct_create").click().run()
+    at.text_input(key="lead_first_name").set_value("Lea")
+    at.text_input(key="lead_first_pw").set_value("12345678901")  # long, but common
+    at.text_input(key="lead_first_pw2").set_value("12345678901")
+    at.button(key="lead_first_create").click().run()
     assert [e.value for e in at.error] and "too easy to guess" in at.error[0].value
     assert Store(db).account_count() == 0
-    at.text_input(key="acct_new_pw").set_value(PASSWORD)
-    at.text_input(key="acct_new_pw2").set_value(PASSWORD)
-    at.button(key="acct_create").click().run()
+    at.text_input(key="lead_first_pw").set_value(PASSWORD)
+    at.text_input(key="lead_first_pw2").set_value(PASSWORD)
+    at.button(key="lead_first_create").click().run()
     assert not at.exception and not at.error
     store = Store(db)
     assert [(a["name"], a["role"]) for a in store.list_accounts()] == [("Lea", "lead")]
@@ -96,6 +96,45 @@ def test_first_account_turns_sign_in_on(db):
         assert [t.value for t in at_url.title] == ["Sign in"] and no_token_in_url(at_url)
     again = run(session="forged-session")
     assert [t.value for t in again.title] == ["Sign in"]
+
+
+def test_a_second_submit_of_the_first_lead_form_keeps_the_tab_signed_in(db):
+    """Enter, then a click on "Create the lead account": the second trigger reaches the
+    server after the first one created the account and signed the tab in. It must fire
+    nothing (a widget with the same key, the "New account" form's, got it and answered
+    "already exists" with the lead's name and password filled in)."""
+    at = run(page="team")
+    at.text_input(key="lead_first_name").set_value("Lea")
+    at.text_input(key="lead_first_pw").set_value(PASSWORD)
+    at.text_input(key="lead_first_pw2").set_value(PASSWORD)
+    button = at.button(key="lead_first_create")
+    button.click().run()
+    assert signed_in_as(at) == "Lea" and not at.error
+    again = [b for b in at.button if b.key == button.key]  # what the second trigger reaches
+    for b in again:
+        b.click().run()
+    assert not at.exception and not [e.value for e in at.error], [e.value for e in at.error]
+    assert signed_in_as(at) == "Lea" and at.title[0].value == "Team"
+    assert [a["name"] for a in Store(db).list_accounts()] == ["Lea"]
+    new_form = {w.key: w.value for w in at.text_input}
+    assert new_form.get("acct_new_name") == "" and new_form.get("acct_new_pw") == ""
+
+
+def test_the_team_table_shows_a_dash_for_a_kappa_nobody_shares(db):
+    """Two people who labeled different sentences share no token: their mean κ is "–" (with
+    a help text), never a literal None."""
+    store, pid = tiny_project(db)
+    first, second = store.sentence_ids(pid, "train")[:2]
+    store.set_labels(first, {0: BP, 1: IP, 2: OUT}, "Ann")
+    store.set_labels(second, {0: BP}, "Bob")
+    store.set_labels(first, {0: BP, 1: IP, 2: OUT}, "Cleo")
+    store.close()
+    at = run(page="team")
+    table = at.dataframe[0].value
+    kappa = dict(zip(table["annotator"], table["mean κ"]))
+    assert kappa["Bob"] == "–" and kappa["Ann"] != "–" and kappa["Cleo"] != "–", kappa
+    assert all(isinstance(k, str) and k != "None" for k in kappa.values()), kappa
+    assert kappa["Ann"] == kappa["Cleo"] == "1.00"  # each the other's only partner
 
 
 def test_sign_in_is_rate_limited(db):
@@ -152,11 +191,12 @@ def test_annotator_by_link_labels_as_themselves_and_no_lead_page(db):
     assert store.get_sentence(sid)["votes"][2] == {"Ann": BL}
     assert {h["annotator"] for h in store.history(sentence_id=sid)} >= {"Ann"}
 
-    # a lead's page is not in an annotator's navigation, and run on its own (as Streamlit
-    # does for a first request straight to a page URL) it refuses before doing anything
+    # a lead's page is not in an annotator's navigation; its URL (a hidden page, never
+    # "Page not found"), and the page run on its own (as Streamlit does for a first request
+    # straight to a page URL), refuse before doing anything
     for page in ("train", "team", "data", "project", "confidence"):
-        with pytest.raises(ValueError, match="Known pages: .*annotate.py'\\]"):
-            run(session=session).switch_page(f"pages/{page}.py")
+        via = run(session=session).switch_page(f"pages/{page}.py").run()
+        assert not via.title and "for the project lead" in via.error[0].value
         alone = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=limit(30))
         alone.session_state["_session"] = session
         alone.run()
@@ -193,8 +233,8 @@ def test_the_first_visitor_of_a_served_app_never_becomes_its_lead(db):
         at = run()
         assert [t.value for t in at.title] == ["Set up this annotation store"]
         assert not at.sidebar.text_input and signed_in_as(at) is None
-        with pytest.raises(ValueError, match="Known pages: \\['Set up'\\]"):
-            at.switch_page("pages/team.py")
+        hidden = run().switch_page("pages/team.py").run()  # its URL: the setup form
+        assert [t.value for t in hidden.title] == ["Set up this annotation store"]
         at.text_input(key="setup_token").set_value("a guess")
         at.text_input(key="setup_name").set_value("Mallory")
         at.text_input(key="setup_password").set_value(PASSWORD)
