@@ -189,9 +189,10 @@ def test_an_annotator_cannot_reach_a_lead_page(team):
             for name in ("Project", "Team", "Train", "Confidence", "Data"):  # Annotate only
                 assert sidebar.get_by_role("link", name=name).count() == 0
             for path in ("team", "train", "data", "project"):  # her cookie comes along
-                page.goto(f"{url}{path}")
-                page.get_by_role("heading", name="Annotate", exact=True).wait_for(timeout=ms(60))
+                page.goto(f"{url}{path}")  # a hidden page that refuses, not "Page not found"
+                page.get_by_text("This page is for the project lead").wait_for(timeout=ms(60))
                 body = page.locator("body").inner_text()
+                assert "Page not found" not in body
                 for heading in ("Team", "Train", "Data", "Project"):
                     assert page.get_by_role("heading", name=heading, exact=True).count() == 0
                 assert "Start training" not in body and "Create account" not in body
