@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from gpsl import lexicon as lexical
 from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
-from gpsl.feature_ids import binary_csr, unique_sorted
+from gpsl.feature_ids import binary_csr, rows_csr, template_columns, unique_sorted
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
@@ -516,10 +516,34 @@ class FeatureExtractor:
 
     def transform(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
         """Binary ``(total tokens, n_features)`` float64 CSR; unseen features are ignored."""
+        return self.transform_tokens(list(itertools.chain.from_iterable(sentences)),
+                                     self.lengths(sentences))
+
+    def transform_tokens(self, tokens: list[Token], lengths: np.ndarray) -> sp.csr_matrix:
+        """:meth:`transform` of sentences given as their ``tokens`` one after another and
+        their ``lengths``: a CRF++ template's strings once per distinct tuple of values
+        (:func:`gpsl.feature_ids.template_columns`), else :meth:`transform_strings`."""
+        self._check_fitted()
+        if type(self.template) is Template:
+            n_cols = min(map(len, tokens), default=None)
+            if n_cols is not None:
+                self.template.validate(n_cols)
+            C = template_columns(self.template.unigrams, tokens, lengths, self._lookup)
+            if C is not None:
+                return rows_csr(C, len(self.vocabulary_))
+        ends = np.cumsum(lengths).tolist()
+        return self.transform_strings([tokens[a:b] for a, b in zip([0, *ends], ends)])
+
+    def _lookup(self, feats: list[str]) -> np.ndarray:
+        """The vocabulary columns of feature strings (-1: unseen)."""
+        return np.fromiter(map(self.vocabulary_.get, feats, itertools.repeat(-1)),
+                           dtype=np.int64, count=len(feats))
+
+    def transform_strings(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
+        """:meth:`transform` by every token's feature strings (the reference)."""
         self._check_fitted()
         feats, rows, n_tokens = self._expand_all(sentences)
-        ids = np.fromiter(map(self.vocabulary_.get, feats, itertools.repeat(-1)),
-                          dtype=np.int64, count=len(feats))
+        ids = self._lookup(feats)
         ok = ids >= 0
         return self._csr(rows[ok], ids[ok], n_tokens, len(self.vocabulary_))
 
