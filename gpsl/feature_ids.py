@@ -8,7 +8,7 @@ from operator import itemgetter
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["binary_csr", "unique_sorted"]
+__all__ = ["binary_csr", "template_columns", "unique_sorted", "vocabulary_matrix"]
 
 
 def unique_sorted(a: np.ndarray) -> np.ndarray:
@@ -37,6 +37,35 @@ def binary_csr(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> 
     m.has_sorted_indices = True
     return m
 
+
+
+def vocabulary_matrix(feats: list[str], rows: np.ndarray, n_tokens: int,
+                      min_freq: int) -> tuple[list[str], sp.csr_matrix]:
+    """The vocabulary of training feature strings ``feats`` (of tokens ``rows``): the ones on
+    at least ``min_freq`` distinct tokens, sorted; and the training matrix over it."""
+    tmp: dict[str, int] = {}
+    setdefault = tmp.setdefault
+    ids = np.fromiter(
+        (setdefault(f, len(tmp)) for f in feats), dtype=np.int64, count=len(feats)
+    )
+    n_tmp = len(tmp)
+    if n_tmp:
+        keys = unique_sorted(rows * np.int64(n_tmp) + ids)
+        counts = np.bincount(keys % n_tmp, minlength=n_tmp)
+    else:
+        keys = np.zeros(0, dtype=np.int64)
+        counts = np.zeros(0, dtype=np.int64)
+    names = list(tmp)
+    kept = sorted(np.flatnonzero(counts >= min_freq).tolist(), key=names.__getitem__)
+    # the training matrix, from the same expansion
+    remap = np.full(n_tmp, -1, dtype=np.int64)
+    remap[np.asarray(kept, dtype=np.int64)] = np.arange(len(kept), dtype=np.int64)
+    if n_tmp:
+        r = keys // n_tmp
+        c = remap[keys % n_tmp]
+        ok = c >= 0
+        return [names[i] for i in kept], binary_csr(r[ok], c[ok], n_tokens, len(kept))
+    return [], binary_csr(keys, keys, n_tokens, 0)
 
 # --------------------------------------------------------------------------- id expansion
 #

@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from gpsl import lexicon as lexical
 from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
-from gpsl.feature_ids import binary_csr, rows_csr, template_columns, unique_sorted
+from gpsl.feature_ids import binary_csr, rows_csr, template_columns, vocabulary_matrix
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
@@ -487,32 +487,10 @@ class FeatureExtractor:
                 raise ValueError("cannot fit on no tokens")
             self.template = default_template(n_cols)
         feats, rows, n_tokens = self._expand_all(sentences)
-        tmp: dict[str, int] = {}
-        setdefault = tmp.setdefault
-        ids = np.fromiter(
-            (setdefault(f, len(tmp)) for f in feats), dtype=np.int64, count=len(feats)
-        )
-        n_tmp = len(tmp)
-        if n_tmp:
-            keys = unique_sorted(rows * np.int64(n_tmp) + ids)
-            counts = np.bincount(keys % n_tmp, minlength=n_tmp)
-        else:
-            keys = np.zeros(0, dtype=np.int64)
-            counts = np.zeros(0, dtype=np.int64)
-        names = list(tmp)
-        kept = sorted(np.flatnonzero(counts >= self.min_freq).tolist(), key=names.__getitem__)
-        self.feature_names_ = [names[i] for i in kept]
+        self.feature_names_, X = vocabulary_matrix(feats, rows, n_tokens, self.min_freq)
         self.vocabulary_ = {f: j for j, f in enumerate(self.feature_names_)}
         self.n_columns_ = n_cols
-        # the training matrix, from the same expansion
-        remap = np.full(n_tmp, -1, dtype=np.int64)
-        remap[np.asarray(kept, dtype=np.int64)] = np.arange(len(kept), dtype=np.int64)
-        if n_tmp:
-            r = keys // n_tmp
-            c = remap[keys % n_tmp]
-            ok = c >= 0
-            return self._csr(r[ok], c[ok], n_tokens, len(kept))
-        return self._csr(keys, keys, n_tokens, 0)
+        return X
 
     def transform(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
         """Binary ``(total tokens, n_features)`` float64 CSR; unseen features are ignored."""
