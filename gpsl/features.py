@@ -344,34 +344,44 @@ class NerFeatures(Template):
             raise IndexError(f"position {position} outside a sentence of {len(tokens)} tokens")
         return [block[position] for block in self.expand_sentence(tokens)]
 
+    def word_columns(self, words: list[str]) -> dict[str, list[str]]:
+        """The values that depend on the word alone, one list per name (a value per word):
+        what :meth:`expand_sentence` windows and :func:`gpsl.feature_ids.ner_columns`
+        computes once per distinct word."""
+        low = [w.lower() for w in words]
+        shape = [word_shape(w) for w in words]
+        ss = [short_shape(s) for s in shape]
+        cap = [capitalisation(w) for w in words]
+        col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
+        for k in range(1, 5):
+            col[f"p{k}"] = [w[:k] for w in low]
+            col[f"s{k}"] = [w[-k:] for w in low]
+        col["dig"] = [digits(w) for w in words]
+        col["hyp"] = ["1" if "-" in w else "0" for w in words]
+        if self.groups:
+            lex = lexical.lexicon(self.lang)
+            if "cluster" in self.groups:
+                for k in lexical.CLUSTER_LENGTHS:
+                    col[f"bc{k}"] = lex.clusters(words, k)
+            if "freq" in self.groups:
+                col["fq"] = lex.buckets(words)
+        return col
+
     def expand_sentence(self, tokens: Sequence[Token]) -> list[list[str]]:
         """One block per slot (in :attr:`slots` order, then the other columns' windows)."""
         n = len(tokens)
         if n == 0:
             return [[] for _ in self.slots]
         words = [tok[0] for tok in tokens]
-        low = [w.lower() for w in words]
-        shape = [word_shape(w) for w in words]
-        ss = [short_shape(s) for s in shape]
-        cap = [capitalisation(w) for w in words]
-        col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
+        col = self.word_columns(words)
         for base in ("w", "ss", "cap"):
             for k in (-2, -1, 1, 2):
                 col[f"{base}{k:+d}"] = window(col[base], k)
-        for k in range(1, 5):
-            col[f"p{k}"] = [w[:k] for w in low]
-            col[f"s{k}"] = [w[-k:] for w in low]
-        col["dig"] = [digits(w) for w in words]
-        col["hyp"] = ["1" if "-" in w else "0" for w in words]
         col["pos"] = [position(i, n) for i in range(n)]
-        if self.groups:
-            lex = lexical.lexicon(self.lang)
-            if "cluster" in self.groups:
-                for k in lexical.CLUSTER_LENGTHS:
-                    col[f"bc{k}"] = c = lex.clusters(words, k)
-                    col[f"bc{k}-1"], col[f"bc{k}+1"] = window(c, -1), window(c, 1)
-            if "freq" in self.groups:
-                col["fq"] = lex.buckets(words)
+        if "cluster" in self.groups:
+            for k in lexical.CLUSTER_LENGTHS:
+                c = col[f"bc{k}"]
+                col[f"bc{k}-1"], col[f"bc{k}+1"] = window(c, -1), window(c, 1)
         out = []
         for slot in self.slots:
             if slot == "bias":
