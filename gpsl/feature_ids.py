@@ -3,12 +3,16 @@ of :class:`gpsl.features.FeatureExtractor`."""
 
 from __future__ import annotations
 
+import re
 from operator import itemgetter
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["binary_csr", "template_columns", "unique_sorted", "vocabulary_matrix"]
+from gpsl.word_features import position
+
+__all__ = ["binary_csr", "ner_columns", "template_columns", "unique_sorted",
+           "vocabulary_matrix"]
 
 
 def unique_sorted(a: np.ndarray) -> np.ndarray:
@@ -161,44 +165,131 @@ def line_columns(pieces, shifted_ids: list[np.ndarray], spans: list[int],
     return lookup(join_pieces(pieces, names))[inverse]
 
 
+class NotText(Exception):
+    """A column holds a value that is not a ``str``: the string expansion decides."""
+
+
+class Columns:
+    """Interned value columns of sentences' ``tokens`` (one after another, sentences of
+    ``lengths``), by key: an ``int`` is that column of the tokens, made on first use; other
+    keys are given with :meth:`put`. A column is its distinct values, then the
+    out-of-sentence markers (:func:`pad_values`), and every token's value id."""
+
+    def __init__(self, tokens: list, lengths: np.ndarray, max_offset: int = 8):
+        self.tokens, self.n, self.max_offset = tokens, len(tokens), max_offset
+        lengths = np.asarray(lengths, dtype=np.int64)
+        self.length = np.repeat(lengths, lengths)
+        self.pos = np.arange(self.n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths,
+                                                                 lengths)
+        self.pads = pad_values(max_offset)
+        self._cols: dict = {}
+        self._moved: dict = {}
+
+    def put(self, key, distinct: list[str], ids: np.ndarray) -> None:
+        self._cols[key] = (distinct + self.pads, ids)
+
+    def get(self, key) -> tuple[list[str], np.ndarray]:
+        """``(distinct values + markers, ids)`` of column ``key``; :class:`NotText` when a
+        token column holds something else than ``str``."""
+        if key not in self._cols:
+            vals = list(map(itemgetter(key), self.tokens))
+            if set(map(type, vals)) - {str}:
+                raise NotText(key)
+            self.put(key, *intern(vals))
+        return self._cols[key]
+
+    def at(self, row: int, key) -> tuple[np.ndarray, int, list[str]]:
+        """The ids of the values ``row`` tokens away (markers outside the sentence), the
+        number of ids and the values they name."""
+        ext, idx = self.get(key)
+        if (row, key) not in self._moved:
+            self._moved[row, key] = shifted(idx, len(ext) - len(self.pads), row, self.pos,
+                                            self.length, self.max_offset)
+        return self._moved[row, key], len(ext), ext
+
+
+def expand_lines(lines, cols: Columns, lookup) -> np.ndarray:
+    """``(n_tokens, K)`` vocabulary columns (-1 unseen) of ``K`` lines ``(pieces, macros)``:
+    a line's feature is ``pieces[0] + v_1 + pieces[1] + ... + pieces[-1]`` with ``v_i`` the
+    value of column ``key_i`` at ``row_i`` tokens away (``macros``: ``(row_i, key_i)``)."""
+    C = np.empty((cols.n, len(lines)), dtype=np.int64)
+    for k, (pieces, macros) in enumerate(lines):
+        if not macros:
+            C[:, k] = lookup([pieces[0]])[0]
+        elif cols.n:
+            ids, spans, values = zip(*(cols.at(row, key) for row, key in macros))
+            C[:, k] = line_columns(pieces, list(ids), list(spans), list(values), lookup)
+    return C
+
+
 def template_columns(unigrams, tokens: list, lengths: np.ndarray, lookup,
                      max_offset: int = 8) -> np.ndarray | None:
-    """``(n_tokens, K)`` vocabulary columns (-1 unseen) of the ``K`` unigram lines
-    (:class:`gpsl.template_lines.UnigramTemplate`) at the ``tokens`` of sentences of
-    ``lengths``, one after another; ``None`` when a column used holds a value that is not a
-    ``str`` (the string expansion then decides what happens). ``lookup`` maps a list of feature
-    strings to their columns. Equal to looking up the strings of
-    :meth:`gpsl.features.Template.expand_sentence` (tests/test_feature_ids.py)."""
-    n = len(tokens)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    C = np.empty((n, len(unigrams)), dtype=np.int64)
-    starts = np.cumsum(lengths) - lengths
-    length = np.repeat(lengths, lengths)
-    pos = np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)
-    pads = pad_values(max_offset)
-    columns: dict[int, tuple[list[str], np.ndarray]] = {}
-    moved: dict[tuple[int, int], np.ndarray] = {}
-    for k, line in enumerate(unigrams):
-        if not line.macros:
-            C[:, k] = lookup([line.pieces[0]])[0]
-            continue
-        ids, spans, values = [], [], []
-        for row, col in line.macros:
-            if col not in columns:
-                vals = list(map(itemgetter(col), tokens))
-                if set(map(type, vals)) - {str}:
-                    return None
-                distinct, idx = intern(vals)
-                columns[col] = (distinct + pads, idx)
-            ext, idx = columns[col]
-            if (row, col) not in moved:
-                moved[row, col] = shifted(idx, len(ext) - len(pads), row, pos, length,
-                                          max_offset)
-            ids.append(moved[row, col])
-            spans.append(len(ext))
-            values.append(ext)
-        C[:, k] = line_columns(line.pieces, ids, spans, values, lookup) if n else 0
-    return C
+    """:func:`expand_lines` of CRF++ unigram lines (:class:`gpsl.template_lines.
+    UnigramTemplate`) over the token columns; ``None`` when a column used holds a value that
+    is not a ``str`` (the string expansion then decides what happens). Equal to looking up
+    the strings of :meth:`gpsl.features.Template.expand_sentence` (tests/test_feature_ids.py)."""
+    try:
+        return expand_lines([(u.pieces, u.macros) for u in unigrams],
+                            Columns(tokens, lengths, max_offset), lookup)
+    except NotText:
+        return None
+
+
+_WINDOW = re.compile(r"(.+?)([+-][0-9])")
+
+
+def ner_columns(ner, tokens: list, lengths: np.ndarray, lookup) -> np.ndarray | None:
+    """:func:`expand_lines` of the built-in ``ner`` feature set (:class:`gpsl.features.
+    NerFeatures`): its word columns (:meth:`~gpsl.features.NerFeatures.word_columns`) once
+    per distinct word, ``pos`` once per distinct (position, length), and its slots as lines
+    over them: ``X`` is ``X=v``, ``X-1`` the same one token back (CRF++'s markers outside),
+    ``X|Y`` is ``X|Y=u|v``, ``bias`` a line without values; then the other token columns'
+    windows. ``None`` (the string expansion decides) for values that are not ``str``, tokens
+    of several widths or a slot of another form. Equal to looking up the strings of
+    :meth:`~gpsl.features.NerFeatures.expand_sentence` (tests/test_feature_ids.py)."""
+    widths = set(map(len, tokens))
+    if len(widths) > 1:
+        return None
+    cols = Columns(tokens, lengths, ner.max_offset)
+    try:
+        ext, wid = cols.get(0)
+    except NotText:
+        return None
+    for name, vals in ner.word_columns(ext[:len(ext) - len(cols.pads)]).items():
+        distinct, vid = intern(vals)
+        cols.put(name, distinct, vid[wid])
+    first, inverse = group(cols.pos * (int(cols.length.max(initial=0)) + 1) + cols.length)
+    cols.put("pos", [position(int(cols.pos[t]), int(cols.length[t])) for t in first.tolist()],
+             inverse)
+
+    def ref(name):
+        if name in cols._cols:
+            return 0, name
+        m = _WINDOW.fullmatch(name)
+        if m and m.group(1) in cols._cols:
+            return int(m.group(2)), m.group(1)
+        raise NotText(name)
+
+    lines = []
+    try:
+        for slot in ner.slots:
+            if slot == "bias":
+                lines.append(((slot,), ()))
+            elif "|" in slot:
+                a, b = slot.split("|")
+                lines.append(((f"{slot}=", "|", ""), (ref(a), ref(b))))
+            else:
+                lines.append(((f"{slot}=", ""), (ref(slot),)))
+    except NotText:
+        return None
+    for c in range(1, min(widths, default=1)):
+        lines += [((f"c{c}{k:+d}=", ""), ((k, c),)) for k in (-2, -1, 0, 1, 2)]
+        lines += [((f"c{c}-1|c{c}=", "|", ""), ((-1, c), (0, c))),
+                  ((f"c{c}|c{c}+1=", "|", ""), ((0, c), (1, c)))]
+    try:
+        return expand_lines(lines, cols, lookup)
+    except NotText:
+        return None
 
 
 def rows_csr(C: np.ndarray, n_cols: int) -> sp.csr_matrix:

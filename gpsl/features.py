@@ -37,7 +37,7 @@ import scipy.sparse as sp
 from gpsl import lexicon as lexical
 from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
-from gpsl.feature_ids import binary_csr, rows_csr, template_columns, vocabulary_matrix
+from gpsl.feature_ids import binary_csr, ner_columns, rows_csr, template_columns, vocabulary_matrix
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
@@ -509,14 +509,17 @@ class FeatureExtractor:
 
     def transform_tokens(self, tokens: list[Token], lengths: np.ndarray) -> sp.csr_matrix:
         """:meth:`transform` of sentences given as their ``tokens`` one after another and
-        their ``lengths``: a CRF++ template's strings once per distinct tuple of values
-        (:func:`gpsl.feature_ids.template_columns`), else :meth:`transform_strings`."""
+        their ``lengths``: a CRF++ template's or ``ner``'s strings once per distinct tuple of
+        values (:mod:`gpsl.feature_ids`), else :meth:`transform_strings`."""
         self._check_fitted()
-        if type(self.template) is Template:
+        kind = type(self.template)
+        if kind is Template or kind is NerFeatures:
             n_cols = min(map(len, tokens), default=None)
             if n_cols is not None:
                 self.template.validate(n_cols)
-            C = template_columns(self.template.unigrams, tokens, lengths, self._lookup)
+            C = (template_columns(self.template.unigrams, tokens, lengths, self._lookup)
+                 if kind is Template else ner_columns(self.template, tokens, lengths,
+                                                      self._lookup))
             if C is not None:
                 return rows_csr(C, len(self.vocabulary_))
         ends = np.cumsum(lengths).tolist()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpsl.feature_ids import group, rows_csr, shifted, template_columns
-from gpsl.features import FeatureExtractor, Template
+from gpsl.feature_ids import group, ner_columns, rows_csr, shifted, template_columns
+from gpsl.features import FeatureExtractor, NerFeatures, Template
 from gpsl.io import read_conll
 from gpsl.model import GPSL, _as_tokens, _token_list
 
@@ -132,6 +132,43 @@ def test_shared_templates_equal_the_reference(name):
     test = [s.tokens for s in read_conll(folder / "test.data")]
     fe = FeatureExtractor(t).fit(train)
     same_csr(fe.transform(test), fe.transform_strings(test))
+
+
+WORDS = st.sampled_from(["Mark", "mark", "MARK", "McDonald", "the", "The", "12-34", "1990", "a1",
+                         "-", "--", "x-ray", "_B-1", "_B+2", "|", "=", "w=", "é", "Ünïcode",
+                         "O'Neil", "", "U.S.", "iPhone", "1", "london", "London", "bc4"])
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), width=st.integers(1, 3),
+       spec=st.sampled_from(["ner", "ner:en:none", "ner:en:cluster", "ner:en:freq"]))
+def test_ner_ids_equal_the_string_expansion(data, width, spec):
+    token = st.tuples(WORDS, *[VALUES] * (width - 1))
+    corpus = st.lists(st.lists(token, max_size=7), max_size=6)
+    train, test = data.draw(corpus), data.draw(corpus)
+    if not any(train):
+        return
+    fe = FeatureExtractor(Template.parse(spec)).fit(train)
+    for sents in (train, test, train + test):
+        same_csr(fe.transform(sents), fe.transform_strings(sents))
+
+
+def test_ner_ids_leave_mixed_widths_and_other_values_to_the_strings():
+    fe = FeatureExtractor(Template.parse("ner")).fit([[("Mark", "NNP"), ("said", "VBD")]])
+    mixed = [[("Mark", "NNP"), ("said", "VBD")], [("so",)]]  # windows per sentence's width
+    tokens = [t for s in mixed for t in s]
+    assert ner_columns(fe.template, tokens, np.array([2, 1]), fe._lookup) is None
+    same_csr(fe.transform(mixed), fe.transform_strings(mixed))
+    assert ner_columns(fe.template, [(1, "x")], np.array([1]), fe._lookup) is None
+
+
+def test_ner_model_on_the_crowd_data_equals_the_reference():
+    path = DATA.parent / "crowd-ner" / "val.gold.conll"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    sents = [s.tokens for s in read_conll(path)]
+    fe = FeatureExtractor(NerFeatures()).fit(sents[:300])
+    same_csr(fe.transform(sents[300:900]), fe.transform_strings(sents[300:900]))
 
 
 class Sent:
