@@ -120,3 +120,26 @@ def test_output_file_gets_the_usual_permissions(model_and_file, tmp_path):
     assert cli.main(["test", "-m", str(model_dir), str(test), "-o", str(out)]) == 0
     assert out.stat().st_mode & 0o644 == 0o644
     assert format_conll  # the writer the chunks go through (gpsl.io)
+
+
+@pytest.mark.parametrize("kinds", [None, ("temperature",), ("step",), ("structured",)])
+def test_labels_and_marginals_run_algorithm_2_once_and_give_what_predict_gives(kinds):
+    """``gpsl test --marginals`` and ``gpsl eval`` take the labels as the argmax of the
+    marginals of one run: the labels of ``predict`` under every calibration."""
+    import numpy as np
+
+    X, y = make_chain_task(60, n_labels=4, seed=5)
+    model = GPSL(offsets=(-1, 1)).fit(X[:30], y[:30])
+    if kinds is not None:
+        model.calibrate(X[30:45], y[30:45], kinds=kinds, ensemble=None)
+    calls = []
+    real = model.calibration_scores
+    model.calibration_scores = lambda *a, **k: calls.append(1) or real(*a, **k)
+    pred, marg = tag.labels_and_marginals(model, X[45:], None)
+    assert len(calls) == 1
+    del model.calibration_scores
+    assert pred == model.predict(X[45:])
+    for a, b in zip(marg, model.predict_marginals(X[45:]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    pred_e, _ = tag.labels_and_marginals(model, X[45:], "exact")
+    assert pred_e == model.predict(X[45:], decoder="exact")
