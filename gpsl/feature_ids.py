@@ -131,6 +131,9 @@ def join_pieces(pieces: tuple[str, ...], cols: list[list[str]]) -> list[str]:
     if k == 2:
         p0, p1, p2 = pieces
         return [p0 + x + p1 + y + p2 for x, y in zip(*cols)]
+    if k == 3:
+        p0, p1, p2, p3 = pieces
+        return [p0 + x + p1 + y + p2 + z + p3 for x, y, z in zip(*cols)]
     rest = pieces[1:]
     return [pieces[0] + "".join(v + q for v, q in zip(vals, rest)) for vals in zip(*cols)]
 
