@@ -183,7 +183,6 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         raise ValueError(f"damping must be in (0, 1], not {damping!r}")
     b = np.asarray(b, dtype=float)
     lengths = np.asarray(lengths, dtype=np.int64)
-    nb = neighbour_index(lengths, offsets)
     R = len(offsets)
     known = None
     if clamp is not None:
@@ -222,6 +221,7 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         return P, int(passes.max()) if passes.size else 0
     if R == 0 or b.shape[0] == 0:
         return P, 0
+    nb = neighbour_index(lengths, offsets)
     if schedule == "jacobi":
         return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var, g_var)
     starts = np.cumsum(lengths) - lengths
