@@ -143,3 +143,36 @@ def test_labels_and_marginals_run_algorithm_2_once_and_give_what_predict_gives(k
         np.testing.assert_array_equal(a, b)
     pred_e, _ = tag.labels_and_marginals(model, X[45:], "exact")
     assert pred_e == model.predict(X[45:], decoder="exact")
+
+
+FIELDS = ["a", "B-PER", "é", "x/0.5", "", " ", "a b", "a\tb", "a\nb", "\r", "_", "-"]
+
+
+def test_conll_text_is_format_conll_or_leaves_the_checks_to_it():
+    """The output text built in one piece equals ``format_conll``'s; where a field is no
+    CoNLL column (empty, whitespace inside, not a string) or a token has no column (never read
+    from a file) it gives way, and ``format_conll`` writes or refuses as before."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gpsl.io.formats import Sentence
+
+    field = st.one_of(st.sampled_from(FIELDS), st.integers(0, 3))
+    token = st.lists(field, min_size=0, max_size=3).map(tuple)
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @given(st.lists(st.lists(st.tuples(token, field), min_size=1, max_size=4), max_size=4))
+    def check(data):
+        sents = [Sentence([t for t, _ in s], [None] * len(s), 1) for s in data]
+        extra = [[[lab] for _, lab in s] for s in data]
+        fast = tag.conll_text(sents, extra)
+        try:
+            ref = format_conll(sents, extra_columns=extra, label=False)
+        except (InputError, TypeError):
+            ref = None
+        if fast is not None:
+            assert fast == ref
+        elif all(isinstance(c, str) and t for s in data for t, lab in s for c in (*t, lab)):
+            assert ref is None  # given way only where format_conll refuses (or no columns)
+
+    check()

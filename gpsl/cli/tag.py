@@ -76,7 +76,28 @@ def tag_chunk(model, sents, X, decoder, marginals: bool) -> str:
         ]
     else:
         extra = [[[lab] for lab in labs] for labs in model.predict(X, decoder=decoder)]
-    return format_conll(sents, extra_columns=extra, label=False)
+    text = conll_text(sents, extra)
+    return format_conll(sents, extra_columns=extra, label=False) if text is None else text
+
+
+def conll_text(sents, extra) -> str | None:
+    """``format_conll(sents, extra_columns=extra, label=False)`` for ``extra`` of one field a
+    token, when every field is a CoNLL column (a ``str``, not empty, without a space, tab or
+    line break), checked on the text as a whole; ``None`` otherwise (``format_conll`` then
+    names the field). Its check of every field was a third of ``gpsl test``'s CPU."""
+    try:
+        text = "".join(["".join(["\t".join((*tok, ex[0])) + "\n"
+                                 for tok, ex in zip(s.tokens, e, strict=True)]) + "\n"
+                        for s, e in zip(sents, extra, strict=True)])
+    except (TypeError, ValueError):
+        return None
+    tokens = [tok for s in sents for tok in s.tokens]
+    if (" " in text or "\r" in text or "\t\t" in text or "\t\n" in text or "\n\t" in text
+            or text.startswith("\t") or min(map(len, tokens), default=1) == 0
+            or text.count("\n") != len(tokens) + len(sents)
+            or text.count("\t") != sum(map(len, tokens))):
+        return None
+    return text
 
 
 def labels_and_marginals(model, X, decoder):
