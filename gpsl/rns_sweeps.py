@@ -169,7 +169,9 @@ def sweep_sentences(P0, b, g, lengths, offsets, *, tol, max_iter, eta, clamp=Non
     Returns ``(P, passes, converged)``: ``P`` holds the final RNS of the sentences ``which``
     (other rows as in ``P0``), ``passes`` and ``converged`` are per sentence of ``which``.
     Each sentence follows the path of :func:`gpsl.predict._rns_jacobi` (the reference) to
-    rounding: the same passes, the same stop rule.
+    rounding: the same passes, the same stop rule. ``extrapolate``: from pass
+    :data:`AITKEN_FROM` on, a sentence creeping along a slow mode jumps ahead on it
+    (:class:`_Aitken`): the same fixed point in fewer passes, no longer the same path.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     starts = np.cumsum(lengths) - lengths
