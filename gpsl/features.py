@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from gpsl import lexicon as lexical
 from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
+from gpsl.feature_ids import binary_csr, ner_columns, rows_csr, template_columns, vocabulary_matrix
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
 from gpsl.word_features import capitalisation, digits, position, short_shape, window, word_shape
 
@@ -343,34 +344,44 @@ class NerFeatures(Template):
             raise IndexError(f"position {position} outside a sentence of {len(tokens)} tokens")
         return [block[position] for block in self.expand_sentence(tokens)]
 
+    def word_columns(self, words: list[str]) -> dict[str, list[str]]:
+        """The values that depend on the word alone, one list per name (a value per word):
+        what :meth:`expand_sentence` windows and :func:`gpsl.feature_ids.ner_columns`
+        computes once per distinct word."""
+        low = [w.lower() for w in words]
+        shape = [word_shape(w) for w in words]
+        ss = [short_shape(s) for s in shape]
+        cap = [capitalisation(w) for w in words]
+        col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
+        for k in range(1, 5):
+            col[f"p{k}"] = [w[:k] for w in low]
+            col[f"s{k}"] = [w[-k:] for w in low]
+        col["dig"] = [digits(w) for w in words]
+        col["hyp"] = ["1" if "-" in w else "0" for w in words]
+        if self.groups:
+            lex = lexical.lexicon(self.lang)
+            if "cluster" in self.groups:
+                for k in lexical.CLUSTER_LENGTHS:
+                    col[f"bc{k}"] = lex.clusters(words, k)
+            if "freq" in self.groups:
+                col["fq"] = lex.buckets(words)
+        return col
+
     def expand_sentence(self, tokens: Sequence[Token]) -> list[list[str]]:
         """One block per slot (in :attr:`slots` order, then the other columns' windows)."""
         n = len(tokens)
         if n == 0:
             return [[] for _ in self.slots]
         words = [tok[0] for tok in tokens]
-        low = [w.lower() for w in words]
-        shape = [word_shape(w) for w in words]
-        ss = [short_shape(s) for s in shape]
-        cap = [capitalisation(w) for w in words]
-        col: dict[str, list[str]] = {"w": low, "sh": shape, "ss": ss, "cap": cap}
+        col = self.word_columns(words)
         for base in ("w", "ss", "cap"):
             for k in (-2, -1, 1, 2):
                 col[f"{base}{k:+d}"] = window(col[base], k)
-        for k in range(1, 5):
-            col[f"p{k}"] = [w[:k] for w in low]
-            col[f"s{k}"] = [w[-k:] for w in low]
-        col["dig"] = [digits(w) for w in words]
-        col["hyp"] = ["1" if "-" in w else "0" for w in words]
         col["pos"] = [position(i, n) for i in range(n)]
-        if self.groups:
-            lex = lexical.lexicon(self.lang)
-            if "cluster" in self.groups:
-                for k in lexical.CLUSTER_LENGTHS:
-                    col[f"bc{k}"] = c = lex.clusters(words, k)
-                    col[f"bc{k}-1"], col[f"bc{k}+1"] = window(c, -1), window(c, 1)
-            if "freq" in self.groups:
-                col["fq"] = lex.buckets(words)
+        if "cluster" in self.groups:
+            for k in lexical.CLUSTER_LENGTHS:
+                c = col[f"bc{k}"]
+                col[f"bc{k}-1"], col[f"bc{k}+1"] = window(c, -1), window(c, 1)
         out = []
         for slot in self.slots:
             if slot == "bias":
@@ -392,18 +403,6 @@ class NerFeatures(Template):
 
 #: built-in feature sets by name (see the module docstring)
 FEATURE_SETS = {NerFeatures.NAME: NerFeatures}
-
-
-def _unique_sorted(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)`` for a 1-d integer array by sorting: numpy 2's hash-based ``unique``
-    took 0.26 s for the 355k (token, feature) keys of 800 chunking sentences, a sort 2 ms."""
-    s = np.sort(a, kind="stable")
-    if s.size == 0:
-        return s
-    keep = np.empty(s.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
 
 
 class FeatureExtractor:
@@ -482,20 +481,7 @@ class FeatureExtractor:
         row_arr = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         return feats, row_arr, offset
 
-    @staticmethod
-    def _csr(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> sp.csr_matrix:
-        """Binary CSR from (row, col) pairs, duplicates counted once."""
-        if n_cols == 0 or rows.size == 0:
-            return sp.csr_matrix((n_rows, n_cols), dtype=np.float64)
-        keys = _unique_sorted(rows * np.int64(n_cols) + cols)
-        r = keys // n_cols
-        c = (keys % n_cols).astype(np.int32 if n_cols < 2**31 else np.int64)
-        indptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(r, minlength=n_rows), out=indptr[1:])
-        data = np.ones(keys.size, dtype=np.float64)
-        m = sp.csr_matrix((data, c, indptr), shape=(n_rows, n_cols))
-        m.has_sorted_indices = True
-        return m
+    _csr = staticmethod(binary_csr)
 
     # ------------------------------------------------------------------ API
 
@@ -511,39 +497,44 @@ class FeatureExtractor:
                 raise ValueError("cannot fit on no tokens")
             self.template = default_template(n_cols)
         feats, rows, n_tokens = self._expand_all(sentences)
-        tmp: dict[str, int] = {}
-        setdefault = tmp.setdefault
-        ids = np.fromiter(
-            (setdefault(f, len(tmp)) for f in feats), dtype=np.int64, count=len(feats)
-        )
-        n_tmp = len(tmp)
-        if n_tmp:
-            keys = _unique_sorted(rows * np.int64(n_tmp) + ids)
-            counts = np.bincount(keys % n_tmp, minlength=n_tmp)
-        else:
-            keys = np.zeros(0, dtype=np.int64)
-            counts = np.zeros(0, dtype=np.int64)
-        names = list(tmp)
-        kept = sorted(np.flatnonzero(counts >= self.min_freq).tolist(), key=names.__getitem__)
-        self.feature_names_ = [names[i] for i in kept]
+        self.feature_names_, X = vocabulary_matrix(feats, rows, n_tokens, self.min_freq)
         self.vocabulary_ = {f: j for j, f in enumerate(self.feature_names_)}
         self.n_columns_ = n_cols
-        # the training matrix, from the same expansion
-        remap = np.full(n_tmp, -1, dtype=np.int64)
-        remap[np.asarray(kept, dtype=np.int64)] = np.arange(len(kept), dtype=np.int64)
-        if n_tmp:
-            r = keys // n_tmp
-            c = remap[keys % n_tmp]
-            ok = c >= 0
-            return self._csr(r[ok], c[ok], n_tokens, len(kept))
-        return self._csr(keys, keys, n_tokens, 0)
+        return X
 
     def transform(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
         """Binary ``(total tokens, n_features)`` float64 CSR; unseen features are ignored."""
+        return self.transform_tokens(list(itertools.chain.from_iterable(sentences)),
+                                     self.lengths(sentences))
+
+    def transform_tokens(self, tokens: list[Token], lengths: np.ndarray) -> sp.csr_matrix:
+        """:meth:`transform` of sentences given as their ``tokens`` one after another and
+        their ``lengths``: a CRF++ template's or ``ner``'s strings once per distinct tuple of
+        values (:mod:`gpsl.feature_ids`), else :meth:`transform_strings`."""
+        self._check_fitted()
+        kind = type(self.template)
+        if kind is Template or kind is NerFeatures:
+            n_cols = min(map(len, tokens), default=None)
+            if n_cols is not None:
+                self.template.validate(n_cols)
+            C = (template_columns(self.template.unigrams, tokens, lengths, self._lookup)
+                 if kind is Template else ner_columns(self.template, tokens, lengths,
+                                                      self._lookup))
+            if C is not None:
+                return rows_csr(C, len(self.vocabulary_))
+        ends = np.cumsum(lengths).tolist()
+        return self.transform_strings([tokens[a:b] for a, b in zip([0, *ends], ends)])
+
+    def _lookup(self, feats: list[str]) -> np.ndarray:
+        """The vocabulary columns of feature strings (-1: unseen)."""
+        return np.fromiter(map(self.vocabulary_.get, feats, itertools.repeat(-1)),
+                           dtype=np.int64, count=len(feats))
+
+    def transform_strings(self, sentences: Sequence[Sequence[Token]]) -> sp.csr_matrix:
+        """:meth:`transform` by every token's feature strings (the reference)."""
         self._check_fitted()
         feats, rows, n_tokens = self._expand_all(sentences)
-        ids = np.fromiter(map(self.vocabulary_.get, feats, itertools.repeat(-1)),
-                          dtype=np.int64, count=len(feats))
+        ids = self._lookup(feats)
         ok = ids >= 0
         return self._csr(rows[ok], ids[ok], n_tokens, len(self.vocabulary_))
 

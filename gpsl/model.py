@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -49,6 +50,23 @@ def _sentence_key(tokens) -> str:
 def _as_tokens(sentence) -> list[tuple[str, ...]]:
     toks = getattr(sentence, "tokens", sentence)
     return [(t,) if isinstance(t, str) else tuple(str(c) for c in t) for t in toks]
+
+
+def _as_token(t) -> tuple[str, ...]:
+    return (t,) if isinstance(t, str) else tuple(str(c) for c in t)
+
+
+def _token_list(X) -> tuple[list, np.ndarray]:
+    """The tokens of sentences ``X`` one after another, each as :func:`_as_tokens` gives it
+    (or a list of the same strings), and the sentence lengths. Tokens that are tuples or lists
+    of ``str`` (what the readers give) are taken as they are, without a step per token."""
+    seqs = [getattr(s, "tokens", s) for s in X]
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    tokens = list(itertools.chain.from_iterable(seqs))
+    if (set(map(type, tokens)) - {tuple, list}
+            or set(map(type, itertools.chain.from_iterable(tokens))) - {str}):
+        tokens = list(map(_as_token, tokens))
+    return tokens, lengths
 
 
 def _training_data(X, y, classes):
@@ -182,16 +200,16 @@ class GPSL:
             raise RuntimeError("this GPSL model is not fitted yet: call fit() first")
 
     def _features(self, X):
-        sents = [_as_tokens(s) for s in X]
-        if {len(tok) for s in sents for tok in s} - {self.n_columns_}:  # one pass; then find it
-            for i, s in enumerate(sents):
-                for tok in s:
-                    if len(tok) != self.n_columns_:
-                        raise InputError(f"sentence {i + 1} has a token with {len(tok)} "
-                                         f"columns; the model was trained on "
-                                         f"{self.n_columns_}", source="input")
-        lengths = np.array([len(s) for s in sents], dtype=np.int64)
-        return self.extractor_.transform(sents), lengths
+        """The feature matrix of sentences ``X`` and their lengths (:func:`_token_list`)."""
+        tokens, lengths = _token_list(X)
+        if set(map(len, tokens)) - {self.n_columns_}:  # one pass; then find it
+            ends = np.cumsum(lengths)
+            for t, tok in enumerate(tokens):
+                if len(tok) != self.n_columns_:
+                    raise InputError(f"sentence {int(np.searchsorted(ends, t, 'right')) + 1} "
+                                     f"has a token with {len(tok)} columns; the model was "
+                                     f"trained on {self.n_columns_}", source="input")
+        return self.extractor_.transform_tokens(tokens, lengths), lengths
 
     # ------------------------------------------------------------------ fit
 

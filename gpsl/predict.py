@@ -112,7 +112,8 @@ SCHEDULES = ("adaptive", "jacobi", "sequential")
 
 
 def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule="jacobi",
-        damping=1.0, b_var=None, g_var=None, switch=SWITCH, per_sentence=False):
+        damping=1.0, b_var=None, g_var=None, switch=SWITCH, per_sentence=False,
+        extrapolate=True):
     r"""Algorithm 2: iterate the refined normalised scores to a fixed point.
 
     **Uncertainty-aware scores** (``b_var``/``g_var`` given; not in the paper). Under ``q`` the
@@ -152,8 +153,10 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         form can fall into between strongly coupled neighbours. ``"adaptive"``
         (:func:`gpsl.rns_sweeps.rns_adaptive`): the undamped Jacobi passes for at most
         ``switch`` passes, then the sentences still moving restart from ``RNS^0`` on the
-        damped Jacobi passes (``damping``), the path of ``"jacobi"`` with that damping; same
-        fixed points and stop rule, a third of the passes on most sentences.
+        damped Jacobi passes (``damping``), the path of ``"jacobi"`` with that damping
+        sped up by Aitken's extrapolation along a slow mode (``extrapolate``,
+        :class:`gpsl.rns_sweeps._Aitken`); same fixed points and stop rule, a third of the
+        passes on most sentences.
     b_var, g_var: optional ``(n, J)`` and ``(R, J, J)`` variances of ``b`` and ``g`` (both or
         neither): the uncertainty-aware scores above (``g`` is then the pair functions' mean).
     damping: ``eta`` in ``RNS^t = (1 - eta) RNS^{t-1} + eta F(RNS^{t-1})``, where ``F`` is
@@ -180,7 +183,6 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
         raise ValueError(f"damping must be in (0, 1], not {damping!r}")
     b = np.asarray(b, dtype=float)
     lengths = np.asarray(lengths, dtype=np.int64)
-    nb = neighbour_index(lengths, offsets)
     R = len(offsets)
     known = None
     if clamp is not None:
@@ -213,12 +215,13 @@ def rns(b, g, lengths, offsets, *, tol=1e-4, max_iter=100, clamp=None, schedule=
             return (P, passes, np.ones(lengths.size, dtype=bool)) if per_sentence else (P, 0)
         P, passes, conv = rns_adaptive(P, b, g, lengths, offsets, tol=tol, max_iter=max_iter,
                                        damping=eta, switch=switch, clamp=clamp, b_var=b_var,
-                                       g_var=g_var)
+                                       g_var=g_var, extrapolate=extrapolate)
         if per_sentence:
             return P, passes, conv
         return P, int(passes.max()) if passes.size else 0
     if R == 0 or b.shape[0] == 0:
         return P, 0
+    nb = neighbour_index(lengths, offsets)
     if schedule == "jacobi":
         return _rns_jacobi(P, b, g, lengths, nb, tol, max_iter, eta, known, clamp, b_var, g_var)
     starts = np.cumsum(lengths) - lengths

@@ -19,9 +19,11 @@ def test_tagging_benchmark_tiny_run(tmp_path):
     chunking, synthetic = report["rows"]
     assert chunking["dataset"] == "chunking" and synthetic["dataset"] == "synthetic"
     assert chunking["train_sentences"] == 30 and chunking["test_sentences"] == 20
-    for k in ("gpsl", "gpsl_jacobi", "crf"):
+    for k in ("gpsl", "gpsl_reference", "crf"):
         assert chunking[f"{k}_tokens_per_cpu_s"] > 0
     assert chunking["ratio"] == pytest.approx(chunking["gpsl_cpu_s"] / chunking["crf_cpu_s"])
+    assert set(chunking["phases"]) == {"features", "latent", "rns"}
+    assert all(v > 0 for v in chunking["phases"].values())
     p = chunking["passes"]
     for k in ("adaptive", "jacobi"):
         assert p[k]["sentences"] == 20 and 1 <= p[k]["median"] <= p[k]["max"] <= 100

@@ -156,3 +156,60 @@ def test_adaptive_handles_empty_sentences_and_no_dependencies():
     assert it == 0 and np.allclose(P0.sum(axis=1), 1.0)
     with pytest.raises(ValueError, match="adaptive"):
         rns(b, g, lengths, (-1, 1), schedule="jacobi", per_sentence=True)
+
+
+def _slow_problem(seed):
+    """Random chains where a sentence's damped passes creep along a mode that shrinks by a
+    few percent a pass (seeds 8, 16, 40, 55: the damped reference hits its 100-pass cap)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 20, size=8)
+    J = int(rng.integers(2, 6))
+    b = rng.normal(size=(lengths.sum(), J)) * 1.5
+    g = rng.normal(size=(2, J, J)) * rng.choice([1.0, 1.5, 2.0, 2.5])
+    return b, g, lengths
+
+
+@pytest.mark.parametrize("seed", [8, 16, 40, 55])
+def test_extrapolated_damped_passes_reach_the_same_fixed_point_sooner(seed):
+    from scipy.special import softmax
+
+    b, g, lengths = _slow_problem(seed)
+    P0 = softmax(b, axis=1)
+    tight = {"tol": 1e-12, "max_iter": 20000, "eta": 0.5}
+    P_ref, p_ref, c_ref = sweep_sentences(P0, b, g, lengths, (-1, 1), **tight)
+    P, p, c = sweep_sentences(P0, b, g, lengths, (-1, 1), extrapolate=True, **tight)
+    assert c_ref.all() and c.all() and p.sum() < 0.8 * p_ref.sum()
+    np.testing.assert_allclose(P, P_ref, rtol=0, atol=1e-9)  # one fixed point
+    # at the default stop rule: no sentence at the cap, and nearer the fixed point
+    _, p_cap, c_cap = sweep_sentences(P0, b, g, lengths, (-1, 1), tol=1e-4, max_iter=100,
+                                      eta=0.5)
+    Pd, pd, cd = sweep_sentences(P0, b, g, lengths, (-1, 1), tol=1e-4, max_iter=100, eta=0.5,
+                                 extrapolate=True)
+    assert not c_cap.all() and cd.all() and pd.max() < 100
+    P_old, _, _ = sweep_sentences(P0, b, g, lengths, (-1, 1), tol=1e-4, max_iter=100, eta=0.5)
+    assert np.abs(Pd - P_ref).max() <= np.abs(P_old - P_ref).max()
+    assert Pd.min() >= 0.0 and np.allclose(Pd.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(Pd.argmax(axis=1), P_ref.argmax(axis=1))
+
+
+def test_extrapolation_leaves_oscillating_passes_alone():
+    """A two-cycle (every step the negative of the one before) is no slow mode: the undamped
+    passes with extrapolation are the passes without it."""
+    from scipy.special import softmax
+
+    b, g, lengths = _two_cycle()
+    kw = {"tol": 1e-10, "max_iter": 60, "eta": 1.0}
+    P_ref, p_ref, _ = sweep_sentences(softmax(b, axis=1), b, g, lengths, (-1, 1), **kw)
+    P, p, _ = sweep_sentences(softmax(b, axis=1), b, g, lengths, (-1, 1), extrapolate=True,
+                              **kw)
+    np.testing.assert_array_equal(P, P_ref)
+    assert p_ref[0] == p[0] == 60
+
+
+def test_adaptive_schedule_meets_the_stop_rule_where_the_damped_passes_hit_the_cap():
+    b, g, lengths = _slow_problem(16)
+    _, p_old, c_old = rns(b, g, lengths, (-1, 1), damping=0.5, schedule="adaptive",
+                          per_sentence=True, extrapolate=False)
+    P, p, c = rns(b, g, lengths, (-1, 1), damping=0.5, schedule="adaptive", per_sentence=True)
+    assert not c_old.all() and c.all() and p.max() < p_old.max()
+    assert np.abs(_update(P, b, g, lengths, (-1, 1)) - P).max() < 1e-3

@@ -120,3 +120,59 @@ def test_output_file_gets_the_usual_permissions(model_and_file, tmp_path):
     assert cli.main(["test", "-m", str(model_dir), str(test), "-o", str(out)]) == 0
     assert out.stat().st_mode & 0o644 == 0o644
     assert format_conll  # the writer the chunks go through (gpsl.io)
+
+
+@pytest.mark.parametrize("kinds", [None, ("temperature",), ("step",), ("structured",)])
+def test_labels_and_marginals_run_algorithm_2_once_and_give_what_predict_gives(kinds):
+    """``gpsl test --marginals`` and ``gpsl eval`` take the labels as the argmax of the
+    marginals of one run: the labels of ``predict`` under every calibration."""
+    import numpy as np
+
+    X, y = make_chain_task(60, n_labels=4, seed=5)
+    model = GPSL(offsets=(-1, 1)).fit(X[:30], y[:30])
+    if kinds is not None:
+        model.calibrate(X[30:45], y[30:45], kinds=kinds, ensemble=None)
+    calls = []
+    real = model.calibration_scores
+    model.calibration_scores = lambda *a, **k: calls.append(1) or real(*a, **k)
+    pred, marg = tag.labels_and_marginals(model, X[45:], None)
+    assert len(calls) == 1
+    del model.calibration_scores
+    assert pred == model.predict(X[45:])
+    for a, b in zip(marg, model.predict_marginals(X[45:]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    pred_e, _ = tag.labels_and_marginals(model, X[45:], "exact")
+    assert pred_e == model.predict(X[45:], decoder="exact")
+
+
+FIELDS = ["a", "B-PER", "é", "x/0.5", "", " ", "a b", "a\tb", "a\nb", "\r", "_", "-"]
+
+
+def test_conll_text_is_format_conll_or_leaves_the_checks_to_it():
+    """The output text built in one piece equals ``format_conll``'s; where a field is no
+    CoNLL column (empty, whitespace inside, not a string) or a token has no column (never read
+    from a file) it gives way, and ``format_conll`` writes or refuses as before."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gpsl.io.formats import Sentence
+
+    field = st.one_of(st.sampled_from(FIELDS), st.integers(0, 3))
+    token = st.lists(field, min_size=0, max_size=3).map(tuple)
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @given(st.lists(st.lists(st.tuples(token, field), min_size=1, max_size=4), max_size=4))
+    def check(data):
+        sents = [Sentence([t for t, _ in s], [None] * len(s), 1) for s in data]
+        extra = [[[lab] for _, lab in s] for s in data]
+        fast = tag.conll_text(sents, extra)
+        try:
+            ref = format_conll(sents, extra_columns=extra, label=False)
+        except (InputError, TypeError):
+            ref = None
+        if fast is not None:
+            assert fast == ref
+        elif all(isinstance(c, str) and t for s in data for t, lab in s for c in (*t, lab)):
+            assert ref is None  # given way only where format_conll refuses (or no columns)
+
+    check()
