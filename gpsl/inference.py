@@ -112,8 +112,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
-from scipy.optimize import minimize
 
+from gpsl._optimize import minimize
 from gpsl.likelihood import Problem, PseudoLikelihoodBound, neighbour_index  # noqa: F401
 from gpsl.linalg import (  # noqa: F401
     B_factor,

@@ -62,9 +62,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 
+from gpsl._optimize import minimize
 from gpsl.problem import Problem, missing_weight, neighbour_index  # noqa: F401
 from gpsl.progress import DEFAULT_RATE, _converged, fit_eta, remaining_sweeps  # noqa: F401
 

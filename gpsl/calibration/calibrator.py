@@ -63,8 +63,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import minimize, minimize_scalar
 
+from gpsl._optimize import minimize, minimize_scalar
 from gpsl.calibration import step as _step
 from gpsl.calibration import structured as _structured
 from gpsl.calibration.decisions import (

@@ -53,8 +53,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
+from gpsl._optimize import minimize
 from gpsl.calibration.scores import _LOG_FLOOR, Scores, _softmax
 from gpsl.errors import InputError
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
+from gpsl._optimize import minimize
 from gpsl.calibration.scores import (
     _LOG_FLOOR,
     _LOG_T_STRUCTURED,
