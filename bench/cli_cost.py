@@ -4,6 +4,7 @@
 
     python -m bench.cli_cost                          # chunking 800 and the NER val half
     python -m bench.cli_cost --sentences 20000 50000  # synthetic sentences at scale
+    python -m bench.cli_cost --sentences 20000 50000 --generator sample  # issue 36's data
 
 Each data point is written as CRF++ column files and run as a user runs it:
 
@@ -27,9 +28,12 @@ training labels hidden (``_``); the NER val half
 (``../shared/data/crowd-ner/val.gold.conll``, gold labels, ``-t ner``), a seeded 80/20 split
 of its sentences; ``--sentences N``: ``bench.scale``'s synthetic sentences
 (:func:`gpsl.synthetic.make_chain_task`, 10 labels, unigram template; 9.5 tokens a sentence),
-2,000 test sentences. Ratios are gpsl's CPU over CRFsuite's fit CPU in the same run (the
-goal: the default ``train`` at most 3x). Writes ``cli_cost.md``/``.json`` (or
-``cli_cost_scale.*`` with ``--sentences``) to ``--out``.
+2,000 test sentences; with ``--generator sample`` the sample project's grammar instead
+(``sample_data/make_sample.py``, seed 1, its template; about 21.7 tokens a sentence, every
+label): the data of issue 36's table at scale (20k sentences, 432k tokens). Ratios are
+gpsl's CPU over CRFsuite's fit CPU in the same run (the goal: the default ``train`` at most
+3x). Writes ``cli_cost.md``/``.json`` (or ``cli_cost_scale.*``, ``cli_cost_scale_sample.*``
+with ``--sentences``) to ``--out``.
 """
 
 from __future__ import annotations
@@ -260,6 +264,20 @@ def synthetic_point(work: Path, n_sentences: int) -> dict:
     return _files(work, f"synthetic {n_sentences}", Xtr, ytr, Xte, yte, str(work / "template"))
 
 
+def sample_point(work: Path, n_sentences: int, n_test: int = 2000) -> dict:
+    """``n_sentences`` training and ``n_test`` test sentences of the sample project's grammar
+    (every label), its template."""
+    from bench.app_refit import _make_sample
+
+    sample = _make_sample()
+    gold, _ = sample.make_corpus(seed=1, n=n_sentences + n_test)
+    X = [[(w, tag) for w, tag, _ in s] for s in gold]
+    y = [[lab for _, _, lab in s] for s in gold]
+    (work / "template").write_text(sample.TEMPLATE, encoding="utf-8")
+    return _files(work, f"sample grammar {n_sentences}", X[:n_sentences], y[:n_sentences],
+                  X[n_sentences:], y[n_sentences:], str(work / "template"))
+
+
 def _files(work: Path, name: str, Xtr, ytr, Xte, yte, template: str) -> dict:
     _write(work / "train.data", Xtr, ytr)
     _write(work / "test.data", Xte, yte)
@@ -365,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sentences", type=int, nargs="*", default=None,
                    help="synthetic training sentences (default: chunking 800 and NER instead)")
+    p.add_argument("--generator", choices=("chain", "sample"), default="chain",
+                   help="with --sentences: bench.scale's chain task or the sample grammar")
     p.add_argument("--points", nargs="+", choices=tuple(POINTS), default=list(POINTS))
     p.add_argument("--no-phases", action="store_true", help="skip the timed run")
     p.add_argument("--out", default=str(RESULTS_DIR))
@@ -384,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     points = []
     with tempfile.TemporaryDirectory(prefix="gpsl-cli-cost-") as tmp:
-        makers = ([(f"s{n}", lambda w, n=n: synthetic_point(w, n)) for n in args.sentences]
+        point = sample_point if args.generator == "sample" else synthetic_point
+        makers = ([(f"s{n}", lambda w, n=n: point(w, n)) for n in args.sentences]
                   if args.sentences else
                   [(k, POINTS[k]) for k in args.points])
         for key, make in makers:
@@ -394,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"date": now_iso(), "machine": machine, "git": git_commit(), "command": command,
               "args": vars(args), "points": points}
     md = markdown(report)
-    name = args.name or ("cli_cost_scale" if args.sentences else "cli_cost")
+    name = args.name or (("cli_cost_scale" + ("_sample" if args.generator == "sample" else ""))
+                         if args.sentences else "cli_cost")
     write_results(Path(args.out), name, md, report)
     print(md)
     print(f"wrote {Path(args.out) / (name + '.md')} and {name}.json")

@@ -38,3 +38,17 @@ def test_a_tiny_run_writes_the_table_and_the_phases(tmp_path):
     assert 0 <= d["loss"] <= 100 and 0 <= d["ece"] <= 1
     md = (out / "tiny.md").read_text(encoding="utf-8")
     assert "synthetic 60" in md and "calibrator choice" in md and "CRFsuite fit" in md
+
+
+def test_the_sample_grammar_point_is_issue_36s_data(tmp_path):
+    """``--generator sample``: the sample project's sentences with every label and its
+    template, the test sentences after the training ones and none of them shared."""
+    point = B.sample_point(tmp_path, 50, n_test=20)
+    assert point["train_sentences"] == 50 and point["name"] == "sample grammar 50"
+    train = (tmp_path / "train.data").read_text(encoding="utf-8").strip().split("\n\n")
+    test = (tmp_path / "test.data").read_text(encoding="utf-8").strip().split("\n\n")
+    assert len(train) == 50 and len(test) == 20 and not set(train) & set(test)
+    assert all(len(line.split()) == 3 and line.split()[2] != "_"
+               for s in train for line in s.splitlines())
+    assert len(point["gold"]) == point["test_tokens"] == sum(len(s.splitlines()) for s in test)
+    assert "%x[0,0]" in (tmp_path / "template").read_text(encoding="utf-8")
