@@ -28,6 +28,7 @@ from gpsl.annotation import (
     projects,
     queue,
     reports,
+    rules,
     scoring,
     search,
     sentences,
@@ -45,6 +46,7 @@ from gpsl.annotation.db import Database
 from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
+from gpsl.annotation.records import TrainingLabels
 from gpsl.io import Sentence
 
 
@@ -450,6 +452,12 @@ class Store:
     def team_settings(self, project_id: int) -> dict:
         project = self.get_project(project_id)
         return team.settings_of(project or {})
+
+    def training_labels(self, project_id: int) -> TrainingLabels:
+        """Which posterior the project's training runs learn from, and the whole rule."""
+        s = self.team_settings(project_id)
+        return TrainingLabels(rules.rule_key(s["resolve"], s["soft"], s["joint"]),
+                              s["posterior"], s["rule"])
 
     def set_team_settings(self, project_id: int, **settings) -> dict:
         return team.set_settings(self.db, project_id, **settings)
