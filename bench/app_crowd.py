@@ -184,8 +184,9 @@ def report(result: dict) -> str:
         f"Goal: train → predictions stored in under {GOAL_SECONDS / 60:.0f} minutes: **{met}** "
         f"({run['wall_s'] / 60:.1f} minutes); issue 39's ≤ {GOAL_39_SECONDS:.0f} s: "
         f"**{met39}** ({run['wall_s']:.1f} s wall, {run['cpu_s']:.1f} CPU s, load average "
-        f"{result['machine'].get('load_average_at_start')} at the start). Ratio of wall times (GPSL run / CRFsuite fit "
-        f"and predict): {run['wall_s'] / c['wall_s']:.1f}. GPSL's run includes calibration, "
+        f"{result['machine'].get('load_average_at_start')} at the start). Ratio of wall "
+        f"times (GPSL run / CRFsuite fit and predict): {run['wall_s'] / c['wall_s']:.1f}. "
+        "GPSL's run includes calibration, "
         "held-out evaluation, saving and the predictions and query scores of every sentence; "
         "CRFsuite's only its fit and the held-out predictions.",
         "",

@@ -28,7 +28,6 @@ from gpsl.annotation import (
     projects,
     queue,
     reports,
-    rules,
     scoring,
     search,
     sentences,
@@ -454,10 +453,7 @@ class Store:
         return team.settings_of(project or {})
 
     def training_labels(self, project_id: int) -> TrainingLabels:
-        """Which posterior the project's training runs learn from, and the whole rule."""
-        s = self.team_settings(project_id)
-        return TrainingLabels(rules.rule_key(s["resolve"], s["soft"], s["joint"]),
-                              s["posterior"], s["rule"])
+        return team.training_labels(self.get_project(project_id) or {})
 
     def set_team_settings(self, project_id: int, **settings) -> dict:
         return team.set_settings(self.db, project_id, **settings)

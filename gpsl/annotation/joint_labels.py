@@ -30,6 +30,7 @@ from gpsl.cli.aggregate import CROWD_PARAMS, JOINT_PARAMS
 from gpsl.crowd import CrowdGPSL, Votes
 from gpsl.crowd.joint import soft_targets
 from gpsl.io import CrowdSentence
+from gpsl.model import GPSL
 
 __all__ = ["CROWD_SETTINGS", "OBSERVED", "fit_joint", "joint_settings", "soft_labels",
            "votes_of"]
@@ -65,8 +66,6 @@ def fit_joint(X: Sequence, votes: Votes, params_: dict, callback=None) -> CrowdG
     """The joint model (eq. J1) of ``votes`` and a tagger with the settings ``params_``
     (:meth:`gpsl.model.GPSL.get_params`), fitted without the refit; ``callback`` after every
     sweep (the engine's)."""
-    from gpsl.model import GPSL
-
     joint = CrowdGPSL(GPSL(**params_), refit=False, **joint_settings())
     return joint.fit(X, votes, callback=callback)
 

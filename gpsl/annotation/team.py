@@ -27,7 +27,7 @@ from gpsl import agreement
 from gpsl.annotation import labels, projects, rules, sentences, validate, votes
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.errors import NotFoundError
-from gpsl.annotation.records import Vote, overlap_of
+from gpsl.annotation.records import TrainingLabels, Vote, overlap_of
 from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
@@ -52,6 +52,14 @@ def settings_of(project: dict) -> dict:
             "resolve": resolve, "soft": soft, "joint": joint, "crowd": s.get("crowd"),
             "rule": rules.training_rule(resolve, soft, joint),
             "posterior": rules.POSTERIORS[rules.rule_key(resolve, soft, joint)]}
+
+
+def training_labels(project: dict) -> TrainingLabels:
+    """Which posterior a project's training runs learn from, and the whole rule (the Train
+    and Team pages show them)."""
+    s = settings_of(project)
+    return TrainingLabels(rules.rule_key(s["resolve"], s["soft"], s["joint"]), s["posterior"],
+                          s["rule"])
 
 
 def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
