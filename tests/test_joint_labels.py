@@ -151,3 +151,21 @@ def test_the_train_page_names_the_joint_model(tmp_path, monkeypatch):
     text = " ".join(c.value for c in at.caption)
     assert "Trains on:** the joint model's posterior q(y)" in text
     assert "Dawid–Skene" in dawid_skene and dawid_skene not in text
+
+
+def test_the_joint_rule_without_votes_trains_on_the_files_labels(tmp_path):
+    """Nobody has voted: the joint rule has no votes to model, the run trains on the
+    imported file's labels (hard) and says so."""
+    store = Store(tmp_path / "s.sqlite3", models_root=tmp_path / "models")
+    words = [["Ada"], ["met"], ["Bob"]]
+    pid = store.create_project_from_sentences(
+        "file", [{"tokens": words, "labels": ["B-PER", "O", "B-PER"]}] * 3, ["B-PER", "O"],
+        None, (-1, 1))
+    store.set_team_settings(pid, joint=True)
+    assert store.training_labels(pid).key == "joint"
+    data = store.training_set(pid)
+    assert not data["joint"] and data["y"] == [["B-PER", "O", "B-PER"]] * 3
+    version = train_now(store, pid, TrainConfig(max_iter=3))
+    assert version["status"] == "done", version["error"]
+    assert version["metrics"]["training_labels"]["joint"] is False
+    store.close()

@@ -197,8 +197,9 @@ def training_set(db: Database, project_id: int) -> dict:
     out = {"evidence": None, "classes": None, "resolve": settings["resolve"],
            "soft": settings["soft"], "joint": False, "rule": settings["rule"],
            "soft_tokens": 0}
-    if settings["joint"]:
-        return _joint_set(db, project_id, out)
+    joint = _joint_set(db, project_id, out) if settings["joint"] else None
+    if joint is not None:
+        return joint
     if not settings["soft"] or not settings["crowd"]:
         out["soft"] = False
         out["rule"] = rules.training_rule(settings["resolve"], False)
@@ -240,10 +241,13 @@ def _voted_rows(db: Database, project_id: int):
     return cast, rows, y, classes
 
 
-def _joint_set(db: Database, project_id: int, out: dict) -> dict:
+def _joint_set(db: Database, project_id: int, out: dict) -> dict | None:
     """:func:`training_set` by the ``joint`` rule: the observed labels and every person's
-    votes (``annotations``); the training run fits the joint model on them."""
+    votes (``annotations``); the training run fits the joint model on them. None when nobody
+    has voted: the hard labels (a file's) are all there is."""
     cast, rows, y, classes = _voted_rows(db, project_id)
+    if not cast:
+        return None
     annotations = []
     for s in rows:
         ann: dict[str, list] = {}
