@@ -77,7 +77,7 @@ def _joint_run(store, tmp_path):
     assert "joint crowd model" in done.rule
     trains_on = store.training_labels(pid)
     assert trains_on.key == "joint" and "joint model's posterior" in trains_on.posterior
-    # a lead decides "Bob" of the first sentence against every worker's vote
+    # a lead decides "Bob" of the first sentence (B-PER in the gold) as B-LOC
     first = store.sentence_ids(pid, "train")[0]
     assert "B-PER" in {v["label"] for v in store.votes(first) if v["token_index"] == 3}
     store.adjudicate(first, 3, "B-LOC", "lead")
