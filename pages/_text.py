@@ -143,9 +143,11 @@ def versions_table(versions: Sequence[Version]) -> list[dict]:
 
 def labels_short(rule: dict | None) -> str:
     """The training-label rule a version used, short: "majority", "crowd", "crowd, soft
-    (120 tokens)"; "" for versions trained before it was recorded."""
+    (120 tokens)", "joint, soft (120 tokens)"; "" for versions trained before it was recorded."""
     if not rule or not rule.get("resolve"):
         return ""
+    if rule.get("joint"):
+        return f"joint, soft ({fmt_int(rule.get('soft_tokens') or 0)} tokens)"
     if rule.get("soft"):
         return f"{rule['resolve']}, soft ({fmt_int(rule.get('soft_tokens') or 0)} tokens)"
     return str(rule["resolve"])

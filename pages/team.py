@@ -13,7 +13,6 @@ from gpsl.annotation import (
     MIN_PASSWORD,
     TRAINING_RULES,
     GpslError,
-    rule_key,
     rule_settings,
     safe_filename,
     to_csv,
@@ -335,11 +334,14 @@ with settings_tab:
                 rule = st.radio(
                     "Training labels: a lead's decision, else", list(TRAINING_RULES),
                     key="resolve", index=list(TRAINING_RULES).index(
-                        rule_key(current.resolve, current.soft)),
+                        store.training_labels(pid).key),
                     format_func=TRAINING_RULES.get,
-                    help="Soft labels keep the crowd posterior's probabilities: the votes "
-                         "enter the fit as evidence on the token's missing label. The crowd "
-                         "model has to be fitted first (People and agreement tab).")
+                    help="The joint crowd model is fitted by each training run (the "
+                         "annotators learned together with the tagger) and the tagger learns "
+                         "from its posterior's probabilities. Soft labels keep the "
+                         "Dawid–Skene posterior's probabilities: the votes enter the fit as "
+                         "evidence on the token's missing label; the Dawid–Skene model has to "
+                         "be fitted first (People and agreement tab).")
                 st.caption(f"Now: {current.rule}.")
                 guidelines = st.text_area(
                     "Annotation guidelines (Markdown)", value=project.guidelines,

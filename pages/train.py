@@ -19,13 +19,15 @@ from pages._format import fmt_eta, md_escape, offsets_text
 from pages._text import bounds, preset_name, version_names, versions_table, widget_help
 
 #: a run's phases in order (the progress record's names) and how the live line says them
-RUN_PHASES = ("starting", "loading", "fitting", "calibrating", "evaluating", "saving",
+RUN_PHASES = ("starting", "loading", "joint", "fitting", "calibrating", "evaluating", "saving",
               "predicting", "storing")
 PHASE_TEXT = {"starting": "starting the worker", "loading": "reading the labels",
+              "joint": "fitting the joint crowd model (annotators and tagger)",
               "evaluating": "held-out figures", "saving": "saving the model",
               "storing": "storing the version", "paused": "paused"}
 #: the progress record's phases as the summary of a run names them
-PHASE_NAMES = {"loading": "load", "fitting": "fit", "calibrating": "calibration",
+PHASE_NAMES = {"loading": "load", "joint": "joint crowd model", "fitting": "fit",
+               "calibrating": "calibration",
                "evaluating": "held-out figures", "saving": "save",
                "predicting": "predictions", "storing": "store"}
 
@@ -138,7 +140,9 @@ with settings_col:
             st.caption(f"Keep training is on: {keep.new_labels:,} of {keep.every:,} new "
                        "labels since the last run began.")
     with _ui.guard("Cannot read the team settings"):
-        st.caption(f"**Training labels:** {store.reports.team_settings(pid).rule} "
+        trains_on = store.training_labels(pid)
+        st.caption(f"**Trains on:** {trains_on.posterior}.")
+        st.caption(f"**Training labels:** {trains_on.rule} "
                    "(the project's rule: Team → Project settings).")
 
 with live_col:

@@ -19,12 +19,15 @@ def test_app_crowd_on_a_small_folder(tmp_path):
     assert "crowd model" in imp["rule"]
     assert run["wall_s"] >= run["fit_s"] > 0 and run["cpu_s"] > 0
     assert isinstance(run["phases"], dict)  # polled: a run this small may show none
-    assert run["training_labels"]["resolve"] == "crowd"
+    assert run["training_labels"]["resolve"] == "crowd" and run["training_labels"]["joint"]
+    assert run["training_labels"]["joint_sweeps"] >= 1
     for row in (report["gpsl"], report["crfsuite"]):
         assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["f1"] <= 1.0
     md = (out / "app_crowd.md").read_text(encoding="utf-8")
     assert "python -m bench.app_crowd --data" in md and "| CRFsuite, same features" in md
     assert "Goal: train → predictions stored in under 5 minutes" in md
+    assert "Trains on (the Train page's line): the joint model's posterior q(y)" in md
+    assert "issue 39's ≤ 60 s" in md
 
 
 def test_app_crowd_without_the_data_says_so(tmp_path, capsys):

@@ -24,7 +24,7 @@ LAYERS = {
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},
-    "rules": {"rules", "evaluation", "pool"},
+    "rules": {"rules", "evaluation", "pool", "joint_labels"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},
     "facade": {"facade", "access", "__init__"},

@@ -65,6 +65,7 @@ from gpsl.annotation.records import (
     TeamFigures,
     TeamSettings,
     TokenView,
+    TrainingLabels,
     TrainingProgress,
     Version,
 )
@@ -110,7 +111,8 @@ __all__ = [
     "Progress", "Project",
     "RankedSentence", "Reliability", "Scheme", "SearchHit", "SearchResult", "SentenceView",
     "Store", "StoreBusyError", "StoreUnavailableError", "TeamFigures", "TeamSettings", "TokenView",
-    "TrainConfig", "TrainingBusyError", "TrainingProgress", "UploadSummary", "Version",
+    "TrainConfig", "TrainingBusyError", "TrainingLabels", "TrainingProgress", "UploadSummary",
+    "Version",
     "accept_candidates", "check_template", "default_db_url", "default_models_root",
     "default_template_text", "entity_type", "guess_format", "import_credit", "is_import",
     "next_unlabeled", "one_line", "parse_offsets", "parse_upload", "preset_of",

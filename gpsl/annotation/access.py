@@ -74,6 +74,7 @@ LEAD = frozenset({
     "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
     "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",
+    "training_labels",
     "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
     "own_root", "model_path", "store_summary", "annotations_file", "predictions_file",
     "store_limits", "set_store_limits", "parse_upload", "label_activity",

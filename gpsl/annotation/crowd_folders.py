@@ -30,8 +30,10 @@ writes nothing. The gold is never a vote:
   Sentences that no worker labeled are training sentences without labels (the queue's).
 
 With ``crowd=True`` (the facade's default) the crowd model (Dawid-Skene,
-:func:`gpsl.annotation.team.fit_crowd`) is fitted right after the import and the project
-resolves disputed tokens by it (the training rule ``crowd``): a second step, after the
+:func:`gpsl.annotation.team.fit_crowd`: the Team page's reliability figures) is fitted right
+after the import, the project resolves disputed tokens by it (the hard label a page shows) and
+trains on the joint model's posterior (the training rule ``joint``,
+:mod:`gpsl.annotation.joint_labels`, as ``gpsl train --crowd``): a second step, after the
 import's transaction, so a failure there leaves the imported project on the majority rule.
 """
 
@@ -365,10 +367,10 @@ def create_project(db: Database, name: str, folder: CrowdFolder, *,
 
 
 def use_crowd_model(db: Database, project_id: int) -> str:
-    """Fit the crowd model on the project's votes and resolve disputed tokens by it;
-    returns the training rule in words."""
+    """Fit the crowd model on the project's votes and resolve disputed tokens by it, and
+    train on the joint model's posterior; returns the training rule in words."""
     team.fit_crowd(db, project_id)
-    return team.set_settings(db, project_id, resolve="crowd")["rule"]
+    return team.set_settings(db, project_id, resolve="crowd", joint=True)["rule"]
 
 
 def finish(db: Database, figures: dict, crowd: bool = True) -> CrowdImport:

@@ -45,6 +45,7 @@ from gpsl.annotation.db import Database
 from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
+from gpsl.annotation.records import TrainingLabels
 from gpsl.io import Sentence
 
 
@@ -450,6 +451,9 @@ class Store:
     def team_settings(self, project_id: int) -> dict:
         project = self.get_project(project_id)
         return team.settings_of(project or {})
+
+    def training_labels(self, project_id: int) -> TrainingLabels:
+        return team.training_labels(self.get_project(project_id) or {})
 
     def set_team_settings(self, project_id: int, **settings) -> dict:
         return team.set_settings(self.db, project_id, **settings)

@@ -7,7 +7,10 @@ the caller (:func:`gpsl.annotation.jobs.train_now`); :func:`run` calls the steps
    run's :class:`TrainConfig` sets ``max_sentences``); the labels are read when the run
    starts, so a label made before the run is counted in its labeled-token figure.
 2. :func:`_fit`: :class:`~gpsl.model.GPSL` with the run's settings; after every sweep the
-   progress file gets the iteration, bound and seconds (the Train page shows an ETA).
+   progress file gets the iteration, bound and seconds (the Train page shows an ETA). By the
+   ``joint`` rule (a crowd project's) the joint crowd model is fitted first (phase
+   ``"joint"``, :mod:`gpsl.annotation.joint_labels`, as ``gpsl train --crowd``) and the
+   tagger learns from its posterior ``q(y)``; its decoded labels are the calibration data.
 3. :func:`calibrate`: a calibrator fitted on the project's held-out gold when it has at
    least 50 gold tokens, otherwise on out-of-fold predictions of folds of the labeled
    sentences (:func:`gpsl.calibration.calibrate_model`, the rule of ``gpsl train``). When the
@@ -42,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from gpsl import active, params
+from gpsl.annotation import joint_labels
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.pool import (  # noqa: F401 (predict_chunk: named here for callers)
@@ -230,14 +234,35 @@ def _load(run: _Run):
         raise InputError("no labeled tokens yet: label some tokens before training",
                          source="<train>")
     evidence = data["evidence"] or [None] * len(data["X"])
-    ids, X, y, evidence = pick_sentences(data["ids"], data["X"], data["y"],
-                                         run.config.max_sentences, evidence)
+    annotations = data.get("annotations") or [{}] * len(data["X"])
+    ids, X, y, evidence, annotations = pick_sentences(
+        data["ids"], data["X"], data["y"], run.config.max_sentences, evidence, annotations)
     run.labels = {"rule": data["rule"], "resolve": data["resolve"], "soft": data["soft"],
-                  "classes": data["classes"],
+                  "joint": bool(data.get("joint")), "classes": data["classes"],
                   "evidence": evidence if data["evidence"] is not None else None,
                   "soft_tokens": sum(int(np.any(e != 0, axis=1).sum()) for e in evidence
                                      if e is not None)}
+    if run.labels["joint"]:
+        run.labels["votes"] = joint_labels.votes_of(X, y, annotations, data["classes"])
     return ids, X, y
+
+
+def _fit_joint(run: _Run, X, params_: dict, on_sweep) -> list:
+    """Step 2 by the ``joint`` rule: the joint crowd model (:mod:`gpsl.annotation.
+    joint_labels`) with the tagger's settings ``params_``; its posterior becomes the soft
+    labels in ``run.labels``. Returns the tagger's targets ``y``."""
+    votes = run.labels.pop("votes")
+    run.progress.phase("joint", sentences=len(X), labeled_tokens=int(votes.voted().sum()))
+    joint = joint_labels.fit_joint(X, votes, params_, callback=on_sweep)
+    y, evidence, inferred = joint_labels.soft_labels(joint, votes)
+    run.labels.update(evidence=evidence, classes=list(joint.classes_), inferred=inferred,
+                      soft_tokens=sum(int(np.any(np.isfinite(e) & (e != 0), axis=1).sum())
+                                      for e in evidence or ()),
+                      joint_sweeps=len(joint.joint_trace_) // 2,
+                      joint_seconds=float(joint.fit_seconds_))
+    run.progress.phase("fitting", sentences=len(X), bounds=[], seconds=[], iteration=0,
+                       labeled_tokens=sum(lab is not None for labs in y for lab in labs))
+    return y
 
 
 def _fit(run: _Run, X, y) -> GPSL:
@@ -252,15 +277,19 @@ def _fit(run: _Run, X, y) -> GPSL:
     before = None if previous is None else _Previous(
         list(previous.classes_), previous.calibrator_, previous.inference_,
         tuple(previous.offsets_), previous.kernel_.name)
-    model = warm_model(model, previous)  # the previous state, carried by name
-    run.progress.phase("fitting", sentences=len(X),
-                       labeled_tokens=sum(lab is not None for labs in y for lab in labs))
+    cold = model.get_params()
 
     def on_sweep(info):
         run.progress.sweep(info)
         run.check_stop()
         run.pause("in-fit")
 
+    model = warm_model(model, previous)  # the previous state, carried by name
+    if (run.labels or {}).get("joint"):
+        y = _fit_joint(run, X, cold, on_sweep)
+    else:
+        run.progress.phase("fitting", sentences=len(X),
+                           labeled_tokens=sum(lab is not None for labs in y for lab in labs))
     soft = run.labels or {}
     model.fit(X, y, callback=on_sweep, evidence=soft.get("evidence"),
               classes=soft.get("classes"))
@@ -314,7 +343,8 @@ def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
                     "missing_weight": float(model.missing_weight_),
                     "warm_start": _warm_used(run, model),
                     "training_labels": {k: (run.labels or {}).get(k) for k in
-                                        ("rule", "resolve", "soft", "soft_tokens")}})
+                                        ("rule", "resolve", "soft", "soft_tokens",
+                                         "joint", "joint_sweeps", "joint_seconds")}})
     return figures, held
 
 
@@ -422,6 +452,7 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
                               r.config.max_iter, r.config.inference, r.config.tol)
         _, X, y = _load(r)
         model = _fit(r, X, y)
+        y = r.labels.get("inferred") or y  # by the joint rule: its decoded labels
         figures, held = _evaluate(r, model, X, y)
         _save(r, model)
         _predict(r, model, held)

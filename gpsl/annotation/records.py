@@ -464,6 +464,18 @@ class RankedSentence:
 
 
 @dataclass(frozen=True)
+class TrainingLabels:
+    """What a project's training runs learn from (the Train and Team pages say it):
+    ``key`` (a key of :data:`gpsl.annotation.rules.TRAINING_RULES`), ``posterior`` (which
+    posterior, in words: :data:`gpsl.annotation.rules.POSTERIORS`) and ``rule`` (the whole
+    rule, :func:`gpsl.annotation.rules.training_rule`)."""
+
+    key: str
+    posterior: str
+    rule: str
+
+
+@dataclass(frozen=True)
 class TeamSettings:
     """``overlap`` (k annotators per sentence), ``blind``, ``resolve`` (majority or crowd)
     and ``soft`` (training takes the crowd model's posterior as soft labels); ``rule``: the

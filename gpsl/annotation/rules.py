@@ -6,7 +6,9 @@
   :func:`crowd_posterior`), else the majority (:func:`majority_label`). Both decide by
   :func:`gpsl.crowd.decide`, the library's one rule: a tie leaves the token missing.  With
   soft labels (:func:`training_rule`) the people's votes of a token without a lead's
-  decision enter training as evidence on a missing label instead (:func:`crowd_evidence`).
+  decision enter training as evidence on a missing label instead (:func:`crowd_evidence`);
+  with the ``joint`` rule (a crowd project's default) the tagger learns from the joint
+  model's posterior ``q(y)`` (:mod:`gpsl.annotation.joint_labels`).
 * **The queue**: a token's query score (:func:`token_scores`: the score the training run
   stored, else least confidence ``1 - max_j p_tj``); a sentence's queue score, its unlabeled
   tokens' largest (:func:`queue_score`); the token the cursor opens on, the unlabeled token
@@ -27,7 +29,8 @@ from gpsl.annotation.records import Derived, TokenView, Vote
 
 __all__ = ["NO_LABEL", "RESOLVE_RULES", "UNKNOWN_SKILL", "Derived", "Posterior", "Vote",
            "accept_candidates", "crowd_evidence", "crowd_posterior", "derive_labels",
-           "majority_label", "next_unlabeled", "opening_token", "queue_score", "rule_key",
+           "majority_label", "next_unlabeled", "opening_token", "POSTERIORS", "queue_score",
+           "rule_key",
            "rule_settings", "token_scores", "training_rule", "TRAINING_RULES"]
 
 #: one-coin accuracy assumed for an annotator the crowd model has not seen
@@ -64,32 +67,58 @@ def _one_token_votes(labels: Sequence[str], classes: Sequence[str],
 #: the training-label rules a project can choose (Team page), one setting: key -> what it
 #: does after a lead's decision; :func:`rule_settings` gives its ``resolve`` and ``soft``
 TRAINING_RULES = {
+    "joint": "the joint crowd model's posterior as soft labels (the annotators learned "
+             "together with the tagger, as gpsl train --crowd)",
     "majority": "the majority of the votes (hard labels; a tie stays unlabeled)",
-    "crowd": "the crowd model's posterior (hard labels; a tie stays unlabeled)",
-    "soft": "the crowd model's posterior as soft labels (its probabilities, as evidence)",
+    "crowd": "the Dawid–Skene crowd model's posterior (hard labels; a tie stays unlabeled)",
+    "soft": "the Dawid–Skene crowd model's posterior as soft labels (its probabilities, as "
+            "evidence)",
+}
+#: which posterior a training run learns from, by the key of :data:`TRAINING_RULES` (the
+#: Train page says it)
+POSTERIORS = {
+    "joint": "the joint model's posterior q(y): the sequential annotator model and the tagger "
+             "fitted together on the votes (gpsl.crowd.CrowdGPSL, as gpsl train --crowd), "
+             "the tagger then trained on q(y) as soft labels",
+    "majority": "the majority of the votes (no crowd model)",
+    "crowd": "the Dawid–Skene posterior, decided to one label per token",
+    "soft": "the Dawid–Skene posterior as soft labels",
 }
 
 
 def rule_settings(key: str) -> dict:
-    """The team settings (``resolve``, ``soft``) of a key of :data:`TRAINING_RULES`."""
+    """The team settings (``soft``, ``joint`` and, but for ``joint``, ``resolve``) of a key
+    of :data:`TRAINING_RULES`; ``joint`` keeps the project's ``resolve``, which still decides
+    the hard label a page shows for a disputed token."""
     if key not in TRAINING_RULES:
         raise ValueError(f"unknown training-label rule {key!r}")
-    return {"resolve": "crowd" if key == "soft" else key, "soft": key == "soft"}
+    if key == "joint":
+        return {"soft": False, "joint": True}
+    return {"resolve": "crowd" if key == "soft" else key, "soft": key == "soft",
+            "joint": False}
 
 
-def rule_key(resolve: str, soft: bool) -> str:
-    """The key of :data:`TRAINING_RULES` that ``resolve`` and ``soft`` make."""
+def rule_key(resolve: str, soft: bool, joint: bool = False) -> str:
+    """The key of :data:`TRAINING_RULES` that ``resolve``, ``soft`` and ``joint`` make."""
+    if joint:
+        return "joint"
     return "soft" if soft and resolve == "crowd" else (resolve if resolve in RESOLVE_RULES
                                                         else "majority")
 
 
-def training_rule(resolve: str, soft: bool = False) -> str:
+def training_rule(resolve: str, soft: bool = False, joint: bool = False) -> str:
     """The rule that makes the training labels of a project, in words (the Team and Train
-    pages show it): ``resolve`` (a key of :data:`RESOLVE_RULES`) and ``soft``."""
+    pages show it): ``resolve`` (a key of :data:`RESOLVE_RULES`), ``soft`` and ``joint``."""
+    if joint:
+        return ("a lead's decision (kept fixed, observed); else the joint crowd model's "
+                "posterior: the annotators (the sequential model) learned together with the "
+                "tagger on every person's votes, and the tagger trained on that posterior's "
+                "probabilities as soft labels; a file's labels count while nobody has voted")
     if soft:
         return ("a lead's decision; else every person's vote on the token enters training as "
-                "a soft label: evidence on the token's missing label under the crowd model "
-                "(each vote weighed by its annotator's estimated reliability), so the model "
+                "a soft label: evidence on the token's missing label under the Dawid–Skene "
+                "crowd model (each vote weighed by its annotator's estimated reliability), "
+                "so the model "
                 "learns from the crowd posterior's probabilities, not one hard label; a file's "
                 "labels count while nobody has voted")
     return ("a lead's decision; else one vote's label; else "

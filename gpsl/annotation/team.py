@@ -7,7 +7,9 @@ blind mode), ``blind`` (annotators see only their own votes,
 :func:`gpsl.annotation.sentences.view`), ``resolve`` (``'majority'`` or ``'crowd'``: which
 decides a disputed token without a lead's decision, :func:`gpsl.annotation.rules.derive_labels`),
 ``soft`` (training takes every person's votes as soft labels under the crowd model,
-:func:`training_set`) and ``crowd`` (the fitted crowd model).  The rule these make is
+:func:`training_set`), ``joint`` (training takes the joint model's posterior,
+:mod:`gpsl.annotation.joint_labels`; a crowd folder's import turns it on) and ``crowd`` (the
+fitted Dawid–Skene model).  The rule these make is
 :func:`gpsl.annotation.rules.training_rule`.  Votes that came with an imported file are not
 a person's and take no part in any figure here.
 """
@@ -25,11 +27,12 @@ from gpsl import agreement
 from gpsl.annotation import labels, projects, rules, sentences, validate, votes
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.errors import NotFoundError
-from gpsl.annotation.records import Vote, overlap_of
+from gpsl.annotation.records import TrainingLabels, Vote, overlap_of
 from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
-DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority", "soft": False}
+DEFAULTS = {"overlap": 1, "blind": False, "resolve": "majority", "soft": False,
+            "joint": False}
 RESOLVE = tuple(rules.RESOLVE_RULES)
 MAX_OVERLAP = 20
 ACTIVE_GAP = 300.0  # seconds: a longer pause between two labels is not labeling time
@@ -43,18 +46,30 @@ def settings_of(project: dict) -> dict:
     training-label rule they make, in words (:func:`gpsl.annotation.rules.training_rule`)."""
     s = project.get("settings") or {}
     resolve = s.get("resolve", DEFAULTS["resolve"]) or "majority"
-    soft = bool(s.get("soft", DEFAULTS["soft"])) and resolve == "crowd"
+    joint = bool(s.get("joint", DEFAULTS["joint"]))
+    soft = bool(s.get("soft", DEFAULTS["soft"])) and resolve == "crowd" and not joint
     return {"overlap": overlap_of(s), "blind": bool(s.get("blind", DEFAULTS["blind"])),
-            "resolve": resolve, "soft": soft, "crowd": s.get("crowd"),
-            "rule": rules.training_rule(resolve, soft)}
+            "resolve": resolve, "soft": soft, "joint": joint, "crowd": s.get("crowd"),
+            "rule": rules.training_rule(resolve, soft, joint),
+            "posterior": rules.POSTERIORS[rules.rule_key(resolve, soft, joint)]}
+
+
+def training_labels(project: dict) -> TrainingLabels:
+    """Which posterior a project's training runs learn from, and the whole rule (the Train
+    and Team pages show them)."""
+    s = settings_of(project)
+    return TrainingLabels(rules.rule_key(s["resolve"], s["soft"], s["joint"]), s["posterior"],
+                          s["rule"])
 
 
 def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
                  blind: bool | None = None, resolve: str | None = None,
-                 soft: bool | None = None) -> dict:
+                 soft: bool | None = None, joint: bool | None = None) -> dict:
     """Change the team settings (one transaction); a change of ``resolve`` derives the
     disputed tokens' labels again.  ``soft`` (soft labels in training) needs ``resolve``
-    ``'crowd'``; resolving by the majority turns it off.  Returns the new settings."""
+    ``'crowd'``; resolving by the majority turns it off.  ``joint`` (training on the joint
+    model's posterior) needs no fitted model and wins over ``soft``.  Returns the new
+    settings."""
     if overlap is not None:
         try:
             overlap = int(overlap)
@@ -85,6 +100,8 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
                 raise InputError("soft labels need the crowd model: resolve disputes by the "
                                  "crowd model first", source="<project>")
             settings["soft"] = bool(soft)
+        if joint is not None:
+            settings["joint"] = bool(joint)
         projects.write_settings(conn, project_id, settings)
         if settings.get("resolve", "majority") != old_resolve:
             labels.rederive(conn, project_id)
@@ -167,19 +184,47 @@ def training_set(db: Database, project_id: int) -> dict:
     person's vote keeps its derived label (a file's label, or none); every other token is a
     missing label with the evidence of its votes under the crowd model
     (:func:`gpsl.annotation.rules.crowd_evidence`): the missing-label machinery of the fit
-    then gives it the crowd posterior with the tagger as prior."""
+    then gives it the crowd posterior with the tagger as prior.
+
+    The joint posterior (``joint``, :func:`_joint_set`): ``y`` as with soft labels (the
+    observed labels), ``evidence`` None, and ``annotations``: per sentence ``{annotator:
+    labels}`` of the people's votes, for the joint model the training run fits
+    (:mod:`gpsl.annotation.joint_labels`)."""
     project = projects.get(db, project_id)
     if project is None:
         raise NotFoundError(f"no project with id {project_id}")
     settings = settings_of(project)
     out = {"evidence": None, "classes": None, "resolve": settings["resolve"],
-           "soft": settings["soft"], "rule": settings["rule"], "soft_tokens": 0}
+           "soft": settings["soft"], "joint": False, "rule": settings["rule"],
+           "soft_tokens": 0}
+    joint = _joint_set(db, project_id, out) if settings["joint"] else None
+    if joint is not None:
+        return joint
     if not settings["soft"] or not settings["crowd"]:
         out["soft"] = False
         out["rule"] = rules.training_rule(settings["resolve"], False)
         out["ids"], out["X"], out["y"] = sentences.training_data(
             db, project_id, "train", only_labeled=True, with_ids=True)
         return out
+    cast, rows, y, classes = _voted_rows(db, project_id)
+    evidence = []
+    for s, labs in zip(rows, y):
+        e = np.zeros((len(labs), len(classes)))
+        for t, lab in enumerate(labs):
+            if lab is None and (s["id"], t) in cast:
+                e[t] = rules.crowd_evidence(settings["crowd"], cast[(s["id"], t)], classes)
+                out["soft_tokens"] += 1
+        evidence.append(e)
+    out.update(ids=[s["id"] for s in rows], X=[s["tokens"] for s in rows], y=y,
+               evidence=evidence, classes=classes)
+    return out
+
+
+def _voted_rows(db: Database, project_id: int):
+    """The soft and joint rules' rows: ``(cast, rows, y, classes)``: the people's votes with
+    a label by token, the ``'train'`` sentences with a vote or a label, their observed labels
+    (a lead's decision; a token without a person's vote keeps its derived label; None on the
+    other voted tokens) and the sorted classes of both."""
     cast: dict[tuple[int, int], list[Vote]] = defaultdict(list)
     for v in project_votes(db, project_id):
         if v["label"] is not None:
@@ -193,16 +238,27 @@ def training_set(db: Database, project_id: int) -> dict:
           for t, lab in enumerate(s["labels"])] for s in rows]
     classes = sorted({lab for labs in y for lab in labs if lab is not None}
                      | {v.label for vs in cast.values() for v in vs})
-    evidence = []
-    for s, labs in zip(rows, y):
-        e = np.zeros((len(labs), len(classes)))
-        for t, lab in enumerate(labs):
-            if lab is None and (s["id"], t) in cast:
-                e[t] = rules.crowd_evidence(settings["crowd"], cast[(s["id"], t)], classes)
-                out["soft_tokens"] += 1
-        evidence.append(e)
+    return cast, rows, y, classes
+
+
+def _joint_set(db: Database, project_id: int, out: dict) -> dict | None:
+    """:func:`training_set` by the ``joint`` rule: the observed labels and every person's
+    votes (``annotations``); the training run fits the joint model on them. None when nobody
+    has voted: the hard labels (a file's) are all there is."""
+    cast, rows, y, classes = _voted_rows(db, project_id)
+    if not cast:
+        return None
+    annotations = []
+    for s in rows:
+        ann: dict[str, list] = {}
+        for t in range(len(s["labels"])):
+            for v in cast.get((s["id"], t), ()):
+                ann.setdefault(v.annotator, [None] * len(s["labels"]))[t] = v.label
+        annotations.append(ann)
     out.update(ids=[s["id"] for s in rows], X=[s["tokens"] for s in rows], y=y,
-               evidence=evidence, classes=classes)
+               annotations=annotations, classes=classes, joint=True, soft=True)
+    out["soft_tokens"] = sum(lab is None and (s["id"], t) in cast
+                             for s, labs in zip(rows, y) for t, lab in enumerate(labs))
     return out
 
 

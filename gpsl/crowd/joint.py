@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl.crowd.base import _annotator_accuracy
-from gpsl.crowd.confusion import DEFAULT_SHRINK, m_step
+from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, m_step
 from gpsl.crowd.dawid_skene import DawidSkene
 from gpsl.crowd.sequential import DEFAULT_KAPPA, previous_labels, sequential_m_step
 from gpsl.crowd.votes import Votes, majority_posteriors
 from gpsl.errors import InputError
 
 __all__ = ["ANNOTATOR_MODELS", "LSE_BOUNDS", "REFIT_ON", "TAGGER_PRIORS", "CrowdGPSL",
-           "decode_labels", "echo_variance", "fit_soft"]
+           "decode_labels", "echo_variance", "fit_soft", "soft_targets"]
 
 #: the annotator models of the joint fit: Dawid-Skene confusion matrices, or the sequential
 #: model of :mod:`gpsl.crowd.sequential` (confusion conditioned on the annotator's previous label)
@@ -101,16 +101,30 @@ def fit_soft(model, X, q: np.ndarray, keep: np.ndarray, classes, split):
     vanish, and the fit is the hard-label fit exactly; so a one-hot row is passed as the
     observed label it is (the same fit, and a finite bound before the first sweep, where a
     uniform ``r`` meets ``-inf`` evidence), and without a soft row the fit is the argmax
-    refit's. Tokens not kept carry no evidence (missing)."""
+    refit's. Tokens not kept carry no evidence (missing). The targets are
+    :func:`soft_targets`'s."""
+    y, evidence = soft_targets(q, keep, classes, split)
+    return model.fit(X, y, classes=classes, evidence=evidence)
+
+
+def soft_targets(q: np.ndarray, keep: np.ndarray, classes, split):
+    """What :func:`fit_soft` fits on (the app's training run fits the same): ``(y,
+    evidence)`` per sentence, ``y`` the label of a kept token whose ``q_t`` is one-hot (an
+    observed label) and None elsewhere, ``evidence`` ``log q_t`` on the other kept tokens and
+    0 on the rest (None when no kept token is soft): the evidence ``e_t`` of
+    :func:`fit_soft`'s bound. ``log q_t`` is floored at :data:`gpsl.crowd.LOG_FLOOR` (a class
+    whose ``q_t`` underflowed to 0 next to a soft one: its ``exp`` is below 1e-300 all the
+    same), so that the bound before the first sweep, at a uniform ``r``, is finite (a model
+    holds no infinity, :mod:`gpsl.persist`)."""
     q = np.asarray(q, dtype=float)
     hard = keep & (q.max(axis=1) == 1.0)
     with np.errstate(divide="ignore"):
-        E = np.where((keep & ~hard)[:, None], np.log(q), 0.0)
+        E = np.where((keep & ~hard)[:, None], np.maximum(np.log(q), LOG_FLOOR), 0.0)
     E[hard] = 0.0
     y = [[classes[int(v)] if h else None for v, h in zip(qs.argmax(axis=1), hs)]
          for qs, hs in zip(split(q), split(hard))]
     soft = keep & ~hard
-    return model.fit(X, y, classes=classes, evidence=split(E) if soft.any() else None)
+    return y, (split(E) if soft.any() else None)
 
 
 class CrowdGPSL:
