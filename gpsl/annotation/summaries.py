@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 
 import numpy as np
-import pandas as pd
 from sqlalchemy import text
 
 from gpsl import metrics
@@ -96,35 +96,50 @@ def compute(store, project_id: int, version: dict) -> dict:
     }
 
 
-def _calibration_report(result, train_labels, n_bins: int = 10) -> CalibrationReport:
+def _table(rows: list[dict]) -> dict:
+    """``{"columns", "rows"}`` of a list of row dicts: the columns in the order they first
+    appear, a missing value, None or NaN as None (what the pages read back as a table)."""
+    columns: list = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+
+    def cell(v):
+        if isinstance(v, (float, np.floating)):
+            return None if math.isnan(v) else float(v)
+        return v.item() if isinstance(v, np.generic) else v
+
+    return {"columns": columns, "rows": [[cell(row.get(c)) for c in columns] for row in rows]}
+
+
+def _calibration_tables(result, train_labels, n_bins: int = 10) -> dict:
+    """:func:`calibration_dict`'s figures and tables (plain lists, no pandas: the training
+    worker writes them and never draws a table; pandas was 0.25 s of its CPU)."""
     conf, correct = result.confidence, result.correct
     band_of = metrics.frequency_bands(result.gold_label, train_labels)
     bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
               "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
               "which": ", ".join(r["labels"])}
              for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
-    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
-    table = table.dropna(subset=["accuracy"])  # the bins with tokens
-    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
-    table["band_up"] = table["band_hi"] - table["mean_confidence"]
-    table["band_down"] = table["mean_confidence"] - table["band_lo"]
-    return CalibrationReport(
-        table=table,
-        accuracy=result.accuracy, ece=result.ece,
-        ece_floor=metrics.ece_noise_floor(conf, n_bins, binning="width"),
-        ece_mass=result.ece_mass, ece_mass_floor=metrics.ece_noise_floor(conf, 15, binning="mass"),
-        mean_confidence=result.mean_confidence, nll=result.nll, tokens=result.tokens,
-        selective=pd.DataFrame(metrics.selective_accuracy(conf, correct)),
-        thresholds=pd.DataFrame(metrics.threshold_table(conf, correct)),
-        bands=pd.DataFrame(bands))
-
-
-def _frame_dict(df) -> dict:
-    return {"columns": list(df.columns), "rows": df.astype(object).where(df.notna(), None)
-            .values.tolist()}
+    table = [{**r, "bin_mid": (r["bin_lo"] + r["bin_hi"]) / 2,
+              "band_up": r["band_hi"] - r["mean_confidence"],
+              "band_down": r["mean_confidence"] - r["band_lo"]}
+             for r in metrics.reliability_table(conf, correct, n_bins, consistency=True)
+             if r["accuracy"] is not None and not math.isnan(r["accuracy"])]  # bins with tokens
+    out = {"accuracy": result.accuracy, "ece": result.ece,
+           "ece_floor": metrics.ece_noise_floor(conf, n_bins, binning="width"),
+           "ece_mass": result.ece_mass,
+           "ece_mass_floor": metrics.ece_noise_floor(conf, 15, binning="mass"),
+           "mean_confidence": result.mean_confidence, "nll": result.nll}
+    out = {k: (None if v is None else float(v)) for k, v in out.items()}
+    out["tokens"] = int(result.tokens)
+    out.update(table=_table(table), selective=_table(metrics.selective_accuracy(conf, correct)),
+               thresholds=_table(metrics.threshold_table(conf, correct)), bands=_table(bands))
+    return out
 
 
 def _frame(d: dict):
+    import pandas as pd  # on first use (the worker never reads a table back)
+
     return pd.DataFrame(d["rows"], columns=d["columns"])
 
 
@@ -140,14 +155,7 @@ def calibration_dict(store, project_id: int, version: dict) -> dict | None:
     if result is None:
         return None
     _, train_y = store.training_data(project_id, "train", only_labeled=True)
-    rep = _calibration_report(result, train_y)
-    out = {k: getattr(rep, k) for k in ("accuracy", "ece", "ece_floor", "ece_mass",
-                                        "ece_mass_floor", "mean_confidence", "nll", "tokens")}
-    out = {k: (None if v is None else float(v)) for k, v in out.items()}
-    out["tokens"] = int(rep.tokens)
-    for k in ("table", "selective", "thresholds", "bands"):
-        out[k] = _frame_dict(getattr(rep, k))
-    return out
+    return _calibration_tables(result, train_y)
 
 
 def calibration_report(d: dict | None) -> CalibrationReport | None:
