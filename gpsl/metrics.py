@@ -1,6 +1,6 @@
 """Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1.
 
-numpy and scipy; chunks by seqeval's rules (conlleval's), ported (:func:`entities`). Conventions:
+numpy and scipy; chunks by seqeval's rules (:func:`gpsl.tags.entities`). Conventions:
 
 * Label sequences are ``list[list[str | None]]`` (one list per sentence). A gold label ``None`` is a
   missing label: the token is excluded from token metrics and counted separately (see
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpsl.tags import split_tag
+from gpsl.tags import entities, split_tag
 
 __all__ = [
     "TokenCounts",
@@ -490,36 +490,8 @@ def negative_log_likelihood(marginals, gold, eps: float = 1e-12) -> float:
 
 # --------------------------------------------------------------------------- chunks
 #
-# Chunks are found by seqeval's rules (a maintained conlleval implementation; its default mode
-# follows conlleval's start/end-of-chunk rules for IOB1, IOB2/BIO, IOBES and untyped B/I/O),
-# ported below: importing seqeval imports scikit-learn, 0.6 CPU s of a training worker that
-# computes one held-out chunk F1 (tests/test_metrics.py checks the port against seqeval).
-
-#: the (previous tag, tag) pairs that end a chunk at the previous token / start one here,
-#: besides a change of type (seqeval's ``end_of_chunk`` and ``start_of_chunk``)
-_ENDS = {("B", "B"), ("B", "S"), ("B", "O"), ("I", "B"), ("I", "S"), ("I", "O")}
-_STARTS = {("E", "E"), ("E", "I"), ("S", "E"), ("S", "I"), ("O", "E"), ("O", "I")}
-
-
-def entities(labels: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(type, first, last)`` chunks of one label sequence (``last`` inclusive; an untyped
-    chunk has type ``"_"``): :func:`seqeval.metrics.sequence_labeling.get_entities` in its
-    default (prefix) mode, without its warnings. A label's tag is its first character and its
-    type what follows the first ``-`` after it (``"_"`` when empty)."""
-    out = []
-    prev_tag, prev_type, begin = "O", "", 0
-    for i, label in enumerate([*labels, "O"]):
-        tag = label[0]
-        type_ = label[1:].split("-", maxsplit=1)[-1] or "_"
-        if (prev_tag in ("E", "S") or (prev_tag, tag) in _ENDS
-                or (prev_tag not in ("O", ".") and prev_type != type_)):
-            out.append((prev_type, begin, i - 1))
-        if (tag in ("B", "S") or (prev_tag, tag) in _STARTS
-                or (tag not in ("O", ".") and prev_type != type_)):
-            begin = i
-        prev_tag, prev_type = tag, type_
-    return out
-
+# Chunks are found by seqeval's rules (conlleval's start/end-of-chunk rules for IOB1, IOB2/BIO,
+# IOBES and untyped B/I/O), ported: :func:`gpsl.tags.entities`.
 
 def _complete(labels: Sequence) -> list[str]:
     out = list(labels)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpsl import metrics as M
+from gpsl.tags import entities
 
 # --------------------------------------------------------------------------- token metrics
 
@@ -291,7 +292,7 @@ def test_chunks_are_seqevals_entities(labels):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = get_entities(list(labels))
-    assert M.entities(labels) == want
+    assert entities(labels) == want
 
 
 def test_chunks_on_the_fixture_are_seqevals():
@@ -303,7 +304,7 @@ def test_chunks_on_the_fixture_are_seqevals():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for g in gold + pred:
-            assert M.entities(g) == get_entities(list(g))
+            assert entities(g) == get_entities(list(g))
 
 
 def test_conlleval_report_per_type():
