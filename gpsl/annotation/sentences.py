@@ -188,12 +188,15 @@ def _get(conn, sentence_id: int) -> dict | None:
 
 
 def page(db: Database, project_id: int, split: str | None = None, offset: int = 0,
-         limit: int | None = None) -> list[dict]:
-    """Sentences in position order (as :func:`get` without votes and gold), paged."""
+         limit: int | None = None, *, only_labeled: bool = False) -> list[dict]:
+    """Sentences in position order (as :func:`get` without votes and gold), paged;
+    ``only_labeled``: those with a derived label (the others are never read)."""
     where, args = "s.project_id = :p", {"p": project_id}
     if split is not None:
         where += " AND s.split = :split"
         args["split"] = split
+    if only_labeled:
+        where += " AND EXISTS (SELECT 1 FROM derived_labels l WHERE l.sentence_id = s.id)"
     args.update(limit=2 ** 62 if limit is None else int(limit), offset=int(offset))
 
     def tx(conn):
@@ -261,11 +264,10 @@ def neighbours(db: Database, sentence_id: int) -> tuple[int | None, int | None]:
 def training_data(db: Database, project_id: int, split: str | None = "train", *,
                   only_labeled: bool = False, with_ids: bool = False):
     """``(tokens, labels)`` of a split in position order (derived labels, None missing);
-    ``only_labeled`` keeps the sentences with at least one labeled token; ``with_ids``
+    ``only_labeled`` keeps the sentences with at least one labeled token (chosen in SQL: a
+    training run on a large project decodes its labeled sentences only); ``with_ids``
     returns ``(ids, tokens, labels)``."""
-    rows = page(db, project_id, split)
-    if only_labeled:
-        rows = [s for s in rows if any(lab is not None for lab in s["labels"])]
+    rows = page(db, project_id, split, only_labeled=only_labeled)
     tokens = [s["tokens"] for s in rows]
     labels = [s["labels"] for s in rows]
     if with_ids:
