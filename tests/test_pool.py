@@ -5,6 +5,7 @@ migration of a schema-5 store (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import functools
 import signal
 from io import BytesIO
 
@@ -13,7 +14,7 @@ import pytest
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 from sqlalchemy import bindparam, text
 
-from gpsl.annotation import SCHEMA_VERSION, Store, jobs, pipeline, pool, predictions
+from gpsl.annotation import SCHEMA_VERSION, Store, jobs, pipeline, pool, predictions, sentences
 from gpsl.model import GPSL
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
@@ -66,6 +67,21 @@ def test_chunked_on_two_processes_stores_what_one_chunk_gives(tmp_path, monkeypa
         assert all(np.array_equal(m1[s], m2[s]) for s in m1)
         assert all(np.array_equal(q1[s], q2[s]) for s in q1)
     assert set(store.get_query_scores(version["id"])) == train
+    # each chunk reading its own sentences from the store (the run's way, the worker holding
+    # ids and lengths only) predicts the same, in the processes and in this one
+    ids2, lengths = sentences.lengths(store.db, pid)
+    assert ids2 == ids and lengths == [len(s) for s in X]
+    back = sentences.of_ids(store.db, ids[::-1])
+    assert back == (X[::-1], y[::-1])
+    read = functools.partial(sentences.of_ids, store.db)
+    job2 = pool.PoolJob(model, ids, None, None, train, {}, "bald", version["id"], read=read,
+                        lengths=lengths)
+    for n in (2, 1):
+        got = list(pool.predict_pool(job2, budget=8, n_processes=n))
+        for (d1, m1, q1), (d2, m2, q2) in zip(got, ser, strict=True):
+            assert d1 == d2 and m1.keys() == m2.keys() and q1.keys() == q2.keys()
+            assert all(np.array_equal(m1[s], m2[s]) for s in m1)
+            assert all(np.array_equal(q1[s], q2[s]) for s in q1)
 
 
 @pytest.mark.timeout(300)

@@ -275,6 +275,37 @@ def training_data(db: Database, project_id: int, split: str | None = "train", *,
     return tokens, labels
 
 
+def lengths(db: Database, project_id: int) -> tuple[list[int], list[int]]:
+    """``(ids, token counts)`` of every sentence of a project in position order (the
+    pool's chunks are cut from these; their tokens are read chunk by chunk, :func:`of_ids`)."""
+    rows = db.read(lambda conn: conn.execute(text(
+        "SELECT id, n_tokens FROM sentences WHERE project_id = :p ORDER BY position"),
+        {"p": project_id}).fetchall())
+    return [r[0] for r in rows], [int(r[1]) for r in rows]
+
+
+def of_ids(db: Database, ids: list[int]) -> tuple[list, list]:
+    """``(tokens, labels)`` of the sentences ``ids`` in that order (derived labels, None
+    missing), as :func:`training_data` gives them."""
+    bind = {"ids": list(ids)}
+
+    def tx(conn):
+        rows = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id IN :ids")
+                            .bindparams(bindparam("ids", expanding=True)), bind).fetchall()
+        labs = conn.execute(text(
+            "SELECT sentence_id, token_index, label, source, annotator FROM derived_labels"
+            " WHERE sentence_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            bind).fetchall()
+        return rows, labs
+
+    rows, labs = db.read(tx)
+    by_sid: dict[int, list] = {}
+    for sid, t, lab, src, ann in labs:
+        by_sid.setdefault(sid, []).append((t, lab, src, ann))
+    got = {r[0]: _as_dict(r._mapping, by_sid.get(r[0], ())) for r in rows}
+    return [got[i]["tokens"] for i in ids], [got[i]["labels"] for i in ids]
+
+
 def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
     """``(ids, tokens, gold_labels)`` of the sentences of ``split`` that have gold labels."""
     where, args = "s.project_id = :p", {"p": project_id}
