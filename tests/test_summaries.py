@@ -45,6 +45,17 @@ def test_the_stored_summary_is_what_every_token_gives(tmp_path):
         assert mine.min() <= box["lower"] <= box["q1"] <= box["q3"] <= box["upper"] <= mine.max()
     least = [t["confidence"] for t in stored["least_confident"]]
     assert least == pytest.approx(sorted(conf)[:len(least)])
+    preds = store.get_predictions(v["id"])
+    for t in stored["least_confident"]:  # each names its token, word and label rightly
+        s = store.get_sentence(t["sentence_id"])
+        p = preds[s["id"]][t["token_index"]]
+        assert s["labels"][t["token_index"]] is None and s["position"] == t["position"]
+        assert t["token"] == s["tokens"][t["token_index"]][0]
+        assert (t["confidence"], t["predicted"]) == (float(p.max()),
+                                                     v["classes"][int(p.argmax())])
+    order = [(-t["confidence"], -t["position"], -t["token_index"])
+             for t in stored["least_confident"]]
+    assert order == sorted(order, reverse=True)
     assert stored["calibration"]["tokens"] == v["metrics"]["heldout_tokens"]
 
     # a label does not change the stored figures; the page's live list drops the token

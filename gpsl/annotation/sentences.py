@@ -224,6 +224,38 @@ def page(db: Database, project_id: int, split: str | None = None, offset: int = 
     return [_as_dict(r._mapping, by_sid.get(r[0], ())) for r in rows]
 
 
+def label_page(db: Database, project_id: int, split: str | None, offset: int,
+               limit: int) -> list[tuple[int, int, list]]:
+    """``(id, position, labels)`` of a page of sentences in position order (the derived
+    labels, None missing): :func:`page` without decoding the tokens."""
+    where, args = "project_id = :p", {"p": project_id, "limit": int(limit),
+                                      "offset": int(offset)}
+    if split is not None:
+        where += " AND split = :split"
+        args["split"] = split
+
+    def tx(conn):
+        rows = conn.execute(text(f"SELECT id, position, n_tokens FROM sentences WHERE {where}"
+                                 " ORDER BY position LIMIT :limit OFFSET :offset"),
+                            args).fetchall()
+        labs = conn.execute(text(
+            "SELECT sentence_id, token_index, label FROM derived_labels"
+            " WHERE sentence_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            {"ids": [r[0] for r in rows]}).fetchall() if rows else []
+        return rows, labs
+
+    rows, labs = db.read(tx)
+    out = {sid: (sid, pos, [None] * n) for sid, pos, n in rows}
+    for sid, t, lab in labs:
+        out[sid][2][t] = lab
+    return list(out.values())
+
+
+def tokens_in_db(db: Database, ids: list[int]) -> dict[int, list[list[str]]]:
+    """:func:`tokens_in` in a read transaction of its own."""
+    return db.read(lambda conn: tokens_in(conn, ids))
+
+
 def count(db: Database, project_id: int, split: str | None = None) -> int:
     sql, args = "SELECT COUNT(*) FROM sentences WHERE project_id = :p", {"p": project_id}
     if split is not None:

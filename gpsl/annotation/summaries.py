@@ -23,6 +23,7 @@ import numpy as np
 from sqlalchemy import text
 
 from gpsl import metrics
+from gpsl.annotation import sentences
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.records import CalibrationReport
@@ -49,42 +50,55 @@ def box(values: np.ndarray) -> dict:
 
 def compute(store, project_id: int, version: dict) -> dict:
     """The summary of ``version`` (a version dict) from its stored predictions and the
-    current labels, reading :data:`PAGE` sentences at a time."""
+    current labels, reading :data:`PAGE` sentences at a time (their labels, not their
+    tokens: the words of the least confident tokens are read at the end)."""
     classes = list(version["classes"] or [])
     counts = np.zeros(HIST_BINS, dtype=np.int64)
     by_label: dict[str, list[np.ndarray]] = {}
-    top: list[tuple] = []  # a max-heap (negated confidence) of the least confident
+    top: list[tuple] = []  # a min-heap of the items of the least confident
     total, n_free = 0.0, 0
     offset = 0
     while True:
-        page = store.get_sentences(project_id, split="train", offset=offset, limit=PAGE)
-        if not page:
+        rows = sentences.label_page(store.db, project_id, "train", offset, PAGE)
+        if not rows:
             break
-        offset += len(page)
-        preds = store.get_predictions(version["id"], [s["id"] for s in page])
-        for s in page:
-            p = preds.get(s["id"])
-            if p is None or p.shape != (len(s["tokens"]), len(classes)):
+        offset += len(rows)
+        preds = store.get_predictions(version["id"], [r[0] for r in rows])
+        parts: list[tuple] = []
+        for k, (sid, position, labels) in enumerate(rows):
+            p = preds.get(sid)
+            if p is None or p.shape != (len(labels), len(classes)):
                 continue
-            free = np.array([lab is None for lab in s["labels"]], dtype=bool)
+            free = np.array([lab is None for lab in labels], dtype=bool)
             if not free.any():
                 continue
-            conf, arg = p.max(axis=1)[free], p.argmax(axis=1)[free]
-            counts += np.histogram(conf, bins=HIST_BINS, range=(0.0, 1.0))[0]
+            conf = p.max(axis=1)[free]
             total += float(conf.sum())
-            n_free += int(conf.size)
-            for j in np.unique(arg):
-                by_label.setdefault(classes[j], []).append(conf[arg == j])
             where = np.flatnonzero(free)
-            for k in np.argsort(conf)[:TOP_TOKENS]:
-                item = (-float(conf[k]), -int(s["position"]), -int(where[k]), int(s["id"]),
-                        s["tokens"][where[k]][0], classes[arg[k]])
-                if len(top) < TOP_TOKENS:
-                    heapq.heappush(top, item)
-                elif item > top[0]:
-                    heapq.heapreplace(top, item)
-    tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2], "token": t[4],
-               "predicted": t[5], "confidence": -t[0]} for t in sorted(top, reverse=True)]
+            parts.append((conf, p.argmax(axis=1)[free], np.full(where.size, position), where,
+                          np.full(where.size, sid), np.full(where.size, k)))
+        if not parts:
+            continue
+        conf, arg, pos, idx, sids, ordinal = (np.concatenate(c) for c in zip(*parts))
+        n_free += int(conf.size)
+        counts += np.histogram(conf, bins=HIST_BINS, range=(0.0, 1.0))[0]
+        labels_here = np.unique(arg)  # in the order each label first shows (as by sentence)
+        first = [int(ordinal[arg == j].min()) for j in labels_here]
+        for _, j in sorted(zip(first, labels_here.tolist())):
+            by_label.setdefault(classes[j], []).append(conf[arg == j])
+        # the page's least confident (by confidence, then position, then token): only they
+        # can enter the heap
+        for k in np.lexsort((idx, pos, conf))[:TOP_TOKENS]:
+            item = (-float(conf[k]), -int(pos[k]), -int(idx[k]), int(sids[k]),
+                    classes[arg[k]])
+            if len(top) < TOP_TOKENS:
+                heapq.heappush(top, item)
+            elif item > top[0]:
+                heapq.heapreplace(top, item)
+    words = sentences.tokens_in_db(store.db, sorted({t[3] for t in top})) if top else {}
+    tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2],
+               "token": words[t[3]][-t[2]][0], "predicted": t[4], "confidence": -t[0]}
+              for t in sorted(top, reverse=True)]
     return {
         "classes": classes,
         "unlabeled": n_free,
