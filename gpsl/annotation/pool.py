@@ -6,9 +6,11 @@ Step 6 of :mod:`gpsl.annotation.pipeline`. The sentences are cut into chunks of 
 (:func:`chunk_predictions`: Algorithm 2 once for the calibrated marginals and, for the default
 query ``bald``, once per posterior draw) depend on the chunk alone, so the chunks are
 independent jobs. :func:`predict_pool` runs them on a ``fork`` process pool of one process per
-core (:func:`processes`): the children inherit the fitted model and the sentences from the
-worker's memory (nothing is re-read, re-imported or sent but the chunk's bounds), and send back
-only the chunk's arrays, in the chunks' order. The worker stores each chunk as it arrives
+core (:func:`processes`): the children inherit the fitted model from the worker's memory
+(nothing is re-imported or sent but the chunk's bounds), read the chunk's sentences from the
+store themselves when the job says how (:class:`PoolJob` ``read``: the pipeline's way, so the
+worker holds only ids and lengths), and send back only the chunk's arrays, in the chunks'
+order. The worker stores each chunk as it arrives
 (:meth:`Store.save_predictions`, one transaction), so memory holds a few chunks, never the
 pool, and a run killed mid-way loses nothing committed: the chunks stored are whole, the
 version stays ``'running'``/``'failed'`` and the previously active version keeps serving.
