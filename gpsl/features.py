@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from gpsl import feature_ids, limits
 from gpsl import lexicon as lexical
-from gpsl import limits
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.feature_ids import binary_csr, ner_columns, rows_csr, template_columns, vocabulary_matrix
 from gpsl.template_lines import MAX_OFFSET, Token, UnigramTemplate, _parse_line
@@ -496,8 +496,10 @@ class FeatureExtractor:
             if n_cols is None:
                 raise ValueError("cannot fit on no tokens")
             self.template = default_template(n_cols)
-        feats, rows, n_tokens = self._expand_all(sentences)
-        self.feature_names_, X = vocabulary_matrix(feats, rows, n_tokens, self.min_freq)
+        tokens, lengths = list(itertools.chain.from_iterable(sentences)), self.lengths(sentences)
+        self.feature_names_, X = feature_ids.vocabulary_by_ids(
+            lambda lookup: self._columns(tokens, lengths, lookup), len(tokens),
+            self.min_freq) or vocabulary_matrix(*self._expand_all(sentences), self.min_freq)
         self.vocabulary_ = {f: j for j, f in enumerate(self.feature_names_)}
         self.n_columns_ = n_cols
         return X
@@ -512,18 +514,24 @@ class FeatureExtractor:
         their ``lengths``: a CRF++ template's or ``ner``'s strings once per distinct tuple of
         values (:mod:`gpsl.feature_ids`), else :meth:`transform_strings`."""
         self._check_fitted()
-        kind = type(self.template)
-        if kind is Template or kind is NerFeatures:
-            n_cols = min(map(len, tokens), default=None)
-            if n_cols is not None:
-                self.template.validate(n_cols)
-            C = (template_columns(self.template.unigrams, tokens, lengths, self._lookup)
-                 if kind is Template else ner_columns(self.template, tokens, lengths,
-                                                      self._lookup))
-            if C is not None:
-                return rows_csr(C, len(self.vocabulary_))
+        C = self._columns(tokens, lengths, self._lookup)
+        if C is not None:
+            return rows_csr(C, len(self.vocabulary_))
         ends = np.cumsum(lengths).tolist()
         return self.transform_strings([tokens[a:b] for a, b in zip([0, *ends], ends)])
+
+    def _columns(self, tokens: list[Token], lengths: np.ndarray, lookup) -> np.ndarray | None:
+        """The ``(n_tokens, K)`` columns of a CRF++ template's or ``ner``'s strings looked up
+        once per distinct tuple of values (:mod:`gpsl.feature_ids`), None for another kind."""
+        kind = type(self.template)
+        if kind is not Template and kind is not NerFeatures:
+            return None
+        n_cols = min(map(len, tokens), default=None)
+        if n_cols is not None:
+            self.template.validate(n_cols)
+        if kind is Template:
+            return template_columns(self.template.unigrams, tokens, lengths, lookup)
+        return ner_columns(self.template, tokens, lengths, lookup)
 
     def _lookup(self, feats: list[str]) -> np.ndarray:
         """The vocabulary columns of feature strings (-1: unseen)."""

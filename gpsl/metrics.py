@@ -1,6 +1,6 @@
 """Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1.
 
-numpy and scipy, and seqeval for chunks (conlleval rules). Conventions:
+numpy and scipy; chunks by seqeval's rules (:func:`gpsl.tags.entities`). Conventions:
 
 * Label sequences are ``list[list[str | None]]`` (one list per sentence). A gold label ``None`` is a
   missing label: the token is excluded from token metrics and counted separately (see
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpsl.tags import split_tag
+from gpsl.tags import entities, split_tag
 
 __all__ = [
     "TokenCounts",
@@ -490,9 +490,8 @@ def negative_log_likelihood(marginals, gold, eps: float = 1e-12) -> float:
 
 # --------------------------------------------------------------------------- chunks
 #
-# Chunks are found by seqeval (a maintained conlleval implementation; its default mode
-# follows conlleval's start/end-of-chunk rules for IOB1, IOB2/BIO, IOBES and untyped B/I/O).
-
+# Chunks are found by seqeval's rules (conlleval's start/end-of-chunk rules for IOB1, IOB2/BIO,
+# IOBES and untyped B/I/O), ported: :func:`gpsl.tags.entities`.
 
 def _complete(labels: Sequence) -> list[str]:
     out = list(labels)
@@ -503,12 +502,10 @@ def _complete(labels: Sequence) -> list[str]:
 
 def chunks(labels: Sequence[str]) -> list[tuple[int, int, str]]:
     """Chunks of one labeled sentence as ``(start, end_exclusive, type)`` (untyped ``B``/``I``
-    chunks have type ``""``), by :func:`seqeval.metrics.sequence_labeling.get_entities`."""
-    from seqeval.metrics.sequence_labeling import get_entities
-
+    chunks have type ``""``), by :func:`entities` (seqeval's ``get_entities``)."""
     labels = _complete(labels)
     out = []
-    for kind, start, end in get_entities(labels):
+    for kind, start, end in entities(labels):
         untyped = kind == "_" and not any(split_tag(lab)[1] == "_" for lab in labels)
         out.append((start, end + 1, "" if untyped else kind))
     return out

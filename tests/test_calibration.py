@@ -535,6 +535,51 @@ def test_stacking_weights_never_lower_the_log_score_and_reach_its_maximum():
         stacking_weights(np.zeros((0, 2)))
 
 
+def _stacking_weights_as_before(Q, max_iter=5000, tol=1e-12, history=None):
+    """The EM of stacking_weights as gpsl computed it before (every step through the (N, K)
+    responsibilities divided by their row sums): the reference of the cheaper step."""
+    Q = np.clip(np.asarray(Q, dtype=float), 1e-300, None)
+    w = np.full(Q.shape[1], 1.0 / Q.shape[1])
+    prev = float(np.mean(np.log(Q @ w)))
+    for _ in range(int(max_iter)):
+        R = Q * w
+        w = (R / R.sum(axis=1, keepdims=True)).mean(axis=0)
+        w /= w.sum()
+        val = float(np.mean(np.log(Q @ w)))
+        if history is not None:
+            history.append(val)
+        if val - prev < tol:
+            break
+        prev = val
+    return w
+
+
+@pytest.mark.parametrize("case", ["spread", "collinear", "dominated", "zeros", "one"])
+def test_stacking_weights_equal_the_former_em_steps(case):
+    """Two products with Q a step give the former steps' weights (within 1e-10) and
+    objective trace, whether EM stops by its tolerance or at its step cap."""
+    rng = np.random.default_rng(11)
+    N = 3000
+    if case == "spread":
+        Q = rng.uniform(0.01, 1.0, size=(N, 4)) * np.array([1.0, 0.6, 0.9, 0.3])
+    elif case == "collinear":  # slow EM: runs to the cap
+        base = rng.beta(5, 1, N)
+        Q = np.clip(base[:, None] + 0.05 * rng.standard_normal((N, 5)), 1e-3, 1.0)
+    elif case == "dominated":
+        Q = rng.uniform(0.2, 1.0, size=(N, 1)) * np.array([[1.0, 0.5, 0.7]])
+    elif case == "zeros":  # probabilities at 0 (clipped to the floor)
+        Q = rng.uniform(0.0, 1.0, size=(N, 3)) * (rng.random((N, 3)) > 0.1)
+    else:
+        Q = rng.uniform(0.1, 1.0, size=(N, 1))
+    for max_iter in (7, 5000):
+        h_new, h_old = [], []
+        w = stacking_weights(Q, max_iter=max_iter, history=h_new)
+        ref = _stacking_weights_as_before(Q, max_iter=max_iter, history=h_old)
+        assert np.max(np.abs(w - ref)) <= 1e-10
+        assert len(h_new) == len(h_old)
+        assert np.allclose(h_new, h_old, rtol=0, atol=1e-12)
+
+
 def _three_calibrators(J=3):
     t = Calibrator(method="mean", kind="temperature", temperature=2.0, w=np.full(J, 0.5),
                    c=np.zeros(J))

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpsl.feature_ids import group, ner_columns, rows_csr, shifted, template_columns
+from gpsl.feature_ids import (
+    group,
+    ner_columns,
+    rows_csr,
+    shifted,
+    template_columns,
+    vocabulary_by_ids,
+    vocabulary_matrix,
+)
 from gpsl.features import FeatureExtractor, NerFeatures, Template
 from gpsl.io import read_conll
 from gpsl.model import GPSL, _as_tokens, _token_list
@@ -66,6 +74,32 @@ def test_id_expansion_equals_the_string_expansion(data, n_columns):
     fe.fit(train)
     for sents in (train, test, train + test):
         same_csr(fe.transform(sents), fe.transform_strings(sents))
+
+
+def same_fit(fe: FeatureExtractor, train) -> None:
+    """The fit by the id expansion equals the one from every token's feature strings: the
+    same vocabulary, in order, and the same training matrix."""
+    X = fe._fit(train)
+    names, ref = vocabulary_matrix(*fe._expand_all(train), fe.min_freq)
+    assert fe.feature_names_ == names
+    same_csr(X, ref)
+    tokens = [t for s in train for t in s]
+    lengths = fe.lengths(train)
+    by_ids = vocabulary_by_ids(lambda lookup: fe._columns(tokens, lengths, lookup),
+                               len(tokens), fe.min_freq)
+    assert by_ids is not None  # the fit above took the id path
+    assert by_ids[0] == names
+    same_csr(by_ids[1], ref)
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), n_columns=st.integers(1, 3))
+def test_the_fit_by_ids_equals_the_fit_by_strings(data, n_columns):
+    template = data.draw(templates(n_columns))
+    train = data.draw(corpora(n_columns))
+    if not any(train):
+        return
+    same_fit(FeatureExtractor(template, min_freq=data.draw(st.integers(1, 3))), train)
 
 
 def test_lines_without_macros_three_macros_and_unseen_values():
@@ -132,6 +166,7 @@ def test_shared_templates_equal_the_reference(name):
     test = [s.tokens for s in read_conll(folder / "test.data")]
     fe = FeatureExtractor(t).fit(train)
     same_csr(fe.transform(test), fe.transform_strings(test))
+    same_fit(FeatureExtractor(t, min_freq=2), train)
 
 
 WORDS = st.sampled_from(["Mark", "mark", "MARK", "McDonald", "the", "The", "12-34", "1990", "a1",
@@ -151,6 +186,7 @@ def test_ner_ids_equal_the_string_expansion(data, width, spec):
     fe = FeatureExtractor(Template.parse(spec)).fit(train)
     for sents in (train, test, train + test):
         same_csr(fe.transform(sents), fe.transform_strings(sents))
+    same_fit(FeatureExtractor(Template.parse(spec)), train)
 
 
 def test_ner_ids_leave_mixed_widths_and_other_values_to_the_strings():
@@ -169,6 +205,7 @@ def test_ner_model_on_the_crowd_data_equals_the_reference():
     sents = [s.tokens for s in read_conll(path)]
     fe = FeatureExtractor(NerFeatures()).fit(sents[:300])
     same_csr(fe.transform(sents[300:900]), fe.transform_strings(sents[300:900]))
+    same_fit(FeatureExtractor(NerFeatures()), sents[:300])
 
 
 class Sent:

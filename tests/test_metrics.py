@@ -7,8 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpsl import metrics as M
+from gpsl.tags import entities
 
 # --------------------------------------------------------------------------- token metrics
 
@@ -271,6 +274,37 @@ def test_seqeval_chunk_scores_agree_with_the_hand_written_conlleval():
     assert (s["n_true"], s["n_pred"], s["n_correct"]) == _reference_scores(gold, pred)
     for g in gold:
         assert M.chunks(g) == _conlleval_chunks(g)
+
+
+_ODD_LABELS = ["B-X", "I-X", "E-X", "S-X", "B-Y", "I-Y", "E-Y", "S-Y", "O", "B", "I", "E",
+               "S", ".", "NP", "B-", "I-A-B", "B-A-B", "x-X", "O-X", "._"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_ODD_LABELS), max_size=14))
+def test_chunks_are_seqevals_entities(labels):
+    """The port (gpsl.metrics.entities) gives seqeval's get_entities on any label sequence:
+    prefixed and untyped tags, IOBES, odd labels (no prefix, an empty or two-part type)."""
+    import warnings
+
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = get_entities(list(labels))
+    assert entities(labels) == want
+
+
+def test_chunks_on_the_fixture_are_seqevals():
+    import warnings
+
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    gold, pred = _fixture()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for g in gold + pred:
+            assert entities(g) == get_entities(list(g))
 
 
 def test_conlleval_report_per_type():

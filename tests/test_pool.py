@@ -5,6 +5,7 @@ migration of a schema-5 store (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import functools
 import signal
 from io import BytesIO
 
@@ -13,7 +14,7 @@ import pytest
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 from sqlalchemy import bindparam, text
 
-from gpsl.annotation import SCHEMA_VERSION, Store, jobs, pipeline, pool, predictions
+from gpsl.annotation import SCHEMA_VERSION, Store, jobs, pipeline, pool, predictions, sentences
 from gpsl.model import GPSL
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
@@ -66,6 +67,21 @@ def test_chunked_on_two_processes_stores_what_one_chunk_gives(tmp_path, monkeypa
         assert all(np.array_equal(m1[s], m2[s]) for s in m1)
         assert all(np.array_equal(q1[s], q2[s]) for s in q1)
     assert set(store.get_query_scores(version["id"])) == train
+    # each chunk reading its own sentences from the store (the run's way, the worker holding
+    # ids and lengths only) predicts the same, in the processes and in this one
+    ids2, lengths = sentences.lengths(store.db, pid)
+    assert ids2 == ids and lengths == [len(s) for s in X]
+    back = sentences.of_ids(store.db, ids[::-1])
+    assert back == (X[::-1], y[::-1])
+    read = functools.partial(sentences.of_ids, store.db)
+    job2 = pool.PoolJob(model, ids, None, None, train, {}, "bald", version["id"], read=read,
+                        lengths=lengths)
+    for n in (2, 1):
+        got = list(pool.predict_pool(job2, budget=8, n_processes=n))
+        for (d1, m1, q1), (d2, m2, q2) in zip(got, ser, strict=True):
+            assert d1 == d2 and m1.keys() == m2.keys() and q1.keys() == q2.keys()
+            assert all(np.array_equal(m1[s], m2[s]) for s in m1)
+            assert all(np.array_equal(q1[s], q2[s]) for s in q1)
 
 
 @pytest.mark.timeout(300)
@@ -225,3 +241,35 @@ def test_the_packing_reads_back_within_one_level():
                           q.astype(np.float32))
     assert predictions.decode(predictions.encode_marginals(np.zeros((0, 3)))).shape == (0, 3)
     assert predictions.quantise([[1.0, 0.0, 0.0]]).tolist() == [[1.0, 0.0, 0.0]]
+
+
+def test_a_chunk_quantised_and_packed_at_once_equals_each_sentence_alone():
+    """predictions.check and write level a chunk's sentences in one call
+    (predictions._levels_many): the stored arrays and packed bytes are those of each
+    sentence alone (quantise, encode_marginals), for every width, empty sentences, rows of
+    zeros, ties and non-finite marginals (left as they are)."""
+    rng = np.random.default_rng(5)
+    arrs = []
+    for k in range(60):
+        J = (3, 11, 300)[k % 3]
+        L = int(rng.integers(0, 9))
+        a = rng.dirichlet(np.full(J, 0.3), size=L).astype(np.float32)
+        if L and k % 5 == 0:
+            a[0] = 0.0  # a row of zeros: uniform
+        if L > 1 and k % 7 == 0:
+            a[1] = 1.0 / J  # ties
+        arrs.append(a)
+    arrs.append(np.array([[np.nan, 0.5, 0.5]], dtype=np.float32))
+    margs = {100 + k: a for k, a in enumerate(arrs)}
+    items, _ = predictions.check(margs)
+    assert [sid for sid, _ in items] == list(margs)
+    for (_, got), a in zip(items, arrs):
+        want = predictions._as_stored(a)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    fine = [arr for _, arr in items if np.all(np.isfinite(arr))]
+    packed = [predictions._pack(q) for q in predictions._levels_many(fine)]
+    assert packed == [predictions.encode_marginals(arr) for arr in fine]
+    for arr, blob in zip(fine, packed):
+        assert np.array_equal(predictions.decode(blob), arr)  # the stored values read back
+    with pytest.raises(ValueError, match="marginals must be"):
+        predictions._levels_many([np.zeros(3)])

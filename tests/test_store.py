@@ -387,6 +387,13 @@ def test_training_data_none_for_missing(store):
     assert toks[1] == [("w0", "NN"), ("w1", "NN")]
     ids, _, labels = store.training_data(pid, only_labeled=True, with_ids=True)
     assert ids == [s1, s2] and len(labels) == 2
+    # the labeled ones are chosen by the store: a newly labeled sentence joins
+    store.set_labels(s3, {3: "O"}, "alice")
+    every = store.training_data(pid, with_ids=True)
+    ids, toks, labels = store.training_data(pid, only_labeled=True, with_ids=True)
+    assert ids == [s1, s2, s3] and labels[2] == [None, None, None, "O"]
+    assert (ids, toks, labels) == tuple(list(x) for x in zip(*[
+        r for r in zip(*every) if any(lab is not None for lab in r[2])]))
     assert store.training_data(pid, "heldout")[1] == [["O", "O"]]
 
 

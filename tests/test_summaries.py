@@ -45,6 +45,17 @@ def test_the_stored_summary_is_what_every_token_gives(tmp_path):
         assert mine.min() <= box["lower"] <= box["q1"] <= box["q3"] <= box["upper"] <= mine.max()
     least = [t["confidence"] for t in stored["least_confident"]]
     assert least == pytest.approx(sorted(conf)[:len(least)])
+    preds = store.get_predictions(v["id"])
+    for t in stored["least_confident"]:  # each names its token, word and label rightly
+        s = store.get_sentence(t["sentence_id"])
+        p = preds[s["id"]][t["token_index"]]
+        assert s["labels"][t["token_index"]] is None and s["position"] == t["position"]
+        assert t["token"] == s["tokens"][t["token_index"]][0]
+        assert (t["confidence"], t["predicted"]) == (float(p.max()),
+                                                     v["classes"][int(p.argmax())])
+    order = [(-t["confidence"], -t["position"], -t["token_index"])
+             for t in stored["least_confident"]]
+    assert order == sorted(order, reverse=True)
     assert stored["calibration"]["tokens"] == v["metrics"]["heldout_tokens"]
 
     # a label does not change the stored figures; the page's live list drops the token
@@ -68,3 +79,77 @@ def test_the_stored_summary_is_what_every_token_gives(tmp_path):
     assert summaries.load(store.db, v["id"]) is not None
     assert store.delete_project(pid)
     assert summaries.load(store.db, v["id"]) is None
+
+
+def _pandas_calibration_dict(result, train_labels, n_bins=10):
+    """The stored reliability data as gpsl built it with pandas before (the reference of
+    summaries._calibration_tables, which the worker computes without pandas)."""
+    import pandas as pd
+
+    from gpsl import metrics
+
+    conf, correct = result.confidence, result.correct
+    band_of = metrics.frequency_bands(result.gold_label, train_labels)
+    bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
+              "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
+              "which": ", ".join(r["labels"])}
+             for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
+    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
+    table = table.dropna(subset=["accuracy"])
+    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
+    table["band_up"] = table["band_hi"] - table["mean_confidence"]
+    table["band_down"] = table["mean_confidence"] - table["band_lo"]
+    frames = {"table": table, "selective": pd.DataFrame(metrics.selective_accuracy(conf, correct)),
+              "thresholds": pd.DataFrame(metrics.threshold_table(conf, correct)),
+              "bands": pd.DataFrame(bands)}
+    out = {"accuracy": result.accuracy, "ece": result.ece,
+           "ece_floor": metrics.ece_noise_floor(conf, n_bins, binning="width"),
+           "ece_mass": result.ece_mass,
+           "ece_mass_floor": metrics.ece_noise_floor(conf, 15, binning="mass"),
+           "mean_confidence": result.mean_confidence, "nll": result.nll}
+    out = {k: (None if v is None else float(v)) for k, v in out.items()}
+    out["tokens"] = int(result.tokens)
+    for k, df in frames.items():
+        out[k] = {"columns": list(df.columns),
+                  "rows": df.astype(object).where(df.notna(), None).values.tolist()}
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_the_stored_reliability_tables_are_the_pandas_ones(tmp_path):
+    """The calibration data the worker stores (built without pandas) is, to the JSON text,
+    what pandas gave before, on a trained version and on cut-down held-out sets (empty bins,
+    a threshold no token reaches, one band), and reads back as tables."""
+    import dataclasses
+    import json
+
+    from gpsl.annotation.evaluation import heldout
+
+    store, pid = tiny_store(tmp_path / "s.sqlite3")
+    v = jobs.train_now(store, pid, TINY)
+    ids, _, gold = store.gold_data(pid)
+    preds = store.get_predictions(v["id"], ids)
+    _, train_y = store.training_data(pid, "train", only_labeled=True)
+    full = heldout(v["classes"], [preds.get(sid) for sid in ids], gold)
+    assert full is not None
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.3, 1.0, 400)  # many tokens: every kind of bin, both bands
+    big = dataclasses.replace(full, confidence=conf, correct=rng.random(400) < conf,
+                              gold_label=tuple(rng.choice(["O", "B-PER", "I-PER", "B-LOC"],
+                                                          400, p=[0.7, 0.15, 0.13, 0.02])),
+                              tokens=400)
+    cases = [full, big]
+    for keep in (1, 3):  # a few tokens: empty bins, a threshold no token reaches
+        sel = slice(0, keep)
+        cases.append(dataclasses.replace(full, confidence=full.confidence[sel],
+                                         correct=full.correct[sel],
+                                         gold_label=full.gold_label[sel], tokens=keep))
+    for res in cases:
+        mine = summaries._calibration_tables(res, train_y)
+        ref = _pandas_calibration_dict(res, train_y)
+        assert json.dumps(mine, allow_nan=False) == json.dumps(ref, allow_nan=False)
+    stored = summaries.load(store.db, v["id"])["calibration"]
+    assert json.dumps(stored) == json.dumps(_pandas_calibration_dict(full, train_y))
+    report = summaries.calibration_report(stored)
+    assert list(report.table.columns)[-3:] == ["bin_mid", "band_up", "band_down"]
+    assert len(report.table) == sum(r is not None for r in stored["table"]["rows"])

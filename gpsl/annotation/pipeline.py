@@ -35,6 +35,7 @@ there); it is passed explicitly, never read from the environment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import time
@@ -45,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from gpsl import active, params
-from gpsl.annotation import joint_labels
+from gpsl.annotation import joint_labels, sentences
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.pool import (  # noqa: F401 (predict_chunk: named here for callers)
@@ -366,11 +367,14 @@ def _predict(run: _Run, model: GPSL, held: dict) -> None:
     """Step 6: every sentence's marginals (the current labels clamped; a held-out sentence
     without labels: its cross-calibrated marginals) and, for the training sentences (the
     only ones the queue offers), query scores: chunk after chunk on every core
-    (:func:`gpsl.annotation.pool.predict_pool`), each chunk stored in its own transaction."""
-    ids, X, y = run.store.training_data(run.project_id, split=None, with_ids=True)
+    (:func:`gpsl.annotation.pool.predict_pool`), each chunk read from the store where it is
+    predicted (the worker holds the sentences' ids and lengths only) and stored in its own
+    transaction."""
+    ids, lengths = sentences.lengths(run.store.db, run.project_id)
     train = set(run.store.sentence_ids(run.project_id, split="train"))
     run.progress.phase("predicting", done=0, total=len(ids), query_strategy=run.config.query)
-    job = PoolJob(model, ids, X, y, train, held, run.config.query, run.version_id)
+    job = PoolJob(model, ids, None, None, train, held, run.config.query, run.version_id,
+                  read=functools.partial(sentences.of_ids, run.store.db), lengths=lengths)
     stream = predict_pool(job)
     try:
         for done, marg, query in stream:

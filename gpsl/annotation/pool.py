@@ -6,9 +6,11 @@ Step 6 of :mod:`gpsl.annotation.pipeline`. The sentences are cut into chunks of 
 (:func:`chunk_predictions`: Algorithm 2 once for the calibrated marginals and, for the default
 query ``bald``, once per posterior draw) depend on the chunk alone, so the chunks are
 independent jobs. :func:`predict_pool` runs them on a ``fork`` process pool of one process per
-core (:func:`processes`): the children inherit the fitted model and the sentences from the
-worker's memory (nothing is re-read, re-imported or sent but the chunk's bounds), and send back
-only the chunk's arrays, in the chunks' order. The worker stores each chunk as it arrives
+core (:func:`processes`): the children inherit the fitted model from the worker's memory
+(nothing is re-imported or sent but the chunk's bounds), read the chunk's sentences from the
+store themselves when the job says how (:class:`PoolJob` ``read``: the pipeline's way, so the
+worker holds only ids and lengths), and send back only the chunk's arrays, in the chunks'
+order. The worker stores each chunk as it arrives
 (:meth:`Store.save_predictions`, one transaction), so memory holds a few chunks, never the
 pool, and a run killed mid-way loses nothing committed: the chunks stored are whole, the
 version stays ``'running'``/``'failed'`` and the previously active version keeps serving.
@@ -26,7 +28,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,16 +79,31 @@ class PoolJob:
     """What every chunk reads: the fitted model, every sentence (``ids``, tokens ``X``,
     known labels ``y``), the training sentences' ids (the only ones the queue offers: they
     get query scores), the held-out sentences' cross-calibrated marginals (pipeline step 3),
-    the query strategy and the seed of its draws."""
+    the query strategy and the seed of its draws. With ``read`` (``read(ids) -> (tokens,
+    labels)`` of those sentences, e.g. from the store) and ``lengths`` (the sentences' token
+    counts) in place of ``X`` and ``y``, each chunk reads its own sentences where it is
+    predicted: the worker never holds the pool's tokens, and the processes share reading
+    them as they share the rest."""
 
     model: object
     ids: list[int]
-    X: list
-    y: list
+    X: list | None
+    y: list | None
     train: set
     held: dict
     strategy: str | None
     seed: int
+    read: Callable[[list[int]], tuple[list, list]] | None = None
+    lengths: list[int] | None = None
+
+    def sizes(self) -> list[int]:
+        return list(self.lengths) if self.lengths is not None else [len(s) for s in self.X]
+
+    def sentences(self, a: int, b: int) -> tuple[list, list]:
+        """Tokens and known labels of sentences ``a:b``."""
+        if self.read is not None:
+            return self.read(self.ids[a:b])
+        return self.X[a:b], self.y[a:b]
 
 
 def chunk_predictions(job: PoolJob, a: int, b: int
@@ -94,13 +111,14 @@ def chunk_predictions(job: PoolJob, a: int, b: int
     """``({sentence id: marginals}, {sentence id: query scores})`` of sentences ``a:b``: the
     training ones with the job's query scores, the others without; a held-out sentence
     without labels gets its cross-calibrated marginals."""
-    ids, X, y = job.ids, job.X, job.y
+    ids = job.ids[a:b]
+    X, y = job.sentences(a, b)
     marg: dict[int, np.ndarray] = {}
     query: dict[int, np.ndarray] = {}
-    kept = {ids[k] for k in range(a, b) if ids[k] in job.held
+    kept = {ids[k] for k in range(b - a) if ids[k] in job.held
             and not any(v is not None for v in y[k])}  # cross-calibrated already
-    mine = [k for k in range(a, b) if ids[k] in job.train]
-    rest = [k for k in range(a, b) if ids[k] not in job.train and ids[k] not in kept]
+    mine = [k for k in range(b - a) if ids[k] in job.train]
+    rest = [k for k in range(b - a) if ids[k] not in job.train and ids[k] not in kept]
     for part, want in ((mine, job.strategy), (rest, None)):
         if part:
             P, Q = predict_chunk(job.model, [X[k] for k in part], [y[k] for k in part], want,
@@ -111,7 +129,7 @@ def chunk_predictions(job: PoolJob, a: int, b: int
                     query[ids[k]] = np.asarray(Q[j], dtype=np.float32)
     for sid in kept:
         marg[sid] = np.asarray(job.held[sid], dtype=np.float32)
-    return {sid: marg[sid] for sid in ids[a:b]}, query
+    return {sid: marg[sid] for sid in ids}, query
 
 
 def processes(n_chunks: int) -> int:
@@ -155,7 +173,7 @@ def predict_pool(job: PoolJob, budget: int | None = None, n_processes: int | Non
     :data:`PREDICT_CHUNK_TOKENS`) on ``n_processes`` processes (default :func:`processes`).
     Closing the iterator early stops the children."""
     global _JOB
-    spans = list(chunks([len(s) for s in job.X], budget or PREDICT_CHUNK_TOKENS))
+    spans = list(chunks(job.sizes(), budget or PREDICT_CHUNK_TOKENS))
     n = processes(len(spans)) if n_processes is None else max(1, min(n_processes, len(spans)))
     if n <= 1:
         for a, b in spans:

@@ -188,12 +188,15 @@ def _get(conn, sentence_id: int) -> dict | None:
 
 
 def page(db: Database, project_id: int, split: str | None = None, offset: int = 0,
-         limit: int | None = None) -> list[dict]:
-    """Sentences in position order (as :func:`get` without votes and gold), paged."""
+         limit: int | None = None, *, only_labeled: bool = False) -> list[dict]:
+    """Sentences in position order (as :func:`get` without votes and gold), paged;
+    ``only_labeled``: those with a derived label (the others are never read)."""
     where, args = "s.project_id = :p", {"p": project_id}
     if split is not None:
         where += " AND s.split = :split"
         args["split"] = split
+    if only_labeled:
+        where += " AND EXISTS (SELECT 1 FROM derived_labels l WHERE l.sentence_id = s.id)"
     args.update(limit=2 ** 62 if limit is None else int(limit), offset=int(offset))
 
     def tx(conn):
@@ -219,6 +222,38 @@ def page(db: Database, project_id: int, split: str | None = None, offset: int = 
 
     rows, by_sid = db.read(tx)
     return [_as_dict(r._mapping, by_sid.get(r[0], ())) for r in rows]
+
+
+def label_page(db: Database, project_id: int, split: str | None, offset: int,
+               limit: int) -> list[tuple[int, int, list]]:
+    """``(id, position, labels)`` of a page of sentences in position order (the derived
+    labels, None missing): :func:`page` without decoding the tokens."""
+    where, args = "project_id = :p", {"p": project_id, "limit": int(limit),
+                                      "offset": int(offset)}
+    if split is not None:
+        where += " AND split = :split"
+        args["split"] = split
+
+    def tx(conn):
+        rows = conn.execute(text(f"SELECT id, position, n_tokens FROM sentences WHERE {where}"
+                                 " ORDER BY position LIMIT :limit OFFSET :offset"),
+                            args).fetchall()
+        labs = conn.execute(text(
+            "SELECT sentence_id, token_index, label FROM derived_labels"
+            " WHERE sentence_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            {"ids": [r[0] for r in rows]}).fetchall() if rows else []
+        return rows, labs
+
+    rows, labs = db.read(tx)
+    out = {sid: (sid, pos, [None] * n) for sid, pos, n in rows}
+    for sid, t, lab in labs:
+        out[sid][2][t] = lab
+    return list(out.values())
+
+
+def tokens_in_db(db: Database, ids: list[int]) -> dict[int, list[list[str]]]:
+    """:func:`tokens_in` in a read transaction of its own."""
+    return db.read(lambda conn: tokens_in(conn, ids))
 
 
 def count(db: Database, project_id: int, split: str | None = None) -> int:
@@ -261,16 +296,46 @@ def neighbours(db: Database, sentence_id: int) -> tuple[int | None, int | None]:
 def training_data(db: Database, project_id: int, split: str | None = "train", *,
                   only_labeled: bool = False, with_ids: bool = False):
     """``(tokens, labels)`` of a split in position order (derived labels, None missing);
-    ``only_labeled`` keeps the sentences with at least one labeled token; ``with_ids``
+    ``only_labeled`` keeps the sentences with at least one labeled token (chosen in SQL: a
+    training run on a large project decodes its labeled sentences only); ``with_ids``
     returns ``(ids, tokens, labels)``."""
-    rows = page(db, project_id, split)
-    if only_labeled:
-        rows = [s for s in rows if any(lab is not None for lab in s["labels"])]
+    rows = page(db, project_id, split, only_labeled=only_labeled)
     tokens = [s["tokens"] for s in rows]
     labels = [s["labels"] for s in rows]
     if with_ids:
         return [s["id"] for s in rows], tokens, labels
     return tokens, labels
+
+
+def lengths(db: Database, project_id: int) -> tuple[list[int], list[int]]:
+    """``(ids, token counts)`` of every sentence of a project in position order (the
+    pool's chunks are cut from these; their tokens are read chunk by chunk, :func:`of_ids`)."""
+    rows = db.read(lambda conn: conn.execute(text(
+        "SELECT id, n_tokens FROM sentences WHERE project_id = :p ORDER BY position"),
+        {"p": project_id}).fetchall())
+    return [r[0] for r in rows], [int(r[1]) for r in rows]
+
+
+def of_ids(db: Database, ids: list[int]) -> tuple[list, list]:
+    """``(tokens, labels)`` of the sentences ``ids`` in that order (derived labels, None
+    missing), as :func:`training_data` gives them."""
+    bind = {"ids": list(ids)}
+
+    def tx(conn):
+        rows = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id IN :ids")
+                            .bindparams(bindparam("ids", expanding=True)), bind).fetchall()
+        labs = conn.execute(text(
+            "SELECT sentence_id, token_index, label, source, annotator FROM derived_labels"
+            " WHERE sentence_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            bind).fetchall()
+        return rows, labs
+
+    rows, labs = db.read(tx)
+    by_sid: dict[int, list] = {}
+    for sid, t, lab, src, ann in labs:
+        by_sid.setdefault(sid, []).append((t, lab, src, ann))
+    got = {r[0]: _as_dict(r._mapping, by_sid.get(r[0], ())) for r in rows}
+    return [got[i]["tokens"] for i in ids], [got[i]["labels"] for i in ids]
 
 
 def gold_data(db: Database, project_id: int, split: str | None = "heldout"):

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 
 import numpy as np
-import pandas as pd
 from sqlalchemy import text
 
 from gpsl import metrics
+from gpsl.annotation import sentences
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.records import CalibrationReport
@@ -49,42 +50,55 @@ def box(values: np.ndarray) -> dict:
 
 def compute(store, project_id: int, version: dict) -> dict:
     """The summary of ``version`` (a version dict) from its stored predictions and the
-    current labels, reading :data:`PAGE` sentences at a time."""
+    current labels, reading :data:`PAGE` sentences at a time (their labels, not their
+    tokens: the words of the least confident tokens are read at the end)."""
     classes = list(version["classes"] or [])
     counts = np.zeros(HIST_BINS, dtype=np.int64)
     by_label: dict[str, list[np.ndarray]] = {}
-    top: list[tuple] = []  # a max-heap (negated confidence) of the least confident
+    top: list[tuple] = []  # a min-heap of the items of the least confident
     total, n_free = 0.0, 0
     offset = 0
     while True:
-        page = store.get_sentences(project_id, split="train", offset=offset, limit=PAGE)
-        if not page:
+        rows = sentences.label_page(store.db, project_id, "train", offset, PAGE)
+        if not rows:
             break
-        offset += len(page)
-        preds = store.get_predictions(version["id"], [s["id"] for s in page])
-        for s in page:
-            p = preds.get(s["id"])
-            if p is None or p.shape != (len(s["tokens"]), len(classes)):
+        offset += len(rows)
+        preds = store.get_predictions(version["id"], [r[0] for r in rows])
+        parts: list[tuple] = []
+        for k, (sid, position, labels) in enumerate(rows):
+            p = preds.get(sid)
+            if p is None or p.shape != (len(labels), len(classes)):
                 continue
-            free = np.array([lab is None for lab in s["labels"]], dtype=bool)
+            free = np.array([lab is None for lab in labels], dtype=bool)
             if not free.any():
                 continue
-            conf, arg = p.max(axis=1)[free], p.argmax(axis=1)[free]
-            counts += np.histogram(conf, bins=HIST_BINS, range=(0.0, 1.0))[0]
+            conf = p.max(axis=1)[free]
             total += float(conf.sum())
-            n_free += int(conf.size)
-            for j in np.unique(arg):
-                by_label.setdefault(classes[j], []).append(conf[arg == j])
             where = np.flatnonzero(free)
-            for k in np.argsort(conf)[:TOP_TOKENS]:
-                item = (-float(conf[k]), -int(s["position"]), -int(where[k]), int(s["id"]),
-                        s["tokens"][where[k]][0], classes[arg[k]])
-                if len(top) < TOP_TOKENS:
-                    heapq.heappush(top, item)
-                elif item > top[0]:
-                    heapq.heapreplace(top, item)
-    tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2], "token": t[4],
-               "predicted": t[5], "confidence": -t[0]} for t in sorted(top, reverse=True)]
+            parts.append((conf, p.argmax(axis=1)[free], np.full(where.size, position), where,
+                          np.full(where.size, sid), np.full(where.size, k)))
+        if not parts:
+            continue
+        conf, arg, pos, idx, sids, ordinal = (np.concatenate(c) for c in zip(*parts))
+        n_free += int(conf.size)
+        counts += np.histogram(conf, bins=HIST_BINS, range=(0.0, 1.0))[0]
+        labels_here = np.unique(arg)  # in the order each label first shows (as by sentence)
+        first = [int(ordinal[arg == j].min()) for j in labels_here]
+        for _, j in sorted(zip(first, labels_here.tolist())):
+            by_label.setdefault(classes[j], []).append(conf[arg == j])
+        # the page's least confident (by confidence, then position, then token): only they
+        # can enter the heap
+        for k in np.lexsort((idx, pos, conf))[:TOP_TOKENS]:
+            item = (-float(conf[k]), -int(pos[k]), -int(idx[k]), int(sids[k]),
+                    classes[arg[k]])
+            if len(top) < TOP_TOKENS:
+                heapq.heappush(top, item)
+            elif item > top[0]:
+                heapq.heapreplace(top, item)
+    words = sentences.tokens_in_db(store.db, sorted({t[3] for t in top})) if top else {}
+    tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2],
+               "token": words[t[3]][-t[2]][0], "predicted": t[4], "confidence": -t[0]}
+              for t in sorted(top, reverse=True)]
     return {
         "classes": classes,
         "unlabeled": n_free,
@@ -96,35 +110,50 @@ def compute(store, project_id: int, version: dict) -> dict:
     }
 
 
-def _calibration_report(result, train_labels, n_bins: int = 10) -> CalibrationReport:
+def _table(rows: list[dict]) -> dict:
+    """``{"columns", "rows"}`` of a list of row dicts: the columns in the order they first
+    appear, a missing value, None or NaN as None (what the pages read back as a table)."""
+    columns: list = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+
+    def cell(v):
+        if isinstance(v, (float, np.floating)):
+            return None if math.isnan(v) else float(v)
+        return v.item() if isinstance(v, np.generic) else v
+
+    return {"columns": columns, "rows": [[cell(row.get(c)) for c in columns] for row in rows]}
+
+
+def _calibration_tables(result, train_labels, n_bins: int = 10) -> dict:
+    """:func:`calibration_dict`'s figures and tables (plain lists, no pandas: the training
+    worker writes them and never draws a table; pandas was 0.25 s of its CPU)."""
     conf, correct = result.confidence, result.correct
     band_of = metrics.frequency_bands(result.gold_label, train_labels)
     bands = [{"labels": r["band"], "tokens": r["tokens"], "accuracy": r["accuracy"],
               "mean confidence": r["mean_confidence"], "ECE (15 equal-mass bins)": r["ece_mass"],
               "which": ", ".join(r["labels"])}
              for r in metrics.calibration_by_band(conf, correct, result.gold_label, band_of)]
-    table = pd.DataFrame(metrics.reliability_table(conf, correct, n_bins, consistency=True))
-    table = table.dropna(subset=["accuracy"])  # the bins with tokens
-    table["bin_mid"] = (table["bin_lo"] + table["bin_hi"]) / 2
-    table["band_up"] = table["band_hi"] - table["mean_confidence"]
-    table["band_down"] = table["mean_confidence"] - table["band_lo"]
-    return CalibrationReport(
-        table=table,
-        accuracy=result.accuracy, ece=result.ece,
-        ece_floor=metrics.ece_noise_floor(conf, n_bins, binning="width"),
-        ece_mass=result.ece_mass, ece_mass_floor=metrics.ece_noise_floor(conf, 15, binning="mass"),
-        mean_confidence=result.mean_confidence, nll=result.nll, tokens=result.tokens,
-        selective=pd.DataFrame(metrics.selective_accuracy(conf, correct)),
-        thresholds=pd.DataFrame(metrics.threshold_table(conf, correct)),
-        bands=pd.DataFrame(bands))
-
-
-def _frame_dict(df) -> dict:
-    return {"columns": list(df.columns), "rows": df.astype(object).where(df.notna(), None)
-            .values.tolist()}
+    table = [{**r, "bin_mid": (r["bin_lo"] + r["bin_hi"]) / 2,
+              "band_up": r["band_hi"] - r["mean_confidence"],
+              "band_down": r["mean_confidence"] - r["band_lo"]}
+             for r in metrics.reliability_table(conf, correct, n_bins, consistency=True)
+             if r["accuracy"] is not None and not math.isnan(r["accuracy"])]  # bins with tokens
+    out = {"accuracy": result.accuracy, "ece": result.ece,
+           "ece_floor": metrics.ece_noise_floor(conf, n_bins, binning="width"),
+           "ece_mass": result.ece_mass,
+           "ece_mass_floor": metrics.ece_noise_floor(conf, 15, binning="mass"),
+           "mean_confidence": result.mean_confidence, "nll": result.nll}
+    out = {k: (None if v is None else float(v)) for k, v in out.items()}
+    out["tokens"] = int(result.tokens)
+    out.update(table=_table(table), selective=_table(metrics.selective_accuracy(conf, correct)),
+               thresholds=_table(metrics.threshold_table(conf, correct)), bands=_table(bands))
+    return out
 
 
 def _frame(d: dict):
+    import pandas as pd  # on first use (the worker never reads a table back)
+
     return pd.DataFrame(d["rows"], columns=d["columns"])
 
 
@@ -140,14 +169,7 @@ def calibration_dict(store, project_id: int, version: dict) -> dict | None:
     if result is None:
         return None
     _, train_y = store.training_data(project_id, "train", only_labeled=True)
-    rep = _calibration_report(result, train_y)
-    out = {k: getattr(rep, k) for k in ("accuracy", "ece", "ece_floor", "ece_mass",
-                                        "ece_mass_floor", "mean_confidence", "nll", "tokens")}
-    out = {k: (None if v is None else float(v)) for k, v in out.items()}
-    out["tokens"] = int(rep.tokens)
-    for k in ("table", "selective", "thresholds", "bands"):
-        out[k] = _frame_dict(getattr(rep, k))
-    return out
+    return _calibration_tables(result, train_y)
 
 
 def calibration_report(d: dict | None) -> CalibrationReport | None:

@@ -423,6 +423,10 @@ class Calibrator:
                 P = P + w * m.apply(scores, clamp, runs)
                 passes = max(passes, scores.passes)
             scores.passes = passes
+            if clamp is not None:  # one-hot exactly (the weights' float sum may miss 1)
+                rows = np.flatnonzero(np.asarray(clamp) >= 0)
+                P[rows] = 0.0
+                P[rows, np.asarray(clamp)[rows]] = 1.0
             return P
         structured = self.kind in STRUCTURED_KINDS
         key = (self.method, self.t_unary, self.t_pair) if structured else (self.method, 1.0, 1.0)

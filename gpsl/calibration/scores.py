@@ -185,14 +185,18 @@ def stacking_weights(Q: np.ndarray, *, max_iter: int = 5000, tol: float = 1e-12,
     Q = np.clip(np.asarray(Q, dtype=float), _LOG_FLOOR, None)
     if Q.ndim != 2 or Q.shape[0] == 0 or Q.shape[1] == 0:
         raise ValueError(f"stacking needs an (N, K) array with N, K >= 1, not {Q.shape}")
-    K = Q.shape[1]
+    N, K = Q.shape
     w = np.full(K, 1.0 / K)
-    prev = float(np.mean(np.log(Q @ w)))
+    mix = Q @ w  # sum_j pi_j Q_tj, the denominator of the next step and the objective's
+    prev = float(np.mean(np.log(mix)))
     for _ in range(int(max_iter)):
-        R = Q * w
-        w = (R / R.sum(axis=1, keepdims=True)).mean(axis=0)
+        # the step as two products with Q (pi_k mean_t Q_tk / mix_t), no (N, K) temporaries:
+        # the same iterates as dividing the responsibilities Q_tk pi_k by their row sums
+        np.reciprocal(mix, out=mix)
+        w = w * (mix @ Q) / N
         w /= w.sum()
-        val = float(np.mean(np.log(Q @ w)))
+        np.matmul(Q, w, out=mix)
+        val = float(np.mean(np.log(mix)))
         if history is not None:
             history.append(val)
         if val - prev < tol:
