@@ -5,12 +5,13 @@ streamed import (issue 37: "Peak memory at 100k sentences <= 500 MB").
 
 The file: ``sample_data/make_sample.py``'s grammar (the app's sample project),
 ``make_corpus(seed=1, n)`` rendered as CoNLL (``render``; at 100k sentences 2.18M tokens,
-23.9 MB).  Each measurement is a child process of its own (its peak resident set is
-``VmHWM`` of ``/proc/self/status``, the high-water mark of its own image: ``ru_maxrss`` would
-keep the parent's resident set at the fork, the generated file included) that does what the Data page does: the lead raises the store's
-upload limit, the page reads the uploaded bytes, runs the summary pass (the summary and the
-labels not in the project) and imports into a fresh SQLite store (a project with the label
-``O``; the file's other labels added with it).
+26.4 MB).  Each measurement is a child process of its own that does what the Data page
+does: the lead raises the store's upload limit, the page reads the uploaded bytes, runs the
+summary pass (the summary and the labels not in the project) and imports into a fresh
+SQLite store (a project with the label ``O``; the file's other labels added with it).  Its
+peak resident set is ``VmHWM`` of ``/proc/self/status``, the high-water mark of its own
+image (``ru_maxrss`` would keep the parent's resident set at the fork across ``exec``: the
+parent holds the generated file).
 
 * **before**: the code of ``--before`` (default: the merge base of HEAD and ``main``),
   extracted with ``git archive`` into a temporary folder: ``Store.parse_upload`` (every
