@@ -51,8 +51,8 @@ def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
     """Read uploaded bytes as ``fmt`` (None: by extension).  Refused with one InputError
     line naming the file (and line): too large (:func:`gpsl.limits.max_upload_bytes`), a
     sentence too long (``max_tokens``), and every problem of the readers.  The whole file's
-    sentences in a list: the app streams instead (:class:`Upload`,
-    whose first pass this is)."""
+    sentences in a list: the app streams instead (:class:`Upload`, whose first pass this
+    is, keeping the sentences)."""
     return Upload(data, filename, fmt, max_bytes=max_bytes, max_tokens=max_tokens).sentences()
 
 
@@ -98,7 +98,7 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
     :class:`Upload` is written a chunk at a time (:func:`import_upload`)."""
     if isinstance(sentences, Upload):
         return import_upload(store.db, project_id, sentences, split=split, doc=doc,
-                                     annotator=annotator, add_labels=add_labels)
+                             annotator=annotator, add_labels=add_labels)
     sentences = list(sentences)
     project = store.get_project(project_id)
     if project is None:
