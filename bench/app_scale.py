@@ -122,10 +122,10 @@ def phase_import(job: dict) -> dict:
     with _Clock() as c:
         pid = store.create_project("scale", LABELS, "", [-1, 1])
         data = Path(job["train"]).read_bytes()
-        n = store.import_sentences(pid, store.parse_upload(data, "train.conll", "conll"),
-                                   doc="train.conll")
+        n = store.import_sentences(pid, store.open_upload(data, "train.conll", "conll"),
+                                   doc="train.conll")  # streamed, as the Data page does
         del data
-        held = store.parse_upload(Path(job["heldout"]).read_bytes(), "heldout.conll", "conll")
+        held = store.open_upload(Path(job["heldout"]).read_bytes(), "heldout.conll", "conll")
         store.import_sentences(pid, held, split="heldout", doc="heldout.conll")
     return {"pid": pid, "sentences": n, "wall_s": c.wall, "cpu_s": c.cpu,
             "peak_mb": _peak_mb(), "file_mb": Path(job["train"]).stat().st_size / 2 ** 20,

@@ -203,11 +203,11 @@ def on_click_data(build, action: str):
     return data
 
 
-def parse_upload(upload, fmt: str, store=None) -> list | None:
-    """The sentences of an uploaded file (under ``store``'s limits: its own exports read
-    back), or ``None`` after showing one error line (never a traceback for a bad file)."""
+def open_upload(upload, fmt: str, store=None):
+    """``(the upload as a stream, its summary)``, or ``None`` after one line (no traceback)."""
     try:
-        return (store or back).parse_upload(upload.getvalue(), upload.name, fmt)
+        stream = (store or back).open_upload(upload.getvalue(), upload.name, fmt)
+        return stream, stream.summary()  # every sentence checked, none kept
     except InputError as exc:
         error(str(exc))
     except Exception as exc:  # noqa: BLE001 - a bad file must not show a traceback

@@ -12,8 +12,6 @@ from gpsl.annotation import (
     InputError,
     import_credit,
     safe_filename,
-    summarize,
-    unknown_labels,
 )
 from pages import _crowd, _ui
 from pages._format import code_span, fmt_int
@@ -168,10 +166,10 @@ if upload is not None:
     target = c2.selectbox("Add as", ["train", "heldout"], key=f"imp_split_{fid}",
                           format_func={"train": "training sentences (labels = annotations)",
                                        "heldout": "held-out sentences (labels = gold)"}.get)
-    sentences = _ui.parse_upload(upload, fmt_in, store)
-    if sentences:
-        summary = summarize(sentences)
-        new_labels = unknown_labels(sentences, project.labels)
+    opened = _ui.open_upload(upload, fmt_in, store)
+    if opened:
+        sentences, summary = opened  # a stream: checked and counted, imported chunk by chunk
+        new_labels = sentences.unknown_labels(project.labels)
         st.markdown(upload_summary(summary))
         add_labels = False
         if new_labels:

@@ -20,7 +20,6 @@ from gpsl.annotation import (
     default_template_text,
     import_credit,
     parse_offsets,
-    summarize,
 )
 from pages import _crowd, _ui
 from pages._charts import styled
@@ -239,9 +238,9 @@ with upload_tab:
         fid = upload.file_id
         fmt = _ui.upload_format(upload, f"new_fmt_{fid}", width=300,
                                 help="Guessed from the file extension.")
-        sentences = _ui.parse_upload(upload, fmt, store)
-        if sentences:
-            summary = summarize(sentences)
+        opened = _ui.open_upload(upload, fmt, store)
+        if opened:
+            sentences, summary = opened  # a stream: checked and counted, written chunk by chunk
             st.markdown(upload_summary(summary, columns=True))
             form_left, form_right = st.columns(2, gap="large")
             with form_left:

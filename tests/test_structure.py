@@ -25,7 +25,8 @@ LAYERS = {
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},
     "rules": {"rules", "evaluation", "pool", "joint_labels"},
-    "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
+    "services": {"labels", "scoring", "team", "tool_formats", "imports", "exports",
+                 "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},
     "facade": {"facade", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py

@@ -77,7 +77,7 @@ LEAD = frozenset({
     "training_labels",
     "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
     "own_root", "model_path", "store_summary", "annotations_file", "predictions_file",
-    "store_limits", "set_store_limits", "parse_upload", "label_activity",
+    "store_limits", "set_store_limits", "parse_upload", "open_upload", "label_activity",
 })
 #: Reports anyone may read of a project they are a member of (their own view of it)
 MEMBER_REPORTS = frozenset({

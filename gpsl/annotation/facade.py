@@ -139,8 +139,10 @@ class Store:
 
     def create_project_from_sentences(self, name, sentences_, labels, template, offsets,
                                       kernel="linear", **kw) -> int:
-        return projects.create_from_sentences(self.db, name, sentences_, labels, template,
-                                              offsets, kernel, **kw)
+        """From a list of sentences, or an :class:`imports.Upload` (written chunk by chunk)."""
+        make = imports.create_project if isinstance(sentences_, imports.Upload) \
+            else projects.create_from_sentences
+        return make(self.db, name, sentences_, labels, template, offsets, kernel, **kw)
 
     def create_sample_copy(self, name: str, sample_dir) -> int:
         return projects.create_sample(self.db, name, sample_dir)
@@ -526,9 +528,12 @@ class Store:
     def parse_upload(self, data: bytes, filename: str, fmt: str | None = None) -> list:
         """:func:`imports.parse_upload` under the store's limits (its own exports always
         read back, :func:`store_limits.for_upload`)."""
+        return self.open_upload(data, filename, fmt).sentences()
+
+    def open_upload(self, data: bytes, filename: str, fmt: str | None = None):
+        """:class:`imports.Upload` (a stream) under the store's limits (:meth:`parse_upload`)."""
         size, tokens = store_limits.for_upload(self.db, len(data or b""))
-        return imports.parse_upload(data, filename, fmt, max_bytes=size or 0,
-                                    max_tokens=tokens or 0)
+        return imports.Upload(data, filename, fmt, max_bytes=size or 0, max_tokens=tokens or 0)
 
     def annotations_file(self, project_id: int, fmt: str = "conll",
                          split: str | None = "train"):

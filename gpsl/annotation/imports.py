@@ -1,441 +1,59 @@
-"""Reading annotations in: uploads (CoNLL/CRF++ columns, JSONL, plain text) and the formats
-of the tools annotators come from: Label Studio JSON (NER spans on text), doccano JSONL
-(``text`` + ``label: [[start, end, tag]]``), Prodigy JSONL (``text``, ``tokens``,
-``spans``) and CoNLL-2003 columns (``-DOCSTART-`` lines skipped, the last column is the
-label).  Character spans become BIO labels of tokens; a span that does not start and end on
-token boundaries is refused with one line naming the file, the line and the span."""
+"""Reading annotations in: uploads in the formats of :mod:`.tool_formats` (CoNLL/CRF++
+columns, JSONL, plain text, Label Studio, doccano, Prodigy, CoNLL-2003), read as a stream
+(issue 37: import at 100k sentences in bounded memory), checked, summarised and written.
+
+:class:`Upload` holds the uploaded bytes and their format; it never holds the file's
+sentences.  Its first pass (:meth:`Upload.summary`) reads every sentence, checks it with one
+line naming file and line (:func:`parse_upload` is this pass keeping the sentences) and counts
+what the pages show; the import passes (:func:`import_upload`, :func:`create_project`) read
+the file again, :data:`CHUNK` sentences at a time, and write them inside ONE transaction: a
+bad sentence anywhere and nothing is stored.
+
+Streamed: CoNLL / CRF++ columns, CoNLL-2003, gpsl's JSONL, plain text, doccano and Prodigy
+JSONL (a line at a time; for the last three the bytes are checked for UTF-8 and NUL first, a
+megabyte at a time).  A Label Studio export is ONE JSON array: it is read whole, as before."""
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from itertools import islice
 
 from gpsl import limits
-from gpsl.annotation import validate
+from gpsl.annotation import projects, validate
+from gpsl.annotation import sentences as sents
+from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.tool_formats import (  # noqa: F401 - re-exported: imports' readers
+    _SPAN_READERS,
+    FORMATS,
+    UPLOAD_TYPES,
+    guess_format,
+    iter_doccano,
+    iter_prodigy,
+    read_conll2003,
+    read_doccano,
+    read_labelstudio,
+    read_prodigy,
+    spans_to_labels,
+    split_lines,
+    tokenize,
+)
 from gpsl.errors import InputError, clean_source
-from gpsl.io import Sentence, read_any
+from gpsl.io import Sentence
+from gpsl.io.formats import _conll_sentences, _tab_separated, iter_conll, iter_jsonl, iter_text
+from gpsl.io.source import BLOCK
 from gpsl.tags import sort_labels
-
-FORMATS = {"conll": "CoNLL / CRF++ columns", "text": "Plain text", "jsonl": "JSONL",
-           "conll2003": "CoNLL-2003 columns", "labelstudio": "Label Studio JSON",
-           "doccano": "doccano JSONL", "prodigy": "Prodigy JSONL"}
-_EXT_FORMAT = {
-    ".conll": "conll", ".conllu": "conll", ".data": "conll", ".tsv": "conll", ".iob": "conll",
-    ".bio": "conll", ".crf": "conll", ".col": "conll", ".jsonl": "jsonl", ".json": "jsonl",
-    ".ndjson": "jsonl", ".txt": "text", ".text": "text",
-}
-UPLOAD_TYPES = sorted({ext.lstrip(".") for ext in _EXT_FORMAT})
-#: a word (zero-width characters inside it stay part of it: U+200B-U+200D, U+2060, U+FEFF,
-#: the soft hyphen), or one other character that is neither space nor zero-width
-_ZW = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
-_TOKEN_RE = re.compile(rf"[\w{_ZW}]*\w[\w{_ZW}]*(?:[-'.][\w{_ZW}]*\w[\w{_ZW}]*)*"
-                       rf"|[^\w\s{_ZW}]")
-#: a span type that is a token label already (``B-PER``, ``I-LOC``, ``S-X`` ...)
-_PREFIXED = re.compile(r"^[BIESLU]-")
-
-
-def guess_format(filename: str) -> str:
-    """Format from a file name's extension (default: CoNLL columns)."""
-    return _EXT_FORMAT.get(Path(filename or "").suffix.lower(), "conll")
-
-
-def tokenize(text: str) -> list[tuple[int, int]]:
-    """Character spans ``(start, end)`` of the tokens of ``text`` (words and punctuation)."""
-    return [(m.start(), m.end()) for m in _TOKEN_RE.finditer(text)]
-
-
-def spans_to_labels(text: str, offsets: Sequence[tuple[int, int]],
-                    spans: Iterable[tuple[int, int, str]], *, source: str,
-                    line: int | None) -> list[str]:
-    """BIO labels of the tokens at ``offsets`` for character ``spans`` (start, end, tag);
-    :class:`InputError` when a span does not fall on token boundaries or spans overlap."""
-    labels = ["O"] * len(offsets)
-    spans = list(spans)
-    for start, end, tag in spans:
-        if tag in ("O", "_") or _PREFIXED.match(str(tag)):
-            raise InputError(f"span [{start}, {end}) has type {_show(str(tag))}, which is a "
-                             "token label, not an entity type (a span's type is e.g. 'PER': "
-                             "its tokens become B-PER, I-PER)", source=source, line=line)
-    starts = {s: i for i, (s, _) in enumerate(offsets)}
-    ends = {e: i for i, (_, e) in enumerate(offsets)}
-    for start, end, tag in sorted(spans):
-        # spans often include surrounding whitespace: trim it
-        while start < end and text[start:start + 1].isspace():
-            start += 1
-        while end > start and text[end - 1:end].isspace():
-            end -= 1
-        if start not in starts or end not in ends or ends[end] < starts[start]:
-            raise InputError(f"span [{start}, {end}) {_show(text[start:end])} ({tag}) crosses "
-                             "a token boundary", source=source, line=line)
-        a, b = starts[start], ends[end]
-        if any(lab != "O" for lab in labels[a:b + 1]):
-            raise InputError(f"span [{start}, {end}) {_show(text[start:end])} ({tag}) overlaps "
-                             "another span", source=source, line=line)
-        labels[a] = f"B-{tag}"
-        for i in range(a + 1, b + 1):
-            labels[i] = f"I-{tag}"
-    return labels
-
-
-# ----------------------------------------------------------------------------- the tools'
-# formats: every value is checked for its type and range before it is used, so a wrong type
-# is refused with one line and never coerced into a label ([0, 5, null] is not B-None, a
-# label "PER" is not a list of one-letter labels, an offset 0.5 is not 0)
-
-
-def _show(value, n: int = 40) -> str:
-    """A short, one-line ``repr`` of a value for a message."""
-    text = repr(value)
-    return text if len(text) <= n else text[:n - 3] + "..."
-
-
-def _kind(value) -> str:
-    """What a JSON value is, with the value itself when that helps (``a number 0.5``)."""
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else f"a boolean ({str(value).lower()})"
-    kind = {int: "a number", float: "a number", str: "text", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
-    return f"{kind} {_show(value)}" if isinstance(value, (int, float, str)) else kind
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _json_problem(exc: ValueError) -> str:
-    text = " ".join(str(exc).split())
-    if "digits" in text:
-        return "not valid JSON (a number of thousands of digits)"
-    return f"not valid JSON ({text[:120]})"
-
-
-def _loads(raw: str, source: str, line: int | None):
-    """One JSON value: :class:`InputError` (one line) for invalid JSON, nesting deeper than
-    the parser's recursion limit, integers of thousands of digits and NaN/Infinity."""
-    try:
-        return json.loads(raw, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg}, column {exc.colno})", source=source,
-                         line=line if line is not None else exc.lineno) from None
-    except RecursionError:
-        raise InputError("not valid JSON (nested too deeply)", source=source,
-                         line=line) from None
-    except ValueError as exc:
-        raise InputError(_json_problem(exc), source=source, line=line) from None
-
-
-def _offset(value, what: str, text: str, source: str, line: int | None) -> int:
-    """A character offset into ``text``: a whole number (not a boolean, not 0.5) in
-    ``0 .. len(text)``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{what} must be a whole number, found {_kind(value)}",
-                         source=source, line=line)
-    if not 0 <= value <= len(text):
-        raise InputError(f"{what} {_show(value, 24)} is outside the text (0 to {len(text)} "
-                         "characters)",
-                         source=source, line=line)
-    return value
-
-
-def _tag(value, what: str, source: str, line: int | None) -> str:
-    """An entity type: non-empty text without whitespace or control characters."""
-    if not isinstance(value, str):
-        raise InputError(f"{what} must be text, found {_kind(value)}",
-                         source=source, line=line)
-    validate.text(value, what, source, line=line, one_line=True)
-    if not value or any(ch.isspace() for ch in value) or len(value) > 100:
-        raise InputError(f"{what} {_show(value)} must be one word (no spaces, at most 100 "
-                         "characters)", source=source, line=line)
-    return value
-
-
-def _span(start, end, tag, what: str, text: str, source: str, line: int | None):
-    start = _offset(start, f"{what} start", text, source, line)
-    end = _offset(end, f"{what} end", text, source, line)
-    if end <= start:
-        raise InputError(f"{what} [{start}, {end}) is empty or reversed", source=source,
-                         line=line)
-    return start, end, _tag(tag, f"{what} label", source, line)
-
-
-def _list(value, what: str, source: str, line: int | None) -> list:
-    if not isinstance(value, list):
-        raise InputError(f"{what} must be a list, found {_kind(value)}",
-                         source=source, line=line)
-    return value
-
-
-def _text(rec: dict, key: str, source: str, line: int | None, what: str = "text") -> str:
-    value = rec.get(key)
-    if not isinstance(value, str):
-        raise InputError(f"the record has no {what} ({key!r} is {_kind(value)})",
-                         source=source, line=line)
-    validate.text(value, what, source, line=line)
-    if not value.strip():
-        raise InputError(f"the record's {what} is empty", source=source, line=line)
-    return value
-
-
-def _sentence(text: str, spans, source: str, line: int, offsets=None) -> Sentence:
-    """``spans`` None: the record carries no annotation (labels missing); a list (maybe
-    empty): every token outside the spans is ``O``."""
-    offsets = offsets if offsets is not None else tokenize(text)
-    if not offsets:
-        raise InputError("the text has no tokens", source=source, line=line)
-    if spans is not None and len(spans) > len(offsets):
-        raise InputError(f"{len(spans):,} spans for {len(offsets):,} tokens", source=source,
-                         line=line)
-    labels = None if spans is None else spans_to_labels(text, offsets, spans, source=source,
-                                                        line=line)
-    return Sentence([(text[s:e],) for s, e in offsets], labels, line)
-
-
-def _json_lines(text: str, source: str):
-    """``(line number, object)`` of each non-blank line (lines end at LF, CRLF or CR only:
-    U+2028 may stand inside a JSON string)."""
-    cap = limits.max_line_chars()
-    for k, raw in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), 1):
-        if not raw.strip():
-            continue
-        limits.check_line_length(len(raw), cap, source, k)
-        rec = _loads(raw, source, k)
-        if not isinstance(rec, dict):
-            raise InputError(f"each line must be a JSON object, found {_kind(rec)}",
-                             source=source, line=k)
-        yield k, rec
-
-
-def read_doccano(text: str, source: str) -> list[Sentence]:
-    """doccano JSONL: ``{"text": ..., "label": [[start, end, tag], ...]}`` per line (also
-    ``"labels"``, or ``"entities": [{"start_offset", "end_offset", "label"}]``).  A record
-    without any of them is unlabeled; an empty list means "no entity" (every token O)."""
-    out = []
-    for k, rec in _json_lines(text, source):
-        body = _text(rec, "text", source, k)
-        spans = None
-        for key in ("label", "labels", "entities"):
-            if key not in rec:
-                continue
-            spans = []
-            for sp in _list(rec[key], f'"{key}"', source, k):
-                if isinstance(sp, dict):
-                    spans.append(_span(sp.get("start_offset"), sp.get("end_offset"),
-                                       sp.get("label"), "entity", body, source, k))
-                elif isinstance(sp, list) and len(sp) == 3:
-                    spans.append(_span(*sp, "span", body, source, k))
-                else:
-                    raise InputError(f"bad span {_show(sp)}: expected [start, end, label]",
-                                     source=source, line=k)
-            break
-        out.append(_sentence(body, spans, source, k))
-    return out
-
-
-def _prodigy_tokens(rec: dict, body: str, source: str, k: int):
-    if "tokens" not in rec or rec["tokens"] is None:
-        return None
-    offsets = []
-    for j, tok in enumerate(_list(rec["tokens"], '"tokens"', source, k), 1):
-        if not isinstance(tok, dict):
-            raise InputError(f"token {j} must be an object with start and end, found "
-                             f"{_kind(tok)}", source=source, line=k)
-        a = _offset(tok.get("start"), f"token {j} start", body, source, k)
-        b = _offset(tok.get("end"), f"token {j} end", body, source, k)
-        if b <= a or not body[a:b].strip():
-            raise InputError(f"token {j} [{a}, {b}) is empty (its offsets miss the text)",
-                             source=source, line=k)
-        if offsets and a < offsets[-1][1]:
-            raise InputError(f"token {j} [{a}, {b}) overlaps or precedes the token before it",
-                             source=source, line=k)
-        if "text" in tok and tok["text"] != body[a:b]:
-            raise InputError(f"token {j}: its text {_show(tok['text'])} is not the text at "
-                             f"[{a}, {b}) {_show(body[a:b])}", source=source, line=k)
-        offsets.append((a, b))
-    return offsets or None
-
-
-def read_prodigy(text: str, source: str) -> list[Sentence]:
-    """Prodigy JSONL: ``text``, optional ``tokens`` (``start``/``end``) and ``spans``
-    (``start``, ``end``, ``label``); records with ``"answer"`` other than accept are
-    skipped; a record without ``spans`` is unlabeled."""
-    out = []
-    for k, rec in _json_lines(text, source):
-        answer = rec.get("answer", "accept")
-        if not isinstance(answer, str):
-            raise InputError(f'"answer" must be text, found {_kind(answer)}', source=source,
-                             line=k)
-        if answer != "accept":
-            continue
-        body = _text(rec, "text", source, k)
-        offsets = _prodigy_tokens(rec, body, source, k)
-        spans = None
-        if rec.get("spans") is not None:
-            spans = []
-            for sp in _list(rec["spans"], '"spans"', source, k):
-                if not isinstance(sp, dict):
-                    raise InputError(f"bad span {_show(sp)}: expected an object with start, "
-                                     "end and label", source=source, line=k)
-                spans.append(_span(sp.get("start"), sp.get("end"), sp.get("label"), "span",
-                                   body, source, k))
-        out.append(_sentence(body, spans, source, k, offsets))
-    return out
-
-
-def _json_array(text: str, source: str):
-    """``(line, element)`` of a JSON array, parsed element by element so that each one is
-    named by the line it starts on."""
-    dec = json.JSONDecoder(parse_constant=_refuse_constant)
-    ws = re.compile(r"[ \t\n\r]*")
-    pos = ws.match(text, 0).end()
-    if text[pos:pos + 1] != "[":
-        value = _loads(text, source, None)  # a clear line for invalid JSON
-        raise InputError(f"a Label Studio export is a JSON list of tasks, found {_kind(value)}",
-                         source=source)
-    pos = ws.match(text, pos + 1).end()
-    if text[pos:pos + 1] == "]":
-        return
-    while True:
-        line = text.count("\n", 0, pos) + 1
-        try:
-            value, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", source=source,
-                             line=exc.lineno) from None
-        except RecursionError:
-            raise InputError("not valid JSON (nested too deeply)", source=source,
-                             line=line) from None
-        except ValueError as exc:
-            raise InputError(_json_problem(exc), source=source, line=line) from None
-        yield line, value
-        pos = ws.match(text, pos).end()
-        sep = text[pos:pos + 1]
-        if sep == "]":
-            if text[ws.match(text, pos + 1).end():]:
-                raise InputError("not valid JSON (extra data after the list)", source=source,
-                                 line=text.count("\n", 0, pos) + 1)
-            return
-        if sep != ",":
-            raise InputError("not valid JSON (expected ',' or ']' after a task)",
-                             source=source, line=text.count("\n", 0, pos) + 1)
-        pos = ws.match(text, pos + 1).end()
-
-
-def _labelstudio_spans(task: dict, body: str, source: str, line: int):
-    """The spans of a task's first annotation that was not cancelled (None: no annotation,
-    the task is unlabeled); results of other kinds (choices, text areas, relations) are
-    left out, a ``labels`` result is checked whole."""
-    key = "annotations" if task.get("annotations") is not None else "completions"
-    anns = [a for a in _list(task.get(key) or [], f'"{key}"', source, line)]
-    for j, ann in enumerate(anns, 1):
-        if not isinstance(ann, dict):
-            raise InputError(f"annotation {j} must be an object, found {_kind(ann)}",
-                             source=source, line=line)
-    anns = [a for a in anns if not a.get("was_cancelled")]
-    if not anns:
-        return None
-    spans = []
-    for r in _list(anns[0].get("result", []), '"result"', source, line):
-        if not isinstance(r, dict):
-            raise InputError(f"a result must be an object, found {_kind(r)}", source=source,
-                             line=line)
-        v = r.get("value")
-        if r.get("type", "labels") != "labels" and not (isinstance(v, dict) and "labels" in v):
-            continue
-        if not isinstance(v, dict):
-            raise InputError(f"a labels result's value must be an object, found {_kind(v)}",
-                             source=source, line=line)
-        tags = _list(v.get("labels"), "a result's labels", source, line)
-        if len(tags) != 1:
-            raise InputError(f"a result must carry one label, found {len(tags)} "
-                             f"{_show(tags)}", source=source, line=line)
-        a, b, tag = _span(v.get("start"), v.get("end"), tags[0], "result", body, source,
-                          line)
-        if "text" in v and v["text"] != body[a:b]:
-            raise InputError(f"result [{a}, {b}): its text {_show(v['text'])} is not the "
-                             f"task's text there {_show(body[a:b])}", source=source, line=line)
-        spans.append((a, b, tag))
-    return spans
-
-
-def read_labelstudio(text: str, source: str) -> list[Sentence]:
-    """Label Studio JSON export: a list of tasks ``{"data": {"text": ...}, "annotations":
-    [{"result": [{"type": "labels", "value": {"start", "end", "labels": [tag]}}]}]}`` (the
-    first annotation of each task that was not cancelled; a task without one is
-    unlabeled)."""
-    out = []
-    for line, task in _json_array(text, source):
-        if not isinstance(task, dict) or not isinstance(task.get("data"), dict):
-            raise InputError("a task must be an object with \"data\"", source=source,
-                             line=line)
-        body = _text(task["data"], "text", source, line, "data.text")
-        out.append(_sentence(body, _labelstudio_spans(task, body, source, line), source,
-                             line))
-    if not out:
-        raise InputError("no tasks in the file", source=source)
-    return out
-
-
-def read_conll2003(text: str, source: str) -> list[Sentence]:
-    """CoNLL-2003: ``word POS chunk NER`` columns; ``-DOCSTART-`` lines are skipped (left
-    blank, so every line keeps its number)."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    kept = "\n".join("" if ln.lstrip("\ufeff").startswith("-DOCSTART-") else ln
-                     for ln in lines)
-    return read_any(kept.encode("utf-8", errors="surrogatepass"), "conll", name=source)
-
-
-_SPAN_READERS = {"doccano": read_doccano, "prodigy": read_prodigy,
-                 "labelstudio": read_labelstudio, "conll2003": read_conll2003}
 
 
 def parse_upload(data: bytes, filename: str, fmt: str | None = None, *,
                  max_bytes: int | None = None, max_tokens: int | None = None) -> list[Sentence]:
     """Read uploaded bytes as ``fmt`` (None: by extension).  Refused with one InputError
     line naming the file (and line): too large (:func:`gpsl.limits.max_upload_bytes`), a
-    sentence too long (``max_tokens``), and every problem of the readers."""
-    source = clean_source(filename) if filename else "<upload>"
-    if data is None:
-        raise InputError("no file data", source=source)
-    limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), source)
-    fmt = fmt or guess_format(filename)
-    if fmt not in FORMATS:
-        raise InputError(f"unknown format {fmt!r}", source=source)
-    if fmt in _SPAN_READERS:
-        try:
-            text = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(f"not UTF-8 text (byte {exc.start})", source=source,
-                             line=bytes(data).count(b"\n", 0, exc.start) + 1) from None
-        text = text.lstrip("\ufeff")  # one byte-order mark, or several (a file saved twice)
-        if "\x00" in text:  # no store keeps it (PostgreSQL refuses it): refused at parse
-            raise InputError("NUL byte in input (binary file?)", source=source,
-                             line=text.count("\n", 0, text.index("\x00")) + 1)
-        sentences = _SPAN_READERS[fmt](text, source)
-        if not sentences:
-            raise InputError("no sentences found", source=source)
-        cap = limits.max_tokens(max_tokens)
-        for s in sentences:
-            if cap and len(s.tokens) > cap:
-                raise InputError(f"sentence of {len(s.tokens)} tokens (the limit is {cap})",
-                                 source=source, line=s.line)
-    else:
-        sentences = read_any(bytes(data), fmt, name=source, max_tokens=max_tokens)
-    per_token = fmt in ("conll", "conll2003")
-    seen: set[str] = set()
-    for s in sentences:  # what a project's label set may hold, checked where the file is named
-        for t, lab in enumerate(s.labels):
-            if lab is not None and lab not in seen:
-                line = (s.line + t) if per_token else s.line
-                validate.text(lab, f"label {lab!r}", source, line=line, one_line=True)
-                seen.add(lab)
-                if len(seen) > validate.MAX_LABELS:
-                    raise InputError(f"more than {validate.MAX_LABELS:,} distinct labels (a "
-                                     "project takes at most that many): is the last column "
-                                     "the labels?", source=source, line=line)
-    return sentences
+    sentence too long (``max_tokens``), and every problem of the readers.  The whole file's
+    sentences in a list: the app streams instead (:class:`Upload`, whose first pass this
+    is, keeping the sentences)."""
+    return Upload(data, filename, fmt, max_bytes=max_bytes, max_tokens=max_tokens).sentences()
 
 
 def upload_limits() -> tuple[float | None, int | None]:
@@ -476,7 +94,11 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
                      split: str = "train", doc: str | None = None, annotator: str = "import",
                      add_labels: Sequence[str] = ()) -> int:
     """Append sentences to a project, all or nothing; into ``'heldout'`` the file's labels
-    go as gold labels.  ``add_labels`` join the label set in the same transaction."""
+    go as gold labels.  ``add_labels`` join the label set in the same transaction.  An
+    :class:`Upload` is written a chunk at a time (:func:`import_upload`)."""
+    if isinstance(sentences, Upload):
+        return import_upload(store.db, project_id, sentences, split=split, doc=doc,
+                             annotator=annotator, add_labels=add_labels)
     sentences = list(sentences)
     project = store.get_project(project_id)
     if project is None:
@@ -496,3 +118,248 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
                                    gold=[s.labels for s in sentences], add_labels=add_labels)
     return store.add_sentences(project_id, sentences, split=split, doc=doc,
                                annotator=annotator, add_labels=add_labels)
+
+
+#: sentences read, checked and written at a time by the import passes
+CHUNK = 2000
+_EOL = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
+
+
+class Upload:
+    """Uploaded bytes read as ``fmt`` (None: by the file name's extension), iterable any
+    number of times.  Refused with one InputError line naming the file: too large
+    (:func:`gpsl.limits.max_upload_bytes`, here), an unknown format (here), every problem
+    of the readers, a sentence over ``max_tokens`` and a bad label (:meth:`summary`)."""
+
+    def __init__(self, data: bytes, filename: str, fmt: str | None = None, *,
+                 max_bytes: int | None = None, max_tokens: int | None = None):
+        self.source = clean_source(filename) if filename else "<upload>"
+        if data is None:
+            raise InputError("no file data", source=self.source)
+        limits.check_upload_size(len(data), limits.max_upload_bytes(max_bytes), self.source)
+        self.fmt = fmt or guess_format(filename)
+        if self.fmt not in FORMATS:
+            raise InputError(f"unknown format {self.fmt!r}", source=self.source)
+        self.data = bytes(data)
+        self.max_tokens = max_tokens
+        self._summary: UploadSummary | None = None
+        self._start = 0  # after the byte-order marks (span formats)
+
+    # ------------------------------------------------------------------ reading
+    def _checked_bytes(self) -> None:
+        """The span formats' checks of the whole file, in :func:`parse_upload`'s
+        order, without decoding it whole: UTF-8 (a megabyte at a time, cut at line ends),
+        then NUL."""
+        data, pos = self.data, 0
+        while pos < len(data):
+            end = data.find(b"\n", min(pos + BLOCK, len(data)))
+            end = len(data) if end < 0 else end + 1
+            try:
+                data[pos:end].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                at = pos + exc.start
+                raise InputError(f"not UTF-8 text (byte {at})", source=self.source,
+                                 line=data.count(b"\n", 0, at) + 1) from None
+            pos = end
+        start = 0
+        while data.startswith(_BOM, start):  # one mark, or several (a file saved twice)
+            start += len(_BOM)
+        nul = data.find(b"\x00", start)
+        if nul >= 0:  # no store keeps it (PostgreSQL refuses it): refused at parse
+            raise InputError("NUL byte in input (binary file?)", source=self.source,
+                             line=data.count(b"\n", 0, nul) + 1)
+        self._start = start
+
+    def _lines(self) -> Iterator[str]:
+        """The decoded lines after :meth:`_checked_bytes` (:func:`tool_formats.split_lines`)."""
+        data, pos = self.data, self._start
+        for m in _EOL.finditer(data, pos):
+            yield data[pos:m.start()].decode("utf-8")
+            pos = m.end()
+        yield data[pos:].decode("utf-8")
+
+    def _read(self) -> Iterator[Sentence]:
+        """The reader's sentences, one at a time, with the reader's own errors."""
+        fmt, src, cap = self.fmt, self.source, self.max_tokens
+        if fmt == "conll":
+            return iter_conll(self.data, name=src, max_tokens=cap)
+        if fmt == "jsonl":
+            return iter_jsonl(self.data, name=src, max_tokens=cap)
+        if fmt == "text":
+            return iter_text(self.data, name=src, max_tokens=cap)
+        self._checked_bytes()
+        if fmt == "doccano":
+            return iter_doccano(self._lines(), src)
+        if fmt == "prodigy":
+            return iter_prodigy(self._lines(), src)
+        if fmt == "conll2003":
+            return _conll_sentences(self._conll2003(), src, "_", True, None, None,
+                                    tabbed=_tab_separated(self._conll2003()))
+        if fmt == "labelstudio":  # one JSON array: read whole
+            return iter(read_labelstudio(self.data[self._start:].decode("utf-8"), src))
+        raise AssertionError(fmt)  # every format of FORMATS is read above
+
+    def _conll2003(self) -> Iterator[str]:
+        """CoNLL-2003 lines, ``-DOCSTART-`` lines left blank (every line keeps its number)."""
+        for ln in self._lines():
+            yield "" if ln.lstrip("\ufeff").startswith("-DOCSTART-") else ln
+
+    def _scan(self, keep: list | None = None) -> UploadSummary:
+        """Read and check every sentence (errors in :func:`parse_upload`'s order:
+        the reader's, then a sentence too long, then a bad label); count them; ``keep``:
+        a list the sentences are appended to."""
+        span = self.fmt in _SPAN_READERS
+        per_token = self.fmt in ("conll", "conll2003")
+        cap = limits.max_tokens(self.max_tokens) if span else None
+        too_long = bad_label = None
+        seen: set[str] = set()
+        n = tokens = labeled = n_columns = 0
+        for s in self._read():
+            if not n:
+                n_columns = len(s.tokens[0]) if s.tokens else 0
+            n += 1
+            tokens += len(s.tokens)
+            labeled += len(s.tokens) - s.n_missing
+            if too_long is None and cap and len(s.tokens) > cap:
+                too_long = InputError(f"sentence of {len(s.tokens)} tokens (the limit is "
+                                      f"{cap})", source=self.source, line=s.line)
+            if bad_label is None:
+                bad_label = self._check_labels(s, seen, per_token)
+            if keep is not None:
+                keep.append(s)
+        if span and not n:
+            raise InputError("no sentences found", source=self.source)
+        if too_long is not None or bad_label is not None:
+            raise too_long or bad_label
+        return UploadSummary(sentences=n, tokens=tokens, labeled=labeled,
+                             n_columns=n_columns, labels=sort_labels(seen))
+
+    def _check_labels(self, s: Sentence, seen: set, per_token: bool) -> InputError | None:
+        """What a project's label set may hold, checked where the file is named (None: fine)."""
+        for t, lab in enumerate(s.labels):
+            if lab is not None and lab not in seen:
+                line = (s.line + t) if per_token else s.line
+                try:
+                    validate.text(lab, f"label {lab!r}", self.source, line=line,
+                                  one_line=True)
+                except InputError as exc:
+                    return exc
+                seen.add(lab)
+                if len(seen) > validate.MAX_LABELS:
+                    return InputError(f"more than {validate.MAX_LABELS:,} distinct labels (a "
+                                      "project takes at most that many): is the last column "
+                                      "the labels?", source=self.source, line=line)
+        return None
+
+    # ------------------------------------------------------------------ what callers use
+    def summary(self) -> UploadSummary:
+        """The first pass: every sentence checked, counted, none kept (computed once)."""
+        if self._summary is None:
+            self._summary = self._scan()
+        return self._summary
+
+    def sentences(self) -> list[Sentence]:
+        """Every sentence in a list (:func:`parse_upload`): the whole file in memory."""
+        out: list[Sentence] = []
+        self._summary = self._scan(out)
+        return out
+
+    def unknown_labels(self, labels: Sequence[str]) -> list[str]:
+        """The file's labels that are not in ``labels``."""
+        known = set(labels)
+        return [lab for lab in self.summary().labels if lab not in known]
+
+    def __len__(self) -> int:
+        return self.summary().sentences
+
+    def __iter__(self) -> Iterator[Sentence]:
+        self.summary()  # checked whole before anything is handed out
+        return self._read()
+
+    def chunks(self, size: int = CHUNK) -> Iterator[list[Sentence]]:
+        """The sentences, ``size`` at a time (after :meth:`summary`)."""
+        it = iter(self)
+        while chunk := list(islice(it, size)):
+            yield chunk
+
+
+def _write(conn, project_id: int, it: Iterator[Sentence], split: str, doc, annotator: str,
+           labels: Sequence[str], n_columns: int | None, source: str, first: int = 0,
+           n: int | None = None) -> int:
+    """Check and append the next ``n`` sentences of ``it`` (None: all), numbered from
+    ``first`` in messages, a chunk at a time inside the caller's transaction; into
+    ``'heldout'`` the file's labels go as gold labels."""
+    done = 0
+    while chunk := list(islice(it, CHUNK if n is None else min(CHUNK, n - done))):
+        checked = validate.sentences(chunk, labels, source=source, n_columns=n_columns,
+                                     first=first + done)  # the precise messages first
+        n_columns = n_columns or len(checked[0]["tokens"][0])
+        del checked
+        gold = None
+        if split == "heldout":
+            gold = [s.labels for s in chunk]
+            chunk = [Sentence(s.tokens, None, s.line) for s in chunk]
+        done += sents.insert(conn, project_id, chunk, split, doc, annotator, gold)
+    return done
+
+
+def import_upload(db, project_id: int, upload: Upload, *, split: str = "train",
+                  doc: str | None = None, annotator: str = "import",
+                  add_labels: Sequence[str] = ()) -> int:
+    """:func:`import_sentences` of an upload: appended a chunk at a time in one
+    transaction (all or nothing); ``add_labels`` join the label set in it."""
+    upload.summary()  # the file's own problems first, before any write
+    split = validate.split(split)
+    annotator = validate.credit(annotator)
+    if isinstance(add_labels, str):
+        raise InputError("add_labels must be a list of strings", source=doc or "<import>")
+    add_labels = [str(x) for x in add_labels]
+
+    def tx(conn):
+        try:
+            projects.row(conn, project_id, db.for_update())
+        except NotFoundError:
+            raise InputError(f"no project with id {project_id}", source="<import>") from None
+        if add_labels:
+            projects.extend_labels(conn, project_id, add_labels)
+        labels = projects.as_dict(projects.row(conn, project_id))["labels"]
+        return _write(conn, project_id, iter(upload), split, doc, annotator, labels,
+                      projects.token_columns(conn, project_id), doc or "<upload>")
+
+    return db.write(tx)
+
+
+def create_project(db, name: str, upload: Upload, labels: Sequence[str],
+                   template: str | None, offsets: Sequence[int], kernel: str = "linear", *,
+                   heldout_fraction: float = 0.0, doc: str | None = None,
+                   annotator: str = "import", settings: dict | None = None) -> int:
+    """:func:`projects.create_from_sentences` of an upload: the project and its sentences
+    (the last ``heldout_fraction`` held out, their labels gold) in one transaction."""
+    summary = upload.summary()
+    annotator = validate.credit(annotator)
+    labels = list(labels)
+    source = doc or "<upload>"
+    if set(summary.labels) - set(labels):  # the message names the sentence and token
+        for k, chunk in enumerate(upload.chunks()):
+            validate.sentences(chunk, labels, source=source, first=k * CHUNK)
+    if template is None:
+        template = projects.default_features(summary.n_columns)
+    if template and template.strip():
+        validate.template(template, summary.n_columns)
+    n = summary.sentences
+    n_held = int(round(float(heldout_fraction) * n)) if n > 1 else 0
+    n_held = min(n_held, n - 1) if n_held else 0
+
+    def tx(conn):
+        db.lock(conn, 0x70726A)  # concurrent creates of one name: one wins, one is told
+        pid = projects.insert(conn, name, labels, template or "", list(offsets), kernel,
+                              settings or {})
+        it = iter(upload)  # one pass: the first sentences train, the last held out
+        _write(conn, pid, it, "train", doc, annotator, labels, None, source, 0, n - n_held)
+        if n_held:
+            _write(conn, pid, it, "heldout", doc, annotator, labels,
+                   projects.token_columns(conn, pid), source, n - n_held)
+        return pid
+
+    return db.write(tx)

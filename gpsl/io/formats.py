@@ -42,6 +42,8 @@ __all__ = [
     "format_conll",
     "format_jsonl",
     "iter_conll",
+    "iter_jsonl",
+    "iter_text",
     "read_any",
     "read_conll",
     "read_jsonl",
@@ -396,13 +398,28 @@ def read_jsonl(
     Blank lines are skipped. Limits as :func:`read_conll`.
     """
     name = _source_name(source, name)
+    return list(_jsonl_sentences(_lines(_read_source(source, encoding, name)), name, missing,
+                                 max_tokens, max_line_chars))
+
+
+def iter_jsonl(source: Source, *, name: str | None = None, encoding: str = "utf-8",
+               missing: str = "_", max_tokens: int | None = None,
+               max_line_chars: int | None = None) -> Iterator[Sentence]:
+    """:func:`read_jsonl` one sentence at a time, the input read a block at a time (as
+    :func:`iter_conll`)."""
+    name = _source_name(source, name)
+    yield from _jsonl_sentences(iter_lines(source, encoding, name), name, missing, max_tokens,
+                                max_line_chars)
+
+
+def _jsonl_sentences(lines: Iterable[str], name: str, missing: str, max_tokens: int | None,
+                     max_line_chars: int | None) -> Iterator[Sentence]:
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
-    text = _read_source(source, encoding, name)
-    sentences: list[Sentence] = []
+    found = False
     seen_ids: dict[Any, int] = {}
     n_cols = 0
-    for lineno, raw in enumerate(_lines(text), start=1):
+    for lineno, raw in enumerate(lines, start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         if not raw.strip():
             continue
@@ -467,10 +484,10 @@ def read_jsonl(
                     labels.append(lab)
                 else:
                     raise bad(f"label {j + 1} must be a string or null, found {_json_type(lab)}")
-        sentences.append(Sentence(tokens, labels, lineno, sid))
-    if not sentences:
+        yield Sentence(tokens, labels, lineno, sid)
+        found = True
+    if not found:
         raise InputError("no sentences found", source=name)
-    return sentences
 
 
 def format_jsonl(sentences: Iterable[Sentence]) -> str:
@@ -513,19 +530,33 @@ def read_text(
     """Read plain text: one sentence per line, whitespace-tokenised; blank lines skipped.
     Limits as :func:`read_conll`."""
     name = _source_name(source, name)
+    return list(_text_sentences(_lines(_read_source(source, encoding, name)), name,
+                                max_tokens, max_line_chars))
+
+
+def iter_text(source: Source, *, name: str | None = None, encoding: str = "utf-8",
+              max_tokens: int | None = None,
+              max_line_chars: int | None = None) -> Iterator[Sentence]:
+    """:func:`read_text` one sentence at a time, the input read a block at a time."""
+    name = _source_name(source, name)
+    yield from _text_sentences(iter_lines(source, encoding, name), name, max_tokens,
+                               max_line_chars)
+
+
+def _text_sentences(lines: Iterable[str], name: str, max_tokens: int | None,
+                    max_line_chars: int | None) -> Iterator[Sentence]:
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
-    text = _read_source(source, encoding, name)
-    sentences = []
-    for lineno, raw in enumerate(_lines(text), start=1):
+    found = False
+    for lineno, raw in enumerate(lines, start=1):
         limits.check_line_length(len(raw), line_limit, name, lineno)
         words = raw.split()
         if words:
             limits.check_sentence_length(len(words), token_limit, name, lineno)
-            sentences.append(Sentence([(w,) for w in words], None, lineno))
-    if not sentences:
+            yield Sentence([(w,) for w in words], None, lineno)
+            found = True
+    if not found:
         raise InputError("no sentences found", source=name)
-    return sentences
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -197,10 +197,12 @@ BLOCK = 1 << 20
 
 def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
     """The lines :func:`_lines` gives of :func:`_read_source`'s text, read and decoded a block
-    at a time from a path or a file object (bytes are already in memory), with the same
+    at a time from a path, a file object or bytes (as a file), with the same
     checks: the memory held is a block and a line, whatever the size of the file. A problem
     is found when its block is read (line numbers count LF, CRLF and lone CR)."""
-    if not isinstance(source, (str, os.PathLike)) and not hasattr(source, "read"):
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        source = io.BytesIO(source)  # read a block at a time too: no whole text, no list
+    elif not isinstance(source, (str, os.PathLike)) and not hasattr(source, "read"):
         yield from _lines(_read_source(source, encoding, name))
         return
     codec = _codec(encoding, name)
