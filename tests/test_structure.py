@@ -26,7 +26,8 @@ LAYERS = {
                      "store_limits"},
     "rules": {"rules", "evaluation", "pool"},
     "services": {"labels", "scoring", "team", "imports", "exports", "vote_files", "pipeline",
-                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},
+                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
+                 "team_columns"},
     "facade": {"facade", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},

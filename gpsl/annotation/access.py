@@ -71,6 +71,7 @@ LEAD = frozenset({
     "create_account", "set_account_password", "set_account_role", "delete_account",
     "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
     "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
+    "team_figures",
     "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
     "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",

@@ -10,6 +10,7 @@ compute nothing and never see a row dict.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -360,17 +361,16 @@ class Reports:
         return None if not model else crowd_summary(model)
 
     def team(self, project_id: int) -> TeamFigures | None:
-        """Agreement, the people's rows and the conflicts (None: nobody has voted)."""
-        cast = self.store.team_votes(project_id)
-        if not cast:
-            return None
-        figures = self.store.agreement(project_id, cast)
-        stats = self.store.annotator_stats(project_id, cast, figures)
-        return TeamFigures(
-            tuple(figures["annotators"]), figures["kappa"], figures["shared"],
-            figures["alpha"], figures["alpha_by_label"], figures["n_tokens"],
-            tuple(AnnotatorRow(**r) for r in stats),
-            tuple(conflict(c) for c in self.store.conflicts(project_id, cast)))
+        """Agreement, the people's rows and the conflicts (None: nobody has voted), from
+        the votes' columns (:mod:`gpsl.annotation.team_columns`), computed again only when
+        a vote, a decision or the team settings changed."""
+        gc_was = gc.isenabled()
+        gc.disable()  # a record per conflict: the cycle collector would walk them all
+        try:
+            return self.store.team_figures(project_id, team_figures)
+        finally:
+            if gc_was:
+                gc.enable()
 
     def conflicts(self, project_id: int) -> list[Conflict]:
         return [conflict(c) for c in self.store.conflicts(project_id)]
@@ -391,6 +391,16 @@ class Reports:
 
     def leases(self, project_id: int) -> list[Lease]:
         return [Lease(**x) for x in self.store.leases(project_id)]
+
+
+def team_figures(got: dict) -> TeamFigures:
+    """The Team page's record of :func:`gpsl.annotation.team_columns.figures`."""
+    figures = got["agreement"]
+    return TeamFigures(
+        tuple(figures["annotators"]), figures["kappa"], figures["shared"], figures["alpha"],
+        figures["alpha_by_label"], figures["n_tokens"],
+        tuple(AnnotatorRow(**r) for r in got["people"]),
+        tuple(conflict(c) for c in got["conflicts"]))
 
 
 def conflict(c: dict) -> Conflict:
