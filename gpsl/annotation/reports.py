@@ -17,7 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from gpsl import active, tags
-from gpsl.annotation import jobs, rules, runs, summaries, validate
+from gpsl.annotation import jobs, predictions, rules, runs, sentences, summaries, validate
+from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
@@ -224,9 +225,8 @@ class Reports:
             since = row.get("hidden_since") or {}
             row = {**row, "hidden": [t for t in row["hidden"]
                                      if since.get(t, "") <= version.finished_at]}
-        if version is not None:
-            marginals = self.store.get_predictions(version.id, [sentence_id]).get(sentence_id)
-            query = self.store.get_query_scores(version.id, [sentence_id]).get(sentence_id)
+        if version is not None:  # both arrays in one read
+            marginals, query = predictions.of_sentence(self.store.db, version.id, sentence_id)
         views = token_views(row, marginals, version.classes if version else None, name, query)
         shown = [v.label for v in views]
         return SentenceView(
@@ -240,7 +240,10 @@ class Reports:
     def own_labels(self, sentence_id: int, annotator: str) -> list[str | None]:
         """``annotator``'s own copy of a sentence (their votes, else the file's labels): what
         the Annotate page's cursor moves over, never other people's votes."""
-        return list(self.store.sentence_view(sentence_id, annotator)["own"])
+        own = sentences.own_copy(self.store.db, sentence_id, annotator)  # one statement
+        if own is None:
+            raise NotFoundError(f"no sentence with id {sentence_id}")
+        return own
 
     def token_history(self, sentence_id: int, token_index: int, limit: int | None = 20, *,
                       only: str | None = None) -> list[HistoryEntry]:

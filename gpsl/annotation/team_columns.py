@@ -74,7 +74,8 @@ def _rows(db: Database, sql: str, args: dict) -> list[tuple]:
     """The rows of one read as plain tuples (the driver's own, without SQLAlchemy's row
     objects: half the time of a read of every vote)."""
     with _no_gc():
-        return db.read(lambda conn: conn.execute(text(sql), args).cursor.fetchall())
+        return db.read(lambda conn: conn.execute(text(sql), args).cursor.fetchall(),
+                       single=True)
 
 
 def read_columns(db: Database, project_id: int) -> VoteColumns:
@@ -276,7 +277,7 @@ def stamp(db: Database, project_id: int) -> tuple:
         "SELECT (SELECT MAX(id) FROM annotation_history WHERE project_id = :p),"
         " (SELECT MAX(id) FROM adjudication_history),"
         " settings, created_at FROM projects WHERE id = :p"), {"p": project_id}).first()
-        or ()))
+        or ()), single=True)
 
 
 #: per database: project id -> (stamp, figures); weakly, so it goes with the store
