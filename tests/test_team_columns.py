@@ -63,6 +63,7 @@ def assert_same(store, pid):
          "token_index": c["token_index"], "token": c["token"], "votes": c["votes"],
          "labels": tuple(c["labels"]), "derived": c["derived"],
          "adjudicated": c["adjudicated"], "status": c["status"]} for c in conflicts]
+    assert store.reports.conflicts(pid) == list(team.conflicts)  # the Conflicts tab's
     return team
 
 
@@ -147,6 +148,7 @@ def test_the_kept_figures_follow_every_change(store):
     assert [c.status for c in store.reports.team(pid).conflicts] == ["open"]
     store.adjudicate(ids[0], 2, "O", "lead")  # a decision
     assert [c.status for c in store.reports.team(pid).conflicts] == ["adjudicated"]
+    assert [c.status for c in store.reports.conflicts(pid)] == ["adjudicated"]
     store.undo(pid, "bob")  # an undo
     assert_same(store, pid)
 

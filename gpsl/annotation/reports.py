@@ -376,7 +376,9 @@ class Reports:
                 gc.enable()
 
     def conflicts(self, project_id: int) -> list[Conflict]:
-        return [conflict(c) for c in self.store.conflicts(project_id)]
+        """The conflicting tokens: those of :meth:`team` (kept until a vote changes)."""
+        figures = self.team(project_id)
+        return [] if figures is None else list(figures.conflicts)
 
     def decisions(self, sentence_id: int, token_index: int) -> list[Decision]:
         """The leads' decisions on one token, newest first."""
