@@ -14,6 +14,8 @@ and, each step in a fresh process of its own (so its peak resident memory is its
   ``--max-iter`` sweeps), its phases as the progress file records them (CPU seconds);
 * **export**: the annotations (CoNLL) and the predictions (CoNLL and JSONL) as the Data
   page's download buttons build them, with their sizes;
+* **team**: 3 people's votes on 3.5% of the sentences (255k votes at 100,000), and
+  ``store.reports.team`` (first and again) beside the reference over one dict per vote;
 * **pages**: ``streamlit.testing.v1.AppTest`` opens each page (first run) and reruns it,
   then times ``--clicks`` label clicks and Next on the Annotate page (p50/p95, a full
   script run each, AppTest's own overhead included: upper bounds of the server time).
@@ -166,6 +168,66 @@ def phase_export(job: dict) -> dict:
     return out
 
 
+#: the team's votes: 3 people vote on every token of this share of the sentences (255k
+#: votes at 100,000 sentences, as in issue 37)
+TEAM = ("ann", "ben", "cat")
+TEAM_SHARE = 0.0354
+
+
+def phase_team(job: dict) -> dict:
+    """3 people's votes on every token of the first ``TEAM_SHARE`` of the sentences, each
+    with its history row a few seconds after the person's previous one (written directly;
+    the disputed tokens derived again by the project's rule); then ``store.reports.team``
+    timed twice (first: computed; again: no vote changed) beside the reference over one
+    dict per vote (``team_votes``, ``agreement``, ``annotator_stats``, ``conflicts``)."""
+    from sqlalchemy import text
+
+    from gpsl.annotation import Store, labels
+
+    _env(job)
+    store = Store(job["db"])
+    pid = job["pid"]
+    rng = np.random.default_rng(2)
+    k = max(1, round(TEAM_SHARE * job["n"]))
+    rows, hist = [], []
+    clock = {who: 1_767_225_600.0 for who in TEAM}  # 2026-01-01, each person's time
+    for s in store.get_sentences(pid, split="train", limit=k):
+        for t in range(len(s["tokens"])):
+            first = LABELS[int(rng.integers(len(LABELS)))]
+            for who in TEAM:
+                lab = first if rng.random() < 0.8 else LABELS[int(rng.integers(len(LABELS)))]
+                clock[who] += float(rng.uniform(2, 6)) + (1200 if rng.random() < 0.002 else 0)
+                at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(clock[who])) + ".000+00:00"
+                rows.append({"s": s["id"], "t": t, "a": who, "l": lab, "at": at})
+                hist.append({"p": pid, "s": s["id"], "t": t, "l": lab, "a": who, "at": at})
+
+    def tx(conn):
+        conn.execute(text("INSERT INTO votes (sentence_id, token_index, annotator, label,"
+                          " source, updated_at) VALUES (:s, :t, :a, :l, 'human', :at)"), rows)
+        conn.execute(text(
+            "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
+            " new_label, source, annotator, at, action) VALUES (:p, :s, :t, NULL, :l,"
+            " 'human', :a, :at, 'set')"), hist)
+        labels.rederive(conn, pid)
+
+    with _Clock() as w:
+        store.db.write(tx)
+    with _Clock() as first:
+        team = store.reports.team(pid)
+    with _Clock() as again:
+        store.reports.team(pid)
+    with _Clock() as ref:
+        cast = store.team_votes(pid)
+        figures = store.agreement(pid, cast)
+        store.annotator_stats(pid, cast, figures)
+        store.conflicts(pid, cast)
+    return {"votes": len(rows), "sentences": k, "conflicts": len(team.conflicts),
+            "write_cpu_s": w.cpu, "team_s": first.wall, "team_cpu_s": first.cpu,
+            "team_again_s": again.wall, "team_again_cpu_s": again.cpu,
+            "reference_s": ref.wall, "reference_cpu_s": ref.cpu, "peak_mb": _peak_mb(),
+            "store_mb": store_size(store) / 2 ** 20}
+
+
 def _ms(samples: list[float]) -> dict:
     ms = sorted(1000 * s for s in samples)
     if not ms:
@@ -238,6 +300,7 @@ def run_one(n: int, backend: str, args, work: Path) -> dict:
         job["pid"] = out["import"]["pid"]
         out["train"] = in_fresh_process(phase_train, job)
         out["export"] = in_fresh_process(phase_export, job)
+        out["team"] = in_fresh_process(phase_team, {**job, "n": n})
         out["app"] = in_fresh_process(phase_pages, job)
     finally:
         if server is not None:
@@ -265,6 +328,12 @@ def rows_of(r: dict) -> dict[str, float | None]:
             out[f"export {name} CPU s"] = e["cpu_s"]
             out[f"export {name} MB"] = e["mb"]
     out["export peak MB"] = r["export"]["peak_mb"]
+    if "team" in r:
+        t = r["team"]
+        out["team votes (3 people)"] = t["votes"]
+        out["reports.team first CPU s"] = t["team_cpu_s"]
+        out["reports.team again CPU s"] = t["team_again_cpu_s"]
+        out["reference (per-vote dicts) CPU s"] = t["reference_cpu_s"]
     for page, p in r["app"]["pages"].items():
         out[f"{page}: open s"] = p["open_s"]
         out[f"{page}: open CPU s"] = p["open_cpu_s"]

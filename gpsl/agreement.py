@@ -34,8 +34,9 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["alpha_per_label", "cohen_kappa", "coincidences", "krippendorff_alpha",
-           "mean_kappa", "pair_kappas", "pairwise_kappa"]
+__all__ = ["alpha_of_counts", "alpha_per_label", "alpha_per_label_of_counts", "cohen_kappa",
+           "coincidences", "count_matrix", "krippendorff_alpha", "mean_kappa", "pair_kappas",
+           "pair_kappas_coded", "pairwise_kappa"]
 
 
 def cohen_kappa(a: Sequence[Hashable | None], b: Sequence[Hashable | None]) -> float:
@@ -71,6 +72,46 @@ def pair_kappas(items: Mapping[Hashable, Mapping[str, Hashable | None]]
             xs.append(x)
             ys.append(y)
     return dict(counts), {k: (cohen_kappa(xs, ys), len(xs)) for k, (xs, ys) in values.items()}
+
+
+def pair_kappas_coded(item: np.ndarray, annotator: np.ndarray, label: np.ndarray,
+                      n_annotators: int, n_labels: int):
+    """Eq. (K) for every pair of annotators who share an item, from vote columns (one entry
+    per vote with a value: ``item``, ``annotator`` and ``label`` codes; an annotator votes
+    once per item): :func:`pair_kappas` without a Python object per vote.
+
+    Returns ``(a, b, kappa, shared)``, one entry per pair ``a < b`` (codes) sharing an
+    item.  ``p_o`` and ``p_e`` are ratios of whole counts, as in :func:`cohen_kappa`, so
+    each kappa is the same float."""
+    item, annotator, label = (np.asarray(x, dtype=np.int64) for x in (item, annotator, label))
+    order = np.lexsort((annotator, item))
+    it, an, lb = item[order], annotator[order], label[order]
+    pa, pb, xa, xb = [], [], [], []
+    for d in range(1, len(it)):  # votes d apart in the same item: every pair, once
+        same = it[:-d] == it[d:]
+        if not same.any():
+            break
+        pa.append(an[:-d][same])
+        pb.append(an[d:][same])
+        xa.append(lb[:-d][same])
+        xb.append(lb[d:][same])
+    if not pa:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0), empty
+    pa, pb, xa, xb = (np.concatenate(x) for x in (pa, pb, xa, xb))
+    keys, inv = np.unique(pa * n_annotators + pb, return_inverse=True)
+    P = len(keys)
+    n = np.bincount(inv, minlength=P)
+    agree = np.bincount(inv[xa == xb], minlength=P)
+    ones = np.ones(len(inv), dtype=np.int64)
+    ca = sp.csr_matrix((ones, (inv, xa)), shape=(P, n_labels))
+    cb = sp.csr_matrix((ones, (inv, xb)), shape=(P, n_labels))
+    chance = np.asarray(ca.multiply(cb).sum(axis=1)).ravel().astype(np.int64)
+    p_o = agree / n
+    p_e = chance / (n * n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(p_e >= 1.0, np.nan, (p_o - p_e) / (1.0 - p_e))
+    return keys // n_annotators, keys % n_annotators, kappa, n
 
 
 def mean_kappa(counts: Mapping[str, int], pairs: Mapping[tuple[str, str], tuple[float, int]]
@@ -128,10 +169,24 @@ def _unit_counts(units: Iterable[Iterable[Hashable | None]]):
     index = {v: i for i, v in enumerate(values)}
     rows = np.repeat(np.arange(len(kept)), [len(u) for u in kept])
     cols = np.fromiter((index[v] for u in kept for v in u), dtype=np.int64, count=len(rows))
-    N = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(kept), len(values)))
+    return (values, *count_matrix(rows, cols, len(kept), len(values)))
+
+
+def count_matrix(rows: np.ndarray, cols: np.ndarray, n_units: int, n_values: int):
+    """``(N, m)`` of (A) from one entry per value: ``N[u, c]`` how many annotators gave
+    unit ``rows[i]`` value ``cols[i]``, ``m[u]`` the values of unit ``u`` (units of two or
+    more values only: a caller with vote columns builds ``N`` without any per-unit list)."""
+    N = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n_units, n_values))
     N.sum_duplicates()
     m = np.asarray(N.sum(axis=1)).ravel()
-    return values, N, m
+    return N, m
+
+
+def _coincidences_of(N, m) -> np.ndarray:
+    w = 1.0 / (m - 1.0)
+    o = np.asarray((N.T @ sp.diags(w) @ N).todense())
+    o -= np.diag(np.asarray(N.T @ w).ravel())
+    return o
 
 
 def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.ndarray]:
@@ -142,15 +197,14 @@ def coincidences(units: Iterable[Iterable[Hashable | None]]) -> tuple[list, np.n
     values, N, m = _unit_counts(units)
     if not values:
         return values, np.zeros((0, 0))
-    w = 1.0 / (m - 1.0)
-    o = np.asarray((N.T @ sp.diags(w) @ N).todense())
-    o -= np.diag(np.asarray(N.T @ w).ravel())
-    return values, o
+    return values, _coincidences_of(N, m)
 
 
-def krippendorff_alpha(units: Iterable[Iterable[Hashable | None]]) -> float:
-    """Eq. (A), nominal metric, over ``units`` (each the values of one item; None missing)."""
-    _values, o = coincidences(units)
+def alpha_of_counts(N, m) -> float:
+    """Eq. (A), nominal metric, from the count matrix of :func:`count_matrix`."""
+    if N.shape[1] == 0:
+        return float("nan")
+    o = _coincidences_of(N, m)
     n_c = o.sum(axis=1)
     n = n_c.sum()
     if n <= 1:
@@ -162,6 +216,12 @@ def krippendorff_alpha(units: Iterable[Iterable[Hashable | None]]) -> float:
     return float(1.0 - observed / expected)
 
 
+def krippendorff_alpha(units: Iterable[Iterable[Hashable | None]]) -> float:
+    """Eq. (A), nominal metric, over ``units`` (each the values of one item; None missing)."""
+    _values, N, m = _unit_counts(units)
+    return alpha_of_counts(N, m)
+
+
 def alpha_per_label(units: Sequence[Sequence[Hashable | None]],
                     labels: Iterable[Hashable] | None = None) -> dict:
     """Eq. (A) per label ``c``: every value recoded as ``value == c`` (NaN where ``c``
@@ -170,6 +230,13 @@ def alpha_per_label(units: Sequence[Sequence[Hashable | None]],
     ``2 sum_u a_u b_u / (m_u - 1)`` and ``D_e = (n^2 - n_c^2 - n_other^2) / (n - 1)``:
     every label from one count matrix, no pass over the units per label."""
     values, N, m = _unit_counts(units)
+    return alpha_per_label_of_counts(values, N, m, labels)
+
+
+def alpha_per_label_of_counts(values: Sequence[Hashable], N, m,
+                              labels: Iterable[Hashable] | None = None) -> dict:
+    """:func:`alpha_per_label` from the count matrix of :func:`count_matrix` (its columns
+    are ``values``)."""
     if labels is None:
         labels = values
     index = {v: i for i, v in enumerate(values)}

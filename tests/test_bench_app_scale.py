@@ -24,9 +24,15 @@ def test_app_scale_at_a_tiny_size(tmp_path):
         assert set(r["app"]["pages"]) == {"app", *app_scale.PAGES}
         assert r["app"]["label_click_ms"]["n"] == 2 and r["app"]["next_ms"]["n"] >= 1
         assert r["app"]["peak_mb"] > 0 and r["train"]["store_mb"] > r["import"]["store_mb"]
+        # 3 people vote on every token of the team's sentences; their figures are computed
+        team = r["team"]
+        assert team["sentences"] == max(1, round(app_scale.TEAM_SHARE * n))
+        assert team["votes"] > 3 * 8 * team["sentences"] - 1 and team["votes"] % 3 == 0
+        assert team["conflicts"] > 0
     # twice the sentences: larger exports (every sentence is written)
     for name in ("annotations conll", "predictions conll", "predictions jsonl"):
         assert big["export"][name]["mb"] > 1.5 * small["export"][name]["mb"]
     md = (tmp_path / "app_scale.md").read_text(encoding="utf-8")
     assert "python -m bench.app_scale --sentences 60 120" in md
     assert "| confidence: open s |" in md and "growth exponent" in md
+    assert "| reports.team first CPU s |" in md

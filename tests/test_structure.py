@@ -27,7 +27,8 @@ LAYERS = {
     "rules": {"rules", "evaluation", "pool", "joint_labels"},
     "services": {"labels", "scoring", "team", "tool_formats", "imports", "exports",
                  "vote_files", "pipeline",
-                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries"},
+                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
+                 "team_columns"},
     "facade": {"facade", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},

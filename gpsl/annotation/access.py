@@ -71,6 +71,7 @@ LEAD = frozenset({
     "create_account", "set_account_password", "set_account_role", "delete_account",
     "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
     "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
+    "team_figures",
     "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
     "import_sentences", "export_annotations",
     "export_predictions", "preview", "check_model", "model_zip", "training_set",
@@ -182,7 +183,7 @@ class ActingStore:
     def __init__(self, store, who: Identity):
         self.who = resolve(store, who)
         # the unrestricted store and the caches (per object: pages make one per run)
-        _PRIVATE[self] = SimpleNamespace(store=store, members={}, blinds={})
+        _PRIVATE[self] = SimpleNamespace(store=store, members={}, blinds={}, owners={})
 
     # -- what may be read freely --------------------------------------------------------
     @property
@@ -218,16 +219,24 @@ class ActingStore:
                                       ["blind"])
         return blinds[project_id]
 
-    def _project(self, args: dict) -> int | None:
-        db = _private(self).store.db
+    def _project(self, args: dict, look_up: bool = True) -> int | None:
+        """The project a call is about (its ids checked); ``look_up`` False: the ids only
+        checked, a sentence's or a version's project not read (a lead's call needs none).
+        What a sentence or version belongs to is read once per acting store (a page run)."""
         if args.get("project_id") is not None:
             return validate.whole(args["project_id"], "project id")
-        if args.get("sentence_id") is not None:
-            return projects.project_of(db, sentence_id=validate.whole(args["sentence_id"],
-                                                                      "sentence id"))
-        if args.get("version_id") is not None:
-            return projects.project_of(db, version_id=validate.whole(args["version_id"],
-                                                                     "version id"))
+        for key, what in (("sentence_id", "sentence id"), ("version_id", "version id")):
+            if args.get(key) is not None:
+                i = validate.whole(args[key], what)
+                if not look_up:
+                    return None
+                known = _private(self).owners
+                if (key, i) not in known:
+                    pid = projects.project_of(_private(self).store.db, **{key: i})
+                    if pid is None:
+                        return None
+                    known[(key, i)] = pid
+                return known[(key, i)]
         version = args.get("version")
         return getattr(version, "project_id", None)
 
@@ -288,7 +297,7 @@ class ActingStore:
             a["started_by"] = who.name
         if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
             raise AccessDenied("the project's blind mode decides what you see")
-        pid = self._project(a)
+        pid = self._project(a, look_up=not who.is_lead)
         self._check_accepted(name, a)
         if who.is_lead:
             return bound

@@ -108,7 +108,7 @@ def _as_dict(m) -> dict:
 def count(db: Database) -> int:
     """How many accounts there are (0: single-user local mode)."""
     return db.read(lambda conn: conn.execute(text("SELECT COUNT(*) FROM accounts"))
-                   .scalar_one())
+                   .scalar_one(), single=True)
 
 
 def list_all(db: Database) -> list[dict]:

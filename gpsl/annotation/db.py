@@ -199,8 +199,10 @@ class Database:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn):
-            write = conn.get_execution_options().get("gpsl_write", False)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+            options = conn.get_execution_options()
+            if options.get("gpsl_single", False):
+                return  # one statement: atomic by itself, no transaction (Database.read)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("gpsl_write") else "BEGIN")
 
         return engine
 
@@ -268,7 +270,7 @@ class Database:
             limit = min(limit, SERVER_RETRY_SECONDS)
         return state.seconds_since_start >= limit
 
-    def _run(self, fn: Callable[[Connection], T], write: bool) -> T:
+    def _run(self, fn: Callable[[Connection], T], write: bool, single: bool = False) -> T:
         retrying = _Retrying(stop=self._stop,
                              wait=wait_random_exponential(multiplier=0.005, max=0.25),
                              retry=retry_if_exception(self._retryable), reraise=True)
@@ -284,6 +286,9 @@ class Database:
                             # trips (a read takes no lock)
                             conn.execution_options(isolation_level="AUTOCOMMIT")
                             return fn(conn)
+                        elif single:  # SQLite: the statement's own implicit transaction
+                            conn.execution_options(gpsl_single=True)
+                            return fn(conn)
                         with conn.begin():
                             return fn(conn)
         except DBAPIError as exc:
@@ -297,12 +302,13 @@ class Database:
         """``fn(conn)`` in one write transaction, retried as a whole on lock contention."""
         return self._run(fn, True)
 
-    def read(self, fn: Callable[[Connection], T]) -> T:
+    def read(self, fn: Callable[[Connection], T], *, single: bool = False) -> T:
         """``fn(conn)`` reading: on SQLite in one read transaction (one consistent
         snapshot); on PostgreSQL (READ COMMITTED, where each statement reads its own
         snapshot anyway) in autocommit mode, which spares the BEGIN and COMMIT round
-        trips."""
-        return self._run(fn, False)
+        trips.  ``single``: ``fn`` runs one statement, which SQLite runs in a transaction
+        of its own: no BEGIN on SQLite either (the reads of every page run)."""
+        return self._run(fn, False, single)
 
     def for_update(self) -> str:
         """`` FOR UPDATE`` on PostgreSQL (row lock); SQLite's write lock covers the file."""

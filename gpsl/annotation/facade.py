@@ -35,6 +35,7 @@ from gpsl.annotation import (
     store_limits,
     summaries,
     team,
+    team_columns,
     validate,
     versions,
     vote_files,
@@ -478,6 +479,11 @@ class Store:
 
     def conflicts(self, project_id: int, votes=None) -> list[dict]:
         return team.conflicts(self.db, project_id, votes)
+
+    def team_figures(self, project_id: int, make=None):
+        """``agreement, people, conflicts`` from vote columns (or ``make`` of them), kept
+        until a vote changes (:func:`team_columns.figures`); None: nobody has voted."""
+        return team_columns.figures(self.db, project_id, team.MAX_MATRIX, make)
 
     # training (gpsl.annotation.jobs)
     def start_training(self, project_id: int, config: TrainConfig,

@@ -241,7 +241,7 @@ def get(db: Database, version_id: int,
     else:
         q = text("SELECT sentence_id, marginals FROM predictions WHERE model_version_id = :v")
         args = {"v": version_id}
-    rows = db.read(lambda conn: conn.execute(q, args).fetchall())
+    rows = db.read(lambda conn: conn.execute(q, args).fetchall(), single=True)
     return {sid: decode(blob) for sid, blob in rows}
 
 
@@ -260,8 +260,21 @@ def get_query_scores(db: Database, version_id: int,
             return {}
         q = text(sql + " AND sentence_id IN :ids").bindparams(bindparam("ids", expanding=True))
         args["ids"] = sentence_ids
-    rows = db.read(lambda conn: conn.execute(q, args).fetchall())
+    rows = db.read(lambda conn: conn.execute(q, args).fetchall(), single=True)
     return {sid: decode(blob) for sid, blob in rows}
+
+
+def of_sentence(db: Database, version_id: int, sentence_id: int
+                ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(marginals, query scores)`` of one sentence under a version, in one statement
+    (what :func:`get` and :func:`get_query_scores` give for it; None where there is none)."""
+    row = db.read(lambda conn: conn.execute(text(
+        "SELECT marginals, query_scores FROM predictions WHERE model_version_id = :v AND"
+        " sentence_id = :s"), {"v": int(version_id), "s": int(sentence_id)}).first(),
+        single=True)
+    if row is None:
+        return None, None
+    return decode(row[0]), (None if row[1] is None else decode(row[1]))
 
 
 def has_any(db: Database, version_id: int) -> bool:

@@ -208,12 +208,12 @@ def ensure_sample(db: Database, sample_dir) -> int:
 def list_all(db: Database) -> list[dict]:
     return db.read(lambda conn: [as_dict(r) for r in conn.execute(text(
         "SELECT p.*, (SELECT COUNT(*) FROM sentences s WHERE s.project_id = p.id)"
-        " AS n_sentences FROM projects p ORDER BY p.id"))])
+        " AS n_sentences FROM projects p ORDER BY p.id"))], single=True)
 
 
 def get(db: Database, project_id: int) -> dict | None:
     r = db.read(lambda conn: conn.execute(text("SELECT * FROM projects WHERE id = :id"),
-                                          {"id": project_id}).first())
+                                          {"id": project_id}).first(), single=True)
     return None if r is None else as_dict(r)
 
 
@@ -327,5 +327,5 @@ def project_of(db: Database, *, sentence_id: int | None = None,
         arg = int(arg)
     except (TypeError, ValueError):
         return None
-    r = db.read(lambda conn: conn.execute(text(sql), {"i": arg}).first())
+    r = db.read(lambda conn: conn.execute(text(sql), {"i": arg}).first(), single=True)
     return None if r is None else int(r[0])

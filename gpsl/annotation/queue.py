@@ -62,7 +62,7 @@ def strategy(db: Database, project_id: int) -> str | None:
     model (the queue is in file order)."""
     r = db.read(lambda conn: conn.execute(text(
         "SELECT query_strategy FROM model_versions WHERE project_id = :p AND active = 1"),
-        {"p": project_id}).first())
+        {"p": project_id}).first(), single=True)
     if r is None:
         return None
     return r[0] or FALLBACK_QUERY

@@ -10,13 +10,15 @@ compute nothing and never see a row dict.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from gpsl import active, tags
-from gpsl.annotation import jobs, rules, runs, summaries, validate
+from gpsl.annotation import jobs, predictions, rules, runs, sentences, summaries, validate
+from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
@@ -223,9 +225,8 @@ class Reports:
             since = row.get("hidden_since") or {}
             row = {**row, "hidden": [t for t in row["hidden"]
                                      if since.get(t, "") <= version.finished_at]}
-        if version is not None:
-            marginals = self.store.get_predictions(version.id, [sentence_id]).get(sentence_id)
-            query = self.store.get_query_scores(version.id, [sentence_id]).get(sentence_id)
+        if version is not None:  # both arrays in one read
+            marginals, query = predictions.of_sentence(self.store.db, version.id, sentence_id)
         views = token_views(row, marginals, version.classes if version else None, name, query)
         shown = [v.label for v in views]
         return SentenceView(
@@ -239,7 +240,10 @@ class Reports:
     def own_labels(self, sentence_id: int, annotator: str) -> list[str | None]:
         """``annotator``'s own copy of a sentence (their votes, else the file's labels): what
         the Annotate page's cursor moves over, never other people's votes."""
-        return list(self.store.sentence_view(sentence_id, annotator)["own"])
+        own = sentences.own_copy(self.store.db, sentence_id, annotator)  # one statement
+        if own is None:
+            raise NotFoundError(f"no sentence with id {sentence_id}")
+        return own
 
     def token_history(self, sentence_id: int, token_index: int, limit: int | None = 20, *,
                       only: str | None = None) -> list[HistoryEntry]:
@@ -360,20 +364,21 @@ class Reports:
         return None if not model else crowd_summary(model)
 
     def team(self, project_id: int) -> TeamFigures | None:
-        """Agreement, the people's rows and the conflicts (None: nobody has voted)."""
-        cast = self.store.team_votes(project_id)
-        if not cast:
-            return None
-        figures = self.store.agreement(project_id, cast)
-        stats = self.store.annotator_stats(project_id, cast, figures)
-        return TeamFigures(
-            tuple(figures["annotators"]), figures["kappa"], figures["shared"],
-            figures["alpha"], figures["alpha_by_label"], figures["n_tokens"],
-            tuple(AnnotatorRow(**r) for r in stats),
-            tuple(conflict(c) for c in self.store.conflicts(project_id, cast)))
+        """Agreement, the people's rows and the conflicts (None: nobody has voted), from
+        the votes' columns (:mod:`gpsl.annotation.team_columns`), computed again only when
+        a vote, a decision or the team settings changed."""
+        gc_was = gc.isenabled()
+        gc.disable()  # a record per conflict: the cycle collector would walk them all
+        try:
+            return self.store.team_figures(project_id, team_figures)
+        finally:
+            if gc_was:
+                gc.enable()
 
     def conflicts(self, project_id: int) -> list[Conflict]:
-        return [conflict(c) for c in self.store.conflicts(project_id)]
+        """The conflicting tokens: those of :meth:`team` (kept until a vote changes)."""
+        figures = self.team(project_id)
+        return [] if figures is None else list(figures.conflicts)
 
     def decisions(self, sentence_id: int, token_index: int) -> list[Decision]:
         """The leads' decisions on one token, newest first."""
@@ -391,6 +396,16 @@ class Reports:
 
     def leases(self, project_id: int) -> list[Lease]:
         return [Lease(**x) for x in self.store.leases(project_id)]
+
+
+def team_figures(got: dict) -> TeamFigures:
+    """The Team page's record of :func:`gpsl.annotation.team_columns.figures`."""
+    figures = got["agreement"]
+    return TeamFigures(
+        tuple(figures["annotators"]), figures["kappa"], figures["shared"], figures["alpha"],
+        figures["alpha_by_label"], figures["n_tokens"],
+        tuple(AnnotatorRow(**r) for r in got["people"]),
+        tuple(conflict(c) for c in got["conflicts"]))
 
 
 def conflict(c: dict) -> Conflict:

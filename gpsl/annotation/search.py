@@ -177,7 +177,8 @@ def token_history(db: Database, sentence_id: int, token_index: int,
         "SELECT id, annotator, action, old_label, new_label, source, at, undone_by FROM"
         " annotation_history WHERE sentence_id = :s AND token_index = :t ORDER BY id DESC"
         " LIMIT :n"), {"s": sentence_id, "t": int(token_index),
-                       "n": 2 ** 62 if limit is None else int(limit)}).fetchall())
+                       "n": 2 ** 62 if limit is None else int(limit)}).fetchall(),
+        single=True)
     return [{"id": r[0], "annotator": r[1], "action": r[2], "old_label": r[3],
              "new_label": r[4], "source": r[5], "at": r[6], "undone": r[7] is not None}
             for r in rows]

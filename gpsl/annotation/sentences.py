@@ -358,6 +358,43 @@ def gold_data(db: Database, project_id: int, split: str | None = "heldout"):
     return out_ids, tokens, labels
 
 
+def _own(rows: list[tuple], annotator: str, n: int):
+    """``(own, sources, annotators, others)`` of a sentence's vote rows ``(token,
+    annotator, label, source)``, oldest first: the annotator's own copy (their vote, else
+    the label imported with the file) and the tokens someone else voted on."""
+    mine = {t: lab for t, ann, lab, _src in rows if ann == annotator}
+    own: list[str | None] = [None] * n
+    own_src: list[str | None] = [None] * n
+    own_who: list[str | None] = [None] * n
+    others: set[int] = set()
+    for t, ann, lab, src in rows:
+        if ann == annotator:
+            continue
+        if validate.is_import(ann, src):
+            if t not in mine and lab is not None and own[t] is None:
+                own[t], own_src[t], own_who[t] = lab, "human", ann
+        else:
+            others.add(t)
+    for t, lab in mine.items():
+        src = next((s for tt, a, _l, s in rows if tt == t and a == annotator), "human")
+        own[t], own_src[t], own_who[t] = lab, (None if lab is None else src), \
+            (None if lab is None else annotator)
+    return own, own_src, own_who, others
+
+
+def own_copy(db: Database, sentence_id: int, annotator: str) -> list[str | None] | None:
+    """``annotator``'s own copy of a sentence (:func:`view`'s ``own``) in one statement;
+    None: no such sentence."""
+    rows = db.read(lambda conn: conn.execute(text(
+        "SELECT s.n_tokens, v.token_index, v.annotator, v.label, v.source FROM sentences s"
+        " LEFT JOIN votes v ON v.sentence_id = s.id WHERE s.id = :s ORDER BY v.updated_at"),
+        {"s": sentence_id}).fetchall(), single=True)
+    if not rows:
+        return None
+    votes = [tuple(r[1:]) for r in rows if r[1] is not None]
+    return _own(votes, annotator, int(rows[0][0]))[0]
+
+
 def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = None) -> dict | None:
     """One sentence as ``annotator`` may see it: the shape of :func:`get` plus ``mine``
     (``{token: label}`` of the annotator's own votes), ``own`` (the annotator's own copy of
@@ -396,22 +433,7 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     d["overlap"] = overlap_of(settings)
     d["blind"] = bool(blind)
     d["hidden"] = []
-    own: list[str | None] = [None] * n
-    own_src: list[str | None] = [None] * n
-    own_who: list[str | None] = [None] * n
-    others: set[int] = set()
-    for t, ann, lab, src in rows:
-        if ann == annotator:
-            continue
-        if validate.is_import(ann, src):
-            if t not in d["mine"] and lab is not None and own[t] is None:
-                own[t], own_src[t], own_who[t] = lab, "human", ann
-        else:
-            others.add(t)
-    for t, lab in d["mine"].items():
-        src = next((s for tt, a, _l, s in rows if tt == t and a == annotator), "human")
-        own[t], own_src[t], own_who[t] = lab, (None if lab is None else src), \
-            (None if lab is None else annotator)
+    own, own_src, own_who, others = _own(rows, annotator, n)
     d["own"] = own
     if not blind:
         return d

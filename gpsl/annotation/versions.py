@@ -179,19 +179,20 @@ def set_active(db: Database, project_id: int, version_id: int | None) -> None:
 def active(db: Database, project_id: int) -> dict | None:
     r = db.read(lambda conn: conn.execute(text(
         "SELECT * FROM model_versions WHERE project_id = :p AND active = 1"),
-        {"p": project_id}).first())
+        {"p": project_id}).first(), single=True)
     return None if r is None else as_dict(r)
 
 
 def get(db: Database, version_id: int) -> dict | None:
     r = db.read(lambda conn: conn.execute(text("SELECT * FROM model_versions WHERE id = :v"),
-                                          {"v": version_id}).first())
+                                          {"v": version_id}).first(), single=True)
     return None if r is None else as_dict(r)
 
 
 def list_all(db: Database, project_id: int) -> list[dict]:
     return db.read(lambda conn: [as_dict(r) for r in conn.execute(text(
-        "SELECT * FROM model_versions WHERE project_id = :p ORDER BY id"), {"p": project_id})])
+        "SELECT * FROM model_versions WHERE project_id = :p ORDER BY id"), {"p": project_id})],
+        single=True)
 
 
 def query_rounds(db: Database, project_id: int) -> list[dict]:
