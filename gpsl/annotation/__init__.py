@@ -28,7 +28,7 @@ from gpsl.annotation.errors import (
     one_line,
 )
 from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename, to_csv
-from gpsl.annotation.facade import Store, default_models_root
+from gpsl.annotation.facade import Store
 from gpsl.annotation.imports import (
     FORMATS,
     LIMIT_SETTINGS,
@@ -40,6 +40,7 @@ from gpsl.annotation.imports import (
     unknown_labels,
     upload_limits,
 )
+from gpsl.annotation.owned import default_models_root
 from gpsl.annotation.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
 from gpsl.annotation.projects import SAMPLE_PROJECT_NAME, default_features
 from gpsl.annotation.queue import ORDERS as QUEUE_ORDERS

@@ -50,17 +50,6 @@ from gpsl.annotation.records import TrainingLabels
 from gpsl.io import Sentence
 
 
-def default_models_root(db: Database) -> Path:
-    """``$GPSL_MODELS`` if set, else ``models/`` next to a SQLite file, else
-    ``data/models`` under the working directory (PostgreSQL)."""
-    env = os.environ.get("GPSL_MODELS", "").strip()
-    if env:
-        return Path(env).expanduser()
-    if db.path is not None:
-        return db.path.expanduser().resolve().parent / "models"
-    return Path.cwd() / "data" / "models"
-
-
 class Store:
     """The annotation store at ``target``: a SQLite file path or a database URL
     (``postgresql+psycopg://...``).  ``timeout``: seconds to wait for locks before
@@ -72,7 +61,7 @@ class Store:
         self.target = os.fspath(target)
         self.path = self.db.path
         self.timeout = self.db.timeout
-        self.models_base = Path(models_root) if models_root else default_models_root(self.db)
+        self.models_base = Path(models_root) if models_root else owned.default_models_root(self.db)
         self._own: Path | None = None
 
     @property

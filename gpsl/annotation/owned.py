@@ -14,6 +14,7 @@ recorded."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -24,6 +25,17 @@ from gpsl.errors import InputError
 #: the name of a store's folder under the models base
 PREFIX = "store-"
 _STORE_FOLDER = re.compile(r"^store-[0-9a-f]{32}$")
+
+
+def default_models_root(db) -> Path:
+    """``$GPSL_MODELS`` if set, else ``models/`` next to a SQLite file, else
+    ``data/models`` under the working directory (PostgreSQL)."""
+    env = os.environ.get("GPSL_MODELS", "").strip()
+    if env:
+        return Path(env).expanduser()
+    if db.path is not None:
+        return db.path.expanduser().resolve().parent / "models"
+    return Path.cwd() / "data" / "models"
 
 
 def store_id(db) -> str:
