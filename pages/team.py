@@ -150,11 +150,19 @@ def show_people(pid: int) -> None:
     rows = people_rows(figures.people, crowd)
     table = pd.DataFrame(rows)  # a person who shares no token with another: "–", not None
     table["mean κ"] = [fmt_num(k) for k in table["mean κ"]]
+    for col, digits in (("labels / hour", 0), ("median s / label", 1)):  # – : one action
+        if col in table:
+            table[col] = [fmt_num(x, digits) for x in table[col]]
+    pace = "– : no pause between two of this person's labels measured yet."
     st.dataframe(table, hide_index=True, height=min(38 + 35 * len(rows), 560),
                  column_config={"mean κ": st.column_config.TextColumn(
                      "mean κ", help="Cohen's κ with each other person, weighted by the tokens "
                                     "both labeled; – : no token labeled by this person and "
                                     "another."),
+                                "labels / hour": st.column_config.TextColumn(
+                                    "labels / hour", help=pace),
+                                "median s / label": st.column_config.TextColumn(
+                                    "median s / label", help=pace),
                                 "accuracy": SCORE("accuracy", format="%.2f", min_value=0.0,
                                                   max_value=1.0),
                                 "entity precision": SCORE("entity precision", format="%.2f",

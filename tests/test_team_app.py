@@ -135,6 +135,11 @@ def test_the_team_table_shows_a_dash_for_a_kappa_nobody_shares(db):
     assert kappa["Bob"] == "–" and kappa["Ann"] != "–" and kappa["Cleo"] != "–", kappa
     assert all(isinstance(k, str) and k != "None" for k in kappa.values()), kappa
     assert kappa["Ann"] == kappa["Cleo"] == "1.00"  # each the other's only partner
+    # one action each: no pace measured, "–" too (a literal None showed before)
+    for col in ("labels / hour", "median s / label"):
+        pace = dict(zip(table["annotator"], table[col]))
+        assert pace["Bob"] == "–" and all(isinstance(v, str) and v != "None"
+                                          for v in pace.values()), (col, pace)
 
 
 def test_sign_in_is_rate_limited(db):
