@@ -47,6 +47,20 @@ def _sentence_key(tokens) -> str:
     return h.hexdigest()
 
 
+def _shared_features(other, template, min_freq: int, keys: list[str]):
+    """``(extractor, X)`` of the fitted GPSL ``other`` when its fit extracted the features
+    that ``template`` and ``min_freq`` give on the sentences of content keys ``keys`` (the
+    same sentences in the same order, the same template text and ``min_freq``: the same
+    vocabulary and matrix), else None."""
+    if other is None or not hasattr(other, "extractor_"):
+        return None
+    ext = other.extractor_
+    if (type(ext.template) is not type(template) or ext.template.text != template.text
+            or ext.min_freq != min_freq or list(other.sentence_keys_) != keys):
+        return None
+    return ext, other.X_train_
+
+
 def _as_tokens(sentence) -> list[tuple[str, ...]]:
     toks = getattr(sentence, "tokens", sentence)
     return [(t,) if isinstance(t, str) else tuple(str(c) for c in t) for t in toks]
@@ -214,14 +228,19 @@ class GPSL:
     # ------------------------------------------------------------------ fit
 
     def fit(self, X: Sequence, y: Sequence, callback=None, *, classes=None, evidence=None,
-            on_sweep=None) -> GPSL:
+            on_sweep=None, features=None) -> GPSL:
         """Fit on sentences ``X`` (lists of token tuples) and labels ``y`` (None = missing).
 
         ``classes`` fixes the label set (default: the labels seen in ``y``). ``evidence``
         (optional) is one ``(len(sentence), n_classes)`` array of log-potentials per
         sentence, columns in the order of the sorted classes, used at tokens whose label is
         missing (:attr:`gpsl.inference.Problem.evidence`). ``on_sweep(engine)`` runs after
-        every sweep (see :meth:`gpsl.inference.GPSLInference.fit`).
+        every sweep (see :meth:`gpsl.inference.GPSLInference.fit`). ``features`` (optional):
+        a fitted GPSL whose feature extractor and training matrix are taken over when it
+        was trained on the same sentences (their content keys) with the same template and
+        ``min_freq`` (the extraction would give the same vocabulary and matrix: a crowd
+        fit's tagger after its joint fit, :mod:`gpsl.crowd.joint`); otherwise they are
+        extracted as usual.
         """
         t0 = time.perf_counter()
         p = params.check_params(self.get_params())
@@ -232,8 +251,13 @@ class GPSL:
 
         template = self._template(n_columns)
         template.validate(n_columns)
-        extractor = FeatureExtractor(template, min_freq=p["min_freq"])
-        Xf = extractor.fit_transform(sents)
+        keys = [_sentence_key(x) for x in sents]
+        shared = _shared_features(features, template, p["min_freq"], keys)
+        if shared is None:
+            extractor = FeatureExtractor(template, min_freq=p["min_freq"])
+            Xf = extractor.fit_transform(sents)
+        else:
+            extractor, Xf = shared
         lengths = np.array([len(s) for s in sents], dtype=np.int64)
 
         if prev is not None and list(prev.classes_) != classes:
@@ -249,7 +273,6 @@ class GPSL:
                 missing_weight(p["missing_weight"], problem.n - n_miss, n_miss))
         engine = self._make_engine(self._inference_mode(int(y_idx.size)), kernel, p)
 
-        keys = [_sentence_key(x) for x in sents]
         for name in ("n_shards_", "shard_stats_"):  # set again by a sharded fit only
             self.__dict__.pop(name, None)
         with single_threaded_blas():

@@ -77,3 +77,41 @@ def test_crowd_gpsl_refits_on_the_posteriors():
                                   np.concatenate(again.predict_marginals(X[:5])))
     with pytest.raises(ValueError, match="refit_on"):
         CrowdGPSL(refit_on="mode").fit(X, votes)
+
+
+def test_a_fit_takes_over_the_features_of_a_fit_on_the_same_sentences():
+    """``GPSL.fit(features=other)``: the joint fit's extractor and matrix are the ones the
+    tagger's own extraction gives (same vocabulary, same matrix), so the tagger's fit is the
+    same to the last bit; any difference in sentences, template or ``min_freq`` extracts
+    anew."""
+    X, y, sents = sticky_crowd(n_sent=20, seed=2)
+    votes = Votes.from_sentences(sents, classes=BIO)
+    joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10)).fit(X, votes)
+    shared = joint.joint_model_
+    assert joint.model_.extractor_ is shared.extractor_  # the refit took them over
+    assert joint.model_.X_train_ is shared.X_train_
+    fresh = GPSL(template=UNIGRAM_TEMPLATE, max_iter=10).fit(X, y, classes=BIO)
+    assert fresh.extractor_.feature_names_ == shared.extractor_.feature_names_
+    assert (fresh.X_train_ != shared.X_train_).nnz == 0
+    assert fresh.X_train_.shape == shared.X_train_.shape
+    taken = GPSL(template=UNIGRAM_TEMPLATE, max_iter=10).fit(X, y, classes=BIO,
+                                                             features=shared)
+    assert taken.extractor_ is shared.extractor_
+    assert taken.bound_trace_ == fresh.bound_trace_
+    for a, b in zip(taken.predict_marginals(X), fresh.predict_marginals(X)):
+        np.testing.assert_array_equal(a, b)
+    # not the same extraction: the fit's own
+    others = [
+        (GPSL(template=UNIGRAM_TEMPLATE, max_iter=3), X[:-1], y[:-1]),  # other sentences
+        (GPSL(template=UNIGRAM_TEMPLATE, max_iter=3), X[::-1], y[::-1]),  # other order
+        (GPSL(template=UNIGRAM_TEMPLATE, max_iter=3, min_freq=2), X, y),
+        (GPSL(max_iter=3), X, y),  # the default template
+    ]
+    for model, Xo, yo in others:
+        model.fit(Xo, yo, classes=BIO, features=shared)
+        assert model.extractor_ is not shared.extractor_
+        own = GPSL(**model.get_params()).fit(Xo, yo, classes=BIO)
+        assert model.extractor_.feature_names_ == own.extractor_.feature_names_
+    unfitted = GPSL(template=UNIGRAM_TEMPLATE, max_iter=3)
+    assert GPSL(template=UNIGRAM_TEMPLATE, max_iter=3).fit(
+        X, y, classes=BIO, features=unfitted).extractor_ is not shared.extractor_

@@ -40,10 +40,13 @@ def _general(inf, fn):
 
 @pytest.mark.parametrize("lse_bound", ["jensen", "bohning"])
 @pytest.mark.parametrize("offsets", [(-1, 1), (-2, -1, 1)])
-def test_the_neighbour_lookup_is_the_general_form(lse_bound, offsets):
+@pytest.mark.parametrize("missing", [0.4, 0.0, 0.95, 1.0])
+def test_the_neighbour_lookup_is_the_general_form(lse_bound, offsets, missing):
     """An observed neighbour's log E_r[exp g] with one-hot r is g[y_nb]: the lookup gives the
-    same terms, pair counts, q(f^S) objective and r update (to rounding)."""
-    inf = engine(3, missing=0.4, lse_bound=lse_bound, lam=0.4, offsets=offsets)
+    same terms, pair counts, q(f^S) objective and r update (to rounding); with every label
+    observed, nearly every label missing (a crowd's: only the observed neighbours' rows are
+    looked up) and none observed."""
+    inf = engine(3, missing=missing, lse_bound=lse_bound, lam=0.4, offsets=offsets)
     for _ in range(2):
         inf.sweep()
     assert inf.lookup_neighbours

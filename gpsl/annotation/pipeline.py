@@ -248,10 +248,12 @@ def _load(run: _Run):
     return ids, X, y
 
 
-def _fit_joint(run: _Run, X, params_: dict, on_sweep) -> list:
+def _fit_joint(run: _Run, X, params_: dict, on_sweep) -> tuple[list, GPSL]:
     """Step 2 by the ``joint`` rule: the joint crowd model (:mod:`gpsl.annotation.
     joint_labels`) with the tagger's settings ``params_``; its posterior becomes the soft
-    labels in ``run.labels``. Returns the tagger's targets ``y``."""
+    labels in ``run.labels``. Returns the tagger's targets ``y`` and the joint fit's tagger,
+    whose features the tagger's fit takes over (the same sentences, template and
+    ``min_freq``: :meth:`gpsl.model.GPSL.fit`'s ``features``)."""
     votes = run.labels.pop("votes")
     run.progress.phase("joint", sentences=len(X), labeled_tokens=int(votes.voted().sum()))
     joint = joint_labels.fit_joint(X, votes, params_, callback=on_sweep)
@@ -263,7 +265,7 @@ def _fit_joint(run: _Run, X, params_: dict, on_sweep) -> list:
                       joint_seconds=float(joint.fit_seconds_))
     run.progress.phase("fitting", sentences=len(X), bounds=[], seconds=[], iteration=0,
                        labeled_tokens=sum(lab is not None for labs in y for lab in labs))
-    return y
+    return y, joint.joint_model_
 
 
 def _fit(run: _Run, X, y) -> GPSL:
@@ -286,14 +288,15 @@ def _fit(run: _Run, X, y) -> GPSL:
         run.pause("in-fit")
 
     model = warm_model(model, previous)  # the previous state, carried by name
+    shared = None  # a fitted GPSL whose features are those of this fit
     if (run.labels or {}).get("joint"):
-        y = _fit_joint(run, X, cold, on_sweep)
+        y, shared = _fit_joint(run, X, cold, on_sweep)
     else:
         run.progress.phase("fitting", sentences=len(X),
                            labeled_tokens=sum(lab is not None for labs in y for lab in labs))
     soft = run.labels or {}
     model.fit(X, y, callback=on_sweep, evidence=soft.get("evidence"),
-              classes=soft.get("classes"))
+              classes=soft.get("classes"), features=shared)
     run.previous = before  # the fit refitted the previous model's object itself
     return model
 

@@ -81,7 +81,7 @@ def decode_labels(r: np.ndarray, votes: Votes, how: str = "auto") -> list[str]:
     return out
 
 
-def fit_soft(model, X, q: np.ndarray, keep: np.ndarray, classes, split):
+def fit_soft(model, X, q: np.ndarray, keep: np.ndarray, classes, split, features=None):
     r"""Fit ``model`` (a GPSL) on soft labels: a distribution ``q_t(y)`` per kept token.
 
     GPSL's bound with missing labels (the paper's eq. lb2 with the latent labels ``r_t``,
@@ -102,9 +102,10 @@ def fit_soft(model, X, q: np.ndarray, keep: np.ndarray, classes, split):
     observed label it is (the same fit, and a finite bound before the first sweep, where a
     uniform ``r`` meets ``-inf`` evidence), and without a soft row the fit is the argmax
     refit's. Tokens not kept carry no evidence (missing). The targets are
-    :func:`soft_targets`'s."""
+    :func:`soft_targets`'s. ``features``: a fitted GPSL on ``X`` whose features the fit
+    takes over (:meth:`gpsl.model.GPSL.fit`)."""
     y, evidence = soft_targets(q, keep, classes, split)
-    return model.fit(X, y, classes=classes, evidence=evidence)
+    return model.fit(X, y, classes=classes, evidence=evidence, features=features)
 
 
 def soft_targets(q: np.ndarray, keep: np.ndarray, classes, split):
@@ -380,12 +381,13 @@ class CrowdGPSL:
             keep = votes.voted() | observed
             tagger = base if base is not model else GPSL(**base.get_params())
             if self.refit_on == "posterior":
-                self.model_ = fit_soft(tagger, X, r, keep, classes, votes.split)
+                self.model_ = fit_soft(tagger, X, r, keep, classes, votes.split,
+                                       features=model)
             else:
                 y_hat = [[lab if k else None for lab, k in zip(lv, kv)]
                          for lv, kv in zip(votes.split(np.array(labels, dtype=object)),
                                            votes.split(keep))]
-                self.model_ = tagger.fit(X, y_hat, classes=classes)
+                self.model_ = tagger.fit(X, y_hat, classes=classes, features=model)
         self.crowd_ = state["crowd"]
         cm = self.crowd_
         self.confusions_ = cm.confusion if hasattr(cm, "confusion") else cm.pi
