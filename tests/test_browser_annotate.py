@@ -58,7 +58,10 @@ def app(tmp_path_factory):
     store.close()
 
 
-def open_annotate(browser, url: str, project: str):
+def open_annotate(browser, url: str, project: str, sid: int):
+    """The Annotate page of ``project`` with its widget drawing sentence ``sid``: switching
+    the project reruns the page, and until the rerun lands the previous project's widget is
+    still on it (a click there is lost when the new one replaces it)."""
     page = browser.new_context(viewport={"width": 1400, "height": 950}).new_page()
     page.set_default_timeout(ms(30))  # Playwright's default, scaled
     page.goto(url)
@@ -71,6 +74,8 @@ def open_annotate(browser, url: str, project: str):
         page.get_by_role("option", name=project).click(timeout=ms(30))
     page.get_by_text(f"**{project}**".strip("*")).first.wait_for(timeout=ms(30))
     widget_ready(page)
+    page.wait_for_function("sid => String(window.__gpslWidget.data.sid) === String(sid)",
+                           arg=sid, timeout=ms(60))
     return page
 
 
@@ -85,8 +90,8 @@ def wait_for(get, expected, timeout: float = 30.0) -> None:
 @pytest.mark.timeout(180)
 def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
     url, store, pids = app
-    page = open_annotate(browser, url, "Keys")
     sid = store.sentence_ids(pids["Keys"])[0]
+    page = open_annotate(browser, url, "Keys", sid)
     token_chip(page, 0).click()  # focus the page
     widget_shows(page, f"token 1 of {len(KEYS_TOKENS)}")
     # BIO labels: the digits are the entity types (PER 1 ... DATE 5, O 0), each key shown
@@ -131,8 +136,8 @@ def test_ten_keys_at_100_ms_are_ten_labels(app, browser):
 @pytest.mark.timeout(180)
 def test_a_span_is_labeled_in_one_step_and_undone_in_one(app, browser):
     url, store, pids = app
-    page = open_annotate(browser, url, "Spans")
     sid = store.sentence_ids(pids["Spans"])[0]
+    page = open_annotate(browser, url, "Spans", sid)
     token_chip(page, 2).click()  # "New"
     widget_shows(page, f"token 3 of {len(SPAN_TOKENS)}")
     page.keyboard.press("Shift+ArrowRight")
