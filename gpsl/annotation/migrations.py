@@ -269,62 +269,76 @@ _COUNTS_8 = {"n_sentences": "1", "n_tokens": "{r}.n_tokens", "n_labeled": "{r}.n
 _COLS_8 = ", ".join(_COUNTS_8)
 
 
-def _add_8(rows: str, grouped: bool) -> str:
-    """An upsert adding the counts of ``rows`` (NEW: one row; a table: summed per project and
-    split) to ``project_progress``."""
+def _slot_8(conn: Connection, r: str) -> str:
+    """Schema 8's ``project_progress.slot`` of sentence row ``r``: on PostgreSQL its id modulo
+    1024 (a row updated many times in one transaction costs more each time: a bulk write spreads
+    over 1024), on SQLite 0 (a row updated in place)."""
+    return f"{r}.id % 1024" if conn.dialect.name == "postgresql" else "0"
+
+
+def _add_8(conn: Connection, rows: str, grouped: bool) -> str:
+    """An upsert adding the counts of ``rows`` (NEW: one row; a table: summed per project,
+    split and slot) to ``project_progress``."""
     if grouped:
-        values = (" SELECT r.project_id, r.split, " + ", ".join(
+        slot = _slot_8(conn, "r")
+        values = (f" SELECT r.project_id, r.split, {slot}, " + ", ".join(
             f"SUM({e.format(r='r')})" for e in _COUNTS_8.values())
-            + f" FROM {rows} r GROUP BY r.project_id, r.split")
+            + f" FROM {rows} r GROUP BY 1, 2, 3")
     else:
-        values = (f" VALUES ({rows}.project_id, {rows}.split, "
+        values = (f" VALUES ({rows}.project_id, {rows}.split, {_slot_8(conn, rows)}, "
                   + ", ".join(e.format(r=rows) for e in _COUNTS_8.values()) + ")")
-    return (f"INSERT INTO project_progress (project_id, split, {_COLS_8}){values}"
-            " ON CONFLICT (project_id, split) DO UPDATE SET "
+    return (f"INSERT INTO project_progress (project_id, split, slot, {_COLS_8}){values}"
+            " ON CONFLICT (project_id, split, slot) DO UPDATE SET "
             + ", ".join(f"{c} = project_progress.{c} + excluded.{c}" for c in _COUNTS_8))
 
 
-def _sub_8(rows: str, grouped: bool) -> str:
+def _sub_8(conn: Connection, rows: str, grouped: bool) -> str:
     """An update taking the counts of ``rows`` (OLD, or a table summed) from
     ``project_progress`` (a sentence's row exists since its insert: never an insert, so a
     cascade from a deleted project inserts nothing)."""
     if grouped:
+        slot = _slot_8(conn, "r")
         return ("UPDATE project_progress SET " + ", ".join(
             f"{c} = project_progress.{c} - d.{c}" for c in _COUNTS_8)
-            + " FROM (SELECT r.project_id, r.split, " + ", ".join(
+            + f" FROM (SELECT r.project_id, r.split, {slot} AS slot, " + ", ".join(
                 f"SUM({e.format(r='r')}) AS {c}" for c, e in _COUNTS_8.items())
-            + f" FROM {rows} r GROUP BY r.project_id, r.split) d WHERE"
-            " project_progress.project_id = d.project_id AND project_progress.split = d.split")
+            + f" FROM {rows} r GROUP BY 1, 2, 3) d WHERE"
+            " project_progress.project_id = d.project_id AND project_progress.split = d.split"
+            " AND project_progress.slot = d.slot")
     return ("UPDATE project_progress SET " + ", ".join(
         f"{c} = {c} - ({e.format(r=rows)})" for c, e in _COUNTS_8.items())
-        + f" WHERE project_id = {rows}.project_id AND split = {rows}.split")
+        + f" WHERE project_id = {rows}.project_id AND split = {rows}.split"
+        f" AND slot = {_slot_8(conn, rows)}")
 
 
 def progress_triggers(conn: Connection) -> None:
     """Schema 8's triggers on ``sentences`` that keep ``project_progress`` (the counts of
     each project and split) in the transaction of every insert, delete and update of a
-    sentence: on SQLite one per row, on PostgreSQL one per statement over its transition
-    tables (a statement of many sentences: one upsert)."""
+    sentence: per row, except PostgreSQL's inserts, one per statement over its transition
+    table (an imported page of sentences is one statement: one upsert per slot)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text(
-            "CREATE OR REPLACE FUNCTION gpsl_progress() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN IF TG_OP IN ('DELETE', 'UPDATE') THEN " + _sub_8("old_rows", True) + ";"
-            " END IF; IF TG_OP IN ('INSERT', 'UPDATE') THEN " + _add_8("new_rows", True) + ";"
-            " END IF; RETURN NULL; END $$"))
-        for name, event, tables in (
-                ("insert", "INSERT", "NEW TABLE AS new_rows"),
-                ("delete", "DELETE", "OLD TABLE AS old_rows"),
-                ("update", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows")):
+            "CREATE OR REPLACE FUNCTION gpsl_progress_insert() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN " + _add_8(conn, "new_rows", True) + "; RETURN NULL; END $$"))
+        conn.execute(text(
+            "CREATE OR REPLACE FUNCTION gpsl_progress_row() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN " + _sub_8(conn, "OLD", False) + "; IF TG_OP = 'UPDATE' THEN "
+            + _add_8(conn, "NEW", False) + "; END IF; RETURN NULL; END $$"))
+        for name, event, how in (
+                ("insert", "INSERT", "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"
+                 " EXECUTE FUNCTION gpsl_progress_insert()"),
+                ("delete", "DELETE", "FOR EACH ROW EXECUTE FUNCTION gpsl_progress_row()"),
+                ("update", "UPDATE OF project_id, split, n_tokens, n_labeled",
+                 "FOR EACH ROW EXECUTE FUNCTION gpsl_progress_row()")):
             conn.execute(text(f"DROP TRIGGER IF EXISTS progress_on_{name} ON sentences"))
-            conn.execute(text(
-                f"CREATE TRIGGER progress_on_{name} AFTER {event} ON sentences REFERENCING"
-                f" {tables} FOR EACH STATEMENT EXECUTE FUNCTION gpsl_progress()"))
+            conn.execute(text(f"CREATE TRIGGER progress_on_{name} AFTER {event} ON sentences"
+                              f" {how}"))
         return
     for name, event, body in (
-            ("insert", "INSERT", _add_8("NEW", False)),
-            ("delete", "DELETE", _sub_8("OLD", False)),
+            ("insert", "INSERT", _add_8(conn, "NEW", False)),
+            ("delete", "DELETE", _sub_8(conn, "OLD", False)),
             ("update", "UPDATE OF project_id, split, n_tokens, n_labeled",
-             _sub_8("OLD", False) + "; " + _add_8("NEW", False))):
+             _sub_8(conn, "OLD", False) + "; " + _add_8(conn, "NEW", False))):
         conn.execute(text(f"DROP TRIGGER IF EXISTS progress_on_{name}"))
         conn.execute(text(f"CREATE TRIGGER progress_on_{name} AFTER {event} ON sentences"
                           f" FOR EACH ROW BEGIN {body}; END"))
@@ -342,6 +356,7 @@ def migrate_7_to_8(conn: Connection) -> None:
     progress_triggers(conn)
     conn.execute(text("DELETE FROM project_progress"))
     conn.execute(text(
-        f"INSERT INTO project_progress (project_id, split, {_COLS_8}) SELECT r.project_id,"
-        " r.split, " + ", ".join(f"SUM({e.format(r='r')})" for e in _COUNTS_8.values())
-        + " FROM sentences r GROUP BY r.project_id, r.split"))
+        f"INSERT INTO project_progress (project_id, split, slot, {_COLS_8}) SELECT"
+        f" r.project_id, r.split, {_slot_8(conn, 'r')}, "
+        + ", ".join(f"SUM({e.format(r='r')})" for e in _COUNTS_8.values())
+        + " FROM sentences r GROUP BY 1, 2, 3"))

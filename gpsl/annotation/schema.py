@@ -45,7 +45,9 @@ show, computed once when the version is trained, JSON, :mod:`gpsl.annotation.sum
 
 Schema 8 keeps the progress counts: ``project_progress`` holds per project and split the
 sentences, tokens, labeled tokens, complete and partly labeled sentences (the sums over
-``sentences`` that :func:`gpsl.annotation.stats.progress` gives), kept by triggers on
+``sentences`` that :func:`gpsl.annotation.stats.progress` gives; on PostgreSQL spread over
+1024 rows by sentence id, ``slot``, as a row updated many times in one transaction costs more
+each time), kept by triggers on
 ``sentences`` in the transaction of every write that inserts, deletes or relabels a sentence
 (:func:`gpsl.annotation.migrations.progress_triggers`), so the sidebar reads a row, not every
 sentence; and the index ``predictions_by_queue`` (version, queue score, sentence) that the
@@ -325,12 +327,13 @@ project_progress = Table(  # schema 8: the sums over sentences, per project and 
     "project_progress", metadata,
     Column("project_id", Integer, _fk("projects"), nullable=False),
     Column("split", Text, nullable=False),
+    Column("slot", Integer, nullable=False, server_default="0"),  # PostgreSQL: id % 1024
     Column("n_sentences", Integer, nullable=False, server_default="0"),
     Column("n_tokens", Integer, nullable=False, server_default="0"),
     Column("n_labeled", Integer, nullable=False, server_default="0"),  # labeled tokens
     Column("n_complete", Integer, nullable=False, server_default="0"),  # sentences
     Column("n_partial", Integer, nullable=False, server_default="0"),  # sentences
-    PrimaryKeyConstraint("project_id", "split"),
+    PrimaryKeyConstraint("project_id", "split", "slot"),
 )
 
 schema_version = Table(
