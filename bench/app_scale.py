@@ -255,6 +255,12 @@ def phase_pages(job: dict) -> dict:
         pages[page] = {"open_s": c.wall, "open_cpu_s": c.cpu, "rerun_s": r.wall,
                        "rerun_cpu_s": r.cpu,
                        "error": str(at.exception[0].message) if at.exception else None}
+    return {"pages": pages, **_clicks(at, store, job), "peak_mb": _peak_mb()}
+
+
+def _clicks(at, store, job: dict) -> dict:
+    """``job['clicks']`` label clicks and the Nexts between them on the Annotate page of
+    ``at`` (p50/p95 wall and CPU ms, a full script run each)."""
     at.switch_page("pages/annotate.py").run()
     state_key = f"annotate_{job['pid']}"
     label, nxt, label_cpu, next_cpu = [], [], [], []
@@ -275,10 +281,23 @@ def phase_pages(job: dict) -> dict:
         at.button(key="next").click().run()
         nxt.append(time.perf_counter() - start)
         next_cpu.append(time.process_time() - cpu)
-    return {"pages": pages, "label_click_ms": _ms(label), "next_ms": _ms(nxt),
+    return {"label_click_ms": _ms(label), "next_ms": _ms(nxt),
             "label_click_cpu_ms": _ms(label_cpu), "next_cpu_ms": _ms(next_cpu),
-            "click_error": str(at.exception[0].message) if at.exception else None,
-            "peak_mb": _peak_mb()}
+            "click_error": str(at.exception[0].message) if at.exception else None}
+
+
+def phase_clicks(job: dict) -> dict:
+    """Only the label clicks and Nexts of :func:`phase_pages`, on an existing store (the
+    app opened on its Annotate page; ``--clicks-on``)."""
+    from streamlit.testing.v1 import AppTest
+
+    from gpsl.annotation import Store
+
+    _env(job)
+    store = Store(job["db"])  # an older store is migrated here, before the clock
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.run()
+    return {**_clicks(at, store, job), "peak_mb": _peak_mb()}
 
 
 def run_one(n: int, backend: str, args, work: Path) -> dict:
@@ -358,7 +377,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stem", default="app_scale")
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="only write the table again from a result file of this bench")
+    parser.add_argument("--clicks-on", default=None, metavar="DB",
+                        help="only time --clicks label clicks and Next on this existing store"
+                             " (its first project, models in --models); prints JSON")
+    parser.add_argument("--models", default=None, help="the model folder of --clicks-on")
     args = parser.parse_args(argv)
+    if args.clicks_on:
+        from gpsl.annotation import Store
+
+        pid = Store(args.clicks_on).list_projects()[0]["id"]
+        job = {"db": args.clicks_on, "models": args.models, "pid": pid, "clicks": args.clicks}
+        print(json.dumps({"load_before": os.getloadavg(),
+                          **in_fresh_process(phase_clicks, job),
+                          "load_after": os.getloadavg()}, default=str))
+        return 0
     if args.render:
         old = json.loads(Path(args.render).read_text(encoding="utf-8"))
         run = parser.parse_args(shlex.split(old["command"])[3:])  # the run's own settings

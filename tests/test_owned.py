@@ -94,7 +94,10 @@ def _as_schema_6(path: Path, store: Store, version: dict, legacy: Path) -> None:
     shutil.move(version["path"], legacy)
     con = sqlite3.connect(path)
     con.executescript("DROP TABLE store_info; DROP TABLE version_summaries;"
-                      "DELETE FROM schema_version WHERE version = 7; PRAGMA user_version = 6;")
+                      "DROP TRIGGER progress_on_insert; DROP TRIGGER progress_on_delete;"
+                      "DROP TRIGGER progress_on_update; DROP TABLE project_progress;"
+                      "DROP INDEX predictions_by_queue;"  # and schema 8's
+                      "DELETE FROM schema_version WHERE version >= 7; PRAGMA user_version = 6;")
     con.execute("UPDATE model_versions SET path = ? WHERE id = ?", (str(legacy), version["id"]))
     con.commit()
     con.close()

@@ -195,7 +195,7 @@ def test_a_schema_5_store_is_packed_and_pruned(store_target):
     store.close()
     store = Store(store_target)
     assert store.db.read(lambda c: c.execute(text("SELECT MAX(version) FROM schema_version"))
-                         .scalar_one()) == SCHEMA_VERSION == 7
+                         .scalar_one()) == SCHEMA_VERSION == 8
     # kept: the active version (2) and the newest other (3); the first: pruned
     assert store.get_predictions(versions[0]) == {}
     for vid in versions[1:]:

@@ -11,7 +11,8 @@ runs them in order, in the one transaction that opens an older store.
 * 3 -> 4 (:func:`migrate_3_to_4`): the per-token query scores of the queue;
 * 4 -> 5 (:func:`migrate_4_to_5`): project memberships, the sign-in rate limit, setup tokens;
 * 5 -> 6 (:func:`migrate_5_to_6`): predictions packed, old versions' predictions pruned;
-* 6 -> 7 (:func:`migrate_6_to_7`): the store's own id and the per-version summaries.
+* 6 -> 7 (:func:`migrate_6_to_7`): the store's own id and the per-version summaries;
+* 7 -> 8 (:func:`migrate_7_to_8`): the stored progress counts and the queue's index.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from sqlalchemy.engine import Connection
 from gpsl.annotation import schema
 
 __all__ = ["migrate_1_to_2", "migrate_2_to_3", "migrate_3_to_4", "migrate_4_to_5",
-           "migrate_5_to_6", "migrate_6_to_7", "run"]
+           "migrate_5_to_6", "migrate_6_to_7", "migrate_7_to_8", "progress_triggers", "run"]
 
 
 def run(conn: Connection, version: int) -> None:
-    """Bring a store of schema ``version`` (1 to 6) to the newest schema's tables, in the
+    """Bring a store of schema ``version`` (1 to 7) to the newest schema's tables, in the
     caller's transaction (schema 0, a new store: :data:`schema.metadata` is created)."""
     if version == 1:
         migrate_1_to_2(conn)
@@ -45,9 +46,12 @@ def run(conn: Connection, version: int) -> None:
         migrate_5_to_6(conn)
     if version in (1, 2, 3, 4, 5, 6):
         migrate_6_to_7(conn)
+    if version in (1, 2, 3, 4, 5, 6, 7):
+        migrate_7_to_8(conn)
     if version == 0:
         schema.metadata.create_all(conn)
         _new_store_id(conn)
+        progress_triggers(conn)
 
 
 # ----------------------------------------------------------------------------- 1 -> 2
@@ -252,3 +256,107 @@ def migrate_6_to_7(conn: Connection) -> None:
     row is kept."""
     schema.metadata.create_all(conn)  # the new tables only
     _new_store_id(conn)
+
+
+# ----------------------------------------------------------------------------- 7 -> 8
+
+#: schema 8's counts of ``project_progress`` and what one sentence (``{r}``: NEW or OLD, or a
+#: table's rows summed) adds to each
+_COUNTS_8 = {"n_sentences": "1", "n_tokens": "{r}.n_tokens", "n_labeled": "{r}.n_labeled",
+             "n_complete": "CASE WHEN {r}.n_labeled = {r}.n_tokens THEN 1 ELSE 0 END",
+             "n_partial": "CASE WHEN {r}.n_labeled > 0 AND {r}.n_labeled < {r}.n_tokens"
+                          " THEN 1 ELSE 0 END"}
+_COLS_8 = ", ".join(_COUNTS_8)
+
+
+def _slot_8(conn: Connection, r: str) -> str:
+    """Schema 8's ``project_progress.slot`` of sentence row ``r``: on PostgreSQL its id modulo
+    1024 (a row updated many times in one transaction costs more each time: a bulk write spreads
+    over 1024), on SQLite 0 (a row updated in place)."""
+    return f"{r}.id % 1024" if conn.dialect.name == "postgresql" else "0"
+
+
+def _add_8(conn: Connection, rows: str, grouped: bool) -> str:
+    """An upsert adding the counts of ``rows`` (NEW: one row; a table: summed per project,
+    split and slot) to ``project_progress``."""
+    if grouped:
+        slot = _slot_8(conn, "r")
+        values = (f" SELECT r.project_id, r.split, {slot}, " + ", ".join(
+            f"SUM({e.format(r='r')})" for e in _COUNTS_8.values())
+            + f" FROM {rows} r GROUP BY 1, 2, 3")
+    else:
+        values = (f" VALUES ({rows}.project_id, {rows}.split, {_slot_8(conn, rows)}, "
+                  + ", ".join(e.format(r=rows) for e in _COUNTS_8.values()) + ")")
+    return (f"INSERT INTO project_progress (project_id, split, slot, {_COLS_8}){values}"
+            " ON CONFLICT (project_id, split, slot) DO UPDATE SET "
+            + ", ".join(f"{c} = project_progress.{c} + excluded.{c}" for c in _COUNTS_8))
+
+
+def _sub_8(conn: Connection, rows: str, grouped: bool) -> str:
+    """An update taking the counts of ``rows`` (OLD, or a table summed) from
+    ``project_progress`` (a sentence's row exists since its insert: never an insert, so a
+    cascade from a deleted project inserts nothing)."""
+    if grouped:
+        slot = _slot_8(conn, "r")
+        return ("UPDATE project_progress SET " + ", ".join(
+            f"{c} = project_progress.{c} - d.{c}" for c in _COUNTS_8)
+            + f" FROM (SELECT r.project_id, r.split, {slot} AS slot, " + ", ".join(
+                f"SUM({e.format(r='r')}) AS {c}" for c, e in _COUNTS_8.items())
+            + f" FROM {rows} r GROUP BY 1, 2, 3) d WHERE"
+            " project_progress.project_id = d.project_id AND project_progress.split = d.split"
+            " AND project_progress.slot = d.slot")
+    return ("UPDATE project_progress SET " + ", ".join(
+        f"{c} = {c} - ({e.format(r=rows)})" for c, e in _COUNTS_8.items())
+        + f" WHERE project_id = {rows}.project_id AND split = {rows}.split"
+        f" AND slot = {_slot_8(conn, rows)}")
+
+
+def progress_triggers(conn: Connection) -> None:
+    """Schema 8's triggers on ``sentences`` that keep ``project_progress`` (the counts of
+    each project and split) in the transaction of every insert, delete and update of a
+    sentence: per row, except PostgreSQL's inserts, one per statement over its transition
+    table (an imported page of sentences is one statement: one upsert per slot)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(
+            "CREATE OR REPLACE FUNCTION gpsl_progress_insert() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN " + _add_8(conn, "new_rows", True) + "; RETURN NULL; END $$"))
+        conn.execute(text(
+            "CREATE OR REPLACE FUNCTION gpsl_progress_row() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN " + _sub_8(conn, "OLD", False) + "; IF TG_OP = 'UPDATE' THEN "
+            + _add_8(conn, "NEW", False) + "; END IF; RETURN NULL; END $$"))
+        for name, event, how in (
+                ("insert", "INSERT", "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT"
+                 " EXECUTE FUNCTION gpsl_progress_insert()"),
+                ("delete", "DELETE", "FOR EACH ROW EXECUTE FUNCTION gpsl_progress_row()"),
+                ("update", "UPDATE OF project_id, split, n_tokens, n_labeled",
+                 "FOR EACH ROW EXECUTE FUNCTION gpsl_progress_row()")):
+            conn.execute(text(f"DROP TRIGGER IF EXISTS progress_on_{name} ON sentences"))
+            conn.execute(text(f"CREATE TRIGGER progress_on_{name} AFTER {event} ON sentences"
+                              f" {how}"))
+        return
+    for name, event, body in (
+            ("insert", "INSERT", _add_8(conn, "NEW", False)),
+            ("delete", "DELETE", _sub_8(conn, "OLD", False)),
+            ("update", "UPDATE OF project_id, split, n_tokens, n_labeled",
+             _sub_8(conn, "OLD", False) + "; " + _add_8(conn, "NEW", False))):
+        conn.execute(text(f"DROP TRIGGER IF EXISTS progress_on_{name}"))
+        conn.execute(text(f"CREATE TRIGGER progress_on_{name} AFTER {event} ON sentences"
+                          f" FOR EACH ROW BEGIN {body}; END"))
+
+
+def migrate_7_to_8(conn: Connection) -> None:
+    """Schema 7 -> 8: ``project_progress`` (per project and split the sentences, tokens,
+    labeled tokens, complete and partly labeled sentences), counted once from ``sentences``
+    and kept from now on by :func:`progress_triggers`; and the index
+    ``predictions_by_queue`` (version, queue score, sentence) that the queue walks highest
+    score first.  Every row is kept."""
+    schema.metadata.create_all(conn)  # the new table only
+    conn.execute(text("CREATE INDEX IF NOT EXISTS predictions_by_queue"
+                      " ON predictions (model_version_id, queue_score, sentence_id)"))
+    progress_triggers(conn)
+    conn.execute(text("DELETE FROM project_progress"))
+    conn.execute(text(
+        f"INSERT INTO project_progress (project_id, split, slot, {_COLS_8}) SELECT"
+        f" r.project_id, r.split, {_slot_8(conn, 'r')}, "
+        + ", ".join(f"SUM({e.format(r='r')})" for e in _COUNTS_8.values())
+        + " FROM sentences r GROUP BY 1, 2, 3"))

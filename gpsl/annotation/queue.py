@@ -40,13 +40,62 @@ def _order_by(score: str | None, holders: str | None = None) -> str:
     (no prediction yet, or no token left without a training label); with a team's
     ``holders`` (k > 1), among equal scores the sentences more people already hold first
     (an overlap is completed before a new one starts, but never ahead of a more
-    informative sentence); then file order."""
+    informative sentence); then file order.  :func:`_segments` reads it in parts."""
     terms = ["k.at IS NOT NULL", "k.at"]
     if score:
         terms += [f"{score} IS NULL", f"{score} DESC"]
     if holders:
         terms.append(f"{holders} DESC")
     return " ORDER BY " + ", ".join(terms + ["s.position"])
+
+
+def _segments(db: Database, version: int | None, skipper: bool,
+              holders: str | None = None) -> list[tuple[str, str, str]]:
+    """:func:`_order_by` as consecutive parts, each ``(FROM, WHERE, ORDER BY)`` over ``s``
+    (sentences), ``p`` (the prediction under version ``:v``) and ``k`` (``:a``'s skips),
+    so that each is an index walk stopped by its LIMIT, not a sort of every sentence
+    (schema 8): the sentences not skipped with a queue score, by score (the index
+    ``predictions_by_queue`` walked from the highest), then those without one, by position
+    (``sentences_by_split``); then (``skipper``: an annotator) the ones they skipped, by
+    when.  The parts follow each other in :func:`_order_by`'s order, so their rows joined
+    are its rows: the order is the same, ties included."""
+    h = f"{holders} DESC, " if holders else ""
+    unskipped = ("NOT EXISTS (SELECT 1 FROM skips k WHERE k.sentence_id = s.id AND"
+                 " k.annotator = :a)")
+    pred = ("LEFT JOIN predictions p ON p.sentence_id = s.id AND p.model_version_id = :v"
+            if version is not None else "")
+    if version is None:
+        parts = [("sentences s", unskipped, f"{h}s.position")]
+        skipped_order = f"k.at, {h}s.position"
+    else:
+        hint = " INDEXED BY predictions_by_queue" if db.dialect == "sqlite" else ""
+        parts = [(f"predictions p{hint} JOIN sentences s ON s.id = p.sentence_id",
+                  f"p.model_version_id = :v AND p.queue_score IS NOT NULL AND {unskipped}",
+                  f"p.queue_score DESC, {h}s.position"),
+                 (f"sentences s {pred}", f"p.queue_score IS NULL AND {unskipped}",
+                  f"{h}s.position")]
+        skipped_order = f"k.at, p.queue_score IS NULL, p.queue_score DESC, {h}s.position"
+    if skipper:
+        parts.append((f"skips k JOIN sentences s ON s.id = k.sentence_id {pred}",
+                      "k.annotator = :a", skipped_order))
+    return parts
+
+
+def _walk(conn, parts: list[tuple[str, str, str]], where: str, args: dict, limit: int,
+          ex: bool = False) -> list[int]:
+    """The first ``limit`` ids of the parts (:func:`_segments`) joined, each part read only
+    while the ones before it gave fewer (``ex``: ``s.id NOT IN :ex`` too)."""
+    out: list[int] = []
+    for frm, cond, order in parts:
+        q = text(f"SELECT s.id FROM {frm} WHERE {where} AND {cond}"
+                 + (" AND s.id NOT IN :ex" if ex else "")
+                 + f" ORDER BY {order} LIMIT :limit")
+        if ex:
+            q = q.bindparams(bindparam("ex", expanding=True))
+        out += [r[0] for r in conn.execute(q, {**args, "limit": limit - len(out)})]
+        if len(out) >= limit:
+            break
+    return out
 
 
 def _active_version(conn, project_id: int) -> int | None:
@@ -77,21 +126,15 @@ def queue(db: Database, project_id: int, order: str = "uncertainty",
     recently skipped first."""
     if order not in ORDERS:
         raise ValueError(f"order must be 'uncertainty' or 'sequential', got {order!r}")
-    args = {"a": annotator, "p": project_id, "limit": 2 ** 62 if limit is None else int(limit)}
+    limit = 2 ** 62 if limit is None else int(limit)
+    if limit <= 0:
+        return []
 
     def tx(conn):
         version = _active_version(conn, project_id) if order == "uncertainty" else None
-        base = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id"
-                " AND k.annotator = :a")
-        if version is not None:
-            args["v"] = version
-            hint = " INDEXED BY predictions_by_score" if db.dialect == "sqlite" else ""
-            base += (f" LEFT JOIN predictions p{hint} ON p.sentence_id = s.id AND"
-                     " p.model_version_id = :v")
-        sql = (base + " WHERE s.project_id = :p AND s.split = 'train' AND"
-               " s.n_labeled < s.n_tokens"
-               + _order_by("p.queue_score" if version is not None else None) + " LIMIT :limit")
-        return [r[0] for r in conn.execute(text(sql), args)]
+        return _walk(conn, _segments(db, version, annotator is not None),
+                     "s.project_id = :p AND s.split = 'train' AND s.n_labeled < s.n_tokens",
+                     {"a": annotator, "p": project_id, "v": version}, limit)
 
     return db.read(tx)
 
@@ -203,30 +246,22 @@ def route(db: Database, project_id: int, annotator: str, order: str = "uncertain
                     " m.annotator = :a AND m.source <> 'import') AND (s.n_labeled < s.n_tokens"
                     " OR EXISTS (SELECT 1 FROM votes o WHERE o.sentence_id = s.id AND"
                     " o.annotator <> :a AND o.source <> 'import'))")
-        join = ""
-        args = {"a": annotator, "p": project_id, "now": at, "k": k}
-        if version is not None:
-            join = (" LEFT JOIN predictions pr ON pr.sentence_id = s.id AND"
-                    " pr.model_version_id = :v")
-            args["v"] = version
-        base = ("SELECT s.id FROM sentences s LEFT JOIN skips k ON k.sentence_id = s.id AND"
-                f" k.annotator = :a{join} WHERE s.project_id = :p AND s.split = 'train' AND"
-                f" {need} AND {holders} < :k")
-        tail = _order_by("pr.queue_score" if version is not None else None,
-                         holders if k > 1 else None) + " LIMIT 1"
+        args = {"a": annotator, "p": project_id, "now": at, "k": k, "v": version}
+        parts = _segments(db, version, True, holders if k > 1 else None)
+        where = (f"s.project_id = :p AND s.split = 'train' AND {need} AND {holders} < :k")
         pick = None
         if exclude:
-            pick = conn.execute(text(base + " AND s.id NOT IN :ex" + tail).bindparams(
-                bindparam("ex", expanding=True)), {**args, "ex": exclude}).first()
+            pick = next(iter(_walk(conn, parts, where, {**args, "ex": exclude}, 1, ex=True)),
+                        None)
         if pick is None:
-            pick = conn.execute(text(base + tail), args).first()
+            pick = next(iter(_walk(conn, parts, where, args, 1)), None)
         if pick is None:
             return None
         conn.execute(text(
             "INSERT INTO leases (sentence_id, annotator, expires_at) VALUES (:s, :a, :u)"
             " ON CONFLICT (sentence_id, annotator) DO UPDATE SET expires_at = excluded.expires_at"),
-            {"s": pick[0], "a": annotator, "u": until})
-        return pick[0]
+            {"s": pick, "a": annotator, "u": until})
+        return pick
 
     return db.write(tx)
 

@@ -1,6 +1,6 @@
 """The annotation store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Schema version 7.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
+Schema version 8.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
 token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
@@ -42,6 +42,16 @@ Schema 7 adds ``store_info`` (key/value text: ``store_id``, the store's own rand
 its folder of model files, progress files and locks, :mod:`gpsl.annotation.owned`; ``limits``,
 the limits a lead set, JSON) and ``version_summaries`` (per model version, the figures the pages
 show, computed once when the version is trained, JSON, :mod:`gpsl.annotation.summaries`).
+
+Schema 8 keeps the progress counts: ``project_progress`` holds per project and split the
+sentences, tokens, labeled tokens, complete and partly labeled sentences (the sums over
+``sentences`` that :func:`gpsl.annotation.stats.progress` gives; on PostgreSQL spread over
+1024 rows by sentence id, ``slot``, as a row updated many times in one transaction costs more
+each time), kept by triggers on
+``sentences`` in the transaction of every write that inserts, deletes or relabels a sentence
+(:func:`gpsl.annotation.migrations.progress_triggers`), so the sidebar reads a row, not every
+sentence; and the index ``predictions_by_queue`` (version, queue score, sentence) that the
+queue walks, highest score first, instead of sorting every unlabeled sentence.
 """
 
 from __future__ import annotations
@@ -62,7 +72,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -207,6 +217,8 @@ predictions = Table(
 Index("predictions_by_sentence", predictions.c.sentence_id)
 Index("predictions_by_score", predictions.c.model_version_id, predictions.c.sentence_id,
       predictions.c.queue_score)
+Index("predictions_by_queue", predictions.c.model_version_id, predictions.c.queue_score,
+      predictions.c.sentence_id)  # schema 8: the queue's walk (:mod:`gpsl.annotation.queue`)
 
 query_rounds = Table(  # written by schema 1 only; kept so that no stored data is lost
     "query_rounds", metadata,
@@ -309,6 +321,19 @@ version_summaries = Table(  # schema 7: what the pages show of a version, comput
            autoincrement=False),
     Column("summary", Text, nullable=False),  # JSON
     Column("created_at", Text, nullable=False),
+)
+
+project_progress = Table(  # schema 8: the sums over sentences, per project and split
+    "project_progress", metadata,
+    Column("project_id", Integer, _fk("projects"), nullable=False),
+    Column("split", Text, nullable=False),
+    Column("slot", Integer, nullable=False, server_default="0"),  # PostgreSQL: id % 1024
+    Column("n_sentences", Integer, nullable=False, server_default="0"),
+    Column("n_tokens", Integer, nullable=False, server_default="0"),
+    Column("n_labeled", Integer, nullable=False, server_default="0"),  # labeled tokens
+    Column("n_complete", Integer, nullable=False, server_default="0"),  # sentences
+    Column("n_partial", Integer, nullable=False, server_default="0"),  # sentences
+    PrimaryKeyConstraint("project_id", "split", "slot"),
 )
 
 schema_version = Table(

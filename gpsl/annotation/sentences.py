@@ -53,9 +53,16 @@ def _insert_page(conn, project_id: int, checked: list[dict], start: int, split: 
              "split": split, "tokens": dumps([list(t) for t in s["tokens"]]),
              "n": len(s["tokens"]), "nl": sum(lab is not None for lab in s["labels"])}
             for k, s in enumerate(checked)]
-    conn.execute(text(
-        "INSERT INTO sentences (project_id, position, doc, line, split, tokens, n_tokens,"
-        " n_labeled) VALUES (:p, :pos, :doc, :line, :split, :tokens, :n, :nl)"), rows)
+    cols = "project_id, position, doc, line, split, tokens, n_tokens, n_labeled"
+    if conn.dialect.name == "postgresql":  # one statement a page: its progress trigger once
+        conn.execute(text(
+            f"INSERT INTO sentences ({cols}) SELECT * FROM unnest(CAST(:p AS INTEGER[]),"
+            " CAST(:pos AS INTEGER[]), CAST(:doc AS TEXT[]), CAST(:line AS INTEGER[]),"
+            " CAST(:split AS TEXT[]), CAST(:tokens AS TEXT[]), CAST(:n AS INTEGER[]),"
+            " CAST(:nl AS INTEGER[]))"), {k: [r[k] for r in rows] for k in rows[0]})
+    else:
+        conn.execute(text(f"INSERT INTO sentences ({cols}) VALUES (:p, :pos, :doc, :line,"
+                          " :split, :tokens, :n, :nl)"), rows)
     ids = [r[0] for r in conn.execute(text(
         "SELECT id FROM sentences WHERE project_id = :p AND position >= :start"
         " ORDER BY position"), {"p": project_id, "start": start})]
