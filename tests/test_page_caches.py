@@ -3,9 +3,12 @@ check is used again only while what it shows is unchanged."""
 
 from __future__ import annotations
 
+import base64
+import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,3 +75,52 @@ def test_the_data_page_refuses_a_model_damaged_after_it_showed_it(db):
     at.run()
     assert not at.exception
     assert any("cannot be downloaded" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def values(v) -> list:
+    """A plotly array as a list (numbers come as base64 typed arrays)."""
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).tolist()
+    return list(v)
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    """The page's plotly figures by title."""
+    out = {}
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        out[spec["layout"]["title"]["text"]] = spec
+    return out
+
+
+def test_the_confidence_charts_follow_a_new_version_and_a_new_label(db):
+    store, pid = tiny_store(db)
+    jobs.train_now(store, pid, TINY)
+    at = app("confidence")
+    first = charts(at)
+    curve = first["Every version: held-out accuracy and mean confidence"]
+    assert {x for t in curve["data"] for x in t["x"]} == {"v1"}
+    assert "Labels set per annotator per day" not in first  # no label set in the app yet
+    at.run()
+    assert charts(at) == first  # a rerun over the same data: the same figures
+
+    # a label set: the activity chart shows it; the version's figures stay
+    sid = store.sentence_ids(pid, "train")[-1]
+    store.set_label(sid, 0, "O", "ann")
+    at.run()
+    now = charts(at)
+    bars = now["Labels set per annotator per day"]["data"]
+    assert [(t["name"], values(t["y"])) for t in bars] == [("ann", [1])]
+    for title in first:
+        assert now[title] == first[title]
+    store.set_label(sid, 1, "O", "ann")
+    at.run()
+    bars = charts(at)["Labels set per annotator per day"]["data"]
+    assert [(t["name"], values(t["y"])) for t in bars] == [("ann", [2])]
+
+    # a new version: its point joins the learning curve
+    jobs.train_now(store, pid, TINY)
+    at.run()
+    assert not at.exception
+    curve = charts(at)["Every version: held-out accuracy and mean confidence"]
+    assert {x for t in curve["data"] for x in t["x"]} == {"v1", "v2"}
