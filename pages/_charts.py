@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import plotly.express as px
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -101,3 +102,73 @@ def box_figure(boxes, labels: Sequence[str], colors: dict):
                     marker_color=colors.get(lab), boxpoints=False,
                     hovertext=f"{int(r['n'])} tokens")
     return fig
+
+
+def reliability_figure(table, tokens: str):
+    """The reliability diagram of the held-out gold (``table``: the stored calibration
+    bins, ``tokens``: their count as shown): accuracy per confidence bin, the diagonal and
+    the range a calibrated model's accuracy falls in (95%)."""
+    fig = figure()
+    fig.add_trace(go.Bar(x=table["bin_mid"], y=table["accuracy"],
+                         width=0.095, name="accuracy", marker_color="#4f46e5",
+                         customdata=table["count"], text=table["count"],
+                         textposition="outside", texttemplate="%{text}",
+                         hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.3f}"
+                                       "<br>%{customdata} tokens<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                             line={"dash": "dash", "color": "#94a3b8"}))
+    # consistency bars: where a perfectly calibrated model's accuracy would fall (95%)
+    fig.add_trace(go.Scatter(
+        x=table["bin_mid"], y=table["mean_confidence"],
+        mode="markers", name="a calibrated model's range (95%)",
+        marker={"color": "#f59e0b", "size": 7, "symbol": "line-ew-open"},
+        error_y={"type": "data", "symmetric": False, "color": "#f59e0b", "thickness": 2,
+                 "array": table["band_up"], "arrayminus": table["band_down"]},
+        customdata=table[["band_lo", "band_hi"]],
+        hovertemplate="a calibrated model: accuracy %{customdata[0]:.3f}–"
+                      "%{customdata[1]:.3f}<extra></extra>"))
+    return styled(fig, title=f"Reliability on {tokens} held-out tokens", height=380,
+                  xaxis_title="confidence", yaxis_title="accuracy",
+                  xaxis_range=[-0.02, 1.02], yaxis_range=[0, 1.12],
+                  legend={"orientation": "h", "y": -0.3, "yanchor": "top"})
+
+
+def learning_figure(curve):
+    """Every version's held-out accuracy and mean confidence (``curve``: the learning
+    curve table, one row per done version)."""
+    long = curve.melt(id_vars=["version", "labeled tokens"],
+                      value_vars=["accuracy", "mean confidence"], var_name="figure",
+                      value_name="value").dropna(subset=["value"])
+    fig = px.line(long, x="version", y="value", color="figure", markers=True,
+                  hover_data=["labeled tokens"],
+                  title="Every version: held-out accuracy and mean confidence",
+                  color_discrete_map={"accuracy": "#16a34a", "mean confidence": "#f59e0b"})
+    styled(fig, height=330, yaxis_tickformat=".1%", xaxis_type="category",
+           yaxis_title="held-out", xaxis_title="model version",
+           legend={"orientation": "h", "y": -0.35, "title": {"text": ""}})
+    if not long.empty and long["value"].max() - long["value"].min() < 0.02:
+        # close figures (one version): a 2-point window, so the ticks stay distinct
+        mid = (long["value"].max() + long["value"].min()) / 2
+        fig.update_yaxes(range=[mid - 0.01, mid + 0.01])
+    if long.empty:
+        fig.add_annotation(text="no held-out gold: no figures per version",
+                           showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return fig
+
+
+def selective_figure(sel):
+    """Selective accuracy: the accuracy of the k% most confident held-out tokens."""
+    fig = px.line(sel, x="coverage", y="accuracy", markers=True,
+                  hover_data=["count", "min_confidence"],
+                  title="Selective accuracy: the k% most confident tokens")
+    fig.update_traces(line_color="#4f46e5")
+    return styled(fig, height=300, xaxis_tickformat=".0%", yaxis_tickformat=".1%",
+                  xaxis_title="share of tokens kept (most confident first)")
+
+
+def activity_figure(activity):
+    """Labels set per annotator per day (``day, annotator, labels``)."""
+    fig = px.bar(activity, x="day", y="labels", color="annotator",
+                 title="Labels set per annotator per day")
+    fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
+    return styled(fig, height=300, xaxis_type="category")

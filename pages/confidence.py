@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import plotly.express as px
-import plotly.graph_objects as go
 import streamlit as st
 
 from gpsl.annotation import queue_strategy
 from pages import _ui
-from pages._charts import box_figure, figure, histogram_figure, styled
+from pages._charts import (
+    activity_figure,
+    box_figure,
+    histogram_figure,
+    learning_figure,
+    reliability_figure,
+    selective_figure,
+)
 from pages._chips import label_colors, sentence_html
 from pages._format import fmt_int, fmt_pct
 from pages._text import (
@@ -50,6 +55,20 @@ def load_uncertain(db: str, project_id: int, version_id: int, label_stamp: int):
 @st.cache_data(max_entries=4, show_spinner=False)
 def load_activity(db: str, project_id: int, label_stamp: int):
     return reports.activity(project_id)
+
+
+CHARTS = {"histogram": histogram_figure, "box": box_figure, "reliability": reliability_figure,
+          "learning": learning_figure, "selective": selective_figure,
+          "activity": activity_figure}
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def chart(kind: str, *data):
+    """The figure of ``CHARTS[kind]`` over ``data``, which is its cache key (hashed by
+    value): what a new version, label or day changes in the data draws a new figure; a rerun
+    over the same data reuses the one built (never changed after: building was 80% of a
+    rerun's CPU at 100,000 sentences)."""
+    return CHARTS[kind](*data)
 
 
 with _ui.guard("Cannot load the model's predictions", stop=True):
@@ -104,43 +123,20 @@ if calib:
 left, right = st.columns(2, gap="large")
 with left:
     if summary.unlabeled:
-        st.plotly_chart(histogram_figure(summary.histogram), config={"displayModeBar": False})
+        st.plotly_chart(chart("histogram", summary.histogram),
+                        config={"displayModeBar": False})
     else:
         st.success("Every training token was labeled.")
 with right:
     if summary.unlabeled:
-        st.plotly_chart(box_figure(summary.boxes, project.labels, colors),
+        st.plotly_chart(chart("box", summary.boxes, tuple(project.labels), colors),
                         config={"displayModeBar": False})
 
 left, right = st.columns(2, gap="large")
 with left:
     if calib:
-        table = calib.table
-        fig = figure()
-        fig.add_trace(go.Bar(x=table["bin_mid"], y=table["accuracy"],
-                             width=0.095, name="accuracy", marker_color="#4f46e5",
-                             customdata=table["count"], text=table["count"],
-                             textposition="outside", texttemplate="%{text}",
-                             hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.3f}"
-                                           "<br>%{customdata} tokens<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
-                                 line={"dash": "dash", "color": "#94a3b8"}))
-        # consistency bars: where a perfectly calibrated model's accuracy would fall (95%)
-        fig.add_trace(go.Scatter(
-            x=table["bin_mid"], y=table["mean_confidence"],
-            mode="markers", name="a calibrated model's range (95%)",
-            marker={"color": "#f59e0b", "size": 7, "symbol": "line-ew-open"},
-            error_y={"type": "data", "symmetric": False, "color": "#f59e0b", "thickness": 2,
-                     "array": table["band_up"], "arrayminus": table["band_down"]},
-            customdata=table[["band_lo", "band_hi"]],
-            hovertemplate="a calibrated model: accuracy %{customdata[0]:.3f}–"
-                          "%{customdata[1]:.3f}<extra></extra>"))
-        styled(fig, title=f"Reliability on {fmt_int(calib.tokens)} held-out "
-                                "tokens", height=380,
-                          xaxis_title="confidence", yaxis_title="accuracy",
-                          xaxis_range=[-0.02, 1.02], yaxis_range=[0, 1.12],
-                          legend={"orientation": "h", "y": -0.3, "yanchor": "top"})
-        st.plotly_chart(fig, config={"displayModeBar": False})
+        st.plotly_chart(chart("reliability", calib.table, fmt_int(calib.tokens)),
+                        config={"displayModeBar": False})
         st.caption("Numbers on the bars: held-out tokens in each confidence bin. Orange "
                    "whiskers: the accuracies a perfectly calibrated model would show in the "
                    "bin 95% of the time; a bar ending outside them is off by more than chance.")
@@ -151,25 +147,7 @@ with left:
 with right:
     curve = reports.learning_curve(versions)
     if len(curve):
-        long = curve.melt(id_vars=["version", "labeled tokens"],
-                          value_vars=["accuracy", "mean confidence"], var_name="figure",
-                          value_name="value").dropna(subset=["value"])
-        fig = px.line(long, x="version", y="value", color="figure", markers=True,
-                      hover_data=["labeled tokens"],
-                      title="Every version: held-out accuracy and mean confidence",
-                      color_discrete_map={"accuracy": "#16a34a",
-                                          "mean confidence": "#f59e0b"})
-        styled(fig, height=330, yaxis_tickformat=".1%", xaxis_type="category",
-                   yaxis_title="held-out", xaxis_title="model version",
-                   legend={"orientation": "h", "y": -0.35, "title": {"text": ""}})
-        if not long.empty and long["value"].max() - long["value"].min() < 0.02:
-            # close figures (one version): a 2-point window, so the ticks stay distinct
-            mid = (long["value"].max() + long["value"].min()) / 2
-            fig.update_yaxes(range=[mid - 0.01, mid + 0.01])
-        if long.empty:
-            fig.add_annotation(text="no held-out gold: no figures per version",
-                               showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-        st.plotly_chart(fig, config={"displayModeBar": False})
+        st.plotly_chart(chart("learning", curve), config={"displayModeBar": False})
 
 if calib:
     st.subheader("Choosing an accept threshold", anchor=False)
@@ -178,14 +156,8 @@ if calib:
                "most confident tokens.")
     left, right = st.columns(2, gap="large")
     with left:
-        sel = calib.selective
-        fig = px.line(sel, x="coverage", y="accuracy", markers=True,
-                      hover_data=["count", "min_confidence"],
-                      title="Selective accuracy: the k% most confident tokens")
-        fig.update_traces(line_color="#4f46e5")
-        styled(fig, height=300, xaxis_tickformat=".0%", yaxis_tickformat=".1%",
-                   xaxis_title="share of tokens kept (most confident first)")
-        st.plotly_chart(fig, config={"displayModeBar": False})
+        st.plotly_chart(chart("selective", calib.selective),
+                        config={"displayModeBar": False})
     with right:
         st.dataframe(calib.thresholds, hide_index=True, column_config={
             "threshold": st.column_config.NumberColumn("accept ≥", format="%.2f"),
@@ -233,8 +205,4 @@ with _ui.guard("Cannot show the annotator progress"):
     if activity.empty:
         st.caption("No labels set in the app yet (imported labels are not counted).")
     else:
-        fig = px.bar(activity, x="day", y="labels", color="annotator",
-                     title="Labels set per annotator per day")
-        fig.update_traces(width=0.35 if activity["day"].nunique() < 4 else None)
-        styled(fig, height=300, xaxis_type="category")
-        st.plotly_chart(fig, config={"displayModeBar": False})
+        st.plotly_chart(chart("activity", activity), config={"displayModeBar": False})
