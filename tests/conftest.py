@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -69,10 +70,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.fixture(autouse=True)
 def _main_module_restored():
-    """Put ``sys.modules["__main__"]`` back after the test (AppTest replaces it)."""
+    """Put ``sys.modules["__main__"]`` back after the test (AppTest replaces it), and the
+    objects an app run froze (``gc.freeze``, app.py) back into the collector's reach, so that
+    one test's app run never keeps another's cyclic garbage alive."""
     yield
     if sys.modules.get("__main__") is not _MAIN:
         sys.modules["__main__"] = _MAIN
+    gc.unfreeze()
 
 _PG: dict = {"server": None, "error": None, "skipped": 0}
 BACKENDS = ["sqlite", "postgresql"]
