@@ -28,7 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.app_scale import PAGES, make_corpus, phase_import, phase_team, phase_train  # noqa: E402
+from bench.app_scale import (  # noqa: E402
+    PAGES,
+    _env,
+    make_corpus,
+    phase_import,
+    phase_team,
+    phase_train,
+)
 from bench.common import (  # noqa: E402
     git_commit,
     header_lines,
@@ -54,9 +61,7 @@ def build(db: Path, n: int, max_iter: int) -> dict:
 def measure(db: Path, reruns: int) -> dict:
     from streamlit.testing.v1 import AppTest
 
-    os.environ["GPSL_DB"] = str(db)
-    os.environ["GPSL_MODELS"] = str(db.parent / "models")
-    os.environ.setdefault("GPSL_ANNOTATOR", "bench")
+    _env({"db": str(db), "models": str(db.parent / "models")})  # as bench.app_scale's pages
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.run()
     out = {}
