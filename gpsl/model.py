@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl import auto, params
-from gpsl.calibration import DEFAULT_KINDS, ENSEMBLE, METHODS
+from gpsl.calibration import DEFAULT_KINDS, ENSEMBLE
 from gpsl.engines import make_engine
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
@@ -26,16 +26,13 @@ from gpsl.kernels import make_kernel
 from gpsl.likelihood import Problem, missing_weight
 from gpsl.params import GPSL1, GPSL2, GPSL4, PRESETS, parse_offsets
 from gpsl.persist import read_model, save_model
-from gpsl.predict import pl_decode, viterbi
+from gpsl.predict import MARGINALS, Scores, pl_decode, viterbi
 from gpsl.rns_sweeps import single_threaded_blas
 
 __all__ = ["GPSL", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
 
 #: ``inference="auto"`` and ``lse_bound="auto"``: :mod:`gpsl.auto` (the rules and the
 #: measurements behind them)
-
-#: the per-token marginals :meth:`GPSL.predict_marginals` can give (``marginals=``)
-MARGINALS = METHODS
 
 
 def _sentence_key(tokens) -> str:
@@ -425,9 +422,7 @@ class GPSL:
         return (out, self.rns_iterations_) if return_iterations else out
 
     def calibration_scores(self, X, with_variance=True):
-        """Algorithm 2's inputs for sentences ``X`` (:class:`gpsl.calibration.Scores`)."""
-        from gpsl.calibration import Scores
-
+        """Algorithm 2's inputs for sentences ``X`` (:class:`gpsl.predict.Scores`)."""
         need_var = bool(with_variance) or bool(self.rns_variance)
         mean, var, lengths = self._latent(X, with_variance=need_var)
         st = self.state_

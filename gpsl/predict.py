@@ -20,6 +20,9 @@ from the previous iteration (Algorithm 2, a Jacobi fixed-point iteration).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp, softmax
@@ -335,6 +338,67 @@ def rns_marginals(mean, var, m_S, v_S, lengths, offsets, *, method="mean", rns_v
         return rns(mean * su, m_S * sp_, lengths, offsets, b_var=var * su * su,
                    g_var=v_S * sp_ * sp_, **rns_kw)
     raise ValueError(f"method must be 'mean' or 'probit', not {method!r}")
+
+
+#: the per-token marginals Algorithm 2 gives (:func:`rns_marginals`'s ``method``): the
+#: mean-only RNS and the uncertainty-aware one
+MARGINALS = ("mean", "probit")
+
+
+@dataclass
+class Scores:
+    """Algorithm 2's inputs for some sentences under one fitted model: predictive means and
+    variances of ``f^U`` (``var`` may be ``None`` for the mean method), the pair functions'
+    ``m_S``, ``v_S``, sentence lengths, offsets, the RNS settings and ``rns_variance``."""
+
+    mean: np.ndarray
+    var: np.ndarray | None
+    m_S: np.ndarray
+    v_S: np.ndarray
+    lengths: np.ndarray
+    offsets: tuple
+    rns: dict = field(default_factory=dict)
+    rns_variance: bool = False
+    passes: int = 0  # Algorithm 2's passes in the last call of marginals()
+    #: Algorithm 2's unclamped runs, by ``(method, t_unary, t_pair)`` (:meth:`fixed_point`,
+    #: :meth:`gpsl.calibration.Calibrator.apply`): a calibration runs it once per input
+    runs: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.mean.shape[0])
+
+    def marginals(self, method: str = "mean", t_unary: float = 1.0, t_pair: float = 1.0,
+                  clamp=None) -> np.ndarray:
+        """``(n_tokens, J)`` RNS marginals (:func:`rns_marginals`)."""
+        P, self.passes = rns_marginals(self.mean, self.var, self.m_S, self.v_S, self.lengths,
+                                       self.offsets, method=method,
+                                       rns_variance=self.rns_variance, t_unary=t_unary,
+                                       t_pair=t_pair, clamp=clamp, **self.rns)
+        return P
+
+    def fixed_point(self, method: str = "mean") -> np.ndarray:
+        """Algorithm 2's marginals of ``method`` (no clamp, temperatures 1), computed once and
+        kept in :attr:`runs` (read them, do not write: they are shared)."""
+        key = (method, 1.0, 1.0)
+        if key not in self.runs:
+            self.runs[key] = self.marginals(method)
+        return self.runs[key]
+
+    def rows(self, sentences: Sequence[int]) -> np.ndarray:
+        """The token rows of the given sentences (indices into ``lengths``), in that order."""
+        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
+        if not len(sentences):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
+                               for i in sentences])
+
+    def take(self, sentences: Sequence[int]) -> Scores:
+        """The scores of the given sentences (indices into ``lengths``), in that order."""
+        rows = self.rows(sentences)
+        return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
+                      self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
+                      self.rns_variance)
 
 
 def viterbi(b, g, lengths, offsets):

@@ -23,7 +23,8 @@ problem in ``log T`` (bounded Brent search); vector scaling adds a small ridge
 L-BFGS with the exact gradient.
 
 
-Here: Algorithm 2's inputs of some sentences (:class:`Scores`), those objectives
+Here (beside Algorithm 2's inputs of some sentences, :class:`gpsl.predict.Scores`, which this
+module re-exports): those objectives
 (:func:`nll_and_grad`, :func:`temperature_nll`), the stacking weights of the ensemble
 (:func:`stacking_weights`, derived in :mod:`gpsl.calibration.calibrator`), the folds a
 calibration is fitted on (:func:`calibration_folds`, :func:`fold_indices`) and the
@@ -33,14 +34,16 @@ constants. :class:`gpsl.calibration.calibrator.Calibrator` fits and applies the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpsl.predict import rns_marginals
+# Algorithm 2's inputs and the marginals' names live with Algorithm 2 (the estimator reads
+# them there); every name is still importable from here and from gpsl.calibration
+from gpsl.predict import MARGINALS, Scores
 
-#: marginals a calibrator can be fitted on (see :meth:`gpsl.model.GPSL.predict_marginals`)
-METHODS = ("mean", "probit")
+#: marginals a calibrator can be fitted on (:data:`gpsl.predict.MARGINALS`)
+METHODS = MARGINALS
+
 KINDS = ("temperature", "vector", "structured", "structured+vector", "step", "step+vector",
          "ensemble", "kept")
 #: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
@@ -68,62 +71,6 @@ _LOG_T_STRUCTURED = (np.log(0.05), np.log(1e3))  # beyond 1e3 a part is simply s
 #: tokens the structured temperature is fitted on at most (a random subset of sentences above)
 STRUCTURED_MAX_TOKENS = 20_000
 
-
-
-@dataclass
-class Scores:
-    """Algorithm 2's inputs for some sentences under one fitted model: predictive means and
-    variances of ``f^U`` (``var`` may be ``None`` for the mean method), the pair functions'
-    ``m_S``, ``v_S``, sentence lengths, offsets, the RNS settings and ``rns_variance``."""
-
-    mean: np.ndarray
-    var: np.ndarray | None
-    m_S: np.ndarray
-    v_S: np.ndarray
-    lengths: np.ndarray
-    offsets: tuple
-    rns: dict = field(default_factory=dict)
-    rns_variance: bool = False
-    passes: int = 0  # Algorithm 2's passes in the last call of marginals()
-    #: Algorithm 2's unclamped runs, by ``(method, t_unary, t_pair)`` (:meth:`fixed_point`,
-    #: :meth:`gpsl.calibration.Calibrator.apply`): a calibration runs it once per input
-    runs: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.mean.shape[0])
-
-    def marginals(self, method: str = "mean", t_unary: float = 1.0, t_pair: float = 1.0,
-                  clamp=None) -> np.ndarray:
-        """``(n_tokens, J)`` RNS marginals (:func:`gpsl.predict.rns_marginals`)."""
-        P, self.passes = rns_marginals(self.mean, self.var, self.m_S, self.v_S, self.lengths,
-                                       self.offsets, method=method,
-                                       rns_variance=self.rns_variance, t_unary=t_unary,
-                                       t_pair=t_pair, clamp=clamp, **self.rns)
-        return P
-
-    def fixed_point(self, method: str = "mean") -> np.ndarray:
-        """Algorithm 2's marginals of ``method`` (no clamp, temperatures 1), computed once and
-        kept in :attr:`runs` (read them, do not write: they are shared)."""
-        key = (method, 1.0, 1.0)
-        if key not in self.runs:
-            self.runs[key] = self.marginals(method)
-        return self.runs[key]
-
-    def rows(self, sentences: Sequence[int]) -> np.ndarray:
-        """The token rows of the given sentences (indices into ``lengths``), in that order."""
-        starts = np.r_[0, np.cumsum(self.lengths)[:-1]]
-        if not len(sentences):
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.arange(starts[i], starts[i] + self.lengths[i])
-                               for i in sentences])
-
-    def take(self, sentences: Sequence[int]) -> Scores:
-        """The scores of the given sentences (indices into ``lengths``), in that order."""
-        rows = self.rows(sentences)
-        return Scores(self.mean[rows], None if self.var is None else self.var[rows], self.m_S,
-                      self.v_S, self.lengths[list(sentences)], self.offsets, self.rns,
-                      self.rns_variance)
 
 
 def _logits(P: np.ndarray) -> np.ndarray:
