@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpsl import calibration
 from gpsl.active import STRATEGIES, query
 from gpsl.metrics import token_accuracy
 
@@ -83,7 +84,7 @@ class Config:
     max_iter: int = 30
     learn_hyper: bool = False
     cold_check: bool = False  # also fit a cold model on every round's data (time, accuracy)
-    calibrate: int = 0  # K > 0: GPSL.calibrate(folds=K) on the revealed labels every round
+    calibrate: int = 0  # K > 0: gpsl.calibration.calibrate(folds=K) on the revealed labels
     strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     data_dir: str = str(DEFAULT_DATA)
     out_dir: str = str(DEFAULT_OUT)
@@ -186,7 +187,7 @@ def run_strategy(
     With ``cold_check`` every round's data is also fitted from scratch (``warm_start=False``)
     and the curve gets ``cold_fit_seconds`` and ``cold_accuracy`` beside the warm ones. With
     ``calibrate = K`` every round's model is calibrated by K folds of the sentences with
-    revealed labels (:meth:`gpsl.model.GPSL.calibrate`, as the app does without held-out gold)
+    revealed labels (:func:`gpsl.calibration.calibrate`, as the app does without held-out gold)
     before it is scored and queried: the queries and the test labels then use the calibrated
     marginals.
     """
@@ -211,7 +212,7 @@ def run_strategy(
         model.fit(X, y)
         folds = _folds(calibrate, len(X))
         if folds:
-            model.calibrate(X, y, folds=folds)
+            calibration.calibrate(model, X, y, folds=folds)
         fit_s = time.perf_counter() - t0
         acc = token_accuracy(test_y, model.predict(test_X))
         if cold_check:
@@ -344,7 +345,7 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
         model.fit(pool_X, pool_y)
         folds = _folds(cfg.calibrate, len(pool_X))
         if folds:  # the reference is calibrated as the rounds are
-            model.calibrate(pool_X, pool_y, folds=folds)
+            calibration.calibrate(model, pool_X, pool_y, folds=folds)
         full_secs.append(time.perf_counter() - t0)
         full_acc.append(float(token_accuracy(test_y, model.predict(test_X))))
         log(

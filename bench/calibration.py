@@ -23,7 +23,7 @@ calibration data, the same for every method. Then, from the same fits:
   weighted by stacking (the cross-validated log score) or equally;
 * ``best single`` - the one of the four with the lowest cross-validated NLL (leave one fold
   model's held-out fold out), the default before the ensemble;
-* ``default`` - what ``GPSL.calibrate(X, y, folds=K)`` keeps: the lowest cross-validated NLL
+* ``default`` - what ``calibrate(model, X, y, folds=K)`` keeps: the lowest cross-validated NLL
   among the four and the ensemble of :data:`gpsl.calibration.ENSEMBLE` (the app does the same
   on its held-out gold or labeled sentences); ``default/brier``, ``default/ece`` the same
   choice by the cross-validated Brier score or ECE15;
@@ -72,7 +72,7 @@ GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
 VARIANTS = ("raw", "probit", "raw+T", "probit+T", "structured", "structured+V",
             "stack ensemble", "uniform ensemble", "best single", "default", "default/brier",
             "default/ece", "cross-fit")
-#: the choice of ``GPSL.calibrate`` by each cross-validated criterion (the first is the default)
+#: the choice of ``calibrate`` by each cross-validated criterion (the first is the default)
 CHOICES = {"default": "nll", "default/brier": "brier", "default/ece": "ece"}
 #: the variants that report which candidate was chosen
 CHOSEN = ("best single", *CHOICES)
@@ -277,7 +277,7 @@ def evaluate(parts: dict, yte, ytr, all_labels) -> dict:
              "stack ensemble": fits[ens["stack"]], "uniform ensemble": fits[ens["uniform"]]}
     singles = {k: v for k, v in fits.items() if v.kind != "ensemble"}
     cands["best single"] = Calibrator.choose(singles, cv, "nll")
-    # what GPSL.calibrate keeps: the single candidates and its ensemble (ENSEMBLE)
+    # what calibrate keeps: the single candidates and its ensemble (ENSEMBLE)
     offered = {**singles, ens[ENSEMBLE]: fits[ens[ENSEMBLE]]}
     for variant, criterion in CHOICES.items():
         cands[variant] = Calibrator.choose(offered, cv, criterion)
@@ -513,7 +513,7 @@ def write_markdown(report: dict, path: Path) -> None:
         "(the cross-validated log score on the out-of-fold data); `uniform ensemble` the same "
         "mixture with equal weights; `best single` the one of the four with the lowest "
         "cross-validated NLL (the default before the ensemble; chosen counts in brackets); "
-        f"`default` what `GPSL.calibrate(X, y, folds={report['args']['folds']})` keeps (the "
+        f"`default` what `calibrate(model, X, y, folds={report['args']['folds']})` keeps (the "
         "lowest cross-validated NLL among the four and the default ensemble, "
         f"`gpsl.calibration.ENSEMBLE` = {report.get('ensemble')!r}); `default/brier` and "
         "`default/ece` the same choice by the cross-validated Brier score or ECE15 instead "

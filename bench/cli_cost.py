@@ -152,7 +152,8 @@ def phases_child(train_argv: list[str], out_json: str) -> int:
 
     gio.read_conll = timed("read", gio.read_conll)
     GPSL.fit = timed("fit", GPSL.fit)
-    cal.out_of_fold_scores = timed("fold fits", cal.out_of_fold_scores)
+    # where gpsl.calibration.calibrate looks it up
+    cal.rule.out_of_fold_scores = timed("fold fits", cal.rule.out_of_fold_scores)
     cal.Calibrator.select = classmethod(timed("calibrator choice",
                                               cal.Calibrator.select.__func__))
     GPSL.save = timed("save", GPSL.save)

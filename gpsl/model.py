@@ -18,7 +18,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl import auto, params
-from gpsl.calibration import DEFAULT_KINDS, ENSEMBLE
 from gpsl.engines import make_engine
 from gpsl.errors import InputError
 from gpsl.features import FeatureExtractor, Template, default_template
@@ -137,11 +136,12 @@ class GPSL:
 
 {parameters}
 
-    Calibration (:meth:`calibrate`, :mod:`gpsl.calibration`): a temperature or the structured
-    temperature (optionally followed by a per-label vector scaling) fitted on held-out labeled
-    tokens (or out-of-fold predictions) is stored with
-    the model and applied by :meth:`predict_marginals`; ``calibrator_`` is ``None`` until
-    then.
+    Calibration is not the estimator's: the wrapper :func:`gpsl.calibration.calibrate` (as
+    scikit-learn's ``CalibratedClassifierCV``) fits the fold models, chooses the calibrator and
+    keeps it in ``calibrator_`` (``None`` until then; a new fit clears it), saved with the
+    model. The estimator only applies it in :meth:`predict_marginals`, through its
+    ``method``, ``labels_follow`` and ``apply(scores, clamp)`` (:class:`gpsl.calibration.
+    Calibrator`), and never imports :mod:`gpsl.calibration`.
     """
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
@@ -406,7 +406,7 @@ class GPSL:
         ``method``: ``"mean"`` (Algorithm 2 on the predictive means, the paper's RNS) or
         ``"probit"`` (uncertainty-aware, :func:`gpsl.predict.rns`); default
         :meth:`marginals_method`. ``calibrated``: apply ``calibrator_`` when it was fitted on
-        the same method (:mod:`gpsl.calibration`).
+        the same method (its ``apply(scores, clamp)``).
         """
         method = self.marginals_method() if method is None else method
         if method not in MARGINALS:
@@ -448,69 +448,6 @@ class GPSL:
         return [np.array([-1 if v is None or v not in index else index[v]
                           for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
 
-    def calibrate(self, X, y, *, folds=None, method="mean", kinds=DEFAULT_KINDS, seed=0,
-                  source="", criterion="nll", ensemble=ENSEMBLE, jobs=1, on_fold=None) -> GPSL:
-        """Fit the post-hoc calibration (:class:`gpsl.calibration.Calibrator`) and keep it in
-        ``calibrator_`` (saved with the model).
-
-        ``folds=None``: ``(X, y)`` is held-out labeled data for *this* model. ``folds=K``:
-        ``(X, y)`` are the training sentences; K models with this model's parameters are fitted
-        on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold),
-        as ``CalibratedClassifierCV(ensemble=False)``. Candidates (:data:`DEFAULT_KINDS`): a
-        temperature of the mean-only marginals (``method="auto"``: of the uncertainty-aware
-        ones too, whose variances cost the fold models more) and the step at Algorithm 2's
-        fixed point with shared or per-label weights (:mod:`gpsl.calibration.step`; the
-        structured temperature, ``kinds=("structured", ...)``, reruns Algorithm 2 a few hundred
-        times); the lowest cross-validated NLL on the calibration data wins, never worse on
-        the left-out tokens than the uncalibrated marginals
-        (:meth:`gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice,
-        ``criterion`` chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead).
-        ``ensemble``: how the candidates' ensemble, itself a candidate, weighs them
-        (``"uniform"`` or ``"stack"``, :mod:`gpsl.calibration`); ``None``: no ensemble.
-        ``jobs``: processes of the fold fits (default 1: here; ``None``: ``min(folds,
-        CPUs)``, :func:`gpsl.calibration.out_of_fold_scores`; ``on_fold(done, K)`` after each
-        fold fit). ``calibration_run_`` records the data
-        and the seconds (:class:`gpsl.calibration.CalibrationRun`). ``fit`` itself never
-        calibrates (scikit-learn's convention; ``gpsl train`` does, by
-        :func:`gpsl.calibration.calibrate_model`).
-        """
-        from gpsl.calibration import CalibrationRun
-
-        t0 = time.perf_counter()
-        self._check_fitted()
-        methods = list(MARGINALS) if method == "auto" else [method]
-        if any(m not in MARGINALS for m in methods):
-            raise ValueError(f"method must be 'auto', 'mean' or 'probit', not {method!r}")
-        X = list(X)
-        labels = [list(getattr(lab, "labels", lab)) for lab in y]
-        need_var = "probit" in methods
-        with single_threaded_blas():  # small products: BLAS threads only spin (CPU x2)
-            self._calibrate(X, labels, folds, methods, kinds, seed, source, criterion,
-                            ensemble, jobs, on_fold, need_var)
-        self.calibration_run_ = CalibrationRun(
-            source="held-out" if folds is None else "folds",
-            folds=None if folds is None else int(folds), tokens=int(self.calibrator_.n_tokens),
-            sentences=len(X), seconds=time.perf_counter() - t0, reason=self.calibrator_.source)
-        return self
-
-    def _calibrate(self, X, labels, folds, methods, kinds, seed, source, criterion, ensemble,
-                   jobs, on_fold, need_var) -> None:
-        """:meth:`calibrate`'s data and choice (``calibrator_``)."""
-        from gpsl.calibration import Calibrator, out_of_fold_scores
-
-        if folds is None:
-            scores = [self.calibration_scores(X, with_variance=need_var)]
-            gold = [np.concatenate(self.gold_index(labels))] if labels else []
-            source = source or "held-out"
-        else:
-            scores, gold = out_of_fold_scores(self, X, labels, int(folds), seed=seed,
-                                              jobs=jobs, on_fold=on_fold,
-                                              with_variance=need_var)
-            source = source or f"{int(folds)}-fold"
-        self.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
-                                             source=source, criterion=criterion,
-                                             ensemble=ensemble)
-
     def predict(self, X, decoder=None, y=None):
         """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""
         decoder = params.check("decoder", self.decoder if decoder is None else decoder)
@@ -524,10 +461,10 @@ class GPSL:
                 for part in np.split(idx, np.cumsum(lengths)[:-1])]
 
     def _labels_follow_calibration(self) -> bool:
-        """A temperature never moves the argmax (so it is skipped); the structured temperature
-        and vector scaling may, and their marginals then give the labels."""
+        """Whether the calibrator's marginals give the labels (its ``labels_follow``:
+        :attr:`gpsl.calibration.Calibrator.labels_follow`)."""
         cal = getattr(self, "calibrator_", None)
-        return cal is not None and cal.kind != "temperature"
+        return cal is not None and bool(cal.labels_follow)
 
     def score(self, X, y) -> float:
         """Token accuracy over the labeled tokens of ``y``."""

@@ -244,7 +244,7 @@ _P = [
               "as the paper), ``\"probit\"`` (the uncertainty-aware RNS of "
               ":func:`gpsl.predict.rns`: the posterior variances of ``f^U`` and ``f^S`` flatten "
               "each score by the probit factor) or ``\"auto\"`` (the calibrator's choice after "
-              ":meth:`~gpsl.model.GPSL.calibrate`, else ``\"mean\"``)."),
+              ":func:`gpsl.calibration.calibrate`, else ``\"mean\"``)."),
     Param("missing_start", "labels",
           (_opts("labels", "uniform", "supervised", ignore_case=True),),
           flags=("--missing-start",),

@@ -1,5 +1,6 @@
 """Calibration: temperature/vector scaling (gpsl.calibration), the uncertainty-aware RNS
-(gpsl.predict.rns with variances), GPSL.calibrate and its persistence, calibration metrics."""
+(gpsl.predict.rns with variances), gpsl.calibration.calibrate and its persistence, calibration
+metrics."""
 
 import json
 
@@ -12,6 +13,7 @@ from gpsl.calibration import (
     STACK_MIN_WEIGHT,
     Calibrator,
     Scores,
+    calibrate,
     cross_calibrate,
     fold_indices,
     nll_and_grad,
@@ -263,7 +265,7 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
     Xtr, ytr, Xte, yte = chain
     model = GPSL(inference=inference).fit(Xtr, ytr)
     raw = model.predict_marginals(Xte, method="mean")
-    model.calibrate(Xtr, ytr, folds=3)
+    calibrate(model, Xtr, ytr, folds=3)
     cal = model.calibrator_
     assert cal.source == "3-fold" and cal.method == "mean"
     singles = {"mean/temperature", "mean/step", "mean/step+vector"}
@@ -304,7 +306,7 @@ def test_gpsl_calibrate_by_folds_saves_and_loads(chain, inference, tmp_path):
 def test_calibration_on_held_out_data_and_clamped_tokens(chain):
     Xtr, ytr, Xte, yte = chain
     model = GPSL(inference="full", marginals="mean").fit(Xtr, ytr)
-    model.calibrate(Xte, yte, method="mean", kinds=("temperature",))
+    calibrate(model, Xte, yte, method="mean", kinds=("temperature",))
     assert model.calibrator_.source == "held-out"
     assert model.calibrator_.temperature > 1.0  # the raw RNS is over-confident here
     known = [[lab[0]] + [None] * (len(lab) - 1) for lab in yte]
@@ -315,7 +317,7 @@ def test_calibration_on_held_out_data_and_clamped_tokens(chain):
     assert before == [[model.classes_[i] for i in p.argmax(axis=1)]
                       for p in model.predict_marginals(Xte, calibrated=False)]
     # the structured temperature may move the argmax: the labels follow its marginals
-    model.calibrate(Xte, yte, method="mean", kinds=("structured",))
+    calibrate(model, Xte, yte, method="mean", kinds=("structured",))
     assert model.calibrator_.kind == "structured"
     assert model.predict(Xte) == [[model.classes_[i] for i in p.argmax(axis=1)]
                                   for p in model.predict_marginals(Xte)]
@@ -323,7 +325,7 @@ def test_calibration_on_held_out_data_and_clamped_tokens(chain):
 
 def test_damaged_calibration_record_is_one_line(chain, tmp_path):
     Xtr, ytr, Xte, yte = chain
-    model = GPSL(inference="full").fit(Xtr[:10], ytr[:10]).calibrate(Xte[:10], yte[:10])
+    model = calibrate(GPSL(inference="full").fit(Xtr[:10], ytr[:10]), Xte[:10], yte[:10])
     model.save(tmp_path / "m")
     meta_path = tmp_path / "m" / "model.json"
     meta = json.loads(meta_path.read_text())
@@ -678,7 +680,7 @@ def test_select_all_scores_the_ensembles_on_the_left_out_predictions():
 
 def test_a_model_with_an_ensemble_saves_and_loads(chain, tmp_path):
     Xtr, ytr, Xte, yte = chain
-    model = GPSL(inference="full").fit(Xtr, ytr).calibrate(Xte, yte, ensemble="uniform")
+    model = calibrate(GPSL(inference="full").fit(Xtr, ytr), Xte, yte, ensemble="uniform")
     cal = model.calibrator_
     names = [k for k in cal.candidates if k.endswith("/uniform ensemble")]
     assert len(names) <= 1  # the equal mixture of the admissible candidates competes

@@ -13,6 +13,7 @@ from gpsl.calibration import (
     MIN_TOKENS,
     CalibrationRun,
     Plan,
+    calibrate,
     calibrate_model,
     fold_processes,
     not_calibrated,
@@ -174,7 +175,7 @@ def test_too_little_data_and_no_calibrate_leave_the_model_uncalibrated(chain, tm
     with pytest.raises(InputError, match="cannot calibrate on 3 calibration folds: 26 labeled"):
         calibrate_model(model, Xtr[:4], ytr[:4], folds=3, required="folds")
     model = GPSL(max_iter=3).fit(Xtr, ytr)
-    model.calibrate(Xtr, ytr, folds=2)
+    calibrate(model, Xtr, ytr, folds=2)
     assert model.calibration_run_.source == "folds" and model.calibration_run_.folds == 2
     not_calibrated(model, "--no-calibrate")
     assert model.calibrator_ is None

@@ -207,3 +207,13 @@ def test_no_module_is_over_600_lines():
     assert not unexpected, f"modules over {MAX_LINES} lines: {unexpected}"
     stale = sorted(set(TOO_LONG) - set(long))
     assert not stale, f"no longer over {MAX_LINES} lines: remove {stale} from TOO_LONG"
+
+
+def test_the_estimator_does_not_import_calibration():
+    """Calibration has one owner (issue 41): :func:`gpsl.calibration.calibrate` wraps the
+    estimator (the fold fits, the choice of calibrator) as scikit-learn's
+    ``CalibratedClassifierCV`` does, and ``gpsl/model.py`` imports no module of
+    ``gpsl.calibration``, at the top or inside a function."""
+    bad = sorted({m for m, _ in GRAPH["gpsl.model"]
+                  if m == "gpsl.calibration" or m.startswith("gpsl.calibration.")})
+    assert not bad, f"gpsl.model imports {bad}: calibration belongs to the wrapper"

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from gpsl import cli
+from gpsl.calibration import calibrate
 from gpsl.cli import tag
 from gpsl.errors import InputError
 from gpsl.io import format_conll, iter_conll, read_conll, source
@@ -131,7 +132,7 @@ def test_labels_and_marginals_run_algorithm_2_once_and_give_what_predict_gives(k
     X, y = make_chain_task(60, n_labels=4, seed=5)
     model = GPSL(offsets=(-1, 1)).fit(X[:30], y[:30])
     if kinds is not None:
-        model.calibrate(X[30:45], y[30:45], kinds=kinds, ensemble=None)
+        calibrate(model, X[30:45], y[30:45], kinds=kinds, ensemble=None)
     calls = []
     real = model.calibration_scores
     model.calibration_scores = lambda *a, **k: calls.append(1) or real(*a, **k)

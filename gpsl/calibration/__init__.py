@@ -1,4 +1,4 @@
-"""Post-hoc calibration of the marginals (:meth:`gpsl.model.GPSL.calibrate`): temperature and
+"""Post-hoc calibration of the marginals (:func:`calibrate`): temperature and
 vector scaling, the step at Algorithm 2's fixed point (:mod:`~gpsl.calibration.step`, the
 default's), the structured temperature inside Algorithm 2 (:mod:`~gpsl.calibration.structured`),
 their stacked ensemble, chosen by cross-validated NLL, never worse than none.
@@ -6,9 +6,10 @@ their stacked ensemble, chosen by cross-validated NLL, never worse than none.
 objectives, the folds; :mod:`~gpsl.calibration.calibrator`: the :class:`Calibrator`;
 :mod:`~gpsl.calibration.decisions`: which candidates may change the decisions;
 :mod:`~gpsl.calibration.heldout`: :func:`cross_calibrate`;
-:mod:`~gpsl.calibration.rule`: which data a model is calibrated on (the one rule of the app
-and ``gpsl train``: :func:`calibrate_model`), the fold fits in parallel processes, the record
-of it (:class:`CalibrationRun`)."""
+:mod:`~gpsl.calibration.rule`: the wrapper of the estimator (:func:`calibrate`: the fold fits
+in parallel processes, the choice of calibrator), which data a model is calibrated on (the one
+rule of the app and ``gpsl train``: :func:`calibrate_model`), the record of it
+(:class:`CalibrationRun`). The estimator (:mod:`gpsl.model`) never imports this package."""
 
 from gpsl.calibration.calibrator import Calibrator
 from gpsl.calibration.heldout import cross_calibrate
@@ -17,6 +18,7 @@ from gpsl.calibration.rule import (
     SOURCES,
     CalibrationRun,
     Plan,
+    calibrate,
     calibrate_model,
     fold_processes,
     not_calibrated,
@@ -55,5 +57,5 @@ __all__ = ["Calibrator", "Scores", "cross_calibrate", "calibration_folds", "fold
            "OUT_OF_FOLD_MAX_TOKENS", "SELECT_GROUPS", "SELECT_CRITERIA", "ENSEMBLES",
            "ENSEMBLE", "STACK_MIN_WEIGHT", "STRUCTURED_MAX_TOKENS", "FOLDS_SMALL",
            "FOLDS_LARGE", "FOLDS_SMALL_MAX_SENTENCES", "MIN_TOKENS", "SOURCES", "Plan", "plan",
-           "CalibrationRun", "calibrate_model", "not_calibrated", "out_of_fold_scores",
+           "CalibrationRun", "calibrate", "calibrate_model", "not_calibrated", "out_of_fold_scores",
            "fold_processes"]

@@ -44,7 +44,7 @@ not; the default stays with the weights the data chose. Members with a weight un
 :data:`STACK_MIN_WEIGHT` are dropped and the rest renormalised.
 
 Where the held-out data comes from is the caller's choice: a held-out gold set, or predictions of
-models fitted on K-1 folds of the training sentences (:meth:`gpsl.model.GPSL.calibrate`), as
+models fitted on K-1 folds of the training sentences (:func:`gpsl.calibration.calibrate`), as
 ``sklearn.calibration.CalibratedClassifierCV`` does with ``ensemble=False``.
 
 The :class:`Calibrator` also records *which* marginals it was fitted on (``method``: the
@@ -52,7 +52,7 @@ mean-only RNS of Algorithm 2 or the uncertainty-aware one of :func:`gpsl.predict
 :meth:`Calibrator.select` fits every candidate (temperature on each method, the structured
 temperature with and without vector scaling) and keeps the one with the lowest
 cross-validated NLL; with ``ensemble="stack"`` (:data:`ENSEMBLE`, the default of
-:meth:`gpsl.model.GPSL.calibrate`) the stacked ensemble of the candidates joins them, and as its
+:func:`gpsl.calibration.calibrate`) the stacked ensemble of the candidates joins them, and as its
 weights maximise the same cross-validated log score it is the one kept by NLL
 (``ensemble="uniform"``: equal weights, kept only when its cross-validated NLL is the lowest;
 ``None``: no ensemble). The inputs of Algorithm 2 travel as :class:`Scores`."""
@@ -191,6 +191,13 @@ class Calibrator:
         return cls(method=method, kind="ensemble", temperature=1.0, w=np.ones(J),
                    c=np.zeros(J), n_tokens=max(m.n_tokens for m in members), source=source,
                    members=list(members), weights=w)
+
+    @property
+    def labels_follow(self) -> bool:
+        """Whether the model's labels follow these marginals (:meth:`gpsl.model.GPSL.predict`):
+        a temperature never moves the argmax (so it is skipped); the other kinds may, and
+        their marginals then give the labels."""
+        return self.kind != "temperature"
 
     def describe(self) -> str:
         """A short text of the calibration: ``"T 1.20"``, ``"T_U 0.87 · T_S 0.27 + vector"``,

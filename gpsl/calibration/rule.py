@@ -1,5 +1,10 @@
-"""Which data a model is calibrated on, written once: the app's training run and ``gpsl train``
-both call :func:`calibrate_model`.
+"""How a model is calibrated, written once: the one owner of calibration, a wrapper the
+estimator knows nothing about (as scikit-learn's ``CalibratedClassifierCV``).
+:func:`calibrate` fits the fold models, chooses the calibrator
+(:meth:`~gpsl.calibration.Calibrator.select`, where the uncalibrated marginals stay a
+candidate) and attaches it to the model; :func:`calibrate_model` chooses the data first (the
+app's training run and ``gpsl train`` both call it). The estimator is only called: its
+``fit``, ``get_params``, ``calibration_scores`` and ``gold_index``.
 
 **The rule** (:func:`plan`). Held-out gold labels when there are enough of them
 (:data:`MIN_TOKENS` labeled tokens in at least two sentences), else K folds of the labeled
@@ -45,8 +50,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gpsl.calibration.scores import OUT_OF_FOLD_MAX_TOKENS, calibration_folds, fold_indices
+from gpsl.calibration.calibrator import Calibrator
+from gpsl.calibration.scores import (
+    DEFAULT_KINDS,
+    ENSEMBLE,
+    METHODS,
+    OUT_OF_FOLD_MAX_TOKENS,
+    calibration_folds,
+    fold_indices,
+)
 from gpsl.errors import GpslError, InputError
+from gpsl.rns_sweeps import single_threaded_blas
 
 #: labeled tokens needed to calibrate at all (held-out gold: in at least two sentences)
 MIN_TOKENS = 50
@@ -141,6 +155,60 @@ def _labels(y) -> list[list]:
     return [list(getattr(lab, "labels", lab)) for lab in y]
 
 
+def calibrate(model, X, y, *, folds: int | None = None, method: str = "mean",
+              kinds: Sequence[str] = DEFAULT_KINDS, seed: int = 0, source: str = "",
+              criterion: str = "nll", ensemble: str | None = ENSEMBLE, jobs: int | None = 1,
+              on_fold=None):
+    """Calibrate the fitted GPSL ``model`` on ``(X, y)``: fit the post-hoc calibration
+    (:class:`~gpsl.calibration.Calibrator`), keep it in ``model.calibrator_`` (saved with the
+    model, applied by its ``predict_marginals``) and return the model. The wrapper of the
+    estimator, as scikit-learn's ``CalibratedClassifierCV``: the estimator knows nothing of it.
+
+    ``folds=None``: ``(X, y)`` is held-out labeled data for *this* model. ``folds=K``:
+    ``(X, y)`` are the training sentences; K models with this model's parameters are fitted
+    on K-1 folds each and give Algorithm 2's inputs for the remaining fold (out-of-fold,
+    :func:`out_of_fold_scores`), as ``CalibratedClassifierCV(ensemble=False)``. Candidates
+    (:data:`~gpsl.calibration.DEFAULT_KINDS`): a temperature of the mean-only marginals
+    (``method="auto"``: of the uncertainty-aware ones too, whose variances cost the fold models
+    more) and the step at Algorithm 2's fixed point with shared or per-label weights
+    (:mod:`gpsl.calibration.step`; the structured temperature, ``kinds=("structured", ...)``,
+    reruns Algorithm 2 a few hundred times); the lowest cross-validated NLL on the calibration
+    data wins, never worse on the left-out tokens than the uncalibrated marginals
+    (:meth:`~gpsl.calibration.Calibrator.select`; ``kinds`` narrows the choice, ``criterion``
+    chooses by the cross-validated ``"brier"`` score or ``"ece"`` instead). ``ensemble``: how
+    the candidates' ensemble, itself a candidate, weighs them (``"uniform"`` or ``"stack"``,
+    :mod:`gpsl.calibration`); ``None``: no ensemble. ``jobs``: processes of the fold fits
+    (default 1: here; ``None``: :func:`fold_processes`; ``on_fold(done, K)`` after each fold
+    fit). ``model.calibration_run_`` records the data and the seconds
+    (:class:`CalibrationRun`). ``fit`` itself never calibrates (scikit-learn's convention;
+    ``gpsl train`` and the app do, by :func:`calibrate_model`)."""
+    t0 = time.perf_counter()
+    model._check_fitted()
+    methods = list(METHODS) if method == "auto" else [method]
+    if any(m not in METHODS for m in methods):
+        raise ValueError(f"method must be 'auto', 'mean' or 'probit', not {method!r}")
+    X, labels = list(X), _labels(y)
+    need_var = "probit" in methods
+    with single_threaded_blas():  # small products: BLAS threads only spin (CPU x2)
+        if folds is None:
+            scores = [model.calibration_scores(X, with_variance=need_var)]
+            gold = [np.concatenate(model.gold_index(labels))] if labels else []
+            source = source or "held-out"
+        else:
+            scores, gold = out_of_fold_scores(model, X, labels, int(folds), seed=seed,
+                                              jobs=jobs, on_fold=on_fold,
+                                              with_variance=need_var)
+            source = source or f"{int(folds)}-fold"
+        model.calibrator_ = Calibrator.select(scores, gold, methods=methods, kinds=kinds,
+                                              source=source, criterion=criterion,
+                                              ensemble=ensemble)
+    model.calibration_run_ = CalibrationRun(
+        source="held-out" if folds is None else "folds",
+        folds=None if folds is None else int(folds), tokens=int(model.calibrator_.n_tokens),
+        sentences=len(X), seconds=time.perf_counter() - t0, reason=model.calibrator_.source)
+    return model
+
+
 def calibrate_model(model, X, y, *, held_out=None, folds: int | None = None,
                     required: str | None = None, jobs: int | None = None, seed: int = 0,
                     held_out_source: str = "held-out",
@@ -171,13 +239,13 @@ def calibrate_model(model, X, y, *, held_out=None, folds: int | None = None,
     model.calibrator_ = None
     run = CalibrationRun(source=p.source, folds=p.folds, reason=p.reason)
     if p.source == "held-out":
-        model.calibrate(Xh, gold, source=held_out_source)
+        calibrate(model, Xh, gold, source=held_out_source)
         run.sentences = len(Xh)
     elif p.source == "folds":
         Xl, yl = [X[i] for i in labeled], [labels[i] for i in labeled]
         run.processes = fold_processes(p.folds, jobs, model)
-        model.calibrate(Xl, yl, folds=p.folds, seed=seed, jobs=run.processes,
-                        source=folds_source.format(folds=p.folds), on_fold=on_fold)
+        calibrate(model, Xl, yl, folds=p.folds, seed=seed, jobs=run.processes,
+                  source=folds_source.format(folds=p.folds), on_fold=on_fold)
         run.sentences = len(labeled)
     if model.calibrator_ is not None:
         run.tokens = int(model.calibrator_.n_tokens)
@@ -361,5 +429,5 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 __all__ = ["MIN_TOKENS", "SOURCES", "PROCESS_MIN_FIT_SECONDS", "Plan", "plan", "CalibrationRun",
-           "calibrate_model", "not_calibrated", "out_of_fold_scores", "fold_processes",
+           "calibrate", "calibrate_model", "not_calibrated", "out_of_fold_scores", "fold_processes",
            "cpu_count"]

@@ -48,12 +48,12 @@ KINDS = ("temperature", "vector", "structured", "structured+vector", "step", "st
          "ensemble", "kept")
 #: kinds that rerun Algorithm 2 with the structured temperatures (need :meth:`Calibrator.apply`)
 STRUCTURED_KINDS = ("structured", "structured+vector")
-#: candidates :meth:`Calibrator.select` (and so :meth:`gpsl.model.GPSL.calibrate`) considers:
+#: candidates :meth:`Calibrator.select` (and so :func:`gpsl.calibration.calibrate`) considers:
 #: the temperature and the step at the fixed point (:mod:`gpsl.calibration.step`), fitted on
 #: one run of Algorithm 2 per group of calibration tokens; the structured kinds (their search
 #: reruns it a few hundred times) were the default before issue 36
 DEFAULT_KINDS = ("temperature", "step", "step+vector")
-#: the marginals the default candidates read (``GPSL.calibrate(method="auto")``: both)
+#: the marginals the default candidates read (``calibrate(model, X, y, method="auto")``: both)
 DEFAULT_METHODS = ("mean",)
 #: groups a single held-out set is split into to cross-validate the choice of calibrator
 SELECT_GROUPS = 3
