@@ -15,8 +15,10 @@ from gpsl.calibration import (
     Scores,
     calibrate,
     cross_calibrate,
+    cross_refit,
     fold_indices,
     nll_and_grad,
+    refit_like,
     stacking_weights,
     temperature_nll,
 )
@@ -249,6 +251,26 @@ def test_cross_calibration_never_uses_a_sentence_to_calibrate_itself():
                               [np.concatenate([gold[i] for i in halves[1]])])
     mine = other.apply(sc.take(list(halves[0])))
     assert np.allclose(np.concatenate([out[i] for i in halves[0]]), mine)
+
+
+def test_cross_refit_calibrates_each_half_by_the_previous_choice_refitted_on_the_other():
+    """The app's refit between selections (gpsl.annotation.refit): the held-out marginals
+    of each half come from :func:`refit_like` of the previous choice on the other half only."""
+    sc = _scores_case(seed=3, n_sent=40)
+    truth = sc.marginals("mean", 3.0, 3.0)
+    rng = np.random.default_rng(2)
+    gold = np.split(np.array([rng.choice(3, p=p) for p in truth]), np.cumsum(sc.lengths)[:-1])
+    previous = Calibrator.select([sc], [np.concatenate(gold)], kinds=("temperature",),
+                                 ensemble=None, decision_z=None)
+    out = cross_refit(previous, sc, gold)
+    halves = fold_indices(len(gold), 2, 0)
+    for mine, other in (halves, halves[::-1]):
+        cal = refit_like(previous, [sc.take(list(other))],
+                         [np.concatenate([gold[i] for i in other])])
+        assert cal.kind == previous.kind == "temperature"
+        assert cal.temperature != previous.temperature  # fitted on the half, not all
+        np.testing.assert_array_equal(np.concatenate([out[i] for i in mine]),
+                                      cal.apply(sc.take(list(mine))))
 
 
 # --------------------------------------------------------------------------- the estimator

@@ -346,7 +346,7 @@ def test_select_keeps_the_decisions_where_the_lowest_nll_raises_the_fold_loss():
     with pytest.raises(ValueError, match="kept decisions"):  # the fallback is no temperature
         Calibrator.from_dict({**d, "members": d["members"][::-1]}, 3)
     # the app's refit between selections refits both members alike
-    from gpsl.annotation.refit import refit_like
+    from gpsl.calibration import refit_like
 
     again = refit_like(fits[kept], [sub], [gold[sub_rows]])
     assert again.kind == "kept" and [m.kind for m in again.members] == ["structured",

@@ -168,7 +168,7 @@ def test_out_of_fold_tokens_are_capped_per_fold():
 
 
 def test_the_apps_refit_keeps_the_step_kinds():
-    from gpsl.annotation.refit import refit_like
+    from gpsl.calibration import refit_like
 
     sc = _scores_case(seed=7, n_sent=80)
     g = _gold(sc.marginals("mean", 2.0, 5.0))

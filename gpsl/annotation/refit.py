@@ -20,9 +20,10 @@ a batch of new labels (docs/speed.md, "The app's refit").
     more since the last selection;
   - ``"refitted"`` (held-out gold, between selections): the previous choice (its kind,
     method and, for the stacked ensemble, its members and weights) refitted on the new
-    model's held-out scores (:func:`refit_like`: the structured search started at the
-    previous temperatures, one start instead of two, no cross-validation); the held-out
-    marginals are cross-calibrated the same way on the other half. Measured on the 20k-token
+    model's held-out scores (:func:`gpsl.calibration.refit_like`: the structured search
+    started at the previous temperatures, one start instead of two, no cross-validation); the
+    held-out marginals are cross-calibrated the same way on the other half
+    (:func:`gpsl.calibration.cross_refit`). Measured on the 20k-token
     project of ``bench.app_refit``: 0.6 CPU s against 3.7;
   - ``"reused"`` (folds, between selections): the previous calibrator as it is. A fresh
     one needs K fold fits (K times the fit); the labeled tokens changed by less than
@@ -37,17 +38,14 @@ from collections.abc import Callable
 import numpy as np
 
 from gpsl.calibration import (
-    STEP_KINDS,
-    STRUCTURED_KINDS,
     CalibrationRun,
-    Calibrator,
     calibrate_model,
     cross_calibrate,
-    fold_indices,
+    cross_refit,
+    refit_like,
 )
-from gpsl.calibration.decisions import keep_decisions
 from gpsl.calibration.rule import plan
-from gpsl.errors import GpslError, InputError
+from gpsl.errors import GpslError
 from gpsl.model import GPSL
 
 #: a refit selects its calibrator afresh once the labeled training tokens grew by this share
@@ -78,59 +76,6 @@ def warm_model(model: GPSL, previous: GPSL | None) -> GPSL:
     settings = model.get_params()
     settings["warm_start"] = True
     return previous.set_params(**settings)
-
-
-def refit_like(previous: Calibrator, scores, gold, source: str = "") -> Calibrator:
-    """``previous``'s choice refitted on ``scores`` (a list of
-    :class:`gpsl.calibration.Scores`) with their flat gold indices ``gold`` (one array per
-    Scores, ``< 0`` none): the same kind and method; a structured kind's temperatures
-    searched from the previous ones; an ensemble's members refitted alike under the previous
-    stacking weights."""
-    cache: dict = {}
-    flat = np.concatenate([np.asarray(g, dtype=np.int64) for g in gold])
-
-    def one(c: Calibrator) -> Calibrator:
-        if c.kind in STRUCTURED_KINDS:
-            if c.method not in cache:
-                cache[c.method] = Calibrator.fit_structured(
-                    scores, gold, method=c.method, start=(c.t_unary, c.t_pair), source=source)
-            st = cache[c.method]
-            return st.with_vector(scores, gold) if c.kind == "structured+vector" else st
-        if c.kind in STEP_KINDS:  # gpsl.calibration.step: fitted on the cached fixed point
-            return Calibrator.fit_step(scores, gold, vector=c.kind == "step+vector",
-                                       source=source)
-        P = np.concatenate([sc.marginals(c.method) for sc in scores])
-        return Calibrator.fit(P, flat, method=c.method, kind=c.kind, source=source)
-
-    if previous.kind == "ensemble":
-        return Calibrator.stacked([one(m) for m in previous.members], previous.weights,
-                                  source=source)
-    if previous.kind == "kept":  # gpsl.calibration.decisions: both members refitted alike
-        return keep_decisions(refit_like(previous.members[0], scores, gold, source),
-                              one(previous.members[1]), source=source)
-    return one(previous)
-
-
-def _cross_refit(previous: Calibrator, scores, gold: list) -> list[np.ndarray]:
-    """Held-out marginals that are also the calibration data, each half calibrated by
-    :func:`refit_like` on the other half (as :func:`gpsl.calibration.cross_calibrate`)."""
-    n = len(gold)
-    out: list = [None] * n
-    if n < 2:
-        return np.split(scores.marginals("mean"), np.cumsum(scores.lengths)[:-1])
-    for held in fold_indices(n, 2, 0):
-        held_set = set(held.tolist())
-        rest = [i for i in range(n) if i not in held_set]
-        part = scores.take(list(held))
-        try:
-            cal = refit_like(previous, [scores.take(rest)],
-                             [np.concatenate([gold[i] for i in rest])])
-            P = cal.apply(part)
-        except InputError:
-            P = part.marginals("mean")
-        for i, p in zip(held, np.split(P, np.cumsum(part.lengths)[:-1])):
-            out[i] = p
-    return out
 
 
 def _source_name(source: str, folds: int | None) -> str:
@@ -195,7 +140,7 @@ def calibrate(model, store, project_id: int, X, y, *, previous: GPSL | None = No
             model.calibrator_ = refit_like(previous.calibrator_, [scores],
                                            [np.concatenate(gold_idx)], source="held-out gold")
             step(1, 2, "held-out halves")
-            held = dict(zip(ids, _cross_refit(previous.calibrator_, scores, gold_idx)))
+            held = dict(zip(ids, cross_refit(previous.calibrator_, scores, gold_idx)))
             step(2, 2, "")
         else:
             model.calibrator_ = previous.calibrator_
