@@ -29,7 +29,7 @@ LAYERS = {
                  "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
                  "team_columns"},
-    "facade": {"facade", "access", "__init__"},
+    "facade": {"facade", "facade_team", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},
 }

@@ -16,9 +16,6 @@ import numpy as np
 
 from gpsl import limits
 from gpsl.annotation import (
-    access,
-    accounts,
-    auth,
     crowd_folders,
     exports,
     imports,
@@ -34,8 +31,6 @@ from gpsl.annotation import (
     stats,
     store_limits,
     summaries,
-    team,
-    team_columns,
     validate,
     versions,
     vote_files,
@@ -44,16 +39,17 @@ from gpsl.annotation import (
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
 from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.facade_team import TeamFacade
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
-from gpsl.annotation.records import TrainingLabels
 from gpsl.io import Sentence
 
 
-class Store:
+class Store(TeamFacade):
     """The annotation store at ``target``: a SQLite file path or a database URL
     (``postgresql+psycopg://...``).  ``timeout``: seconds to wait for locks before
-    :class:`~gpsl.annotation.db.StoreBusyError`."""
+    :class:`~gpsl.annotation.db.StoreBusyError`.  The team's methods (the door, accounts,
+    sessions, team settings and figures) are :class:`~.facade_team.TeamFacade`'s."""
 
     def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
                  models_root: str | os.PathLike | None = None):
@@ -369,110 +365,6 @@ class Store:
 
     def leases(self, project_id: int) -> list[dict]:
         return queue.leases(self.db, project_id)
-
-    # the door (gpsl.annotation.access, accounts, auth)
-    def acting(self, who) -> access.ActingStore:
-        """This store as ``who`` (an :class:`~gpsl.annotation.Identity`) may use it: roles,
-        project membership and names checked on every call (:mod:`gpsl.annotation.access`)."""
-        return access.ActingStore(self, who)
-
-    def as_session(self, token: str | None) -> access.ActingStore | None:
-        """:meth:`acting` for the account of a session token (None: no valid session)."""
-        who = self.session_identity(token)
-        return None if who is None else self.acting(who)
-
-    def account_count(self) -> int:
-        return accounts.count(self.db)
-
-    def list_accounts(self) -> list[dict]:
-        return accounts.list_all(self.db)
-
-    def create_account(self, name: str, role: str = "annotator",
-                       password: str | None = None) -> int:
-        return accounts.create(self.db, name, role, password)
-
-    def set_account_password(self, account_id: int, password: str | None) -> None:
-        accounts.set_password(self.db, account_id, password)
-
-    def set_account_role(self, account_id: int, role: str) -> None:
-        accounts.set_role(self.db, account_id, role)
-
-    def delete_account(self, account_id: int) -> None:
-        accounts.delete(self.db, account_id)
-
-    def members(self, project_id: int) -> list[dict]:
-        return accounts.members(self.db, project_id)
-
-    def set_member(self, project_id: int, account_id: int, member: bool = True) -> bool:
-        return accounts.set_member(self.db, project_id, account_id, member)
-
-    def verify_password(self, name: str, password: str):
-        """The identity for a right password, else None (no rate limit: :meth:`sign_in`)."""
-        return accounts.check_password_of(self.db, name, password)
-
-    def sign_in(self, name: str, password: str, client: str | None = None):
-        """``(identity, session token)``, None for a wrong name or password; rate limited
-        per name and per ``client`` (:func:`gpsl.annotation.auth.sign_in`)."""
-        return auth.sign_in(self.db, name, password, client)
-
-    def issue_sign_in_link(self, account_id: int, hours: float = auth.LINK_HOURS) -> str:
-        return auth.issue_link(self.db, account_id, hours)
-
-    def redeem_sign_in_link(self, token: str):
-        return auth.redeem_link(self.db, token)
-
-    def start_session(self, account_id: int) -> str:
-        return auth.start_session(self.db, account_id)
-
-    def session_identity(self, token: str | None):
-        return auth.session_identity(self.db, token)
-
-    def end_session(self, token: str | None) -> None:
-        auth.end_session(self.db, token)
-
-    def end_sessions(self, account_id: int) -> int:
-        return auth.end_sessions(self.db, account_id)
-
-    def issue_setup_token(self, hours: float = auth.SETUP_HOURS) -> str | None:
-        return auth.issue_setup_token(self.db, hours)
-
-    def setup_lead(self, token: str, name: str, password: str, client: str | None = None):
-        return auth.setup_lead(self.db, token, name, password, client)
-
-    # team (gpsl.annotation.team)
-    def team_settings(self, project_id: int) -> dict:
-        project = self.get_project(project_id)
-        return team.settings_of(project or {})
-
-    def training_labels(self, project_id: int) -> TrainingLabels:
-        return team.training_labels(self.get_project(project_id) or {})
-
-    def set_team_settings(self, project_id: int, **settings) -> dict:
-        return team.set_settings(self.db, project_id, **settings)
-
-    def fit_crowd_model(self, project_id: int, **kw) -> dict:
-        return team.fit_crowd(self.db, project_id, **kw)
-
-    def training_set(self, project_id: int) -> dict:
-        """What a training run fits by the project's rule (:func:`team.training_set`)."""
-        return team.training_set(self.db, project_id)
-
-    def team_votes(self, project_id: int) -> list[dict]:
-        return team.project_votes(self.db, project_id)
-
-    def agreement(self, project_id: int, votes=None) -> dict:
-        return team.agreement_figures(self.db, project_id, votes)
-
-    def annotator_stats(self, project_id: int, votes=None, figures=None) -> list[dict]:
-        return team.annotator_stats(self.db, project_id, votes, figures)
-
-    def conflicts(self, project_id: int, votes=None) -> list[dict]:
-        return team.conflicts(self.db, project_id, votes)
-
-    def team_figures(self, project_id: int, make=None):
-        """``agreement, people, conflicts`` from vote columns (or ``make`` of them), kept
-        until a vote changes (:func:`team_columns.figures`); None: nobody has voted."""
-        return team_columns.figures(self.db, project_id, team.MAX_MATRIX, make)
 
     # training (gpsl.annotation.jobs)
     def start_training(self, project_id: int, config: TrainConfig,
