@@ -138,7 +138,7 @@ def store() -> Store:
     return _open_store(db_target())
 
 
-def acting():
+def acting() -> back.ActingStore | None:
     """The store as this tab's identity may use it (:meth:`Store.acting`), made by
     :func:`resolve_identity` on every run; None when nobody is signed in."""
     return st.session_state.get("_acting")
@@ -534,8 +534,8 @@ def sidebar(store) -> Project | None:
     return store.reports.project(pid)
 
 
-def setup(role: str | None = None) -> tuple[Store, Project | None]:
-    """Start of every page: returns the store and the current project.  The page stops
+def setup(role: str | None = None) -> tuple[back.ActingStore, Project | None]:
+    """Start of every page: returns the acting store and the current project.  The page stops
     here (showing the sign-in form or a refusal) unless this tab is signed in, as a lead
     when ``role == 'lead'`` (:func:`require_role`): the role is checked on the server on
     every run, whatever URL or request reached the page.

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from gpsl.annotation import AccessDenied, Identity, InputError, access
+from gpsl.annotation import AccessDenied, Identity, InputError, Store, access
 from gpsl.annotation.reports import Reports
 
 LABELS = ["B-PER", "I-PER", "B-LOC", "I-LOC", "O"]
@@ -59,8 +59,12 @@ def _args(fn, pid, s1):
 def test_a_walk_of_every_member_method_shows_nothing_of_another_person(blind):
     store, pid, s1, s2, ann = blind
     called = []
-    for names, target, acting in ((access.MEMBER, store, ann),
-                                  (access.MEMBER_REPORTS, Reports(store), ann.reports)):
+    def member(cls):
+        return {n for n, rule in access.declared(cls).items()
+                if rule and rule.role is access.Role.ANNOTATOR}
+
+    for names, target, acting in ((member(Store), store, ann),
+                                  (member(Reports), Reports(store), ann.reports)):
         for name in sorted(names):
             kwargs = _args(getattr(target, name), pid, s1)
             if kwargs is None:

@@ -200,20 +200,44 @@ def test_sessions_expire_and_can_be_revoked(store):
 
 
 def test_every_store_and_report_method_has_a_rule():
-    """Deny by default: a new Store or Reports method must be put in a table of
-    gpsl.annotation.access (or stays refused to everyone)."""
+    """Deny by default: a new Store or Reports method must carry a declaration of
+    gpsl.annotation.permissions (or it stays refused to everyone)."""
     def public(cls):
         return {n for n, f in inspect.getmembers(cls) if not n.startswith("_")
                 and (inspect.isfunction(f) or isinstance(inspect.getattr_static(cls, n),
                                                           staticmethod))}
 
-    store_methods = public(Store)
-    report_methods = public(Reports)
-    assert store_methods - access.MEMBER - access.LEAD - access.NEVER == set()
-    assert report_methods - access.MEMBER_REPORTS - access.LEAD_REPORTS == set()
-    assert not access.MEMBER & access.LEAD and not access.MEMBER_REPORTS & access.LEAD_REPORTS
-    assert (access.MEMBER | access.LEAD) - store_methods == set()  # no stale entry
-    assert (access.MEMBER_REPORTS | access.LEAD_REPORTS) - report_methods == set()
+    for cls in (Store, Reports):
+        rules = access.declared(cls)
+        assert set(rules) == public(cls)
+        assert [n for n, rule in rules.items() if rule is None] == []
+    # the door's own business is refused to everyone, leads included
+    assert {n for n, rule in access.declared(Store).items() if rule.role is None} >= {
+        "sign_in", "start_session", "session_identity", "setup_lead", "acting", "close"}
+
+
+def test_the_acting_store_enforces_the_declarations_not_the_names(tmp_path):
+    """A method under another name keeps its declaration (in your own name), and a method
+    without one is refused to everyone, a lead too: the acting store reads declarations."""
+    class Renamed(Store):
+        write_votes = Store.set_labels
+
+        def sneak(self, project_id: int) -> int:
+            return project_id
+
+    s = Renamed(str(tmp_path / "renamed.sqlite3"))
+    p1, p2, lead, ann, bob = team(s)
+    sid = s.sentence_ids(p1)[0]
+    a = s.acting(Identity("Ann", "annotator", ann))
+    with pytest.raises(AccessDenied, match="write votes: only in your own name"):
+        a.write_votes(sid, {0: "O"}, "Bob")
+    with pytest.raises(AccessDenied, match="not a member of project"):
+        a.write_votes(s.sentence_ids(p2)[0], {0: "O"}, "Ann")
+    a.write_votes(sid, {0: "O"}, None)  # None: the acting person
+    assert [(v["annotator"], v["label"]) for v in s.votes(sid)] == [("Ann", "O")]
+    with pytest.raises(AccessDenied, match="sneak is not available here"):
+        s.acting(Identity("Lea", "lead", lead)).sneak(p1)
+    s.close()
 
 
 def test_an_annotator_cannot_reach_lead_actions_or_other_projects(store):

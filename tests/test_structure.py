@@ -20,7 +20,8 @@ MAX_LINES = 600
 # The layers of gpsl/annotation, bottom first: a module imports modules of its own layer or
 # lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
 LAYERS = {
-    "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
+    "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes",
+             "permissions"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},
@@ -29,7 +30,7 @@ LAYERS = {
                  "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
                  "team_columns"},
-    "facade": {"facade", "access", "__init__"},
+    "facade": {"facade", "facade_team", "access", "__init__"},
     # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
     "entry": {"worker", "setup"},
 }
@@ -217,3 +218,90 @@ def test_the_estimator_does_not_import_calibration():
     bad = sorted({m for m, _ in GRAPH["gpsl.model"]
                   if m == "gpsl.calibration" or m.startswith("gpsl.calibration.")})
     assert not bad, f"gpsl.model imports {bad}: calibration belongs to the wrapper"
+
+
+# ------------------------------------------------------------------ permission declarations
+
+
+def _facade_classes():
+    from gpsl.annotation import Store
+    from gpsl.annotation.reports import Reports
+
+    return Store, Reports
+
+
+def test_every_public_facade_method_declares_its_permission():
+    """Each public method of Store (its mixins included) and of its Reports carries one
+    declaration of gpsl.annotation.permissions: an undecorated method fails here (and is
+    refused to everyone through an acting store)."""
+    from gpsl.annotation import permissions
+
+    for cls in _facade_classes():
+        rules = permissions.declared(cls)
+        assert len(rules) > 20, cls
+        missing = sorted(n for n, rule in rules.items() if rule is None)
+        assert not missing, f"{cls.__name__}: no permission declared on {missing}"
+
+
+def test_a_declaration_naming_a_missing_argument_fails_when_the_class_is_defined():
+    """Renaming an argument a declaration names (the acting person's own name, the labels
+    an accepted write carries, ...) stops the import instead of skipping the check."""
+    from gpsl.annotation.permissions import Accepted, Blind, Role, door_only, requires
+
+    with pytest.raises(TypeError, match="annotator"):
+        class Renamed:  # noqa: F841 - the class statement is what fails
+            @requires(Role.ANNOTATOR, own="annotator")
+            def skip(self, sentence_id: int, annotator_name: str) -> None: ...
+    bad = [
+        ({"own_unless_lead": "annotator"}, lambda self, project_id, who=None: None),
+        ({"by": "started_by"}, lambda self, project_id, config: None),
+        ({"accepted": Accepted.STEPS}, lambda self, sentence_id, steps, annotator: None),
+        ({"accepted": Accepted.ONE}, lambda self, sentence_id, token, label, source: None),
+        ({"import_credit": "annotator"}, lambda self, project_id, items: None),
+        ({"blind": Blind.TEXT_ONLY}, lambda self, project_id, text="": None),
+        ({"blind_own": "only"}, lambda self, sentence_id, token_index: None),
+        ({"project_decides": "blind"}, lambda self, sentence_id, annotator: None),
+    ]
+    for kw, fn in bad:
+        with pytest.raises(TypeError, match="not an argument"):
+            requires(Role.LEAD, **kw)(fn)
+    # what they name, they may name: an import credit or a search filter through **kw
+    assert requires(Role.LEAD, import_credit="annotator")(lambda self, pid, **kw: None)
+    assert requires(Role.ANNOTATOR, blind=Blind.TEXT_ONLY)(lambda self, pid, **f: None)
+    with pytest.raises(TypeError, match="one permission declaration"):
+        door_only(requires(Role.LEAD)(lambda self: None))
+    with pytest.raises(TypeError, match="Role"):
+        requires("lead")
+
+
+def _strings(node) -> set[str]:
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}
+
+
+def test_the_acting_store_keeps_no_table_of_method_names():
+    """gpsl/annotation/access.py enforces the declarations: no set, dict, list or tuple of
+    the facade's method names, and no comparison of the called method's ``name`` with one
+    (``name == "start_training"``, ``name in ("search", ...)``). (A dict key such as
+    ``"crowd"`` may share a report's name: only a comparison with ``name`` counts.)"""
+    from gpsl.annotation import access
+
+    methods = set()
+    for cls in _facade_classes():
+        methods |= {n for n in dir(cls) if not n.startswith("_")}
+    for old in ("MEMBER", "LEAD", "NEVER", "SELF", "SELF_IF_NOT_LEAD", "IMPORT_CREDIT",
+                "MEMBER_REPORTS", "LEAD_REPORTS", "_PROJECT_READS", "_LABEL_WRITES"):
+        assert not hasattr(access, old), old
+    tree = ast.parse(Path(access.__file__).read_text(encoding="utf-8"))
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(x, ast.Name) and x.id == "name"
+                for x in (node.left, *node.comparators)):
+            named += sorted(_strings(node) & methods)
+        if isinstance(node, (ast.Module, ast.ClassDef)):
+            for stmt in node.body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None \
+                        and not isinstance(stmt.value, ast.Constant):
+                    named += sorted(_strings(stmt.value) & methods)
+    assert not named, f"access.py names facade methods: {named}"

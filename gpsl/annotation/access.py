@@ -8,19 +8,21 @@ request that reaches it) asks for, the back end decides:
   name and role are read from its row (a deleted account is refused), and the single-user
   local identity (the lead) is refused once the store has an account;
 * **what**: every method of the :class:`~gpsl.annotation.Store` and of its
-  :class:`~gpsl.annotation.reports.Reports` is in one of the tables below: :data:`MEMBER`
+  :class:`~gpsl.annotation.reports.Reports` carries its declaration
+  (:mod:`gpsl.annotation.permissions`, re-exported here): ``@requires(Role.ANNOTATOR)``
   (anyone who is a member of the project the call touches: labelling, the queue, one's
-  own view of a sentence) or :data:`LEAD` (settings, training, imports, exports, accounts,
-  adjudication, every dashboard, other people's data); a method in neither table is refused
-  (deny by default), and :data:`NEVER` (sessions, links, raw rows) is refused to everyone;
+  own view of a sentence) or ``@requires(Role.LEAD)`` (settings, training, imports, exports,
+  accounts, adjudication, every dashboard, other people's data); a method without one is
+  refused (deny by default), and ``@door_only`` (sessions, links, raw rows) is refused to
+  everyone;
 * **which project**: the project is found from the call's ``project_id``, ``sentence_id``,
   ``version_id`` or ``version`` argument; a lead may touch every project, anyone else only
   those they are a member of (:func:`gpsl.annotation.accounts.set_member`); the project list
   holds only those;
 * **in whose name**: the arguments that credit a vote, a decision, a skip or a lease
-  (:data:`SELF`) must be the acting person's own name (None is read as it), so nobody can
-  label as someone else or as a reserved name; imported labels are credited to the import
-  (``import:<file>``) only;
+  (a declaration's ``own``) must be the acting person's own name (None is read as it), so
+  nobody can label as someone else or as a reserved name; imported labels are credited to
+  the import (``import:<file>``) only;
 * **blind mode**: someone who is not a lead, in a project in blind mode, sees only their own
   history, searches by text only and cannot list who voted;
 * **the team's model**: the crowd model in a project's settings (every annotator's name and
@@ -47,79 +49,24 @@ from typing import Any
 from gpsl.annotation import accounts, auth, projects, team, validate
 from gpsl.annotation.accounts import Identity
 from gpsl.annotation.errors import AccessDenied, InputError
+from gpsl.annotation.permissions import (
+    BLIND_FILTERS,
+    Accepted,
+    Blind,
+    Role,
+    Rule,
+    Shows,
+    declaration,
+    declared,
+    door_only,
+    requires,
+    rule_of,
+)
 from gpsl.annotation.reports import Reports
-
-#: Store methods anyone may call on a project they are a member of
-MEMBER = frozenset({
-    "list_projects", "get_project", "sentence_count", "neighbours", "sentence_view",
-    "set_labels", "set_label_steps", "set_label", "clear_label", "undo", "skip", "progress",
-    "find_sentences",
-    "annotators", "sentence_by_number", "sentence_numbers", "active_model", "queue",
-    "queue_strategy", "next_sentence", "next_to_annotate", "release_lease", "team_settings",
-})
-#: Store methods for a lead (every project; other people's votes and data; the team)
-LEAD = frozenset({
-    "create_project", "create_project_from_sentences", "create_sample_copy",
-    "ensure_sample_project", "update_project", "delete_project", "add_sentences", "set_gold",
-    "get_sentence", "get_sentences", "sentence_ids", "training_data", "gold_data",
-    "export_sentences", "adjudicate", "adjudication_history", "votes", "history",
-    "token_history", "start_model_version", "set_model_worker", "finish_model_version",
-    "fail_model_version", "mark_stale_running_failed", "set_active_model",
-    "get_model_version", "list_model_versions", "list_query_rounds", "save_predictions",
-    "get_predictions", "get_query_scores", "has_predictions", "delete_predictions",
-    "prune_predictions", "ranked_queue", "leases", "account_count", "list_accounts",
-    "create_account", "set_account_password", "set_account_role", "delete_account",
-    "issue_sign_in_link", "end_sessions", "members", "set_member", "set_team_settings",
-    "fit_crowd_model", "team_votes", "agreement", "annotator_stats", "conflicts",
-    "team_figures",
-    "start_training", "stop_training", "keep_training", "set_keep_training", "recover",
-    "import_sentences", "export_annotations",
-    "export_predictions", "preview", "check_model", "model_zip", "training_set",
-    "training_labels",
-    "export_votes", "import_votes", "create_crowd_project", "import_crowd_folder",
-    "own_root", "model_path", "store_summary", "annotations_file", "predictions_file",
-    "store_limits", "set_store_limits", "parse_upload", "open_upload", "label_activity",
-})
-#: Reports anyone may read of a project they are a member of (their own view of it)
-MEMBER_REPORTS = frozenset({
-    "project", "projects", "progress", "active_version", "scheme", "sentence",
-    "own_labels",
-    "token_history", "search", "team_settings", "label_stamp", "learning_curve",
-})
-#: Reports for a lead
-LEAD_REPORTS = frozenset({
-    "columns", "versions", "version", "with_predictions", "running", "training_progress",
-    "keep_training",
-    "summary", "calibration", "ranked", "uncertain_tokens", "activity", "crowd", "team",
-    "conflicts", "decisions", "tokens", "accounts", "leases",
-})
-#: never through an acting store: sessions, links and passwords are the door's own business
-#: (a lead starting a session for another account would be that account)
-NEVER = frozenset({
-    "verify_password", "sign_in", "redeem_sign_in_link", "start_session", "session_identity",
-    "end_session", "issue_setup_token", "setup_lead", "acting", "as_session", "close",
-})
-#: the arguments naming who a call credits or serves: the acting person's own name only
-SELF = {
-    "set_labels": "annotator", "set_label_steps": "annotator", "set_label": "annotator",
-    "clear_label": "annotator",
-    "undo": "annotator", "skip": "annotator", "adjudicate": "lead",
-    "next_sentence": "annotator", "next_to_annotate": "annotator",
-    "release_lease": "annotator", "sentence_view": "annotator", "sentence": "annotator",
-    "own_labels": "annotator",
-}
-#: non-leads only: a queue in their own name
-SELF_IF_NOT_LEAD = {"queue": "annotator"}
-#: labels that come with a file: credited to the import, never to a person
-IMPORT_CREDIT = {"import_sentences", "add_sentences", "create_project_from_sentences"}
-
 
 #: what an :class:`ActingStore` or :class:`ActingReports` keeps out of a page's reach: the
 #: unrestricted store, the caches (per object, weakly: it goes with the object)
 _PRIVATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: results that carry a project's settings: read without the crowd model by non-leads
-_PROJECT_READS = frozenset({"get_project", "list_projects", "project", "projects"})
-_LABEL_WRITES = frozenset({"set_labels", "set_label_steps", "set_label"})
 
 
 def _private(obj) -> SimpleNamespace:
@@ -135,6 +82,8 @@ def _without_crowd(item):
         return [_without_crowd(x) for x in item]
     if isinstance(item, dict) and "settings" not in item:  # team settings
         return {**item, "crowd": None} if "crowd" in item else item
+    if not isinstance(item, dict) and not hasattr(item, "settings"):
+        return item  # a record without settings (the team settings' record has no model)
     settings = item["settings"] if isinstance(item, dict) else item.settings
     if not settings or "crowd" not in settings:
         return item
@@ -240,14 +189,14 @@ class ActingStore:
         version = args.get("version")
         return getattr(version, "project_id", None)
 
-    def _check_accepted(self, name: str, a: dict) -> None:
+    def _check_accepted(self, rule: Rule, a: dict) -> None:
         """``source='accepted'``: every label is the active model's suggestion for its token
         in this person's view of the sentence (:meth:`Reports.sentence`)."""
-        if name not in _LABEL_WRITES or a.get("source", "human") != "accepted":
+        if rule.accepted is None or a.get("source", "human") != "accepted":
             return
-        steps = ([a.get("labels") or {}] if name == "set_labels" else
-                 [{a.get("token_index"): a.get("label")}] if name == "set_label" else
-                 list(a.get("steps") or []))
+        steps = ([a.get("labels") or {}] if rule.accepted is Accepted.MAPPING else
+                 [{a.get("token_index"): a.get("label")}] if rule.accepted is Accepted.ONE
+                 else list(a.get("steps") or []))
         view = Reports(_private(self).store).sentence(a["sentence_id"], self.who.name)
         if view is None or view.version is None:
             raise InputError("no model suggestions to accept (train a model first)",
@@ -261,16 +210,17 @@ class ActingStore:
                                      "suggestion, so it cannot be stored as accepted",
                                      source=f"sentence {a['sentence_id']}")
 
-    def check(self, name: str, fn: Callable, args: tuple, kwargs: dict, *,
-              reports: bool = False) -> inspect.BoundArguments:
-        """Refuse (:class:`AccessDenied`) unless this identity may make the call (of a
-        Store method, or of a report with ``reports``); returns the bound arguments, with
-        the acting name filled in where :data:`SELF` wants it."""
-        member, lead = (MEMBER_REPORTS, LEAD_REPORTS) if reports else (MEMBER, LEAD)
-        if name in NEVER or name.startswith("_") or name not in member | lead:
+    def check(self, name: str, fn: Callable, args: tuple, kwargs: dict
+              ) -> inspect.BoundArguments:
+        """Refuse (:class:`AccessDenied`) unless this identity may make the call of ``fn``
+        (the store's or a report's method ``name``) by its declaration
+        (:mod:`.permissions`; none, or :func:`~.permissions.door_only`: refused); returns
+        the bound arguments, with the acting name filled in where the declaration names it."""
+        rule = declaration(fn)
+        if name.startswith("_") or rule is None or rule.role is None:
             raise AccessDenied(f"{name} is not available here")
         who = self.who
-        if name not in member and not who.is_lead:
+        if rule.role is Role.LEAD and not who.is_lead:
             raise AccessDenied(f"{name.replace('_', ' ')} is for a project lead (you are "
                                f"{who.role})")
         try:
@@ -281,7 +231,7 @@ class ActingStore:
         a = bound.arguments
         extra = {k: v for name_, prm in bound.signature.parameters.items()
                  if prm.kind is prm.VAR_KEYWORD for k, v in a.get(name_, {}).items()}
-        for arg in (SELF.get(name), None if who.is_lead else SELF_IF_NOT_LEAD.get(name)):
+        for arg in (rule.own, None if who.is_lead else rule.own_unless_lead):
             if arg is None or arg not in a:
                 continue
             if a[arg] is None:
@@ -289,40 +239,42 @@ class ActingStore:
             elif " ".join(str(a[arg]).split()) != who.name:
                 raise AccessDenied(f"{name.replace('_', ' ')}: only in your own name "
                                    f"({who.name!r}), not {str(a[arg])[:60]!r}")
-        credit = a.get("annotator", extra.get("annotator"))
-        if name in IMPORT_CREDIT and credit is not None and not validate.is_import(str(credit)):
+        credit = rule.import_credit and a.get(rule.import_credit,
+                                              extra.get(rule.import_credit))
+        if credit is not None and not validate.is_import(str(credit)):
             raise AccessDenied("imported labels are credited to the import "
                                "(import:<file name>), never to a person")
-        if name == "start_training":  # the run's line names who started it, never a choice
-            a["started_by"] = who.name
-        if name == "sentence_view" and not who.is_lead and a.get("blind") is not None:
+        if rule.by is not None:  # e.g. the run's line names who started it, never a choice
+            a[rule.by] = who.name
+        if rule.project_decides is not None and not who.is_lead and \
+                a.get(rule.project_decides) is not None:
             raise AccessDenied("the project's blind mode decides what you see")
         pid = self._project(a, look_up=not who.is_lead)
-        self._check_accepted(name, a)
+        self._check_accepted(rule, a)
         if who.is_lead:
             return bound
         if pid is not None and not self.is_member(pid):
             raise AccessDenied(f"you are not a member of project {pid}: ask a lead to add you")
-        if self._blind(pid):
-            if name == "annotators" or (name in ("search", "find_sentences") and any(
-                    extra.get(k) for k in ("label", "annotator", "status", "conflicts"))):
+        if (rule.blind or rule.blind_own) and self._blind(pid):
+            if rule.blind is Blind.REFUSED or (rule.blind is Blind.TEXT_ONLY and any(
+                    extra.get(k) for k in BLIND_FILTERS)):
                 raise AccessDenied("blind annotation: search by text only")
-            if name == "token_history" and a.get("only") != who.name:
-                a["only"] = who.name  # the report's own filter: this person's changes
+            if rule.blind_own is not None and a.get(rule.blind_own) != who.name:
+                a[rule.blind_own] = who.name  # e.g. a report's own filter: their changes
         return bound
 
-    def redact(self, name: str, result, bound: inspect.BoundArguments | None = None):
-        """What a non-lead gets of a call's ``result``: only their projects, no project's
-        crowd model (every annotator's name and confusion matrix), and in blind mode a
-        progress without other people's names and labels."""
-        if self.who.is_lead:
+    def redact(self, rule: Rule, result, bound: inspect.BoundArguments | None = None):
+        """What a non-lead gets of a call's ``result`` by its declaration's ``shows``: only
+        their projects, no project's crowd model (every annotator's name and confusion
+        matrix), and in blind mode a progress without other people's names and labels."""
+        if self.who.is_lead or rule.shows is None:
             return result
-        if name == "progress" and self._blind(self._project(bound.arguments)):
+        if rule.shows is Shows.OWN_PROGRESS and self._blind(self._project(bound.arguments)):
             result = _own_progress(result, self.who.name)
-        if name in ("list_projects", "projects"):
+        if rule.shows is Shows.MEMBER_PROJECTS:
             result = [p for p in result
                       if self.is_member(p["id"] if isinstance(p, dict) else p.id)]
-        if name in _PROJECT_READS or (name == "team_settings" and isinstance(result, dict)):
+        if rule.shows in (Shows.MEMBER_PROJECTS, Shows.NO_CROWD):
             result = _without_crowd(result)
         return result
 
@@ -332,13 +284,7 @@ class ActingStore:
         target = getattr(_private(self).store, name)  # AttributeError for what it lacks
         if not callable(target):
             raise AccessDenied(f"{name} is not available here")
-
-        def call(*args, **kwargs):
-            bound = self.check(name, target, args, kwargs)
-            return self.redact(name, target(*bound.args, **bound.kwargs), bound)
-
-        call.__name__ = name
-        return call
+        return _checked(self, target, name)
 
     # -- the person's own session -------------------------------------------------------
     def end_own_sessions(self) -> int:
@@ -350,7 +296,7 @@ class ActingStore:
 
 class ActingReports:
     """:class:`~gpsl.annotation.reports.Reports` for one identity: every report checked by
-    the tables of :class:`ActingStore`."""
+    its declaration, as :class:`ActingStore` checks the store's methods."""
 
     __slots__ = ("__weakref__",)
 
@@ -363,10 +309,19 @@ class ActingReports:
             raise AccessDenied(f"{name} is not available here")
         acting, reports = _private(self).acting, _private(self).reports
         target = getattr(reports, name)
+        return _checked(acting, target, name)
 
-        def call(*args, **kwargs):
-            bound = acting.check(name, target, args, kwargs, reports=True)
-            return acting.redact(name, target(*bound.args, **bound.kwargs), bound)
 
-        call.__name__ = name
-        return call
+def _checked(acting: ActingStore, target: Callable, name: str) -> Callable:
+    """``target`` (the method ``name`` of the store or of its reports, bound) checked on
+    every call by its declaration for ``acting``'s identity."""
+    def call(*args, **kwargs):
+        bound = acting.check(name, target, args, kwargs)
+        return acting.redact(declaration(target), target(*bound.args, **bound.kwargs), bound)
+
+    call.__name__ = name
+    return call
+
+
+__all__ = ["Accepted", "ActingReports", "ActingStore", "Blind", "Role", "Shows", "declaration",
+           "declared", "door_only", "requires", "resolve", "rule_of"]

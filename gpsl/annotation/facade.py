@@ -16,9 +16,6 @@ import numpy as np
 
 from gpsl import limits
 from gpsl.annotation import (
-    access,
-    accounts,
-    auth,
     crowd_folders,
     exports,
     imports,
@@ -34,8 +31,6 @@ from gpsl.annotation import (
     stats,
     store_limits,
     summaries,
-    team,
-    team_columns,
     validate,
     versions,
     vote_files,
@@ -44,16 +39,18 @@ from gpsl.annotation import (
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
 from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.facade_team import TeamFacade
+from gpsl.annotation.permissions import Accepted, Blind, Role, Shows, door_only, requires
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
-from gpsl.annotation.records import TrainingLabels
 from gpsl.io import Sentence
 
 
-class Store:
+class Store(TeamFacade):
     """The annotation store at ``target``: a SQLite file path or a database URL
     (``postgresql+psycopg://...``).  ``timeout``: seconds to wait for locks before
-    :class:`~gpsl.annotation.db.StoreBusyError`."""
+    :class:`~gpsl.annotation.db.StoreBusyError`.  The team's methods (the door, accounts,
+    sessions, team settings and figures) are :class:`~.facade_team.TeamFacade`'s."""
 
     def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
                  models_root: str | os.PathLike | None = None):
@@ -77,10 +74,12 @@ class Store:
             self._own = owned.own_root(self.models_base, self.store_id)
         return self._own
 
+    @requires(Role.LEAD)
     def own_root(self, base=None) -> Path:
         """This store's own folder under ``base`` (default: the store's models base)."""
         return self.models_root if base is None else owned.own_root(base, self.store_id)
 
+    @requires(Role.LEAD)
     def model_path(self, version_id: int) -> Path:
         """The version's model folder, refused with one line when missing or another
         store's (:func:`gpsl.annotation.owned.model_path`)."""
@@ -97,6 +96,7 @@ class Store:
     def dialect(self) -> str:
         return self.db.dialect
 
+    @door_only
     def close(self) -> None:
         self.db.dispose()
 
@@ -123,10 +123,12 @@ class Store:
         return reports.Reports(self)
 
     # projects
+    @requires(Role.LEAD)
     def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
                        settings=None, **kw) -> int:
         return projects.create(self.db, name, labels, template, offsets, kernel, settings, **kw)
 
+    @requires(Role.LEAD, import_credit="annotator")
     def create_project_from_sentences(self, name, sentences_, labels, template, offsets,
                                       kernel="linear", **kw) -> int:
         """From a list of sentences, or an :class:`imports.Upload` (written chunk by chunk)."""
@@ -134,63 +136,81 @@ class Store:
             else projects.create_from_sentences
         return make(self.db, name, sentences_, labels, template, offsets, kernel, **kw)
 
+    @requires(Role.LEAD)
     def create_sample_copy(self, name: str, sample_dir) -> int:
         return projects.create_sample(self.db, name, sample_dir)
 
+    @requires(Role.LEAD)
     def ensure_sample_project(self, sample_dir) -> int:
         return projects.ensure_sample(self.db, sample_dir)
 
+    @requires(Role.ANNOTATOR, shows=Shows.MEMBER_PROJECTS)
     def list_projects(self) -> list[dict]:
         return projects.list_all(self.db)
 
+    @requires(Role.ANNOTATOR, shows=Shows.NO_CROWD)
     def get_project(self, project_id: int) -> dict | None:
         return projects.get(self.db, project_id)
 
+    @requires(Role.LEAD)
     def update_project(self, project_id: int, **fields) -> dict:
         return projects.update(self.db, project_id, **fields)
 
+    @requires(Role.LEAD)
     def delete_project(self, project_id: int) -> bool:
         return projects.delete(self.db, project_id)
 
     # sentences
+    @requires(Role.LEAD, import_credit="annotator")
     def add_sentences(self, project_id: int, items, **kw) -> int:
         return projects.add_sentences(self.db, project_id, items, **kw)
 
+    @requires(Role.LEAD)
     def set_gold(self, sentence_id: int, gold: Sequence[str | None]) -> None:
         sentences.set_gold(self.db, sentence_id, gold)
 
+    @requires(Role.LEAD)
     def get_sentence(self, sentence_id: int) -> dict | None:
         return sentences.get(self.db, sentence_id)
 
+    @requires(Role.LEAD)
     def get_sentences(self, project_id: int, split: str | None = None, offset: int = 0,
                       limit: int | None = None) -> list[dict]:
         return sentences.page(self.db, project_id, split, offset, limit)
 
+    @requires(Role.ANNOTATOR)
     def sentence_count(self, project_id: int, split: str | None = None) -> int:
         return sentences.count(self.db, project_id, split)
 
+    @requires(Role.LEAD)
     def sentence_ids(self, project_id: int, split: str | None = None) -> list[int]:
         return sentences.ids(self.db, project_id, split)
 
+    @requires(Role.ANNOTATOR)
     def neighbours(self, sentence_id: int):
         return sentences.neighbours(self.db, sentence_id)
 
+    @requires(Role.LEAD)
     def training_data(self, project_id: int, split: str | None = "train", **kw):
         return sentences.training_data(self.db, project_id, split, **kw)
 
+    @requires(Role.LEAD)
     def gold_data(self, project_id: int, split: str | None = "heldout"):
         return sentences.gold_data(self.db, project_id, split)
 
+    @requires(Role.ANNOTATOR, own="annotator", project_decides="blind")
     def sentence_view(self, sentence_id: int, annotator: str,
                       blind: bool | None = None) -> dict | None:
         """:meth:`get_sentence` as ``annotator`` may see it (the project's blind mode)."""
         return sentences.view(self.db, sentence_id, annotator, blind)
 
+    @requires(Role.LEAD)
     def export_sentences(self, project_id: int, split: str | None = None) -> list:
         return [Sentence(tokens=s["tokens"], labels=s["labels"], line=s["line"] or 1)
                 for s in self.get_sentences(project_id, split=split)]
 
     # labels
+    @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.MAPPING)
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
         out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
@@ -207,6 +227,7 @@ class Store:
         except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
             pass
 
+    @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.STEPS)
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
                         annotator: str, source: str = "human",
                         ages: Sequence[float] | None = None,
@@ -219,14 +240,17 @@ class Store:
         self._labels_written(sentence_id=sentence_id)
         return out
 
+    @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.ONE)
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
         ids = self.set_labels(sentence_id, {token_index: label}, annotator, source)
         return ids[0] if ids else None
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def clear_label(self, sentence_id: int, token_index: int, annotator: str) -> int | None:
         return self.set_label(sentence_id, token_index, None, annotator)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def undo(self, project_id: int, annotator: str | None = None,
              batch: str | None = None) -> dict | None:
         """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
@@ -234,59 +258,75 @@ class Store:
         self._labels_written(project_id=project_id)
         return out
 
+    @requires(Role.LEAD, own="lead")
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
         labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
         self._labels_written(sentence_id=sentence_id)
 
+    @requires(Role.LEAD)
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
         return votes.adjudication_history(self.db, sentence_id, project_id, limit)
 
+    @requires(Role.LEAD)
     def votes(self, sentence_id: int) -> list[dict]:
         return votes.votes_of(self.db, sentence_id)
 
+    @requires(Role.LEAD)
     def history(self, sentence_id=None, project_id=None, annotator=None, limit=100):
         return votes.history(self.db, sentence_id, project_id, annotator, limit)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def skip(self, sentence_id: int, annotator: str) -> None:
         labeling.skip(self.db, sentence_id, annotator)
 
+    @requires(Role.ANNOTATOR, shows=Shows.OWN_PROGRESS)
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:
         return stats.progress(self.db, project_id, split, detail=detail)
 
     # search (read-only)
+    @requires(Role.ANNOTATOR, blind=Blind.TEXT_ONLY)
     def find_sentences(self, project_id: int, **filters) -> dict:
         return search.find(self.db, project_id, **filters)
 
+    @requires(Role.ANNOTATOR, blind=Blind.REFUSED)
     def annotators(self, project_id: int) -> list[str]:
         return search.annotators(self.db, project_id)
 
+    @requires(Role.ANNOTATOR)
     def sentence_by_number(self, project_id: int, number: int) -> dict | None:
         return search.by_number(self.db, project_id, number)
 
+    @requires(Role.ANNOTATOR)
     def sentence_numbers(self, project_id: int, split: str | None = None) -> tuple[int, int, int]:
         return search.numbers(self.db, project_id, split)
 
+    @requires(Role.LEAD)
     def token_history(self, sentence_id: int, token_index: int, limit: int | None = 50):
         return search.token_history(self.db, sentence_id, token_index, limit)
 
     # model versions
+    @requires(Role.LEAD)
     def start_model_version(self, project_id: int, settings=None, *, pid=None) -> int:
         return versions.start(self.db, project_id, settings, pid=pid)
 
+    @requires(Role.LEAD)
     def set_model_worker(self, version_id: int, pid: int, started: float | None,
                          **extra) -> None:
         versions.set_worker(self.db, version_id, pid, started, extra)
 
+    @requires(Role.LEAD)
     def finish_model_version(self, version_id: int, path, bound_trace=None, metrics=None,
                              n_labeled_tokens=None, **kw) -> bool:
         return versions.finish(self.db, version_id, path, bound_trace, metrics,
                                n_labeled_tokens, **kw)
 
+    @requires(Role.LEAD)
     def fail_model_version(self, version_id: int, error: str, status: str = "failed") -> bool:
         return versions.fail(self.db, version_id, error, status)
 
+    @requires(Role.LEAD)
     def mark_stale_running_failed(self, project_id: int | None = None, *, alive=None,
                                   reason=None) -> list[int]:
         return versions.mark_stale_failed(
@@ -294,66 +334,84 @@ class Store:
             reason or (lambda v: f"worker process {v['settings'].get('pid')} is gone"),
             project_id)
 
+    @requires(Role.LEAD)
     def set_active_model(self, project_id: int, version_id: int | None) -> None:
         versions.set_active(self.db, project_id, version_id)
 
+    @requires(Role.ANNOTATOR)
     def active_model(self, project_id: int) -> dict | None:
         return versions.active(self.db, project_id)
 
+    @requires(Role.LEAD)
     def get_model_version(self, version_id: int) -> dict | None:
         return versions.get(self.db, version_id)
 
+    @requires(Role.LEAD)
     def list_model_versions(self, project_id: int) -> list[dict]:
         return versions.list_all(self.db, project_id)
 
+    @requires(Role.LEAD)
     def list_query_rounds(self, project_id: int) -> list[dict]:
         return versions.query_rounds(self.db, project_id)
 
     # predictions and queue
+    @requires(Role.LEAD)
     def save_predictions(self, version_id: int, marginals: Mapping[int, np.ndarray],
                          query_scores: Mapping[int, np.ndarray] | None = None) -> int:
         return scoring.save_predictions(self.db, version_id, marginals, query_scores)
 
+    @requires(Role.LEAD)
     def get_predictions(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get(self.db, version_id, sentence_ids)
 
+    @requires(Role.LEAD)
     def get_query_scores(self, version_id: int, sentence_ids=None) -> dict[int, np.ndarray]:
         return predictions.get_query_scores(self.db, version_id, sentence_ids)
 
+    @requires(Role.LEAD)
     def label_activity(self, project_id: int) -> list[tuple[str, str, int]]:
         """``(day, annotator, labels set)`` (:func:`stats.activity`)."""
         return stats.activity(self.db, project_id)
 
+    @requires(Role.LEAD)
     def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
         """Compute and store what the pages show of a version (:mod:`.summaries`);
         ``classes``: its labels, before the run records them."""
         return summaries.store_summary(self, version_id, classes)
 
+    @requires(Role.LEAD)
     def has_predictions(self, version_id: int) -> bool:
         return predictions.has_any(self.db, version_id)
 
+    @requires(Role.LEAD)
     def delete_predictions(self, version_id: int) -> int:
         return predictions.delete(self.db, version_id)
 
+    @requires(Role.LEAD)
     def prune_predictions(self, project_id: int, keep: int = 1) -> int:
         return predictions.prune(self.db, project_id, keep)
 
+    @requires(Role.ANNOTATOR, own_unless_lead="annotator")
     def queue(self, project_id: int, order: str = "uncertainty", annotator: str | None = None,
               limit: int | None = 100) -> list[int]:
         return queue.queue(self.db, project_id, order, annotator, limit)
 
+    @requires(Role.LEAD)
     def ranked_queue(self, project_id: int, n: int = 10) -> list[dict]:
         return queue.ranked(self.db, project_id, n)
 
+    @requires(Role.ANNOTATOR)
     def queue_strategy(self, project_id: int) -> str | None:
         """The query score ordering the uncertainty queue (:func:`queue.strategy`)."""
         return queue.strategy(self.db, project_id)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def next_sentence(self, project_id: int, annotator: str, order: str = "uncertainty",
                       current: int | None = None, exclude=()) -> int | None:
         """The next sentence for a team member, leased to them (:func:`queue.route`)."""
         return queue.route(self.db, project_id, annotator, order, current, exclude)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def next_to_annotate(self, project_id: int, annotator: str, order: str = "uncertainty",
                          current: int | None = None, seen=(), *, team: bool = False
                          ) -> int | None:
@@ -364,147 +422,53 @@ class Store:
             return self.next_sentence(project_id, annotator, order, current, seen)
         return queue.next_unseen(self.db, project_id, order, annotator, current, seen)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def release_lease(self, annotator: str, sentence_id: int | None = None) -> int:
         return queue.release(self.db, annotator, sentence_id)
 
+    @requires(Role.LEAD)
     def leases(self, project_id: int) -> list[dict]:
         return queue.leases(self.db, project_id)
 
-    # the door (gpsl.annotation.access, accounts, auth)
-    def acting(self, who) -> access.ActingStore:
-        """This store as ``who`` (an :class:`~gpsl.annotation.Identity`) may use it: roles,
-        project membership and names checked on every call (:mod:`gpsl.annotation.access`)."""
-        return access.ActingStore(self, who)
-
-    def as_session(self, token: str | None) -> access.ActingStore | None:
-        """:meth:`acting` for the account of a session token (None: no valid session)."""
-        who = self.session_identity(token)
-        return None if who is None else self.acting(who)
-
-    def account_count(self) -> int:
-        return accounts.count(self.db)
-
-    def list_accounts(self) -> list[dict]:
-        return accounts.list_all(self.db)
-
-    def create_account(self, name: str, role: str = "annotator",
-                       password: str | None = None) -> int:
-        return accounts.create(self.db, name, role, password)
-
-    def set_account_password(self, account_id: int, password: str | None) -> None:
-        accounts.set_password(self.db, account_id, password)
-
-    def set_account_role(self, account_id: int, role: str) -> None:
-        accounts.set_role(self.db, account_id, role)
-
-    def delete_account(self, account_id: int) -> None:
-        accounts.delete(self.db, account_id)
-
-    def members(self, project_id: int) -> list[dict]:
-        return accounts.members(self.db, project_id)
-
-    def set_member(self, project_id: int, account_id: int, member: bool = True) -> bool:
-        return accounts.set_member(self.db, project_id, account_id, member)
-
-    def verify_password(self, name: str, password: str):
-        """The identity for a right password, else None (no rate limit: :meth:`sign_in`)."""
-        return accounts.check_password_of(self.db, name, password)
-
-    def sign_in(self, name: str, password: str, client: str | None = None):
-        """``(identity, session token)``, None for a wrong name or password; rate limited
-        per name and per ``client`` (:func:`gpsl.annotation.auth.sign_in`)."""
-        return auth.sign_in(self.db, name, password, client)
-
-    def issue_sign_in_link(self, account_id: int, hours: float = auth.LINK_HOURS) -> str:
-        return auth.issue_link(self.db, account_id, hours)
-
-    def redeem_sign_in_link(self, token: str):
-        return auth.redeem_link(self.db, token)
-
-    def start_session(self, account_id: int) -> str:
-        return auth.start_session(self.db, account_id)
-
-    def session_identity(self, token: str | None):
-        return auth.session_identity(self.db, token)
-
-    def end_session(self, token: str | None) -> None:
-        auth.end_session(self.db, token)
-
-    def end_sessions(self, account_id: int) -> int:
-        return auth.end_sessions(self.db, account_id)
-
-    def issue_setup_token(self, hours: float = auth.SETUP_HOURS) -> str | None:
-        return auth.issue_setup_token(self.db, hours)
-
-    def setup_lead(self, token: str, name: str, password: str, client: str | None = None):
-        return auth.setup_lead(self.db, token, name, password, client)
-
-    # team (gpsl.annotation.team)
-    def team_settings(self, project_id: int) -> dict:
-        project = self.get_project(project_id)
-        return team.settings_of(project or {})
-
-    def training_labels(self, project_id: int) -> TrainingLabels:
-        return team.training_labels(self.get_project(project_id) or {})
-
-    def set_team_settings(self, project_id: int, **settings) -> dict:
-        return team.set_settings(self.db, project_id, **settings)
-
-    def fit_crowd_model(self, project_id: int, **kw) -> dict:
-        return team.fit_crowd(self.db, project_id, **kw)
-
-    def training_set(self, project_id: int) -> dict:
-        """What a training run fits by the project's rule (:func:`team.training_set`)."""
-        return team.training_set(self.db, project_id)
-
-    def team_votes(self, project_id: int) -> list[dict]:
-        return team.project_votes(self.db, project_id)
-
-    def agreement(self, project_id: int, votes=None) -> dict:
-        return team.agreement_figures(self.db, project_id, votes)
-
-    def annotator_stats(self, project_id: int, votes=None, figures=None) -> list[dict]:
-        return team.annotator_stats(self.db, project_id, votes, figures)
-
-    def conflicts(self, project_id: int, votes=None) -> list[dict]:
-        return team.conflicts(self.db, project_id, votes)
-
-    def team_figures(self, project_id: int, make=None):
-        """``agreement, people, conflicts`` from vote columns (or ``make`` of them), kept
-        until a vote changes (:func:`team_columns.figures`); None: nobody has voted."""
-        return team_columns.figures(self.db, project_id, team.MAX_MATRIX, make)
-
     # training (gpsl.annotation.jobs)
+    @requires(Role.LEAD, by="started_by")
     def start_training(self, project_id: int, config: TrainConfig,
                        started_by: str | None = None) -> int:
         """Start a background training run; returns its version id.  ``started_by``: who
         (through an acting store: always the acting person), shown on the run's line."""
         return jobs.start_training(self, project_id, config, started_by=started_by)
 
+    @requires(Role.LEAD)
     def stop_training(self, version_id: int) -> bool:
         return jobs.stop_training(self, version_id)
 
+    @requires(Role.LEAD)
     def keep_training(self, project_id: int) -> dict:
         """The project's keep-training setting: ``on``, ``every`` (N), ``new_labels``."""
         return jobs.keep_training(self, project_id)
 
+    @requires(Role.LEAD)
     def set_keep_training(self, project_id: int, on: bool, every: int | None = None) -> dict:
         """Refit in the background after every ``every`` new labels (:func:`jobs.after_labels`)."""
         return jobs.set_keep_training(self, project_id, on, every)
 
+    @requires(Role.LEAD)
     def recover(self) -> dict:
         """After a crash: dead workers' versions failed, their leftovers removed."""
         return jobs.recover(self)
 
     # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
+    @requires(Role.LEAD, import_credit="annotator")
     def import_sentences(self, project_id: int, sentences_, **kw) -> int:
         return imports.import_sentences(self, project_id, sentences_, **kw)
 
+    @requires(Role.LEAD)
     def export_annotations(self, project_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
         return exports.export_annotations(self, project_id, fmt, split)
 
     # limits
+    @requires(Role.LEAD)
     def store_limits(self) -> dict:
         """The limits as the lead set them (``upload_mb``, ``max_tokens``; None: the server's
         default), those in force (``upload_bytes``, ``tokens``; None: no limit) and the
@@ -514,39 +478,46 @@ class Store:
                 "upload_ceiling_mb": limits.upload_ceiling_mb(),
                 "tokens_ceiling": limits.tokens_ceiling()}
 
+    @requires(Role.LEAD)
     def set_store_limits(self, upload_mb: float | None = None,
                          max_tokens: int | None = None) -> dict:
         """Set the store's limits within the ceilings (None: the server's default)."""
         store_limits.put(self.db, upload_mb, max_tokens)
         return self.store_limits()
 
+    @requires(Role.LEAD)
     def parse_upload(self, data: bytes, filename: str, fmt: str | None = None) -> list:
         """:func:`imports.parse_upload` under the store's limits (its own exports always
         read back, :func:`store_limits.for_upload`)."""
         return self.open_upload(data, filename, fmt).sentences()
 
+    @requires(Role.LEAD)
     def open_upload(self, data: bytes, filename: str, fmt: str | None = None):
         """:class:`imports.Upload` (a stream) under the store's limits (:meth:`parse_upload`)."""
         size, tokens = store_limits.for_upload(self.db, len(data or b""))
         return imports.Upload(data, filename, fmt, max_bytes=size or 0, max_tokens=tokens or 0)
 
+    @requires(Role.LEAD)
     def annotations_file(self, project_id: int, fmt: str = "conll",
                          split: str | None = "train"):
         """:meth:`export_annotations` written page by page to a temporary file (rewound),
         built when asked for (a download)."""
         return exports.spooled(exports.iter_annotations(self, project_id, fmt, split))
 
+    @requires(Role.LEAD)
     def predictions_file(self, project_id: int, version_id: int, fmt: str = "conll",
                          split: str | None = "train"):
         """:meth:`export_predictions` written page by page to a temporary file (rewound)."""
         return exports.spooled(exports.iter_predictions(
             self, project_id, self.get_model_version(version_id), fmt, split))
 
+    @requires(Role.LEAD)
     def export_votes(self, project_id: int, fmt: str = "crowd",
                      split: str | None = "train") -> str:
         """Every vote, the training labels and the leads' decisions (:mod:`vote_files`)."""
         return vote_files.export_votes(self.db, project_id, fmt, split)
 
+    @requires(Role.LEAD)
     def import_votes(self, project_id: int, data: bytes | str, fmt: str, *,
                      doc: str | None = None, add_labels: Sequence[str] = ()) -> int:
         """Append the sentences of a vote file (:func:`vote_files.read_votes`) with every
@@ -557,6 +528,7 @@ class Store:
         return vote_files.import_votes(self.db, project_id, items, doc=doc,
                                        add_labels=add_labels)
 
+    @requires(Role.LEAD)
     def create_crowd_project(self, name: str, folder: crowd_folders.CrowdFolder, *,
                              heldout: float = crowd_folders.DEFAULT_HELDOUT,
                              offsets: Sequence[int] = (-1, 1), crowd: bool = True
@@ -568,6 +540,7 @@ class Store:
         return crowd_folders.finish(self.db, crowd_folders.create_project(
             self.db, name, folder, heldout=heldout, offsets=offsets), crowd)
 
+    @requires(Role.LEAD)
     def import_crowd_folder(self, project_id: int, folder: crowd_folders.CrowdFolder, *,
                             heldout: float = crowd_folders.DEFAULT_HELDOUT,
                             add_labels: Sequence[str] = (), crowd: bool = True
@@ -577,20 +550,24 @@ class Store:
         return crowd_folders.finish(self.db, crowd_folders.import_folder(
             self.db, project_id, folder, heldout=heldout, add_labels=add_labels), crowd)
 
+    @requires(Role.LEAD)
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
         return exports.export_predictions(self, project_id, self.get_model_version(version_id),
                                           fmt, split)
 
+    @requires(Role.LEAD)
     def preview(self, project_id: int, split: str | None, fmt: str, n: int = 2) -> str:
         """The export text of the first ``n`` sentences ("" without sentences)."""
         first = self.get_sentences(project_id, split=split, limit=n)
         return exports.preview_text(first, fmt) if first else ""
 
+    @requires(Role.LEAD)
     def check_model(self, version_id: int) -> None:
         """Raise a one-line error unless the version's saved model loads cleanly."""
         exports.check_model(self.model_path(version_id))
 
+    @requires(Role.LEAD)
     def model_zip(self, version_id: int) -> bytes:
         return exports.model_zip(self.model_path(version_id))
 

@@ -19,6 +19,7 @@ import numpy as np
 from gpsl import active, tags
 from gpsl.annotation import jobs, predictions, rules, runs, sentences, summaries, validate
 from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.permissions import Blind, Role, Shows, requires
 from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
@@ -150,46 +151,56 @@ class Reports:
         self.store = store
 
     # projects
+    @requires(Role.ANNOTATOR, shows=Shows.NO_CROWD)
     def project(self, project_id: int | None) -> Project | None:
         row = self.store.get_project(project_id) if project_id is not None else None
         return None if row is None else Project.from_row(row)
 
+    @requires(Role.ANNOTATOR, shows=Shows.MEMBER_PROJECTS)
     def projects(self) -> list[Project]:
         return [Project.from_row(p) for p in self.store.list_projects()]
 
+    @requires(Role.ANNOTATOR, shows=Shows.OWN_PROGRESS)
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> Progress:
         p = dict(self.store.progress(project_id, split=split, detail=detail))
         people = tuple(a for a in p.get("annotators", {}) if not validate.is_import(a))
         return Progress(**p, people=people)
 
+    @requires(Role.LEAD)
     def columns(self, project_id: int) -> int | None:
         """How many columns the project's tokens have (None: no sentence yet)."""
         first = self.store.get_sentences(project_id, limit=1)
         return len(first[0]["tokens"][0]) if first else None
 
     # model versions
+    @requires(Role.LEAD)
     def versions(self, project_id: int) -> list[Version]:
         return [Version.from_row(v) for v in self.store.list_model_versions(project_id)]
 
+    @requires(Role.LEAD)
     def version(self, version_id: int) -> Version | None:
         row = self.store.get_model_version(version_id)
         return None if row is None else Version.from_row(row)
 
+    @requires(Role.ANNOTATOR)
     def active_version(self, project_id: int) -> Version | None:
         row = self.store.active_model(project_id)
         return None if row is None else Version.from_row(row)
 
+    @requires(Role.LEAD)
     def with_predictions(self, versions: Sequence[Version]) -> list[int]:
         """Ids of the done versions that still have stored predictions (old ones are pruned)."""
         return [v.id for v in versions if v.status == "done" and self.store.has_predictions(v.id)]
 
+    @requires(Role.LEAD)
     def running(self, project_id: int) -> Version | None:
         """The project's running version whose worker is alive (versions whose worker died
         are marked failed first)."""
         row = jobs.running_version(self.store, project_id)
         return None if row is None else Version.from_row(row)
 
+    @requires(Role.LEAD)
     def keep_training(self, project_id: int) -> KeepTraining:
         """The project's keep-training setting and its count of new labels."""
         k = self.store.keep_training(project_id)
@@ -198,15 +209,18 @@ class Reports:
                             every_min=int(lo), every_max=int(hi), label=jobs.KEEP_EVERY.label,
                             help=jobs.KEEP_EVERY.help)
 
+    @requires(Role.LEAD)
     def training_progress(self, version: Version) -> TrainingProgress:
         row = runs.read_progress(self.store.models_root, version.project_id, version.id)
         prog = TrainingProgress.from_row(row, version.settings.get("inference", "auto"))
         return prog if row is None else replace(prog, eta_seconds=runs.eta_seconds(row))
 
     # annotating
+    @requires(Role.ANNOTATOR)
     def scheme(self, labels: Sequence[str]) -> Scheme:
         return scheme(labels)
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def sentence(self, sentence_id: int, annotator: str,
                  labels: Sequence[str] | None = None) -> SentenceView | None:
         """A sentence as ``annotator`` may see it under the project's active model
@@ -237,6 +251,7 @@ class Reports:
             flagged=tags.violations(shown, name) if name else {},
             overlap=int(row.get("overlap") or 1), hidden=len(row.get("hidden") or ()))
 
+    @requires(Role.ANNOTATOR, own="annotator")
     def own_labels(self, sentence_id: int, annotator: str) -> list[str | None]:
         """``annotator``'s own copy of a sentence (their votes, else the file's labels): what
         the Annotate page's cursor moves over, never other people's votes."""
@@ -245,6 +260,7 @@ class Reports:
             raise NotFoundError(f"no sentence with id {sentence_id}")
         return own
 
+    @requires(Role.ANNOTATOR, blind_own="only")
     def token_history(self, sentence_id: int, token_index: int, limit: int | None = 20, *,
                       only: str | None = None) -> list[HistoryEntry]:
         """A token's history, newest first; ``only``: that annotator's changes and the
@@ -259,6 +275,7 @@ class Reports:
                                     imported))
         return out
 
+    @requires(Role.ANNOTATOR, blind=Blind.TEXT_ONLY)
     def search(self, project_id: int, **filters) -> SearchResult:
         found = self.store.find_sentences(project_id, **filters)
         return SearchResult(found["total"], tuple(
@@ -267,6 +284,7 @@ class Reports:
             for h in found["hits"]))
 
     # dashboards
+    @requires(Role.LEAD)
     def summary(self, version: Version) -> VersionSummary:
         """What the Confidence page shows of a version: its stored summary
         (:mod:`gpsl.annotation.summaries`, computed once when it was trained)."""
@@ -280,11 +298,13 @@ class Reports:
             least_confident=tuple(d["least_confident"]),
             calibration=summaries.calibration_report(d["calibration"]))
 
+    @requires(Role.LEAD)
     def calibration(self, project_id: int, version: Version) -> CalibrationReport | None:
         """Reliability of the version on the held-out gold labels, or None without gold or
         predictions (stored with its summary)."""
         return self.summary(version).calibration
 
+    @requires(Role.LEAD)
     def ranked(self, project_id: int, version: Version, n: int = 10):
         """The first ``n`` sentences of the annotation queue (the one ranking,
         :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences under
@@ -310,6 +330,7 @@ class Reports:
                                        float(conf[free].mean()), int(free.sum())), table))
         return out
 
+    @requires(Role.LEAD)
     def uncertain_tokens(self, summary: VersionSummary, n: int = 20):
         """The ``n`` least confident tokens of the summary that are still unlabeled (their
         sentences read now), as pandas ``sentence, token #, token, predicted, confidence``."""
@@ -332,6 +353,7 @@ class Reports:
                                            "confidence"])
 
     @staticmethod
+    @requires(Role.ANNOTATOR)
     def learning_curve(versions: Sequence[Version]):
         """Every done version in training order: labeled tokens, held-out accuracy, mean
         confidence and ECE (None where the project has no held-out gold) (pandas)."""
@@ -343,6 +365,7 @@ class Reports:
         return pd.DataFrame(rows, columns=["version", "id", "labeled tokens", "accuracy",
                                            "mean confidence", "ECE", "finished"])
 
+    @requires(Role.LEAD)
     def activity(self, project_id: int):
         """Labels set per annotator per day (history action 'set', not undone) as pandas
         ``day, annotator, labels`` (counted by the database)."""
@@ -350,19 +373,23 @@ class Reports:
                 for d, a, c in self.store.label_activity(project_id)]
         return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
 
+    @requires(Role.ANNOTATOR)
     def label_stamp(self, project_id: int) -> int:
         """The id of the project's newest history row: changes whenever a label does."""
         return (self.store.history(project_id=project_id, limit=1) or [{"id": 0}])[0]["id"]
 
     # teams
+    @requires(Role.ANNOTATOR)
     def team_settings(self, project_id: int) -> TeamSettings:
         s = self.store.team_settings(project_id)
         return TeamSettings(s["overlap"], s["blind"], s["resolve"], s["soft"], s["rule"])
 
+    @requires(Role.LEAD)
     def crowd(self, project_id: int) -> CrowdSummary | None:
         model = self.store.team_settings(project_id)["crowd"]
         return None if not model else crowd_summary(model)
 
+    @requires(Role.LEAD)
     def team(self, project_id: int) -> TeamFigures | None:
         """Agreement, the people's rows and the conflicts (None: nobody has voted), from
         the votes' columns (:mod:`gpsl.annotation.team_columns`), computed again only when
@@ -375,25 +402,30 @@ class Reports:
             if gc_was:
                 gc.enable()
 
+    @requires(Role.LEAD)
     def conflicts(self, project_id: int) -> list[Conflict]:
         """The conflicting tokens: those of :meth:`team` (kept until a vote changes)."""
         figures = self.team(project_id)
         return [] if figures is None else list(figures.conflicts)
 
+    @requires(Role.LEAD)
     def decisions(self, sentence_id: int, token_index: int) -> list[Decision]:
         """The leads' decisions on one token, newest first."""
         return [Decision(h["at"], h["annotator"], h["old_label"], h["new_label"])
                 for h in self.store.adjudication_history(sentence_id=sentence_id)
                 if h["token_index"] == token_index]
 
+    @requires(Role.LEAD)
     def tokens(self, sentence_id: int) -> list[str]:
         """A sentence's tokens (their first column)."""
         return [tok[0] for tok in self.store.get_sentence(sentence_id)["tokens"]]
 
+    @requires(Role.LEAD)
     def accounts(self) -> list[Account]:
         return [Account(**{**a, "projects": tuple(a.get("projects", ()))})
                 for a in self.store.list_accounts()]
 
+    @requires(Role.LEAD)
     def leases(self, project_id: int) -> list[Lease]:
         return [Lease(**x) for x in self.store.leases(project_id)]
 
