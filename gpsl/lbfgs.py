@@ -5,10 +5,9 @@ the cost until it was written for memory traffic (see :func:`lbfgs_min`)."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.linalg.blas import daxpy as _daxpy
 from scipy.linalg.blas import ddot as _ddot
-from scipy.linalg.blas import saxpy as _saxpy
-from scipy.linalg.blas import sdot as _sdot
 
 
 def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-10,
@@ -17,19 +16,22 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
 
     Every accepted step lowers ``f`` (sufficient decrease), so the caller's block update never
     lowers the bound. For a convex objective ``s'y > 0`` always holds, so no curvature
-    safeguard beyond skipping degenerate pairs is needed. Written out (two-loop recursion,
-    Nocedal and Wright, Algorithm 7.4) because scipy's L-BFGS-B spent half of a sparse-mode fit
-    in its own bookkeeping at 200k parameters.
+    safeguard beyond skipping degenerate pairs is needed. Written out because scipy's
+    L-BFGS-B spent half of a sparse-mode fit in its own bookkeeping at 200k parameters.
 
-    Memory traffic, not arithmetic, is the cost of the recursion at 1.4M parameters (chunking,
-    800 sentences): 16 passes over the stored pairs per iteration. The pairs ``(s, y)`` are
-    therefore stored in single precision in preallocated ring buffers, the recursion runs in
-    single precision with in-place BLAS ``axpy`` (14 -> 6 ms an iteration; with numpy
-    temporaries it cost three times the objective itself), and everything that decides a
+    Memory traffic, not arithmetic, is the cost of the quasi-Newton direction at a million
+    parameters (chunking, 800 sentences). The pairs ``(s, y)`` are stored in single precision
+    in one preallocated buffer, and the direction ``H g`` is taken in the compact form of Byrd,
+    Nocedal and Schnabel (:func:`_compact_coefficients`), equal to the two-loop recursion
+    (Nocedal and Wright, Algorithm 7.4) in exact arithmetic: one matrix-vector product over
+    the buffer gives ``S'y`` and ``Y'y`` of the new pair (the gradient's products ``S'g``,
+    ``Y'g`` follow from them, ``g_new = g + y``), and one more forms ``S p + gamma Y u``: two
+    passes over the pairs an iteration, where the recursion made four, each writing the
+    direction back (``tests/test_sparse.py`` checks the two agree). Everything that decides a
     step stays in double precision: ``f``, the gradient, ``x``, the curvature ``s'y`` of each
-    pair, the descent test ``g'd < 0`` and the Armijo test. The recursion only proposes a
-    direction; a direction that is not downhill is replaced by the gradient. ``fun`` returns a
-    new gradient array on every call.
+    pair, the descent test ``g'd < 0`` and the Armijo test. The stored pairs only propose a
+    direction; a direction that is not downhill is replaced by the gradient. ``fun`` returns
+    a new gradient array on every call.
 
     Stops after ``maxiter`` iterations, when the gradient's largest entry is at most ``gtol``,
     or when the last three steps together lowered ``f`` by at most ``3 ftol max(1, |f|)``
@@ -39,12 +41,15 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
     N = x.size
     f, g = fun(x)
     g = np.asarray(g, dtype=float).ravel()
-    memory = max(1, int(memory))
-    S = np.empty((memory + 1, N), dtype=np.float32)  # one spare slot for the pair on test
-    Y = np.empty((memory + 1, N), dtype=np.float32)
-    rho = np.zeros(memory + 1)
+    m = max(1, int(memory))
+    P = m + 1  # slots: the stored pairs and one for the pair on test
+    # the pairs in single precision, s in rows 0..P-1 and y in rows P..2P-1 of one buffer, so
+    # that one matrix-vector product reads all of them (unused rows stay zero)
+    Z = np.zeros((2 * P, N), dtype=np.float32)
+    SY = np.zeros((P, P))  # SY[i, j] = s_i'y_j (kept where s_i is not newer than y_j)
+    YY = np.zeros((P, P))  # y_i'y_j
+    ag = np.zeros(2 * P)  # s_i'g and y_i'g at the current gradient
     gamma = 1.0  # s'y / y'y of the newest pair
-    alphas = np.zeros(memory)
     order: list[int] = []  # the slots of the stored pairs, oldest first
     recent = [f]
     window = 3
@@ -56,16 +61,10 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
         if float(np.max(np.abs(g))) <= gtol:
             break
         if order:
-            np.copyto(q32, g, casting="same_kind")
-            for i in range(len(order) - 1, -1, -1):
-                k = order[i]
-                alphas[i] = rho[k] * float(_sdot(S[k], q32))
-                _saxpy(Y[k], q32, a=-alphas[i])
-            q32 *= gamma
-            for i, k in enumerate(order):
-                b = rho[k] * float(_sdot(Y[k], q32))
-                _saxpy(S[k], q32, a=alphas[i] - b)
-            np.copyto(q, q32)
+            coef = _compact_coefficients(order, SY, YY, ag, gamma, P)
+            np.dot(coef.astype(np.float32), Z, out=q32)  # S p + gamma Y u
+            np.multiply(g, gamma, out=q)
+            q += q32
         else:
             np.multiply(g, 1.0 / max(1.0, float(np.linalg.norm(g))), out=q)
         gd = -_dot(g, q)  # the direction is d = -q
@@ -88,14 +87,22 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
         # s = x_new - x = -t q
         sy = -t * _dot(q, y64)
         ss, yy = t * t * _dot(q, q), _dot(y64, y64)
+        k = next(i for i in range(P) if i not in order)
+        np.multiply(q, -t, out=Z[k], casting="same_kind")
+        np.copyto(Z[P + k], y64, casting="same_kind")
+        # every stored vector's product with y in one pass: s_i'y, y_i'y; the gradient's
+        # products move with it (g_new = g + y), the new pair's are taken in double precision
+        zy = np.dot(Z, Z[P + k]).astype(float)
+        ag += zy
+        ag[k], ag[P + k] = -t * _dot(q, g_new), _dot(y64, g_new)
         if sy > 1e-12 * float(np.sqrt(ss * yy)):
-            k = next(i for i in range(memory + 1) if i not in order)
-            np.multiply(q, -t, out=S[k], casting="same_kind")
-            np.copyto(Y[k], y64, casting="same_kind")
-            rho[k] = 1.0 / sy
+            SY[:, k] = zy[:P]
+            SY[k, k] = sy
+            YY[:, k] = YY[k, :] = zy[P:]
+            YY[k, k] = yy
             gamma = sy / yy
             order.append(k)
-            if len(order) > memory:
+            if len(order) > m:
                 order.pop(0)
         recent.append(f_new)
         # converged: the last `window` steps together lowered f by at most window * ftol
@@ -107,6 +114,28 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
         if done:
             break
     return x, f
+
+
+def _compact_coefficients(order, SY, YY, ag, gamma, P) -> np.ndarray:
+    """The coefficients of the stored pairs in ``H g - gamma g`` (Byrd, Nocedal and Schnabel
+    1994, eq. 3.1 with ``H_0 = gamma I``)::
+
+        H g = gamma g + S p + gamma Y u,    u = -R^-1 S'g,
+        p = R^-T ((D + gamma Y'Y) R^-1 S'g - gamma Y'g),
+
+    ``R`` the upper triangle of ``S'Y`` (pairs oldest first), ``D`` its diagonal. Equal to the
+    two-loop recursion's ``H g`` (Nocedal and Wright, Algorithm 7.4) in exact arithmetic;
+    returned over the buffer's rows (``s`` slots, then ``y`` slots; zero for unused ones)."""
+    idx = np.asarray(order)
+    R = np.triu(SY[np.ix_(idx, idx)])
+    Sg, Yg = ag[idx], ag[P + idx]
+    v = solve_triangular(R, Sg, lower=False, check_finite=False)  # R^-1 S'g
+    w = np.diag(R) * v + gamma * (YY[np.ix_(idx, idx)] @ v) - gamma * Yg
+    p = solve_triangular(R, w, lower=False, trans="T", check_finite=False)
+    coef = np.zeros(2 * P)
+    coef[idx] = p
+    coef[P + idx] = -gamma * v
+    return coef
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:

@@ -171,6 +171,50 @@ def test_lbfgs_minimises_a_convex_quadratic_and_never_goes_uphill():
     assert f <= seen[0]
 
 
+def _two_loop(S, Y, g, gamma):
+    """Nocedal and Wright's Algorithm 7.4 in double precision (pairs oldest first)."""
+    q = g.copy()
+    alphas = []
+    for s, y in zip(reversed(S), reversed(Y)):
+        a = (s @ q) / (s @ y)
+        q -= a * y
+        alphas.append(a)
+    q *= gamma
+    for (s, y), a in zip(zip(S, Y), reversed(alphas)):
+        q += s * (a - (y @ q) / (s @ y))
+    return q
+
+
+@pytest.mark.parametrize("stored", [1, 3, 8])
+def test_the_compact_direction_is_the_two_loop_recursion(stored):
+    """The compact form's ``H g`` (lbfgs._compact_coefficients) equals the two-loop recursion
+    exactly (up to rounding), whatever ring slots the pairs occupy."""
+    from gpsl.lbfgs import _compact_coefficients
+
+    rng = np.random.default_rng(stored)
+    N, P = 40, 9
+    A = rng.normal(size=(N, N))
+    H = A @ A.T + np.eye(N)
+    S = [rng.normal(size=N) for _ in range(stored)]
+    Y = [H @ s for s in S]  # a convex quadratic's pairs: s'y > 0
+    g = rng.normal(size=N)
+    slots = list(rng.permutation(P)[:stored])  # oldest first, anywhere in the ring
+    Z = np.zeros((2 * P, N))
+    SY, YY, ag = np.zeros((P, P)), np.zeros((P, P)), np.zeros(2 * P)
+    for i, k in enumerate(slots):
+        Z[k], Z[P + k] = S[i], Y[i]
+        ag[k], ag[P + k] = S[i] @ g, Y[i] @ g
+        for j, kk in enumerate(slots):
+            SY[k, kk] = S[i] @ Y[j]
+            YY[k, kk] = Y[i] @ Y[j]
+    gamma = (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    coef = _compact_coefficients(slots, SY, YY, ag, gamma, P)
+    Hg = gamma * g + coef @ Z
+    np.testing.assert_allclose(Hg, _two_loop(S, Y, g, gamma), rtol=1e-9, atol=1e-10)
+    unused = sorted(set(range(P)) - set(slots))
+    assert not coef[unused].any() and not coef[[P + k for k in unused]].any()
+
+
 def test_bohning_bound_is_above_the_expected_log_sum_exp():
     """E_f[lse(f + s)] <= lse(m + s) + (1 - 1/J)/4 sum_j V_j for f ~ N(m, diag V) (Monte Carlo,
     10^5 draws; the gap is checked with a margin of 5 standard errors)."""

@@ -21,7 +21,7 @@ MAX_LINES = 600
 # lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
 LAYERS = {
     "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes",
-             "permissions"},
+             "permissions", "spares"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},

@@ -28,6 +28,7 @@ from gpsl.annotation import (
     scoring,
     search,
     sentences,
+    spares,
     stats,
     store_limits,
     summaries,
@@ -98,6 +99,7 @@ class Store(TeamFacade):
 
     @door_only
     def close(self) -> None:
+        spares.drop(self.target)  # its spare worker (gpsl.annotation.spares), if it has one
         self.db.dispose()
 
     def __enter__(self) -> Store:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 
-from gpsl.annotation import dask_jobs, pipeline, projects, versions
+from gpsl.annotation import dask_jobs, pipeline, projects, spares, versions
 from gpsl.annotation.errors import TrainingBusyError, one_line
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import is_worker_of, process_of, process_started, worker_alive
@@ -203,19 +203,30 @@ def start_training(store, project_id: int, config: TrainConfig, models_root=None
         cmd = [sys.executable, "-m", "gpsl.annotation.worker", "--version", str(vid),
                "--models-root", str(root)]
         cmd += ["--pause-at", pause_at] if pause_at else []
+        env = _worker_env(store)
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, env=_worker_env(store),
-                                        start_new_session=True, close_fds=True)
+            proc = spares.take(env)
+            if proc is None or not spares.hand_over(proc, vid, root, log, pause_at=pause_at):
+                with open(log, "wb") as out:
+                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True, close_fds=True)
         except OSError as exc:
             store.fail_model_version(vid, one_line(exc, "could not start the training worker"))
             raise InputError(one_line(exc, "could not start the training worker"),
                              source="<train>") from exc
         store.set_model_worker(vid, proc.pid, process_started(proc.pid))
         _WORKERS[vid] = (proc, store)
+    spares.ensure(env)  # the next click's worker, started now (gpsl.annotation.spares)
     return vid
+
+
+def prepare_worker(store) -> None:
+    """Have a spare worker ready for the store's next run (:mod:`gpsl.annotation.spares`;
+    the Train page calls it, so the first click does not wait for a worker's start-up)."""
+    if not dask_jobs.scheduler_address():
+        spares.ensure(_worker_env(store))
 
 
 def _start_dask(store, project_id: int, settings: dict, root: Path, address,

@@ -55,10 +55,15 @@ def worker_alive(settings: dict) -> bool | None:
 
 def is_worker_of(proc: psutil.Process, version_id: int) -> bool:
     """Whether ``proc``'s command line is a gpsl training worker of ``version_id``
-    (``python -m gpsl.annotation.worker --version ID``)."""
+    (``python -m gpsl.annotation.worker --version ID``, or a spare handed that version:
+    ``--spare``, whose identity rests on the pid and start time the caller checked)."""
     try:
         cmd = proc.cmdline()
     except psutil.Error:
         return False
-    return "gpsl.annotation.worker" in cmd and "--version" in cmd and \
+    if "gpsl.annotation.worker" not in cmd:
+        return False
+    if "--spare" in cmd:  # started ahead (gpsl.annotation.spares): the version came on its
+        return True       # standard input; its pid and start time were recorded for it
+    return "--version" in cmd and \
         cmd[cmd.index("--version") + 1:cmd.index("--version") + 2] == [str(int(version_id))]

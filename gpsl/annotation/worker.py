@@ -3,6 +3,8 @@
 ::
 
     python -m gpsl.annotation.worker --version ID [--models-root DIR]
+    python -m gpsl.annotation.worker --spare
+
 
 :func:`gpsl.annotation.jobs.start_training` starts it (in its own session, one BLAS thread);
 the store is named by ``GPSL_DB`` in its environment, never on the command line (a PostgreSQL
@@ -11,12 +13,19 @@ URL may hold a password). A store that does not exist is refused before anything
 ``gpsl worker: error: ...`` with exit status 2; the run's own failure is recorded on the
 version by :func:`gpsl.annotation.pipeline.run` (exit status 1, or the errno of a failure it
 could not record, :class:`~gpsl.annotation.pipeline.UnrecordedFailure`).
+
+``--spare`` (:mod:`gpsl.annotation.spares`): the worker is started ahead of the click; it
+imports what a run needs, then reads its version from standard input as one JSON line
+(``version``, ``models_root``, ``log``, ``pause_at``), sends its output to that log and runs
+it as above. End of input before a line: it exits 0, having done nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -51,13 +60,14 @@ def check_store(target: str) -> None:
 
 
 def run(version_id: int, models_root: str | None, db: str | None = None, *,
-        pause_at: str | None = None) -> int:
+        pause_at: str | None = None, nice: bool = True) -> int:
     """Run one version's pipeline; the exit status (0 done, 1 failed).  ``pause_at``: where
     the run waits until it is killed (tests; :data:`gpsl.annotation.pipeline.PAUSES`)."""
     target = db or os.environ.get("GPSL_DB", "")
     check_store(target)
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(5)
+    if nice:  # a spare was started at nice 5 (gpsl.annotation.spares)
+        with contextlib.suppress(OSError, AttributeError):
+            os.nice(5)
     store = Store(target, models_root=models_root)
     try:
         version = pipeline.run(store, version_id, store.models_root, pause_at=pause_at)
@@ -66,6 +76,27 @@ def run(version_id: int, models_root: str | None, db: str | None = None, *,
     print(f"version {version_id}: {version['status']}"
           + (f" ({version['error']})" if version.get("error") else ""), flush=True)
     return 0 if version["status"] == "done" else 1
+
+
+#: what a run imports on first use, loaded by a spare while it waits (gpsl._optimize's
+#: scipy.optimize, the predictions' process pool)
+PRELOAD = ("scipy.optimize", "multiprocessing.pool")
+
+
+def spare() -> int:
+    """A spare's life: import the rest of a run, wait for the version, run it."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return 0
+    job = json.loads(line)
+    fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return run(int(job["version"]), job["models_root"], pause_at=job.get("pause_at"),
+               nice=False)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,14 +108,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = _Parser(prog="python -m gpsl.annotation.worker",
                 description="Run the training pipeline of one model version of the "
                             "annotation store named by GPSL_DB (started by the app).")
-    p.add_argument("--version", dest="model_version", type=int, required=True, metavar="ID",
-                   help="model version id")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--version", dest="model_version", type=int, metavar="ID",
+                     help="model version id")
+    who.add_argument("--spare", action="store_true",
+                     help="start ahead: read the version from standard input (the app)")
     p.add_argument("--models-root", default=None, metavar="DIR",
                    help="directory of saved models")
     p.add_argument("--pause-at", default=None, choices=pipeline.PAUSES,
                    help=argparse.SUPPRESS)  # tests: the run waits there until it is killed
     try:
         args = p.parse_args(argv)
+        if args.spare:
+            return spare()
         if args.model_version < 1:
             raise InputError(f"--version must be a positive id, not {args.model_version}",
                              source="arguments")
