@@ -315,9 +315,7 @@ def run_gpsl(spec: str, data: dict, cfg: Config, seed: int, target: float, log) 
 
 def run_peer(data: dict, cfg: Config, seed: int, target: float, log) -> dict:
     """CRFsuite on complete sentences, chosen by sequence least confidence."""
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     template = Template.parse(data["template"])
@@ -332,10 +330,8 @@ def run_peer(data: dict, cfg: Config, seed: int, target: float, log) -> dict:
     above = 0
     while True:
         idx = np.flatnonzero(labeled)
-        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-        t0 = time.perf_counter()
-        crf.fit([F[i] for i in idx], [list(pool_y[i]) for i in idx])
-        fit_s = time.perf_counter() - t0
+        fit = fit_crfsuite([F[i] for i in idx], [pool_y[i] for i in idx])
+        crf, fit_s = fit.crf, fit.wall_s
         acc = float(token_accuracy(data["test_y"], crf.predict(Ft)))
         n_lab = int(sum(len(pool_X[i]) for i in idx))
         for k, v in (("labeled_tokens", n_lab), ("actions", n_actions), ("accuracy", acc),

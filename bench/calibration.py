@@ -132,34 +132,24 @@ def fit_gpsl_parts(name, template, Xtr, ytr, Xte, folds: int, seed: int) -> dict
     return out
 
 
-def _crf_marginals(crf, F, classes) -> list[np.ndarray]:
-    rows = crf.predict_marginals(F)
-    return [np.array([[tok.get(c, 0.0) for c in classes] for tok in s], dtype=float).reshape(
-        len(s), len(classes)) for s in rows]
-
-
 def fit_crf_parts(template, Xtr, ytr, Xte, classes, folds: int, seed: int) -> dict:
     """CRFsuite (bench.paper's settings) on all training sentences and on K-1 folds."""
-    import sklearn_crfsuite
-
-    from bench.paper import PEER_PARAMS, template_features
+    from bench.peers import crfsuite_marginals, fit_crfsuite, template_features
     from gpsl.calibration import fold_indices
 
     Ftr = template_features(template, Xtr)
     Fte = template_features(template, Xte)
-    crf = sklearn_crfsuite.CRF(**PEER_PARAMS["CRFsuite"])
-    crf.fit(Ftr, [list(lab) for lab in ytr])
-    test = _crf_marginals(crf, Fte, classes)
+    crf = fit_crfsuite(Ftr, ytr).crf
+    test = crfsuite_marginals(crf, Fte, classes)
     oof = [None] * len(Xtr)
     fold_test = []
     for held in fold_indices(len(Xtr), folds, seed):
         held_set = set(held.tolist())
         tr = [i for i in range(len(Xtr)) if i not in held_set]
-        c = sklearn_crfsuite.CRF(**PEER_PARAMS["CRFsuite"])
-        c.fit([Ftr[i] for i in tr], [list(ytr[i]) for i in tr])
-        for i, p in zip(held, _crf_marginals(c, [Ftr[i] for i in held], classes)):
+        c = fit_crfsuite([Ftr[i] for i in tr], [ytr[i] for i in tr]).crf
+        for i, p in zip(held, crfsuite_marginals(c, [Ftr[i] for i in held], classes)):
             oof[i] = p
-        fold_test.append(np.concatenate(_crf_marginals(c, Fte, classes)))
+        fold_test.append(np.concatenate(crfsuite_marginals(c, Fte, classes)))
     return {"test": np.concatenate(test), "oof": np.concatenate(oof),
             "fold_test": np.stack(fold_test)}
 

@@ -215,22 +215,12 @@ def simulate(y_true: np.ndarray, classes, n_annotators: int, votes, coverage: fl
 
 def crowdkit_posteriors(name: str, sim: dict, n: int, J: int, seed: int) -> np.ndarray:
     """Per-token posteriors (n, J) of a crowd-kit aggregator (uniform on tokens w/o votes)."""
-    import pandas as pd
-    from crowdkit.aggregation import GLAD, MACE, DawidSkene, MajorityVote
+    from bench.peers import crowdkit_aggregator, votes_frame
 
-    df = pd.DataFrame({"task": sim["token"], "worker": sim["annotator"],
-                       "label": sim["label"]})
-    if name == "MV":
-        agg = MajorityVote()
-    elif name == "crowdkit-DS":
-        agg = DawidSkene(n_iter=100)
-    elif name == "crowdkit-GLAD":
-        agg = GLAD(n_iter=100, silent=True)
-    elif name == "crowdkit-MACE":
-        agg = MACE(n_iter=50, random_state=seed)
-    else:
+    if name not in ("MV", *CROWDKIT):
         raise ValueError(name)
-    agg.fit(df)
+    agg = crowdkit_aggregator(name.removeprefix("crowdkit-"), seed)
+    agg.fit(votes_frame(sim["token"], sim["annotator"], sim["label"]))
     P = np.full((n, J), 1.0 / J)
     probas = agg.probas_
     cols = [int(c) for c in probas.columns]
@@ -276,12 +266,10 @@ def fit_gpsl(labels_flat, lengths, classes, Xtr, Xte, template, cfg):
     return model.predict(Xte), np.array(model.state_.r), sec, int(model.n_iter_)
 
 
-def fit_crfsuite(labels_flat, lengths, classes, Xtr, Xte, template):
+def crfsuite_on_runs(labels_flat, lengths, classes, Xtr, Xte, template):
     """CRFsuite (bench.paper's CRF++-equivalent settings) on the maximal runs of labeled tokens
     of every sentence (features computed on the full sentence)."""
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     tmpl = Template.parse(template)
@@ -300,10 +288,9 @@ def fit_crfsuite(labels_flat, lengths, classes, Xtr, Xte, template):
             feats.append(f[j:k])
             labs.append([classes[v] for v in part[j:k]])
             j = k
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-    crf.fit(feats, labs)
-    sec = time.perf_counter() - t0
-    return [list(p) for p in crf.predict(template_features(tmpl, Xte))], sec
+    runs_s = time.perf_counter() - t0
+    fit = fit_crfsuite(feats, labs)
+    return [list(p) for p in fit.crf.predict(template_features(tmpl, Xte))], runs_s + fit.wall_s
 
 
 # --------------------------------------------------------------------------- one cell
@@ -372,7 +359,7 @@ def run_cell(cfg: Config, data, name: str, scenario: str, log, seed: int = 0) ->
             rec["GPSL2_test_loss"] = _hamming(pred, yte)
             rec["GPSL2_fit_s"] = sec
             rec["GPSL2_label_accuracy_all"] = float(100.0 * np.mean(r.argmax(1) == y_true))
-            pred_c, sec_c = fit_crfsuite(agg, lengths, classes, Xtr, Xte, template)
+            pred_c, sec_c = crfsuite_on_runs(agg, lengths, classes, Xtr, Xte, template)
             rec["CRFsuite_test_loss"] = _hamming(pred_c, yte)
             rec["CRFsuite_fit_s"] = sec_c
             msg += f"; GPSL2 {rec['GPSL2_test_loss']:.2f}% ({sec:.0f} s), " \

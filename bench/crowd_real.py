@@ -248,16 +248,13 @@ def isolated(fn, *args) -> dict:
 
 
 def crowdkit_labels(name: str, votes) -> dict:
-    import pandas as pd
-    from crowdkit.aggregation import GLAD, MACE, DawidSkene, MajorityVote, OneCoinDawidSkene
+    from bench.peers import crowdkit_aggregator, votes_frame
 
-    agg = {"crowd-kit majority vote": lambda: MajorityVote(),
-           "crowd-kit Dawid-Skene": lambda: DawidSkene(n_iter=100),
-           "crowd-kit GLAD": lambda: GLAD(n_iter=100, silent=True),
-           "crowd-kit MACE": lambda: MACE(n_iter=50, random_state=0),
-           "crowd-kit one-coin": lambda: OneCoinDawidSkene(n_iter=100)}[name]()
-    df = pd.DataFrame({"task": votes.token, "worker": votes.annotator, "label": votes.label})
-    got = agg.fit_predict(df)
+    kind = {"crowd-kit majority vote": "MV", "crowd-kit Dawid-Skene": "DS",
+            "crowd-kit GLAD": "GLAD", "crowd-kit MACE": "MACE",
+            "crowd-kit one-coin": "one-coin"}[name]
+    got = crowdkit_aggregator(kind).fit_predict(votes_frame(votes.token, votes.annotator,
+                                                            votes.label))
     flat: list[str | None] = [None] * votes.n
     for task, lab in got.items():
         flat[int(task)] = votes.classes[int(lab)]
@@ -307,25 +304,14 @@ def joint_rule_labels(votes, X, max_iter: int) -> dict:
                         crowd_kw={"prior_rule": "heldout"})
 
 
-def ner_features(template_name: str, sents) -> list[list[dict]]:
-    """The feature strings of a template per token, as CRFsuite's binary features."""
+def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
+    """CRFsuite (sklearn-crfsuite's NER tutorial settings) on the template's feature strings."""
+    from bench.peers import CRF_NER_PARAMS, fit_crfsuite, template_features
     from gpsl.features import Template
 
-    tmpl = Template.parse(template_name)
-    out = []
-    for s in sents:
-        blocks = tmpl.expand_sentence(s)
-        out.append([{b[i]: 1.0 for b in blocks} for i in range(len(s))])
-    return out
-
-
-def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
-    import sklearn_crfsuite
-
-    crf = sklearn_crfsuite.CRF(algorithm="lbfgs", c1=0.1, c2=0.1, max_iterations=100,
-                               all_possible_transitions=True)
-    crf.fit(ner_features(template, Xtr), ytr)
-    return {"pred": [list(p) for p in crf.predict(ner_features(template, Xte))]}
+    tmpl = Template.parse(template)
+    crf = fit_crfsuite(Xtr, ytr, tmpl, CRF_NER_PARAMS).crf
+    return {"pred": [list(p) for p in crf.predict(template_features(tmpl, Xte))]}
 
 
 def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:

@@ -13,7 +13,8 @@ from the data set's CRF++ template:
 
 * ``GPSL1`` / ``GPSL2`` / ``GPSL4``: :class:`gpsl.model.GPSL` with offsets ``(-1,)``, ``(-1, 1)``,
   ``(-2, -1, 1, 2)`` and the linear kernel, decoded with Algorithm 2 (RNS);
-* ``CRFsuite``: sklearn-crfsuite, L-BFGS with L2 only (see :data:`CRF_PARAMS` for the rule);
+* ``CRFsuite``: sklearn-crfsuite, L-BFGS with L2 only (the rule:
+  :data:`bench.peers.CRF_PARAMS`);
 * ``CRFsuite-PA``: sklearn-crfsuite passive-aggressive (PA-I, C=1): an online cost-sensitive
   max-margin trainer of the same linear-chain model, the closest installable stand-in for the
   paper's structural SVM;
@@ -69,48 +70,13 @@ from bench.common import (
     partition_seed,
     partitions,
 )
+from bench.peers import PEER_PARAMS, fit_peer
 from gpsl.predict import pl_exact_decode, pl_factors, pl_log_score  # noqa: F401
 
 # --------------------------------------------------------------------------- methods
 
 GPSL_OFFSETS = {"GPSL1": (-1,), "GPSL2": (-1, 1), "GPSL4": (-2, -1, 1, 2)}
 
-#: CRF++'s default regularisation (``crf_learn -a CRF-L2 -c 1.0``).
-CRFPP_C = 1.0
-#: CRF++ minimises  -sum log p(y|x) + ||w||^2 / (2C)  (encoder.cpp: obj += w^2 / (2.0 * C));
-#: CRFsuite's L-BFGS minimises  -sum log p(y|x) + c2 ||w||^2  (train_lbfgs.c: f += c2 * norm).
-#: The two objectives coincide for c2 = 1 / (2C) = 0.5 and c1 = 0. CRF++ also makes a weight for
-#: every (feature string, label) and every label pair, which is CRFsuite's all_possible_states
-#: and all_possible_transitions. CRF++ iterates to a relative objective change of 1e-4 (its
-#: 10000-iteration cap is never the binding one on these data); we cap L-BFGS at 500 iterations
-#: with CRFsuite's own stopping rule (delta 1e-5 over 10 iterations).
-CRF_PARAMS = {
-    "algorithm": "lbfgs",
-    "c1": 0.0,
-    "c2": 1.0 / (2.0 * CRFPP_C),
-    "max_iterations": 500,
-    "all_possible_states": True,
-    "all_possible_transitions": True,
-}
-PEER_PARAMS = {
-    "CRFsuite": CRF_PARAMS,
-    "CRFsuite-PA": {
-        "algorithm": "pa",
-        "pa_type": 1,
-        "c": 1.0,
-        "max_iterations": 100,
-        "all_possible_states": True,
-        "all_possible_transitions": True,
-    },
-    "CRFsuite-AP": {
-        "algorithm": "ap",
-        "max_iterations": 100,
-        "all_possible_states": True,
-        "all_possible_transitions": True,
-    },
-    # scikit-learn minimises C * sum(log loss) + ||w||^2 / 2, i.e. CRF++'s objective per token
-    "LogReg": {"C": CRFPP_C, "max_iter": 2000},
-}
 METHODS = (*GPSL_OFFSETS, *PEER_PARAMS)
 PAPER_RNS = "GPSL2 (m+v/2)"
 """GPSL2 predicted with the paper's RNS local score m + v/2 (the default uses the means m)."""
@@ -240,67 +206,6 @@ def fit_gpsl(name: str, template: str, Xtr, ytr, Xte, cfg: Config):
         "n_features": int(model.extractor_.n_features_),
     }
     return model, rec, (marg, list(model.classes_)), pred
-
-
-def template_features(template, X) -> list[list[dict]]:
-    """The CRF++ template expanded per token as ``{feature string: 1.0}`` dicts.
-
-    Same strings as :meth:`gpsl.features.Template.expand` (computed sentence-wise with
-    :meth:`~gpsl.features.Template.expand_sentence`, which is the same expansion, faster).
-    """
-    out = []
-    for s in X:
-        cols = template.expand_sentence(s)
-        out.append([{c[i]: 1.0 for c in cols} for i in range(len(s))])
-    return out
-
-
-def fit_peer(name: str, template, Xtr, ytr, Xte, want_marginals: bool = True):
-    """Fit a peer on complete labels; ``(record, (marginals, classes) or None, labels)``.
-
-    Times include the template expansion (GPSL's ``fit`` does its own feature extraction too).
-    """
-    import sklearn_crfsuite
-    from sklearn.feature_extraction import DictVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    params = PEER_PARAMS[name]
-    t0 = time.perf_counter()  # imports above stay out of the timing
-    Ftr = template_features(template, Xtr)
-    if name == "LogReg":
-        vec = DictVectorizer()
-        A = vec.fit_transform([f for s in Ftr for f in s])
-        clf = LogisticRegression(**params)
-        clf.fit(A, [v for lab in ytr for v in lab])
-        fit_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        Fte = template_features(template, Xte)
-        P = clf.predict_proba(vec.transform([f for s in Fte for f in s]))
-        classes = [str(c) for c in clf.classes_]
-        lengths = [len(s) for s in Xte]
-        marg = _split(P, lengths)
-        pred = [[classes[i] for i in p.argmax(axis=1)] for p in marg]
-        predict_s = time.perf_counter() - t0
-        return {"fit_s": fit_s, "predict_s": predict_s}, (marg, classes), pred
-    crf = sklearn_crfsuite.CRF(**params)
-    crf.fit(Ftr, [list(lab) for lab in ytr])
-    fit_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    Fte = template_features(template, Xte)
-    pred = [list(p) for p in crf.predict(Fte)]
-    predict_s = time.perf_counter() - t0
-    rec = {"fit_s": fit_s, "predict_s": predict_s}
-    try:
-        rec["n_iter"] = len(crf.training_log_.iterations)
-    except Exception:  # noqa: BLE001 - the training log is optional
-        pass
-    marg = None
-    if want_marginals:
-        classes = [str(c) for c in crf.classes_]
-        rows = crf.predict_marginals(Fte)
-        marg = ([np.array([[tok[c] for c in classes] for tok in s], dtype=float).reshape(
-            len(s), len(classes)) for s in rows], classes)
-    return rec, marg, pred
 
 
 def calibration_record(marg, classes, y_true, all_labels) -> dict:

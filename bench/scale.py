@@ -76,8 +76,6 @@ from bench.common import (
 
 TEST_SENTENCES = 100
 SYNTH_TEST_SENTENCES = 2000
-CRF_PARAMS = {"algorithm": "lbfgs", "c1": 0.0, "c2": 0.5, "max_iterations": 500,
-              "all_possible_transitions": True}
 
 
 def _peak_rss_mib() -> float:
@@ -131,16 +129,11 @@ def run_job(job: dict) -> dict:
     rss_before = _peak_rss_mib()
     out = {**job, "train_sentences": len(Xtr), "train_tokens": n_tokens, "test_tokens": n_test}
     if job["method"] == "CRFsuite":
-        import sklearn_crfsuite
-
-        from bench.paper import template_features
+        from bench.peers import CRF_SCALE_PARAMS, fit_crfsuite, template_features
 
         tmpl = Template.parse(template)
-        t0, c0 = time.perf_counter(), time.process_time()
-        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-        crf.fit(template_features(tmpl, Xtr), ytr)
-        out["fit_s"] = time.perf_counter() - t0
-        out["fit_cpu_s"] = time.process_time() - c0
+        fit = fit_crfsuite(Xtr, ytr, tmpl, CRF_SCALE_PARAMS)
+        crf, out["fit_s"], out["fit_cpu_s"] = fit.crf, fit.wall_s, fit.cpu_s
         pred = crf.predict(template_features(tmpl, Xte))
         out["predict_s"] = _time_predict(lambda: crf.predict(template_features(tmpl, Xte)),
                                          job["repeats"])
