@@ -37,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.active_learning import DataMissing, _revealed, load_dataset, split
+from bench.active_learning import DataMissing, load_dataset, split
 from bench.active_learning_pool import DATASETS, SIZES  # the same pools and test slices
+from bench.active_learning_run import _revealed
 from bench.common import (
     DATA_DIR,
     RESULTS_DIR,
