@@ -4,7 +4,8 @@
   (:func:`template_features`), with one of three settings: :data:`CRF_PARAMS` (CRF++'s
   objective, ``bench.paper`` and the modules that quote it), :data:`CRF_SCALE_PARAMS`
   (``bench.scale``'s, those of issue 36's figures) and :data:`CRF_NER_PARAMS`
-  (sklearn-crfsuite's NER tutorial, ``bench.crowd_real``). :func:`fit_crfsuite` is its fit;
+  (sklearn-crfsuite's NER tutorial, ``bench.crowd_real``). :func:`fit_crfsuite` is its fit,
+  :func:`crfsuite_marginals` its marginals, :func:`crfsuite_model` a saved model's tagger;
   :func:`fit_peer` runs ``bench.paper``'s peers (the CRFsuite trainers and a per-token
   logistic regression) and predicts.
 * crowd-kit's aggregators (:func:`crowdkit_aggregator`) on a table of votes
@@ -107,6 +108,16 @@ def fit_crfsuite(X, y, template=None, params: dict = CRF_PARAMS, **kw) -> CrfFit
     F = X if template is None else template_features(template, X)
     crf.fit(F, [list(lab) for lab in y])
     return CrfFit(crf, time.perf_counter() - t0, time.process_time() - c0)
+
+
+def crfsuite_model(model_file: str):
+    """A CRFsuite model saved by a fit (``model_filename=``), opened with python-crfsuite's
+    ``Tagger`` (``tag(feature dicts)`` -> labels) without sklearn-crfsuite."""
+    import pycrfsuite
+
+    tagger = pycrfsuite.Tagger()
+    tagger.open(model_file)
+    return tagger
 
 
 def crfsuite_marginals(crf, F, classes) -> list[np.ndarray]:

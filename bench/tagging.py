@@ -128,16 +128,13 @@ def child(argv: list[str]) -> dict:
 def crf_tag_file(model_file: str, template_spec: str, test_file: str, out_file: str) -> None:
     """CRFsuite's side of the whole command: read the file, expand the template, tag, write
     (``python -m bench.tagging --crf-tag MODEL TEMPLATE FILE OUT``)."""
-    import pycrfsuite
-
-    from bench.peers import template_features
+    from bench.peers import crfsuite_model, template_features
     from gpsl.features import Template
     from gpsl.io import read_conll
 
     tmpl = Template.from_spec(template_spec)
     sents = read_conll(test_file, labeled=False)  # the last column is the gold label
-    tagger = pycrfsuite.Tagger()
-    tagger.open(model_file)
+    tagger = crfsuite_model(model_file)
     with open(out_file, "w", encoding="utf-8") as fh:
         X = [[tok[:-1] for tok in s.tokens] for s in sents]
         for s, feats in zip(sents, template_features(tmpl, X), strict=True):
