@@ -208,3 +208,22 @@ def test_no_module_is_over_600_lines():
     assert not unexpected, f"modules over {MAX_LINES} lines: {unexpected}"
     stale = sorted(set(TOO_LONG) - set(long))
     assert not stale, f"no longer over {MAX_LINES} lines: remove {stale} from TOO_LONG"
+
+
+def test_only_bench_peers_imports_the_peers():
+    """The peers are written once: no bench module but bench/peers.py imports sklearn-crfsuite,
+    python-crfsuite or crowd-kit (the others call bench.peers)."""
+    peers = {"sklearn_crfsuite", "pycrfsuite", "crowdkit"}
+    found = {}
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            hits = sorted({n.split(".")[0] for n in names} & peers)
+            if hits:
+                found.setdefault(str(path.relative_to(ROOT)), []).extend(hits)
+    assert set(found) == {"bench/peers.py"}, found
