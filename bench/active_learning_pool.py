@@ -56,20 +56,30 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from bench.active_learning import DataMissing as AlDataMissing
-from bench.active_learning import _revealed, load_dataset, split, tokens_to_reach
+from bench.active_learning import load_dataset, split, tokens_to_reach
+from bench.active_learning_pool_report import best_token_strategy, write_outputs
+from bench.active_learning_pool_setup import (
+    DATASETS,
+    DEFAULT_STRATEGIES,
+    PEER,
+    PROPAGATE_STEPS,
+    SHORTLIST,
+    SIZES,
+    Config,
+    parse_spec,
+)
+from bench.active_learning_run import _revealed
 from bench.common import (
     DATA_DIR,
     RESULTS_DIR,
     DataMissing,
     git_commit,
-    header_lines,
-    jsonable,
     machine_info,
     mean_std,
     median,
@@ -78,49 +88,6 @@ from bench.common import (
 from gpsl import active
 from gpsl.active import marginal as active_marginal
 from gpsl.metrics import token_accuracy
-
-DATASETS = ("chunking", "basenp", "JapaneseNE")
-SIZES = {"chunking": (700, 200), "basenp": (700, 200), "JapaneseNE": (600, 116)}
-BASE = ("random", "random_sentence", "least_confidence", "margin", "entropy",
-        "sentence_least_confidence", "sentence_margin", "sentence_entropy", "bald", "lookahead")
-MODIFIERS = ("diverse", "propagate")
-PEER = "CRFsuite (sentences, least confidence)"
-DEFAULT_STRATEGIES = ("random", "random_sentence", "sentence_entropy", "least_confidence",
-                      "entropy", "bald", "lookahead", "entropy+diverse", "entropy+propagate",
-                      "bald+diverse+propagate")
-SHORTLIST = 3  # short-list size for lookahead and +diverse, in batches
-PROPAGATE_STEPS = 5
-
-
-@dataclass
-class Config:
-    datasets: list[str] = field(default_factory=lambda: list(DATASETS))
-    strategies: list[str] = field(default_factory=lambda: list(DEFAULT_STRATEGIES))
-    seeds: int = 3
-    n_init: int = 10
-    round_fraction: float = 0.02
-    max_fraction: float = 0.40
-    patience: int = 1
-    max_iter: int = 6
-    peer: bool = True
-    pool: int | None = None
-    test: int | None = None
-    data_dir: str = str(DATA_DIR)
-    out: str = str(RESULTS_DIR)
-
-
-def parse_spec(spec: str) -> tuple[str, set[str]]:
-    """``"bald+diverse"`` -> ``("bald", {"diverse"})``; unknown parts raise ValueError."""
-    base, *mods = spec.split("+")
-    if base not in BASE:
-        raise ValueError(f"unknown strategy {base!r}; choose from {', '.join(BASE)}")
-    bad = [m for m in mods if m not in MODIFIERS]
-    if bad:
-        raise ValueError(f"unknown modifier {bad[0]!r}; choose from {', '.join(MODIFIERS)}")
-    if mods and base in ("random_sentence",) or (mods and base.startswith("sentence_")):
-        raise ValueError(f"{spec!r}: modifiers apply to token strategies only")
-    return base, set(mods)
-
 
 # --------------------------------------------------------------------------- annotator actions
 
@@ -315,9 +282,7 @@ def run_gpsl(spec: str, data: dict, cfg: Config, seed: int, target: float, log) 
 
 def run_peer(data: dict, cfg: Config, seed: int, target: float, log) -> dict:
     """CRFsuite on complete sentences, chosen by sequence least confidence."""
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     template = Template.parse(data["template"])
@@ -332,10 +297,8 @@ def run_peer(data: dict, cfg: Config, seed: int, target: float, log) -> dict:
     above = 0
     while True:
         idx = np.flatnonzero(labeled)
-        crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-        t0 = time.perf_counter()
-        crf.fit([F[i] for i in idx], [list(pool_y[i]) for i in idx])
-        fit_s = time.perf_counter() - t0
+        fit = fit_crfsuite([F[i] for i in idx], [pool_y[i] for i in idx])
+        crf, fit_s = fit.crf, fit.wall_s
         acc = float(token_accuracy(data["test_y"], crf.predict(Ft)))
         n_lab = int(sum(len(pool_X[i]) for i in idx))
         for k, v in (("labeled_tokens", n_lab), ("actions", n_actions), ("accuracy", acc),
@@ -436,109 +399,6 @@ def run_dataset(cfg: Config, name: str, log) -> dict:
     accs = [s["full_accuracy"] for s in res["seeds"]]
     res["full_accuracy_mean"], res["full_accuracy_std"] = mean_std(accs)
     return res
-
-
-def best_token_strategy(res: dict) -> str | None:
-    """The token-level GPSL strategy with the lowest mean percent of the pool to 99%."""
-    best, val = None, None
-    for spec, d in res["strategies"].items():
-        if spec == PEER:
-            continue
-        base, _ = parse_spec(spec)
-        if base == "random_sentence" or base.startswith("sentence_") or base == "random":
-            continue
-        m = d["summary"]["percent_to_99_mean"]
-        if m is not None and (val is None or m < val):
-            best, val = spec, m
-    return best
-
-
-def _reach_cell(s: dict, level: str) -> str:
-    m, sd = s[f"percent_to_{level}_mean"], s[f"percent_to_{level}_std"]
-    if m is not None:
-        return f"{m:.1f} ± {sd:.1f}" if sd is not None else f"{m:.1f}"
-    got = [v for v in s[f"percent_to_{level}"] if v is not None]
-    n = len(s[f"percent_to_{level}"])
-    return f"never ({len(got)}/{n})" + (
-        f" [{', '.join(f'{v:.1f}' for v in got)}]" if got else "")
-
-
-def _f(v, digits=1):
-    return "never" if v is None else f"{v:.{digits}f}"
-
-
-def write_markdown(report: dict, path: Path) -> None:
-    cfg = report["config"]
-    lines = header_lines("Active learning at a realistic size (`bench.active_learning_pool`)",
-                         report["date"], report["machine"], report["git"], report["command"])
-    lines += [
-        f"Pools of {', '.join(f'{d} {SIZES[d][0]}' for d in cfg['datasets'])} sentences, fixed "
-        f"test slices, {cfg['seeds']} seeds, {cfg['n_init']} seed sentences, rounds of "
-        "1-2% of the pool's tokens (given per data set) up to "
-        f"{100 * cfg['max_fraction']:.0f}% (a run stops after {cfg['patience']} "
-        f"round{'s' if cfg['patience'] != 1 else ''} at or above 99% of full supervision). "
-        "GPSL: scalable mode, cold fits, at most the sweeps per fit given for each data set. "
-        "Figures "
-        "are mean ± sd over the seeds of each seed's own crossing (linear interpolation); "
-        "*never (k/n)* = only k of the n seeds reached it within the rounds run (their "
-        "crossings in brackets). Actions: annotator actions, a span labeled in one go counts "
-        "once.",
-        "", f"Compute time {report['seconds']:.0f} s (summed over the processes of a merged "
-        "report).", ""]
-    for name, res in report["datasets"].items():
-        best = best_token_strategy(res)
-        mean_tokens = np.mean([s["pool_tokens"] for s in res["seeds"]])
-        lines += [f"## {name}", "",
-                  f"Pool {res['pool']} sentences ({mean_tokens:.0f}"
-                  f" tokens on average), test {res['test']} sentences, rounds of "
-                  f"{100 * res.get('round_fraction', cfg['round_fraction']):.0f}% of the pool's "
-                  f"tokens, GPSL at most {res.get('max_iter', cfg['max_iter'])} sweeps a fit. "
-                  "Full supervision "
-                  f"accuracy {res['full_accuracy_mean']:.4f} "
-                  f"(sd {res['full_accuracy_std']:.4f})."
-                  f" Best token strategy: **{best}**.", "",
-                  "| strategy | % of pool to 95% | % of pool to 99% | actions to 99% | "
-                  "final acc | median fit (s) |", "|---|---:|---:|---:|---:|---:|"]
-        for spec, d in res["strategies"].items():
-            s = d["summary"]
-            finals = [r["accuracy"][-1] for r in d["runs"]]
-            p95 = _reach_cell(s, "95")
-            p99 = _reach_cell(s, "99")
-            a99 = _f(s["actions_to_99_mean"], 0) + (
-                f" ± {s['actions_to_99_std']:.0f}" if s["actions_to_99_std"] is not None else "")
-            lines.append(f"| {spec} | {p95} | {p99} | {a99} | {np.mean(finals):.4f} | "
-                         f"{_f(s['fit_seconds_median'], 2)} |")
-        lines.append("")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def write_html(name: str, res: dict, path: Path) -> None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("against labeled tokens",
-                                                        "against annotator actions"))
-    for spec, d in res["strategies"].items():
-        for col, key in ((1, "labeled_tokens"), (2, "actions")):
-            n = min(len(r["accuracy"]) for r in d["runs"])
-            x = np.mean([r[key][:n] for r in d["runs"]], axis=0)
-            y = np.mean([r["accuracy"][:n] for r in d["runs"]], axis=0)
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=spec,
-                                     legendgroup=spec, showlegend=col == 1), row=1, col=col)
-    fig.add_hline(y=0.99 * res["full_accuracy_mean"], line_dash="dot",
-                  annotation_text="99% of full supervision")
-    fig.update_layout(title=f"Active learning on {name} (pool {res['pool']} sentences, mean "
-                            "of the seeds' common rounds)", yaxis_title="test token accuracy")
-    fig.write_html(path, include_plotlyjs="cdn")
-
-
-def write_outputs(report: dict, out: Path, stem: str = "active_learning_pool") -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(jsonable(report), indent=1), encoding="utf-8")
-    write_markdown(report, out / f"{stem}.md")
-    for name, res in report["datasets"].items():
-        write_html(name, res, out / f"{stem}_{name}.html")
-    return out / f"{stem}.md"
 
 
 def run(cfg: Config, command: str, log=print) -> dict:

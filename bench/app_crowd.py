@@ -127,7 +127,7 @@ def gpsl_heldout(store, pid: int, vid: int) -> dict:
 
 
 def crfsuite_run(store, pid: int) -> dict:
-    from bench.paper import fit_peer
+    from bench.peers import fit_peer
     from gpsl.features import Template
 
     X_all, y_all = store.training_data(pid, "train", only_labeled=True)

@@ -284,7 +284,7 @@ def phase_rows(run: dict) -> dict:
 
 
 def crfsuite_run(train, template_text: str) -> dict:
-    from bench.paper import fit_peer
+    from bench.peers import fit_peer
     from gpsl.features import Template
 
     template = Template.parse(template_text, source="chunking/template")

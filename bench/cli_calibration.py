@@ -148,16 +148,12 @@ def run_gpsl(work: Path, template: Path, train: Path, test: Path, gold: list[str
 def run_crfsuite(template_text: str, Xtr, ytr, Xte, yte) -> dict:
     """CRFsuite on the template's features: posterior (argmax of the marginals) and Viterbi
     labels, each with the marginal of the label it gives."""
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     template = Template.parse(template_text, source="template")
-    t0, c0 = time.perf_counter(), time.process_time()
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-    crf.fit(template_features(template, Xtr), [list(v) for v in ytr])
-    fit_wall, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
+    fit = fit_crfsuite(Xtr, ytr, template)
+    crf, fit_wall, fit_cpu = fit.crf, fit.wall_s, fit.cpu_s
     Fte = template_features(template, Xte)
     marg = crf.predict_marginals(Fte)
     vit = crf.predict(Fte)

@@ -188,20 +188,15 @@ def crfsuite_job(job: dict) -> dict:
     marginals, with their probability), peak memory."""
     import resource
 
-    import sklearn_crfsuite
-
     from bench.cli_calibration import _figures
-    from bench.paper import template_features
-    from bench.scale import CRF_PARAMS
+    from bench.peers import CRF_SCALE_PARAMS, fit_crfsuite, template_features
     from gpsl.features import Template
     from gpsl.io import read_conll
 
     tr, te = read_conll(job["train"]), read_conll(job["test"])
     tmpl = Template.from_spec(job["template"])
-    c0 = time.process_time()
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-    crf.fit(template_features(tmpl, [s.tokens for s in tr]), [list(s.labels) for s in tr])
-    fit_cpu = time.process_time() - c0
+    fit = fit_crfsuite([s.tokens for s in tr], [s.labels for s in tr], tmpl, CRF_SCALE_PARAMS)
+    crf, fit_cpu = fit.crf, fit.cpu_s
     conf, right = [], []
     for s, marg in zip(te, crf.predict_marginals(template_features(tmpl,
                                                                    [s.tokens for s in te]))):
@@ -210,7 +205,7 @@ def crfsuite_job(job: dict) -> dict:
             conf.append(tok[best])
             right.append(best == g)
     rec = _figures(np.array(conf), np.array(right))
-    rec.update({"fit_cpu_s": fit_cpu, "settings": CRF_PARAMS,
+    rec.update({"fit_cpu_s": fit_cpu, "settings": CRF_SCALE_PARAMS,
                 "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0})
     return rec
 

@@ -56,6 +56,7 @@ from bench.common import (
     parse_sizes,
     partitions,
 )
+from bench.crowd_sim import parse_votes, simulate
 
 #: train/test sentences of the default run (the full GP costs about n^2.5 in tokens).
 DEFAULT_SIZES = {"basenp": (80, 80), "chunking": (40, 40), "seg": (20, 16),
@@ -88,149 +89,17 @@ class Config:
     verbose: bool = True
 
 
-# --------------------------------------------------------------------------- simulation
-
-
-def similar_label(label: str, classes) -> str | None:
-    """The label a novice confuses ``label`` with: B-X <-> I-X (B <-> I), else None."""
-    for a, b in (("B-", "I-"), ("I-", "B-")):
-        if label.startswith(a) and b + label[len(a):] in classes:
-            return b + label[len(a):]
-    if label in ("B", "I"):
-        other = "I" if label == "B" else "B"
-        return other if other in classes else None
-    return None
-
-
-def swap_permutation(classes) -> np.ndarray:
-    """A derangement of the label indices: B-X <-> I-X swaps, the remaining labels paired in
-    sorted order (an odd one out joins the last pair as a 3-cycle)."""
-    J = len(classes)
-    perm = -np.ones(J, dtype=np.int64)
-    index = {c: i for i, c in enumerate(classes)}
-    for i, c in enumerate(classes):
-        s = similar_label(c, classes)
-        if s is not None and perm[i] < 0 and perm[index[s]] < 0:
-            perm[i], perm[index[s]] = index[s], i
-    rest = [i for i in range(J) if perm[i] < 0]
-    for k in range(0, len(rest) - 1, 2):
-        perm[rest[k]], perm[rest[k + 1]] = rest[k + 1], rest[k]
-    if len(rest) % 2 == 1:
-        odd = rest[-1]
-        if J == 1:
-            perm[odd] = odd
-        else:
-            a = rest[-3] if len(rest) >= 3 else int(np.flatnonzero(np.arange(J) != odd)[0])
-            b = perm[a]
-            perm[a], perm[b], perm[odd] = b, odd, a  # a -> b -> odd -> a
-    return perm
-
-
-def annotator_matrix(kind: str, classes, rng=None) -> np.ndarray:
-    """The simulated confusion matrix ``P[y, l]`` of one annotator of ``kind``."""
-    J = len(classes)
-    if J == 1:
-        return np.ones((1, 1))
-    P = np.zeros((J, J))
-    if kind == "expert":
-        P[:] = 0.05 / (J - 1)
-        np.fill_diagonal(P, 0.95)
-    elif kind == "novice":
-        for y, c in enumerate(classes):
-            s = similar_label(c, classes)
-            if s is None or J == 2:
-                P[y] = 0.30 / (J - 1)
-            else:
-                P[y] = 0.30 * 0.2 / max(J - 2, 1)
-                P[y, classes.index(s)] = 0.30 * 0.8
-            P[y, y] = 0.70
-    elif kind == "spammer":
-        P[:] = 1.0 / J
-    elif kind == "swapper":
-        perm = swap_permutation(classes)
-        P[:] = 0.10 / (J - 1)
-        for y in range(J):
-            P[y, perm[y]] = 0.90
-    else:
-        raise ValueError(f"unknown annotator kind {kind!r}")
-    return P / P.sum(axis=1, keepdims=True)
-
-
-def pool_kinds(n_annotators: int, spam: float) -> list[str]:
-    """Annotator kinds: ``round(spam * n)`` spammers, one swapper, the rest experts/novices."""
-    n_spam = int(round(spam * n_annotators))
-    rest = n_annotators - n_spam - 1
-    if rest < 0:
-        raise ValueError("too few annotators for the spammer fraction and one swapper")
-    n_exp = (rest + 1) // 2
-    return ["expert"] * n_exp + ["novice"] * (rest - n_exp) + ["spammer"] * n_spam + ["swapper"]
-
-
-def parse_votes(spec) -> tuple[int, int]:
-    text = str(spec)
-    lo, _, hi = text.partition("-")
-    lo_i, hi_i = int(lo), int(hi or lo)
-    if not 1 <= lo_i <= hi_i:
-        raise ValueError(f"bad votes per token {spec!r}")
-    return lo_i, hi_i
-
-
-def simulate(y_true: np.ndarray, classes, n_annotators: int, votes, coverage: float,
-             spam: float, rng: np.random.Generator) -> dict:
-    """Draw the annotators and their votes on the flat true labels ``y_true`` (indices).
-
-    Returns ``{"kinds", "token", "annotator", "label", "realised"}`` (realised accuracy per
-    annotator: fraction of their votes equal to the true label).
-    """
-    lo, hi = parse_votes(votes)
-    if hi > n_annotators:
-        raise ValueError(f"{hi} votes per token need at least {hi} annotators")
-    if not 0.0 < coverage <= 1.0:
-        raise ValueError("coverage must lie in (0, 1]")
-    kinds = pool_kinds(n_annotators, spam)
-    mats = [annotator_matrix(k, list(classes)) for k in kinds]
-    n = y_true.size
-    covered = np.sort(rng.permutation(n)[: int(round(coverage * n))])
-    tok, ann = [], []
-    for t in covered:
-        k = int(rng.integers(lo, hi + 1))
-        who = rng.choice(n_annotators, size=k, replace=False)
-        tok.extend([t] * k)
-        ann.extend(int(a) for a in who)
-    tok = np.array(tok, dtype=np.int64)
-    ann = np.array(ann, dtype=np.int64)
-    J = len(classes)
-    cum = np.cumsum(np.stack(mats)[ann, y_true[tok]], axis=1)
-    u = rng.random(tok.size)[:, None]
-    lab = np.minimum((u > cum).sum(axis=1), J - 1)
-    right = np.bincount(ann, weights=(lab == y_true[tok]).astype(float), minlength=n_annotators)
-    cnt = np.bincount(ann, minlength=n_annotators)
-    realised = np.where(cnt > 0, right / np.maximum(cnt, 1), np.nan)
-    return {"kinds": kinds, "token": tok, "annotator": ann, "label": lab,
-            "realised": realised, "covered": covered}
-
-
 # --------------------------------------------------------------------------- methods
 
 
 def crowdkit_posteriors(name: str, sim: dict, n: int, J: int, seed: int) -> np.ndarray:
     """Per-token posteriors (n, J) of a crowd-kit aggregator (uniform on tokens w/o votes)."""
-    import pandas as pd
-    from crowdkit.aggregation import GLAD, MACE, DawidSkene, MajorityVote
+    from bench.peers import crowdkit_aggregator, votes_frame
 
-    df = pd.DataFrame({"task": sim["token"], "worker": sim["annotator"],
-                       "label": sim["label"]})
-    if name == "MV":
-        agg = MajorityVote()
-    elif name == "crowdkit-DS":
-        agg = DawidSkene(n_iter=100)
-    elif name == "crowdkit-GLAD":
-        agg = GLAD(n_iter=100, silent=True)
-    elif name == "crowdkit-MACE":
-        agg = MACE(n_iter=50, random_state=seed)
-    else:
+    if name not in ("MV", *CROWDKIT):
         raise ValueError(name)
-    agg.fit(df)
+    agg = crowdkit_aggregator(name.removeprefix("crowdkit-"), seed)
+    agg.fit(votes_frame(sim["token"], sim["annotator"], sim["label"]))
     P = np.full((n, J), 1.0 / J)
     probas = agg.probas_
     cols = [int(c) for c in probas.columns]
@@ -276,12 +145,10 @@ def fit_gpsl(labels_flat, lengths, classes, Xtr, Xte, template, cfg):
     return model.predict(Xte), np.array(model.state_.r), sec, int(model.n_iter_)
 
 
-def fit_crfsuite(labels_flat, lengths, classes, Xtr, Xte, template):
+def crfsuite_on_runs(labels_flat, lengths, classes, Xtr, Xte, template):
     """CRFsuite (bench.paper's CRF++-equivalent settings) on the maximal runs of labeled tokens
     of every sentence (features computed on the full sentence)."""
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     tmpl = Template.parse(template)
@@ -300,10 +167,9 @@ def fit_crfsuite(labels_flat, lengths, classes, Xtr, Xte, template):
             feats.append(f[j:k])
             labs.append([classes[v] for v in part[j:k]])
             j = k
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-    crf.fit(feats, labs)
-    sec = time.perf_counter() - t0
-    return [list(p) for p in crf.predict(template_features(tmpl, Xte))], sec
+    runs_s = time.perf_counter() - t0
+    fit = fit_crfsuite(feats, labs)
+    return [list(p) for p in fit.crf.predict(template_features(tmpl, Xte))], runs_s + fit.wall_s
 
 
 # --------------------------------------------------------------------------- one cell
@@ -372,7 +238,7 @@ def run_cell(cfg: Config, data, name: str, scenario: str, log, seed: int = 0) ->
             rec["GPSL2_test_loss"] = _hamming(pred, yte)
             rec["GPSL2_fit_s"] = sec
             rec["GPSL2_label_accuracy_all"] = float(100.0 * np.mean(r.argmax(1) == y_true))
-            pred_c, sec_c = fit_crfsuite(agg, lengths, classes, Xtr, Xte, template)
+            pred_c, sec_c = crfsuite_on_runs(agg, lengths, classes, Xtr, Xte, template)
             rec["CRFsuite_test_loss"] = _hamming(pred_c, yte)
             rec["CRFsuite_fit_s"] = sec_c
             msg += f"; GPSL2 {rec['GPSL2_test_loss']:.2f}% ({sec:.0f} s), " \

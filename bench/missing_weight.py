@@ -37,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.active_learning import DataMissing, _revealed, load_dataset, split
+from bench.active_learning import DataMissing, load_dataset, split
 from bench.active_learning_pool import DATASETS, SIZES  # the same pools and test slices
+from bench.active_learning_run import _revealed
 from bench.common import (
     DATA_DIR,
     RESULTS_DIR,
@@ -89,18 +90,13 @@ def fit_gpsl(template, X, y, max_iter, missing_weight, test_X, test_y) -> dict:
 
 
 def fit_crf(template, X, y, test_X, test_y) -> dict:
-    import sklearn_crfsuite
-
-    from bench.paper import CRF_PARAMS, template_features
+    from bench.peers import fit_crfsuite, template_features
     from gpsl.features import Template
 
     tpl = Template.parse(template)
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS)
-    t0 = time.perf_counter()
-    crf.fit(template_features(tpl, X), [list(s) for s in y])
-    secs = time.perf_counter() - t0
-    pred = crf.predict(template_features(tpl, test_X))
-    return {"accuracy": float(token_accuracy(test_y, pred)), "fit_seconds": secs}
+    fit = fit_crfsuite(X, y, tpl)
+    pred = fit.crf.predict(template_features(tpl, test_X))
+    return {"accuracy": float(token_accuracy(test_y, pred)), "fit_seconds": fit.wall_s}
 
 
 def run_dataset(name: str, args, log) -> dict:

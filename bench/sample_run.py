@@ -54,7 +54,7 @@ def gpsl_run(tmp: Path, repeat: int) -> dict:
 
 
 def crfsuite_run() -> dict:
-    from bench.paper import fit_peer
+    from bench.peers import fit_peer
     from gpsl.annotation.projects import split_heldout
     from gpsl.features import Template
     from gpsl.io import read_conll

@@ -142,7 +142,7 @@ def start_server(model: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
 
 
 def measure(repeats: int, tmp: Path, n_train: int = 320) -> dict:
-    from bench.paper import fit_peer
+    from bench.peers import fit_peer
     from gpsl.model import GPSL
 
     train, held, train_path, test_path = data(tmp, n_train)

@@ -55,8 +55,6 @@ from bench.common import (
 from bench.scale import _time_predict  # median CPU seconds of repeats
 
 NER_FILE = DATA_DIR.parent / "crowd-ner" / "val.gold.conll"
-CRF_PARAMS = {"algorithm": "lbfgs", "c1": 0.0, "c2": 0.5, "max_iterations": 500,
-              "all_possible_transitions": True}
 SYNTH_TRAIN = 2000
 
 
@@ -130,16 +128,13 @@ def child(argv: list[str]) -> dict:
 def crf_tag_file(model_file: str, template_spec: str, test_file: str, out_file: str) -> None:
     """CRFsuite's side of the whole command: read the file, expand the template, tag, write
     (``python -m bench.tagging --crf-tag MODEL TEMPLATE FILE OUT``)."""
-    import pycrfsuite
-
-    from bench.paper import template_features
+    from bench.peers import crfsuite_model, template_features
     from gpsl.features import Template
     from gpsl.io import read_conll
 
     tmpl = Template.from_spec(template_spec)
     sents = read_conll(test_file, labeled=False)  # the last column is the gold label
-    tagger = pycrfsuite.Tagger()
-    tagger.open(model_file)
+    tagger = crfsuite_model(model_file)
     with open(out_file, "w", encoding="utf-8") as fh:
         X = [[tok[:-1] for tok in s.tokens] for s in sents]
         for s, feats in zip(sents, template_features(tmpl, X), strict=True):
@@ -204,9 +199,7 @@ def _passes(model, Xte) -> dict:
 
 
 def run_dataset(name: str, args, tmp: Path, log) -> dict:
-    import sklearn_crfsuite
-
-    from bench.paper import template_features
+    from bench.peers import CRF_SCALE_PARAMS, fit_crfsuite, template_features
     from gpsl.features import Template
     from gpsl.model import GPSL
 
@@ -226,8 +219,8 @@ def run_dataset(name: str, args, tmp: Path, log) -> dict:
     tmpl = Template.from_spec(tmpl_arg)
     crf_file = str(tmp / f"{name}.crfsuite")
     log(f"{name}: CRFsuite fit")
-    crf = sklearn_crfsuite.CRF(**CRF_PARAMS, model_filename=crf_file, keep_tempfiles=True)
-    crf.fit(template_features(tmpl, Xtr), [list(v) for v in ytr])
+    crf = fit_crfsuite(Xtr, ytr, tmpl, CRF_SCALE_PARAMS, model_filename=crf_file,
+                       keep_tempfiles=True).crf
     out = {"dataset": name, "train_sentences": len(Xtr), "test_sentences": len(Xte),
            "test_tokens": n_test}
     if name != "synthetic":

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import active_learning as AL
+from bench.active_learning_run import _revealed, query_and_reveal
 from bench.common import RESULTS_DIR, header_lines, machine_info, now_iso
 from bench.common import git_commit as _git
 
@@ -150,7 +151,7 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
     for r in range(rounds + 1):
         train = [i for i, m in enumerate(labeled) if m.any()]
         X = [pool_X[i] for i in train]
-        y = [AL._revealed(pool_y[i], labeled[i]) for i in train]
+        y = [_revealed(pool_y[i], labeled[i]) for i in train]
         cold = GPSL(template=template, max_iter=max_iter, tol=tol, inference=inference)
         row = {"round": r, "tokens": sum(len(s) for s in X),
                "labeled": int(sum(m.sum() for m in labeled)),
@@ -179,7 +180,7 @@ def run_rounds(name: str, spec: str, seed: int, n_pool: int, n_test: int, rounds
         prev = cold
         if r == rounds:
             break
-        if not AL.query_and_reveal(cold, strategy, aggregate, pool_X, pool_y, labeled,
+        if not query_and_reveal(cold, strategy, aggregate, pool_X, pool_y, labeled,
                                    token_batch if level == "token" else sentence_batch,
                                    seed=seed * 1000 + r):
             break

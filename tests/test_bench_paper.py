@@ -1,4 +1,5 @@
-"""Tests of bench/paper.py: the exact pseudo-likelihood decoder and a tiny harness run.
+"""Tests of bench/paper.py and its parts (bench/paper_*.py): the exact pseudo-likelihood
+decoder and a tiny harness run.
 
 The harness test reads the CRF++ data sets from ../shared/data/crfpp (next to the repository)
 and is skipped when they are absent; it writes to a temporary folder, never bench/results.
@@ -12,8 +13,9 @@ import json
 import numpy as np
 import pytest
 
-from bench import paper
+from bench import paper, paper_report, paper_setup, paper_summary
 from bench.common import DATA_DIR, hide_labels, partitions
+from gpsl.predict import pl_exact_decode, pl_log_score
 
 HAVE_DATA = all((DATA_DIR / "seg" / f).is_file() for f in ("train.data", "test.data", "template"))
 needs_data = pytest.mark.skipif(
@@ -46,15 +48,15 @@ def test_exact_decoding_matches_brute_force(offsets):
             scores = {y: brute_log_pl(b, g, offsets, y)
                       for y in itertools.product(range(J), repeat=L)}
             best = max(scores, key=scores.get)
-            y, score = paper.pl_exact_decode(b, g, offsets)
+            y, score = pl_exact_decode(b, g, offsets)
             assert score == pytest.approx(scores[best], abs=1e-9)
             assert tuple(int(v) for v in y) == best
-            assert paper.pl_log_score(b, g, offsets, y) == pytest.approx(score, abs=1e-9)
+            assert pl_log_score(b, g, offsets, y) == pytest.approx(score, abs=1e-9)
 
 
 def test_exact_decoding_rejects_long_range_offsets():
     with pytest.raises(ValueError):
-        paper.pl_exact_decode(np.zeros((3, 2)), np.zeros((4, 2, 2)), (-2, -1, 1, 2))
+        pl_exact_decode(np.zeros((3, 2)), np.zeros((4, 2, 2)), (-2, -1, 1, 2))
 
 
 def test_partitions_disjoint_and_reproducible():
@@ -103,7 +105,7 @@ def test_tiny_harness_run(tmp_path, capsys):
     assert rep["complete"] and rep["errors"] == []
     assert rep["machine"]["cpu_model"] and rep["command"].startswith("python -m bench.paper")
     res = rep["results"]["seg"]
-    assert set(res) == {*paper.DEFAULT_METHODS, paper.PAPER_RNS}
+    assert set(res) == {*paper_setup.DEFAULT_METHODS, paper_setup.PAPER_RNS}
     for m, r in res.items():
         assert len(r["losses"]) == 1, m
         assert 0.0 <= r["loss_mean"] <= 100.0
@@ -129,7 +131,7 @@ def test_tiny_harness_run(tmp_path, capsys):
         acc = ml["methods"][m]["accuracy_mean"]
         assert len(acc) == 3 and all(0 <= a <= 100 for a in acc)
         assert acc[0] == pytest.approx(100 - res[m]["loss_mean"])
-    assert paper.CRF_COMPLETE in ml["methods"]
+    assert paper_setup.CRF_COMPLETE in ml["methods"]
     # calibration
     cal = rep["calibration"]["seg"]
     assert {"GPSL2", "CRFsuite"} <= set(cal)
@@ -174,13 +176,13 @@ def test_merge_reports_combines_disjoint_runs(tmp_path):
     b["config"]["sizes"] = {"basenp": [150, 150]}
     b["results"] = {"basenp": {"GPSL2": {"loss_mean": 8.0}}}
     b["partitions"] = {"basenp": [{}]}
-    m = paper.merge_reports([a, b])
+    m = paper_summary.merge_reports([a, b])
     assert set(m["results"]) == {"seg", "basenp"}
     assert m["config"]["n_partitions"] == 2
     assert m["config"]["partitions_per_dataset"] == {"seg": 2, "basenp": 1}
     assert "--datasets seg ; python -m bench.paper --datasets basenp" in m["command"]
     with pytest.raises(ValueError, match="overlap"):
-        paper.merge_reports([a, a])
+        paper_summary.merge_reports([a, a])
 
 
 @needs_data
@@ -211,7 +213,7 @@ def test_figure3_run_apart_is_merged_into_the_main_report(tmp_path):
     assert paper.main([*common, "--partitions", "1", "--seed", "5", "--missing-fractions",
                        "0.3", "--out", str(other_dir)]) == 0
     with pytest.raises(ValueError, match="partition 0 differs"):
-        paper.merge_figure3(main_json, [json.loads((other_dir / "paper.json").read_text())])
+        paper_summary.merge_figure3(main_json, [json.loads((other_dir / "paper.json").read_text())])
     assert paper.main(["--figure3", str(fig_dir / "paper.json")]) == 2
 
 
@@ -221,7 +223,7 @@ def test_above_paper_notes_compare_the_gap_with_the_sampling_error():
         "GPSL2": {"loss_mean": 8.5, "loss_std": float(np.std(losses, ddof=1)), "losses": losses},
         "GPSL1": {"loss_mean": 8.0, "loss_std": 0.5, "losses": losses},  # below the paper
         "CRFsuite": {"loss_mean": 7.5, "loss_std": 0.5, "losses": losses}}}}
-    notes = paper.above_paper_notes(rep)
+    notes = paper_report.above_paper_notes(rep)
     assert len(notes) == 1
     se = np.hypot(np.std(losses, ddof=1) / 2, 2.45 / np.sqrt(10))
     assert notes[0].startswith("JapaneseNE GPSL2: +0.64 points above the paper")

@@ -65,7 +65,8 @@ def test_sparse_mode_is_within_0_3_points_of_the_full_gp_on_a_paper_partition():
 def test_the_paper_bench_asks_for_the_full_gp():
     """Table 1 is the full GP's: bench.paper asks for inference="full" explicitly, whatever
     inference="auto" picks (gpsl.auto)."""
-    from bench.paper import Config, make_gpsl
+    from bench.paper_fits import make_gpsl
+    from bench.paper_setup import Config
 
     for name in ("GPSL1", "GPSL2", "GPSL4"):
         assert make_gpsl(name, None, Config([], [], [])).inference == "full"

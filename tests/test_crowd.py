@@ -569,18 +569,19 @@ def test_cli_aggregate_conll_with_trusted(tmp_path, capsys):
 
 def test_bench_crowd_simulation_and_harness(tmp_path):
     from bench import crowd as bc
+    from bench import crowd_sim
     from bench.common import DATA_DIR
 
     classes = ["B-NP", "B-VP", "I-NP", "I-VP", "O"]
-    perm = bc.swap_permutation(classes)
+    perm = crowd_sim.swap_permutation(classes)
     assert sorted(perm) == list(range(5)) and np.all(perm != np.arange(5))
     assert perm[classes.index("B-NP")] == classes.index("I-NP")
-    nov = bc.annotator_matrix("novice", classes)
+    nov = crowd_sim.annotator_matrix("novice", classes)
     np.testing.assert_allclose(nov.sum(axis=1), 1.0)
     assert nov[0, 0] == pytest.approx(0.7) and nov[0, 2] == pytest.approx(0.24)
     rng = np.random.default_rng(0)
     y = rng.integers(0, 5, 4000)
-    sim = bc.simulate(y, classes, 10, "5", 0.5, 0.3, rng)
+    sim = crowd_sim.simulate(y, classes, 10, "5", 0.5, 0.3, rng)
     assert sim["kinds"].count("spammer") == 3 and sim["kinds"].count("swapper") == 1
     assert sim["token"].size == 5 * 2000 and np.unique(sim["token"]).size == 2000
     kinds = np.array(sim["kinds"])

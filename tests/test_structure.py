@@ -199,8 +199,9 @@ def test_the_library_imports_no_streamlit_and_no_page():
 
 
 def test_no_module_is_over_600_lines():
+    """gpsl/, pages/, app.py and bench/ (the benchmarks split by concept, e.g. bench/paper_*.py)."""
     long = {}
-    for path in sorted(MODULES.values()):
+    for path in sorted([*MODULES.values(), *(ROOT / "bench").rglob("*.py")]):
         n = len(path.read_text(encoding="utf-8").splitlines())
         if n > MAX_LINES:
             long[str(path.relative_to(ROOT))] = n
@@ -305,3 +306,22 @@ def test_the_acting_store_keeps_no_table_of_method_names():
                         and not isinstance(stmt.value, ast.Constant):
                     named += sorted(_strings(stmt.value) & methods)
     assert not named, f"access.py names facade methods: {named}"
+
+
+def test_only_bench_peers_imports_the_peers():
+    """The peers are written once: no bench module but bench/peers.py imports sklearn-crfsuite,
+    python-crfsuite or crowd-kit (the others call bench.peers)."""
+    peers = {"sklearn_crfsuite", "pycrfsuite", "crowdkit"}
+    found = {}
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            hits = sorted({n.split(".")[0] for n in names} & peers)
+            if hits:
+                found.setdefault(str(path.relative_to(ROOT)), []).extend(hits)
+    assert set(found) == {"bench/peers.py"}, found

@@ -8,7 +8,7 @@ plausible structure and put hostile values where values go: wrong types (``null`
 booleans, lists where text goes, ``"PER"`` where a list goes), offsets of ``0.5``, ``-1``,
 ``10**30`` and past the text, NUL, escaped lone surrogates, control characters, Markdown
 and URLs, deep nesting, numbers of thousands of digits, ``NaN``; then, sometimes, byte
-damage (:func:`bench.robustness.inputs._mutate`).
+damage (:func:`bench.robustness.generators._mutate`).
 
 The same generators drive the benchmark (seeded :mod:`random`) and the suite's fuzz test
 (``tests/test_fuzz.py``: hypothesis hands them its own ``Random``, so it chooses, and shrinks,
@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from bench.robustness.inputs import _mutate, _word, gen_conll, gen_jsonl, gen_text
+from bench.robustness.generators import _mutate, _word, gen_conll, gen_jsonl, gen_text
 
 TEXT = "Anna Smith lives in New York , says Bob ."
 #: values that go where a number, a text or a list is expected
