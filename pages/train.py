@@ -102,6 +102,8 @@ with settings_col:
                          help=widget_help(P["inference"]))
     st.number_input(P["max_sentences"].label, 0, bounds(P["max_sentences"])[1], step=50,
                     key="train_max_sent", help=widget_help(P["max_sentences"]))
+    if running is None and offsets is not None:
+        store.prepare_training(pid)  # the click's worker, started now with its imports
     if st.button("Start training", type="primary", icon=":material/play_arrow:",
                  disabled=running is not None or offsets is None, key="start"):
         with _ui.guard("Training not started"):  # bad settings, a run already going, busy

@@ -22,7 +22,7 @@ from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from gpsl import active  # noqa: E402
-from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline  # noqa: E402  # noqa: E402
+from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline, spares  # noqa: E402
 from gpsl.annotation import exports as exp  # noqa: E402
 from gpsl.annotation import imports as imp  # noqa: E402
 from gpsl.io import read_conll  # noqa: E402
@@ -231,9 +231,12 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert at.segmented_control(key="train_inference").value == "auto"
     assert at.number_input(key="train_max_sent").value == 0  # no cap by default
     at.segmented_control(key="train_inference").set_value("full").run()
+    spare = spares._SPARE.get("proc")  # the page started the click's worker ahead
+    assert spare is not None and spare.poll() is None and "--spare" in spare.args
     at.button(key="start").click().run()
     assert not at.exception and not at.error
     versions = store.list_model_versions(pid)
+    assert versions[0]["settings"]["pid"] == spare.pid  # the click handed it the version
     assert len(versions) == 1 and versions[0]["settings"]["offsets"] == [-2, -1, 1]
     assert versions[0]["settings"]["inference"] == "full"
     assert versions[0]["settings"]["max_sentences"] is None

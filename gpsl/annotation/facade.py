@@ -441,6 +441,11 @@ class Store(TeamFacade):
         return jobs.start_training(self, project_id, config, started_by=started_by)
 
     @requires(Role.LEAD)
+    def prepare_training(self, project_id: int) -> None:
+        """A spare worker ready for the next click (the Train page, :mod:`.spares`)."""
+        jobs.prepare_worker(self)
+
+    @requires(Role.LEAD)
     def stop_training(self, version_id: int) -> bool:
         return jobs.stop_training(self, version_id)
 
