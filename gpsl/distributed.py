@@ -362,6 +362,7 @@ class ShardedSparseInference(SparseGPSLInference):
         self.mean_iter = int(mean_iter)
         self.mean_rounds = int(mean_rounds)
         self.mean_ftol = MEAN_FTOL
+        self.precondition = False  # never warm (see SparseGPSLInference.precondition)
         self.lambda_floor = float(lambda_floor)
         R = len(offsets)
         self.s = SparseState(theta=np.tile(np.asarray(theta0, dtype=float), (J, 1)),

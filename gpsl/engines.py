@@ -276,11 +276,13 @@ class SparseEngine(Engine):
         features = kernel.weight_space(X, np.tile(theta0, (len(classes), 1)),
                                        inducing=s["inducing"], exact=family == "khan")
         start = self.warm(prev, problem, classes, extractor, keys, lengths)
+        warm = start is not None  # preconditioned mean steps (SparseGPSLInference)
         if start is None and any_missing:
             start = self.supervised_start(X, lengths, problem, theta0)
         inf = SparseGPSLInference(problem, features, state=start, family=family,
                                   theta0=theta0, lambda_floor=s["lambda_floor"],
-                                  lse_bound=self.lse_bound_, **self.start_options())
+                                  lse_bound=self.lse_bound_, precondition=warm,
+                                  **self.start_options())
         trace = self._run(inf, callback, on_sweep)
         self.features = features
         self._inducing = np.asarray(getattr(features, "Z_idx", np.empty(0)), dtype=np.int64)

@@ -11,7 +11,7 @@ from scipy.linalg.blas import ddot as _ddot
 
 
 def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-10,
-              gtol: float = 1e-6):
+              gtol: float = 1e-6, h0=None):
     """Minimise a smooth convex ``fun(x) -> (f, grad)`` by L-BFGS with Armijo backtracking.
 
     Every accepted step lowers ``f`` (sufficient decrease), so the caller's block update never
@@ -33,10 +33,27 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
     direction; a direction that is not downhill is replaced by the gradient. ``fun`` returns
     a new gradient array on every call.
 
+    ``h0`` (optional, positive, the shape of ``x``): a diagonal estimate of the inverse
+    Hessian, the preconditioner. The method then runs on ``z`` with ``x = x0 + c z``,
+    ``c = sqrt(h0)`` (gradient ``c g``): L-BFGS with the initial inverse Hessian
+    ``gamma diag(h0)`` in ``x``. ``gtol`` applies to the scaled gradient ``c g``.
+
     Stops after ``maxiter`` iterations, when the gradient's largest entry is at most ``gtol``,
     or when the last three steps together lowered ``f`` by at most ``3 ftol max(1, |f|)``
     (one short step after a poor direction does not stop it). Returns ``(x, f)``.
     """
+    if h0 is not None:
+        base = np.array(x0, dtype=float).ravel()
+        c = np.sqrt(np.asarray(h0, dtype=float).ravel())
+
+        def scaled(z):
+            fz, gz = fun(base + c * z)
+            gz = np.asarray(gz, dtype=float).ravel() * c
+            return fz, gz
+
+        z, f = lbfgs_min(scaled, np.zeros_like(base), maxiter=maxiter, memory=memory,
+                         ftol=ftol, gtol=gtol)
+        return base + c * z, f
     x = np.array(x0, dtype=float).ravel()
     N = x.size
     f, g = fun(x)
