@@ -60,7 +60,7 @@ def test_a_walk_of_every_member_method_shows_nothing_of_another_person(blind):
     store, pid, s1, s2, ann = blind
     called = []
     for names, target, acting in ((access.MEMBER, store, ann),
-                                  (access.MEMBER_REPORTS, Reports(store), ann.reports)):
+                                  (access.MEMBER_REPORTS, Reports(store.home), ann.reports)):
         for name in sorted(names):
             kwargs = _args(getattr(target, name), pid, s1)
             if kwargs is None:

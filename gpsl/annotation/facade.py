@@ -3,8 +3,9 @@ delegate to the modules of :mod:`gpsl.annotation`.  It holds no connection of it
 beyond the engine's pool, so one instance may be shared by Streamlit's script threads.
 
 Its read methods return the store's rows (dicts); :attr:`Store.reports` returns what the
-pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls with
-itself (training jobs, imports, exports, reports) take any object with these methods."""
+pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls take
+the database, or its :class:`~gpsl.annotation.owned.Home` (the database and the store's own
+folder of files), never the facade."""
 
 from __future__ import annotations
 
@@ -58,11 +59,11 @@ class Store:
     def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
                  models_root: str | os.PathLike | None = None):
         self.db = Database(target, timeout=timeout)
-        self.target = os.fspath(target)
+        self.home = owned.Home(self.db, models_root)  # what the services take
+        self.target = self.db.target
         self.path = self.db.path
         self.timeout = self.db.timeout
-        self.models_base = Path(models_root) if models_root else owned.default_models_root(self.db)
-        self._own: Path | None = None
+        self.models_base = self.home.models_base
 
     @property
     def store_id(self) -> str:
@@ -73,13 +74,11 @@ class Store:
     def models_root(self) -> Path:
         """This store's own folder of model files, progress files and locks:
         ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.owned`)."""
-        if self._own is None:
-            self._own = owned.own_root(self.models_base, self.store_id)
-        return self._own
+        return self.home.models_root
 
     def own_root(self, base=None) -> Path:
         """This store's own folder under ``base`` (default: the store's models base)."""
-        return self.models_root if base is None else owned.own_root(base, self.store_id)
+        return self.home.own_root(base)
 
     def model_path(self, version_id: int) -> Path:
         """The version's model folder, refused with one line when missing or another
@@ -120,7 +119,7 @@ class Store:
     @property
     def reports(self) -> reports.Reports:
         """What the pages show, as typed records."""
-        return reports.Reports(self)
+        return reports.Reports(self.home)
 
     # projects
     def create_project(self, name, labels, template="", offsets=(-1, 1), kernel="linear",
@@ -203,7 +202,7 @@ class Store:
         try:
             if project_id is None:
                 project_id = projects.project_of(self.db, sentence_id=sentence_id)
-            jobs.after_labels(self, project_id)
+            jobs.after_labels(self.home, project_id)
         except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
             pass
 
@@ -327,7 +326,7 @@ class Store:
     def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
         """Compute and store what the pages show of a version (:mod:`.summaries`);
         ``classes``: its labels, before the run records them."""
-        return summaries.store_summary(self, version_id, classes)
+        return summaries.store_summary(self.db, version_id, classes)
 
     def has_predictions(self, version_id: int) -> bool:
         return predictions.has_any(self.db, version_id)
@@ -479,30 +478,30 @@ class Store:
                        started_by: str | None = None) -> int:
         """Start a background training run; returns its version id.  ``started_by``: who
         (through an acting store: always the acting person), shown on the run's line."""
-        return jobs.start_training(self, project_id, config, started_by=started_by)
+        return jobs.start_training(self.home, project_id, config, started_by=started_by)
 
     def stop_training(self, version_id: int) -> bool:
-        return jobs.stop_training(self, version_id)
+        return jobs.stop_training(self.home, version_id)
 
     def keep_training(self, project_id: int) -> dict:
         """The project's keep-training setting: ``on``, ``every`` (N), ``new_labels``."""
-        return jobs.keep_training(self, project_id)
+        return jobs.keep_training(self.db, project_id)
 
     def set_keep_training(self, project_id: int, on: bool, every: int | None = None) -> dict:
         """Refit in the background after every ``every`` new labels (:func:`jobs.after_labels`)."""
-        return jobs.set_keep_training(self, project_id, on, every)
+        return jobs.set_keep_training(self.db, project_id, on, every)
 
     def recover(self) -> dict:
         """After a crash: dead workers' versions failed, their leftovers removed."""
-        return jobs.recover(self)
+        return jobs.recover(self.home)
 
     # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
     def import_sentences(self, project_id: int, sentences_, **kw) -> int:
-        return imports.import_sentences(self, project_id, sentences_, **kw)
+        return imports.import_sentences(self.db, project_id, sentences_, **kw)
 
     def export_annotations(self, project_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
-        return exports.export_annotations(self, project_id, fmt, split)
+        return exports.export_annotations(self.db, project_id, fmt, split)
 
     # limits
     def store_limits(self) -> dict:
@@ -534,13 +533,13 @@ class Store:
                          split: str | None = "train"):
         """:meth:`export_annotations` written page by page to a temporary file (rewound),
         built when asked for (a download)."""
-        return exports.spooled(exports.iter_annotations(self, project_id, fmt, split))
+        return exports.spooled(exports.iter_annotations(self.db, project_id, fmt, split))
 
     def predictions_file(self, project_id: int, version_id: int, fmt: str = "conll",
                          split: str | None = "train"):
         """:meth:`export_predictions` written page by page to a temporary file (rewound)."""
         return exports.spooled(exports.iter_predictions(
-            self, project_id, self.get_model_version(version_id), fmt, split))
+            self.db, project_id, self.get_model_version(version_id), fmt, split))
 
     def export_votes(self, project_id: int, fmt: str = "crowd",
                      split: str | None = "train") -> str:
@@ -579,8 +578,8 @@ class Store:
 
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
-        return exports.export_predictions(self, project_id, self.get_model_version(version_id),
-                                          fmt, split)
+        return exports.export_predictions(self.db, project_id,
+                                          self.get_model_version(version_id), fmt, split)
 
     def preview(self, project_id: int, split: str | None, fmt: str, n: int = 2) -> str:
         """The export text of the first ``n`` sentences ("" without sentences)."""

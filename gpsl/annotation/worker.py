@@ -25,7 +25,8 @@ from pathlib import Path
 from sqlalchemy import make_url
 
 from gpsl.annotation import pipeline
-from gpsl.annotation.facade import Store
+from gpsl.annotation.db import Database
+from gpsl.annotation.owned import Home
 from gpsl.errors import GpslError, InputError
 
 
@@ -58,9 +59,9 @@ def run(version_id: int, models_root: str | None, db: str | None = None, *,
     check_store(target)
     with contextlib.suppress(OSError, AttributeError):
         os.nice(5)
-    store = Store(target, models_root=models_root)
+    home = Home(Database(target), models_root)
     try:
-        version = pipeline.run(store, version_id, store.models_root, pause_at=pause_at)
+        version = pipeline.run(home, version_id, home.models_root, pause_at=pause_at)
     except pipeline.UnrecordedFailure as exc:
         return exc.exit_code
     print(f"version {version_id}: {version['status']}"
