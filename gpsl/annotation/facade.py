@@ -192,17 +192,15 @@ class Store:
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
-        self._labels_written(sentence_id=sentence_id)
-        return out
+        written = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        self._labels_written(written.project_id, written.keep)
+        return written.ids
 
-    def _labels_written(self, *, sentence_id: int | None = None,
-                        project_id: int | None = None) -> None:
-        """After a label write: the keep-training service (:func:`jobs.after_labels`)."""
+    def _labels_written(self, project_id: int, keep: dict | None = None) -> None:
+        """The step after a label write's commit, with the project (and its keep-training
+        setting) the write returned: the keep-training service (:func:`jobs.after_labels`)."""
         try:
-            if project_id is None:
-                project_id = projects.project_of(self.db, sentence_id=sentence_id)
-            jobs.after_labels(self.home, project_id)
+            jobs.after_labels(self.home, project_id, keep)
         except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
             pass
 
@@ -213,10 +211,10 @@ class Store:
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write; ``batches``: the
         steps' event ids, each written at most once (:func:`labels.set_steps`)."""
-        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
-                                 batches)
-        self._labels_written(sentence_id=sentence_id)
-        return out
+        written = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
+                                     batches)
+        self._labels_written(written.project_id, written.keep)
+        return written.ids
 
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
                   source: str = "human") -> int | None:
@@ -230,13 +228,13 @@ class Store:
              batch: str | None = None) -> dict | None:
         """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
         out = labeling.undo(self.db, project_id, annotator, batch)
-        self._labels_written(project_id=project_id)
+        self._labels_written(project_id)
         return out
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
-        self._labels_written(sentence_id=sentence_id)
+        written = labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        self._labels_written(written.project_id, written.keep)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
         return votes.adjudication_history(self.db, sentence_id, project_id, limit)

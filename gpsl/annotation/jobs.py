@@ -323,18 +323,20 @@ def _keep_config(db, project_id: int) -> TrainConfig:
                        kernel=project.get("kernel") or TrainConfig().kernel)
 
 
-def after_labels(home, project_id: int | None) -> int | None:
+def after_labels(home, project_id: int | None, keep: dict | None = None) -> int | None:
     """The keep-training service, called by the store after every label write (any
     annotator, any page or script): when the project keeps training, N labels or more were
     set since the last run began and none is running, start one (the worker, as Start
     training does); returns its version id, else None. Exactly one writer starts it
     (:func:`gpsl.annotation.versions.claim_keep_training` moves the mark under the project's
     row lock). A run that cannot start is never the label write's failure: the labels are
-    kept, the reason is in the worker's version when there is one."""
+    kept, the reason is in the worker's version when there is one.  ``keep``: the project's
+    keep-training setting when the write read it already (:class:`labels.Written`)."""
     if project_id is None:
         return None
-    keep = home.db.read(lambda conn: projects.settings_of(conn, project_id)) \
-        .get("keep_training") or {}
+    if keep is None:
+        keep = home.db.read(lambda conn: projects.settings_of(conn, project_id)) \
+            .get("keep_training") or {}
     every = int(keep.get("every", KEEP_EVERY.default))
     if not keep.get("on") or versions.new_labels(home.db, project_id, keep) < every:
         return None
