@@ -53,7 +53,7 @@ def test_n_new_labels_start_exactly_one_run_and_fewer_do_not(store_target, tmp_p
     try:
         pid, ids = _project(store)
         keep = store.set_keep_training(pid, True, 5)
-        assert keep == {"on": True, "every": 5, "new_labels": 0}
+        assert keep == {"on": True, "every": 5, "new_labels": 0, "error": None}
         # four labels by two annotators: no run
         store.set_labels(ids[0], {0: BP, 1: IP}, "alice")
         store.set_labels(ids[1], {0: BP}, "bob")
@@ -137,7 +137,7 @@ def test_annotators_writing_at_once_start_one_run(store_target, tmp_path):
 def test_keep_training_settings_are_checked(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     assert store.keep_training(pid) == {"on": False, "every": jobs.KEEP_EVERY.default,
-                                        "new_labels": 0}  # imported labels are not new ones
+                                        "new_labels": 0, "error": None}  # imports: not new
     for bad in (0, 4, 100_001, "ten", 5.5):
         with pytest.raises(InputError, match="keep_training_every|must be"):
             store.set_keep_training(pid, True, bad)
@@ -308,7 +308,7 @@ def test_the_train_page_turns_keep_training_on_and_names_the_run(tmp_path, monke
     at.number_input(key="train_keep_every").set_value(5).run()
     at.toggle(key="train_keep").set_value(True).run()
     assert not at.exception and not at.error
-    assert store.keep_training(pid) == {"on": True, "every": 5, "new_labels": 0}
+    assert store.keep_training(pid) == {"on": True, "every": 5, "new_labels": 0, "error": None}
     assert any("0 of 5 new labels since the last run began" in c.value for c in at.caption)
     ids = store.sentence_ids(pid, split="train")
     for t in range(5):

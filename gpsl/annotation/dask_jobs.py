@@ -28,6 +28,7 @@ models base, and opens again in the worker), so this module never opens one.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -39,6 +40,7 @@ from gpsl.annotation.processes import process_started
 from gpsl.errors import InputError
 
 SCHEDULER_ENV = "GPSL_DASK_SCHEDULER"
+log = logging.getLogger(__name__)
 
 _CLIENTS: dict[str, object] = {}  # scheduler address -> Client of this process
 _FUTURES: dict[int, tuple[object, object]] = {}  # version id -> (future, home)
@@ -90,8 +92,8 @@ def cancel(version_id: int) -> None:
     if entry is not None:
         try:
             entry[0].cancel()
-        except Exception:  # noqa: BLE001 - the scheduler may be gone; the status decides
-            pass
+        except Exception as exc:  # noqa: BLE001 - the scheduler may be gone; the status decides
+            log.warning("version %s: the Dask job could not be cancelled: %s", version_id, exc)
 
 
 def reap() -> None:
@@ -114,7 +116,8 @@ def reap() -> None:
         if reason is not None:
             try:
                 versions.fail(home.db, vid, reason)
-            except Exception:  # noqa: BLE001 - the store cannot be written now: next time
+            except Exception as exc:  # noqa: BLE001 - the store cannot be written now: next time
+                log.warning("version %s: %s; not recorded yet: %s", vid, reason, exc)
                 continue
         _FUTURES.pop(vid, None)
 

@@ -198,11 +198,9 @@ class Store:
 
     def _labels_written(self, project_id: int, keep: dict | None = None) -> None:
         """The step after a label write's commit, with the project (and its keep-training
-        setting) the write returned: the keep-training service (:func:`jobs.after_labels`)."""
-        try:
-            jobs.after_labels(self.home, project_id, keep)
-        except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
-            pass
+        setting) the write returned: the keep-training service (:func:`jobs.after_write`:
+        its failure logged and shown to the lead, never the write's)."""
+        jobs.after_write(self.home, project_id, keep)
 
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
                         annotator: str, source: str = "human",

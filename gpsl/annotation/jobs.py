@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,7 @@ from pathlib import Path
 import psutil
 
 from gpsl.annotation import dask_jobs, pipeline, projects, stats, versions
+from gpsl.annotation.db import now
 from gpsl.annotation.errors import TrainingBusyError, one_line
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import is_worker_of, process_of, process_started, worker_alive
@@ -45,6 +47,7 @@ from gpsl.constraints import Interval
 from gpsl.errors import GpslError, InputError
 from gpsl.params import Param
 
+log = logging.getLogger(__name__)
 _WORKERS: dict[int, tuple[subprocess.Popen, object]] = {}  # version -> (process, home)
 _LEFTOVER = re.compile(r"^\.{1,2}staging-(\d+)(?:\.(?:tmp|old)-.*)?$")
 # exit statuses of a worker that could not record its failure (pipeline.UnrecordedFailure)
@@ -86,7 +89,8 @@ def reap_workers() -> None:
             reason = f"worker process {proc.pid} exited with status {code} without finishing"
         try:
             versions.fail(home.db, vid, reason)
-        except GpslError:  # the store cannot be written now (full disk ...): next time
+        except GpslError as exc:  # the store cannot be written now (full disk ...): next time
+            log.warning("version %s: %s; not recorded yet: %s", vid, reason, exc)
             continue
         _WORKERS.pop(vid, None)
 
@@ -283,18 +287,20 @@ KEEP_EVERY = Param(
 
 def keep_training(db, project_id: int) -> dict:
     """The project's keep-training setting and where it stands: ``on``, ``every`` (N),
-    ``new_labels`` (labels set since the last run began)."""
+    ``new_labels`` (labels set since the last run began), ``error`` (why the last automatic
+    run could not start, ``{"message", "at"}``, or None: :func:`after_write`)."""
     keep = db.read(lambda conn: projects.settings_of(conn, project_id)) \
         .get("keep_training") or {}
     every = int(keep.get("every", KEEP_EVERY.default))
     return {"on": bool(keep.get("on")), "every": every,
-            "new_labels": versions.new_labels(db, project_id, keep)}
+            "new_labels": versions.new_labels(db, project_id, keep),
+            "error": keep.get("error")}
 
 
 def set_keep_training(db, project_id: int, on: bool, every: int | None = None) -> dict:
     """Turn keep training on or off (``every``: N, checked by :data:`KEEP_EVERY`); one
     transaction. Returns :func:`keep_training`. Turning it on starts counting from the last
-    run's start (labels made since then count)."""
+    run's start (labels made since then count); the last failure's record is cleared."""
     if every is not None:
         every = KEEP_EVERY.check(every, "<project>")
     if not isinstance(on, bool):
@@ -305,6 +311,7 @@ def set_keep_training(db, project_id: int, on: bool, every: int | None = None) -
         keep["on"] = on
         keep["every"] = int(every if every is not None else keep.get("every",
                                                                       KEEP_EVERY.default))
+        keep.pop("error", None)
         settings["keep_training"] = keep
         projects.write_settings(conn, project_id, settings)
 
@@ -348,5 +355,50 @@ def after_labels(home, project_id: int | None, keep: dict | None = None) -> int 
     try:
         return start_training(home, project_id, _keep_config(home.db, project_id),
                               started_by="keep training")
-    except (TrainingBusyError, InputError):
+    except TrainingBusyError:
         return None
+    except InputError as exc:  # nothing to train on, or the worker could not start
+        log.warning("keep training (project %s) started no run: %s", project_id, exc)
+        return None
+
+
+def after_write(home, project_id: int | None, keep: dict | None = None) -> int | None:
+    """The step after a label write's commit (the store calls it with what the write
+    returned): :func:`after_labels`, never the write's failure.  When it fails, the failure
+    is logged (ERROR, with its traceback) and kept on the project for the lead
+    (:func:`keep_training`'s ``error``, shown on the Train page) until an automatic run
+    starts or the lead changes the setting."""
+    try:
+        vid = after_labels(home, project_id, keep)
+    except Exception as exc:  # noqa: BLE001 - the labels are committed: logged and kept
+        reason = one_line(exc)
+        log.error("keep training (project %s) could not start a run: %s", project_id, reason,
+                  exc_info=True)
+        _keep_error(home.db, project_id, {"message": reason, "at": now()})
+        return None
+    if vid is not None and (keep is None or keep.get("error")):
+        _keep_error(home.db, project_id, None)
+    return vid
+
+
+def _keep_error(db, project_id: int, error: dict | None) -> None:
+    """Record (None: clear) why keep training could not start a run; a failure to write it
+    is logged, never raised (the labels are committed)."""
+
+    def tx(conn):
+        settings = projects.settings_of(conn, project_id, db.for_update())
+        keep = dict(settings.get("keep_training") or {})
+        if keep.get("error") == error:
+            return
+        if error is None:
+            keep.pop("error", None)
+        else:
+            keep["error"] = error
+        settings["keep_training"] = keep
+        projects.write_settings(conn, project_id, settings)
+
+    try:
+        db.write(tx)
+    except Exception:  # noqa: BLE001 - e.g. the store busy or full: the log has it
+        log.exception("keep training (project %s): its failure could not be recorded",
+                      project_id)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import shutil
 import time
@@ -78,6 +79,8 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
 )
 from gpsl.errors import InputError
 from gpsl.model import GPSL
+
+log = logging.getLogger(__name__)
 
 #: where a run can be made to wait (``pause_at``): after saving the model into its staging
 #: folder, before the rename; in the fit, after the first sweep; in the predictions, after
@@ -428,6 +431,8 @@ def _failed(run: _Run, exc: BaseException, raise_errors: bool) -> None:
     reason = one_line(exc) if isinstance(exc, Exception) else \
         f"worker interrupted ({type(exc).__name__})"
     recorded = False
+    with contextlib.suppress(Exception):  # with its traceback (the worker's log file)
+        log.error("version %s failed: %s", run.version_id, reason, exc_info=exc)
     with contextlib.suppress(Exception):
         versions.fail(run.home.db, run.version_id, reason)
         recorded = True

@@ -210,12 +210,15 @@ class Reports:
         return None if row is None else Version.from_row(row)
 
     def keep_training(self, project_id: int) -> KeepTraining:
-        """The project's keep-training setting and its count of new labels."""
+        """The project's keep-training setting, its count of new labels and why its last
+        automatic run could not start (:func:`jobs.after_write`)."""
         k = jobs.keep_training(self.db, project_id)
         lo, hi = jobs.KEEP_EVERY.constraints[0].left, jobs.KEEP_EVERY.constraints[0].right
+        e = k.get("error")
         return KeepTraining(on=k["on"], every=k["every"], new_labels=k["new_labels"],
                             every_min=int(lo), every_max=int(hi), label=jobs.KEEP_EVERY.label,
-                            help=jobs.KEEP_EVERY.help)
+                            help=jobs.KEEP_EVERY.help, error=None if not e else
+                            f"{e['message']} ({str(e['at'])[:16].replace('T', ' ')} UTC)")
 
     def training_progress(self, version: Version) -> TrainingProgress:
         row = runs.read_progress(self.home.models_root, version.project_id, version.id)

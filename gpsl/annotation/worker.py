@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -75,6 +76,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING,  # to its log file: a failure's traceback
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     p = _Parser(prog="python -m gpsl.annotation.worker",
                 description="Run the training pipeline of one model version of the "
                             "annotation store named by GPSL_DB (started by the app).")
