@@ -30,7 +30,9 @@ st.set_option("client.showSidebarNavigation", True)
 # offer their own CSV downloads with formula cells neutralised (also in .streamlit/config.toml)
 st.set_option("client.disableDataExport", True)
 
-from pages import _ui  # noqa: E402
+from pages import _log, _ui  # noqa: E402
+
+_log.configure()  # warnings and errors of the pages and the library to stderr, once
 
 PAGES = {
     "project": dict(title="Project", icon=":material/folder_open:"),

@@ -140,7 +140,7 @@ def phase_train(job: dict) -> dict:
     _env(job)
     store = Store(job["db"])
     with _Clock() as c:
-        v = jobs.train_now(store, job["pid"], pipeline.TrainConfig(max_iter=job["max_iter"]))
+        v = jobs.train_now(store.home, job["pid"], pipeline.TrainConfig(max_iter=job["max_iter"]))
     prog = pipeline.read_progress(store.models_root, job["pid"], v["id"]) or {}
     phases = {p["name"]: round(p["cpu"], 2) for p in prog.get("phases", [])}
     return {"status": v["status"], "error": v["error"], "version": v["id"], "wall_s": c.wall,

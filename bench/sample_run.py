@@ -37,7 +37,7 @@ def gpsl_run(tmp: Path, repeat: int) -> dict:
     try:
         pid = store.ensure_sample_project(SAMPLE)
         wall, cpu = time.perf_counter(), time.process_time()
-        version = jobs.train_now(store, pid, pipeline.TrainConfig())
+        version = jobs.train_now(store.home, pid, pipeline.TrainConfig())
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         store.close()

@@ -5,8 +5,13 @@ Models for Sequence Labeling" (see ``../shared/paper/gpsl-paper.tex``).
 The library knows nothing about Streamlit; every module is importable alone.
 """
 
+import logging
+
 from gpsl._version import __version__
 from gpsl.errors import GpslError, InputError, ModelFormatError
+
+# a library configures no handler: the app, the CLI or the service decide where logs go
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["GpslError", "InputError", "ModelFormatError", "GPSL", "__version__"]
 

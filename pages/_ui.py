@@ -47,7 +47,7 @@ from gpsl.annotation import (
     TooManyAttempts,
     one_line,
 )
-from pages import _cookie
+from pages import _cookie, _log
 from pages._format import md_escape, md_text
 from pages._text import status_line
 
@@ -91,8 +91,7 @@ _prefer_navigation()
 
 def db_target() -> str:
     """``--db PATH_OR_URL`` after ``--`` on the streamlit command line, else ``$GPSL_DB``
-    (a SQLite file or ``postgresql+psycopg://...``), else ``data/gpsl.sqlite3`` next to
-    app.py."""
+    (a SQLite file or ``postgresql+psycopg://...``), else ``data/gpsl.sqlite3`` by app.py."""
     return _db_target(tuple(sys.argv[1:]), os.environ.get("GPSL_DB"))
 
 
@@ -150,6 +149,7 @@ error_text = one_line  # one line: "<action>: <message>" (the message alone with
 def error(text: str) -> None:
     """One error line of plain text, escaped for Markdown: messages quote tokens, labels,
     file and project names (``![x](http://host/x.png)`` must show as text, never load)."""
+    _log.shown("error", text)  # and in the server's log (pages/_log.py)
     st.error(md_text(text), icon=":material/error:")
 
 
@@ -218,8 +218,7 @@ def open_upload(upload, fmt: str, store=None):
 
 def upload_format(upload, key: str, where=st, **kw) -> str:
     """The format to read an upload as: a selectbox of the readers' formats that starts on
-    the one the file's extension names (``where``: a container or column; ``kw`` go to the
-    selectbox)."""
+    the one the file's extension names (``where``: a container or column; ``kw``: its own)."""
     names = list(back.FORMATS)
     return where.selectbox("Format", names, index=names.index(back.guess_format(upload.name)),
                            format_func=back.FORMATS.get, key=key, **kw)
@@ -583,7 +582,8 @@ def require_project(project: Project | None) -> Project:
 
 
 def flash(kind: str, text: str) -> None:
-    """Queue a message for the next run (set from callbacks)."""
+    """Queue a message for the next run (set from callbacks); an error or warning is logged."""
+    _log.shown(kind, text)
     st.session_state.setdefault("_flash", []).append((kind, text))
 
 

@@ -15,7 +15,7 @@ from gpsl.annotation import (
 )
 from pages import _ui
 from pages._charts import bound_figure
-from pages._format import fmt_eta, md_escape, offsets_text
+from pages._format import fmt_eta, md_escape, md_text, offsets_text
 from pages._text import bounds, preset_name, version_names, versions_table, widget_help
 
 #: a run's phases in order (the progress record's names) and how the live line says them
@@ -141,6 +141,9 @@ with settings_col:
         if keep.on:
             st.caption(f"Keep training is on: {keep.new_labels:,} of {keep.every:,} new "
                        "labels since the last run began.")
+        if keep.error:  # logged by the back end (gpsl.annotation.jobs) when it happened
+            st.warning(md_text(f"Keep training could not start a run: {keep.error}"),
+                       icon=":material/warning:")
     with _ui.guard("Cannot read the team settings"):
         trains_on = store.training_labels(pid)
         st.caption(f"**Trains on:** {trains_on.posterior}.")

@@ -287,15 +287,17 @@ def test_guidelines_and_token_history(db, monkeypatch):
     panel = "\n".join(m.value for m in at.markdown if "tester" in m.value)
     assert "undid: back to no label" in panel and "~~" in panel
 
-    original = Store.get_project
+    from gpsl.annotation import projects  # what the facade and the reports read through
 
-    def with_guidelines(self, project_id):
-        p = original(self, project_id)
+    original = projects.get
+
+    def with_guidelines(db, project_id):
+        p = original(db, project_id)
         if p is not None:
             p["guidelines"] = "# Rules\nTag **people**.\n<script>alert(1)</script>\n![x](http://e/x.png)"
         return p
 
-    monkeypatch.setattr(Store, "get_project", with_guidelines)
+    monkeypatch.setattr(projects, "get", with_guidelines)
     at.run()
     text = next(m.value for m in at.markdown if "Rules" in m.value)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<script>" not in text

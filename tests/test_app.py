@@ -187,7 +187,7 @@ def test_training_changes_highlights_queue_and_accept(db):
     first = current_sentence(at, pid)
     assert not any("dashed" in h.value for h in at.html if "<style>" in h.value
                    and "st-key-tok_" in h.value and "2px dashed" in h.value)
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     assert version["status"] == "done"
     uncertain = store.queue(pid, "uncertainty")
     assert uncertain != store.queue(pid, "sequential")
@@ -241,7 +241,7 @@ def test_train_page_runs_a_background_job_and_lists_versions(db):
     assert versions[0]["settings"]["inference"] == "full"
     assert versions[0]["settings"]["max_sentences"] is None
     deadline = time.monotonic() + limit(120)
-    while jobs.running_version(store, pid) and time.monotonic() < deadline:
+    while jobs.running_version(store.home, pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     version = store.get_model_version(versions[0]["id"])
     assert version["status"] == "done", version["error"]
@@ -260,7 +260,7 @@ def test_confidence_page_with_a_model_and_click_through(db):
     store, pid = tiny_project(db)
     at = app("confidence")
     assert any("No model yet" in i.value for i in at.info)
-    jobs.train_now(store, pid, TINY)
+    jobs.train_now(store.home, pid, TINY)
     at = app("confidence")
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
@@ -274,7 +274,7 @@ def test_confidence_page_with_a_model_and_click_through(db):
     assert any("accept" in c.value.lower() for c in at.caption)  # the threshold section
     assert at.session_state["conf_version"] == store.active_model(pid)["id"]
     # a newer version becomes active: the page follows it (it kept showing v1 before)
-    second = jobs.train_now(store, pid, TINY)
+    second = jobs.train_now(store.home, pid, TINY)
     at.run()
     assert not at.exception
     assert at.session_state["conf_version"] == second["id"]
@@ -294,7 +294,7 @@ def test_export_and_reimport_round_trip(db):
     assert not at.exception
     assert {b.key for b in at.get("download_button")} >= {"dl_ann"}
     assert "Anna\tB-PER" in at.code[0].value
-    text = exp.export_annotations(store, pid, "conll", "train")  # what the button serves
+    text = exp.export_annotations(store.db, pid, "conll", "train")  # what the button serves
     assert "went\t_" in text
 
     at = app()
@@ -310,7 +310,7 @@ def test_export_and_reimport_round_trip(db):
     assert [s.labels for s in after] == [s.labels for s in before]
 
     # JSONL export, and import more sentences on the Data page
-    jsonl = exp.export_annotations(store, pid, "jsonl", "train")
+    jsonl = exp.export_annotations(store.db, pid, "jsonl", "train")
     assert [s.labels for s in imp.parse_upload(jsonl.encode(), "x.jsonl")] == \
         [s.labels for s in before]
     at = app("data")
@@ -323,12 +323,12 @@ def test_export_and_reimport_round_trip(db):
 
 def test_prediction_export_and_model_zip(db):
     store, pid = tiny_project(db)
-    version = jobs.train_now(store, pid, TINY)
-    conll = exp.export_predictions(store, pid, version, "conll", None)
+    version = jobs.train_now(store.home, pid, TINY)
+    conll = exp.export_predictions(store.db, pid, version, "conll", None)
     first = conll.splitlines()[0].split("\t")
     assert first[:2] == ["Anna", "B-PER"] and first[2] in version["classes"]
     assert 0.0 <= float(first[3]) <= 1.0
-    jsonl = exp.export_predictions(store, pid, version, "jsonl", "train")
+    jsonl = exp.export_predictions(store.db, pid, version, "jsonl", "train")
     rec = json.loads(jsonl.splitlines()[0])
     assert set(rec["marginals"][0]) == set(version["classes"])
     assert abs(sum(rec["marginals"][0].values()) - 1) < 1e-3
@@ -344,7 +344,7 @@ def test_hostile_token_text_is_escaped(db):
     extra = [{"tokens": HOSTILE}]
     store, pid = tiny_project(db, extra)
     hostile_sid = store.sentence_ids(pid, "train")[-1]
-    jobs.train_now(store, pid, TINY)
+    jobs.train_now(store.home, pid, TINY)
 
     at = app("annotate")
     at.session_state["goto_sentence"] = hostile_sid

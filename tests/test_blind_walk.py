@@ -64,7 +64,7 @@ def test_a_walk_of_every_member_method_shows_nothing_of_another_person(blind):
                 if rule and rule.role is access.Role.ANNOTATOR}
 
     for names, target, acting in ((member(Store), store, ann),
-                                  (member(Reports), Reports(store), ann.reports)):
+                                  (member(Reports), Reports(store.home), ann.reports)):
         for name in sorted(names):
             kwargs = _args(getattr(target, name), pid, s1)
             if kwargs is None:

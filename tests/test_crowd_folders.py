@@ -237,7 +237,7 @@ def test_a_plain_text_project_defaults_to_the_ner_feature_set(store_target, tmp_
         "columns", [{"tokens": [[w, "X"] for w in words], "labels": tags}],
         sorted(set(tags)), None, (-1, 1))
     assert store.get_project(columns)["template"] == default_features(2)
-    version = train_now(store, pid, TrainConfig(max_iter=3))
+    version = train_now(store.home, pid, TrainConfig(max_iter=3))
     assert version["status"] == "done", version["error"]
     store.close()
 

@@ -170,7 +170,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, address)
     with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
-        jobs.start_training(store, pid, TINY, models_root=tmp_path / "models")
+        jobs.start_training(store.home, pid, TINY, models_root=tmp_path / "models")
     assert store.list_model_versions(pid) == []
 
 
@@ -201,7 +201,7 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = store.own_root(tmp_path / "models")
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
-    vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
+    vid = jobs.start_training(store.home, pid, TINY, models_root=root, pause_at="in-fit")
     try:
         # reported: the job claimed the version and writes the same progress file
         prog = wait_until(lambda: (p := pipeline.read_progress(root, pid, vid))
@@ -212,20 +212,20 @@ def test_a_job_on_the_cluster_is_reported_and_stopped(cluster, tmp_path, monkeyp
         assert settings["pid"] in cluster.run(os.getpid).values()
         assert jobs.worker_alive(settings) is True
         with pytest.raises(jobs.TrainingBusyError):
-            jobs.start_training(store, pid, TINY, models_root=root)
+            jobs.start_training(store.home, pid, TINY, models_root=root)
         # stopped: the job ends itself at its next check
-        assert jobs.stop_training(store, vid)
+        assert jobs.stop_training(store.home, vid)
         wait_until(lambda: pipeline.read_progress(root, pid, vid)["phase"] == "stopped")
         fut = dask_jobs._FUTURES.get(vid, (None,))[0]
         if fut is not None:
             wait_until(lambda: fut.done())
     finally:
-        jobs.stop_training(store, vid)
+        jobs.stop_training(store.home, vid)
     version = store.get_model_version(vid)
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None and store.get_predictions(vid) == {}
     assert not pipeline.staging_dir(root, pid, vid).exists()
-    assert jobs.running_version(store, pid, root) is None
+    assert jobs.running_version(store.home, pid, root) is None
 
 
 @pytest.mark.timeout(180)
@@ -236,7 +236,7 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     monkeypatch.setenv(dask_jobs.SCHEDULER_ENV, _address(cluster))
     worker_pid = None
     try:
-        vid = jobs.start_training(store, pid, TINY, models_root=root, pause_at="in-fit")
+        vid = jobs.start_training(store.home, pid, TINY, models_root=root, pause_at="in-fit")
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("iteration", 0)
                    >= 1)
         # an annotator labels while the job runs
@@ -247,7 +247,7 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
         os.kill(worker_pid, signal.SIGKILL)
 
         def ended():
-            jobs.mark_stale(store, root, pid)  # what the app does on every page run
+            jobs.mark_stale(store.home, root, pid)  # what the app does on every page run
             return store.get_model_version(vid)["status"] != "running"
 
         wait_until(ended, timeout=60)
@@ -263,7 +263,7 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     assert store.get_sentence(sid)["labels"][3] == BL
     assert store.active_model(pid) is None and store.get_predictions(vid) == {}
 
-    retry = jobs.start_training(store, pid, TINY, models_root=root)
+    retry = jobs.start_training(store.home, pid, TINY, models_root=root)
     wait_until(lambda: store.get_model_version(retry)["status"] != "running", timeout=90)
     done = store.get_model_version(retry)
     assert done["status"] == "done", done["error"]
@@ -272,6 +272,6 @@ def test_a_worker_killed_mid_fit_fails_the_version_and_a_retry_succeeds(cluster,
     assert model.classes_ == done["classes"]
     assert sorted(store.get_predictions(retry)) == sorted(store.sentence_ids(pid))
     assert pipeline.read_progress(root, pid, retry)["phase"] == "done"
-    jobs.recover(store, root)  # the failed version's leftovers go
+    jobs.recover(store.home, root)  # the failed version's leftovers go
     assert not pipeline.staging_dir(root, pid, vid).exists()
     assert not pipeline.model_dir(root, pid, vid).exists()

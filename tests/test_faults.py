@@ -203,7 +203,8 @@ def test_a_worker_that_runs_out_of_disk_records_why(tmp_path):
 
     with small_disk(tmp_path / "disk", "3m") as disk:
         store, pid = tiny_store(disk / "s.sqlite3")
-        vid = jobs.start_training(store, pid, pipeline.TrainConfig(max_iter=3), disk / "models")
+        vid = jobs.start_training(store.home, pid, pipeline.TrainConfig(max_iter=3),
+                                  disk / "models")
         filler = _fill(disk)
         proc = jobs._WORKERS[vid][0]
         proc.wait(timeout=limit(120))

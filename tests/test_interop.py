@@ -95,10 +95,10 @@ def test_through_the_store(tmp_path):
     labels = imp.summarize(sents).labels
     pid = store.create_project_from_sentences("spans", sents, labels, "", (-1, 1),
                                               doc="d.jsonl")
-    out = exp.export_annotations(store, pid, "doccano")
+    out = exp.export_annotations(store.db, pid, "doccano")
     assert json.loads(out) == {"text": " ".join(TOKENS),
                                "label": [[0, 10, "PER"], [20, 28, "LOC"], [36, 39, "PER"]]}
-    ls = json.loads(exp.export_annotations(store, pid, "labelstudio"))
+    ls = json.loads(exp.export_annotations(store.db, pid, "labelstudio"))
     assert ls[0]["annotations"][0]["result"][1]["value"]["labels"] == ["LOC"]
 
 

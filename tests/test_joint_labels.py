@@ -118,7 +118,7 @@ def _joint_run(store, tmp_path):
 
     # the training run through the app's pipeline: the tagger it saved is the library's
     # soft-label fit on the directly computed q(y)
-    version = train_now(store, pid, CONFIG)
+    version = train_now(store.home, pid, CONFIG)
     assert version["status"] == "done", version["error"]
     rule = version["metrics"]["training_labels"]
     assert rule["joint"] and rule["soft_tokens"] == int(soft.sum()) > 0
@@ -165,7 +165,7 @@ def test_the_joint_rule_without_votes_trains_on_the_files_labels(tmp_path):
     assert store.training_labels(pid).key == "joint"
     data = store.training_set(pid)
     assert not data["joint"] and data["y"] == [["B-PER", "O", "B-PER"]] * 3
-    version = train_now(store, pid, TrainConfig(max_iter=3))
+    version = train_now(store.home, pid, TrainConfig(max_iter=3))
     assert version["status"] == "done", version["error"]
     assert version["metrics"]["training_labels"]["joint"] is False
     store.close()

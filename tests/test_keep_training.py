@@ -53,7 +53,7 @@ def test_n_new_labels_start_exactly_one_run_and_fewer_do_not(store_target, tmp_p
     try:
         pid, ids = _project(store)
         keep = store.set_keep_training(pid, True, 5)
-        assert keep == {"on": True, "every": 5, "new_labels": 0}
+        assert keep == {"on": True, "every": 5, "new_labels": 0, "error": None}
         # four labels by two annotators: no run
         store.set_labels(ids[0], {0: BP, 1: IP}, "alice")
         store.set_labels(ids[1], {0: BP}, "bob")
@@ -74,7 +74,7 @@ def test_n_new_labels_start_exactly_one_run_and_fewer_do_not(store_target, tmp_p
         assert len(_versions(store, pid)) == 1
         assert _versions(store, pid)[0]["status"] == "done", _versions(store, pid)[0]["error"]
         # a run started by a click (paused in its fit) blocks keep training too
-        vid = jobs.start_training(store, pid, TINY, pause_at="in-fit")
+        vid = jobs.start_training(store.home, pid, TINY, pause_at="in-fit")
         assert store.get_model_version(vid)["settings"]["started_by"] == "click"
         try:
             before = len(_versions(store, pid))
@@ -137,7 +137,7 @@ def test_annotators_writing_at_once_start_one_run(store_target, tmp_path):
 def test_keep_training_settings_are_checked(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     assert store.keep_training(pid) == {"on": False, "every": jobs.KEEP_EVERY.default,
-                                        "new_labels": 0}  # imported labels are not new ones
+                                        "new_labels": 0, "error": None}  # imports: not new
     for bad in (0, 4, 100_001, "ten", 5.5):
         with pytest.raises(InputError, match="keep_training_every|must be"):
             store.set_keep_training(pid, True, bad)
@@ -175,7 +175,7 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
         real(self, done, total, what)
 
     monkeypatch.setattr(runs_mod.Progress, "step", record)
-    first = jobs.train_now(store, pid, TINY)
+    first = jobs.train_now(store.home, pid, TINY)
     cal = first["metrics"]["calibration"]
     assert cal["source"] == "5-fold labels" and cal["how"] == "selected"
     assert first["metrics"]["warm_start"] is None
@@ -191,7 +191,7 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
     # a few more labels: warm, calibrator reused as it was
     ids = store.sentence_ids(pid, split="train")
     store.set_labels(ids[3], {0: BP, 1: IP}, "alice")
-    second = jobs.train_now(store, pid, TINY)
+    second = jobs.train_now(store.home, pid, TINY)
     m = second["metrics"]
     assert m["warm_start"] == "version 1" and m["inference"] == "sparse"
     assert m["calibration"]["how"] == "reused"
@@ -211,7 +211,7 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
         k += min(len(free), grow - k)
         if k >= grow:
             break
-    third = jobs.train_now(store, pid, TINY)
+    third = jobs.train_now(store.home, pid, TINY)
     assert third["metrics"]["calibration"]["how"] == "selected"
     assert third["metrics"]["warm_start"] == "version 2"
 
@@ -224,13 +224,13 @@ def test_held_out_gold_is_refitted_not_reselected_and_stays_out_of_sample(tmp_pa
     stored predictions are the saved model's (predict_chunk = predict_marginals)."""
     store = Store(tmp_path / "s.sqlite3")
     pid = store.ensure_sample_project(Path(__file__).resolve().parents[1] / "sample_data")
-    first = jobs.train_now(store, pid, pipeline.TrainConfig(), tmp_path / "models")
+    first = jobs.train_now(store.home, pid, pipeline.TrainConfig(), tmp_path / "models")
     assert first["metrics"]["calibration"]["how"] == "selected"
     tids, tX, ty = store.training_data(pid, "train", with_ids=True)
     free = [(sid, t) for sid, lab in zip(tids, ty) for t, v in enumerate(lab) if v is None]
     for sid, t in free[:20]:
         store.set_label(sid, t, "O", "alice")
-    second = jobs.train_now(store, pid, pipeline.TrainConfig(), tmp_path / "models")
+    second = jobs.train_now(store.home, pid, pipeline.TrainConfig(), tmp_path / "models")
     m1, m2 = first["metrics"], second["metrics"]
     assert m2["warm_start"] == "version 1"
     assert m2["calibration"]["how"] == "refitted"
@@ -308,7 +308,7 @@ def test_the_train_page_turns_keep_training_on_and_names_the_run(tmp_path, monke
     at.number_input(key="train_keep_every").set_value(5).run()
     at.toggle(key="train_keep").set_value(True).run()
     assert not at.exception and not at.error
-    assert store.keep_training(pid) == {"on": True, "every": 5, "new_labels": 0}
+    assert store.keep_training(pid) == {"on": True, "every": 5, "new_labels": 0, "error": None}
     assert any("0 of 5 new labels since the last run began" in c.value for c in at.caption)
     ids = store.sentence_ids(pid, split="train")
     for t in range(5):

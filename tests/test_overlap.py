@@ -284,7 +284,7 @@ def test_soft_labels_train_through_the_missing_label_machinery(store, tmp_path):
         rules.crowd_evidence(model, cast, data["classes"]))
     assert np.all(data["evidence"][k][2:] == 0)  # no votes: no evidence
     assert data["evidence"][k][0].argmax() == 0 and data["evidence"][k][1].argmax() == 1
-    version = train_now(store, pid, TrainConfig(max_iter=10), tmp_path / "models")
+    version = train_now(store.home, pid, TrainConfig(max_iter=10), tmp_path / "models")
     assert version["status"] == "done", version.get("error")
     used = version["metrics"]["training_labels"]
     assert used["soft"] and used["resolve"] == "crowd" and used["soft_tokens"] == 2 + 11 * 5

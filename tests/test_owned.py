@@ -37,8 +37,8 @@ def test_two_stores_in_one_folder_share_no_model_lock_or_progress_file(tmp_path)
     b, pb = _other_store(tmp_path / "b.sqlite3")
     assert a.models_base == b.models_base == tmp_path / "models"  # the same folder...
     assert a.store_id != b.store_id and a.models_root != b.models_root  # ...not the same files
-    va = jobs.train_now(a, pa, TINY)
-    vb = jobs.train_now(b, pb, TINY)
+    va = jobs.train_now(a.home, pa, TINY)
+    vb = jobs.train_now(b.home, pb, TINY)
     assert (pa, va["id"]) == (pb, vb["id"])  # the ids collide
     assert va["status"] == vb["status"] == "done", (va["error"], vb["error"])
     assert Path(va["path"]) != Path(vb["path"])
@@ -63,7 +63,7 @@ def _two_trained(tmp_path: Path):
     """Two stores in one folder, each with a trained version (the same ids)."""
     a, pa = tiny_store(tmp_path / "a.sqlite3")
     b, pb = _other_store(tmp_path / "b.sqlite3")
-    return a, pa, jobs.train_now(a, pa, TINY), b, pb, jobs.train_now(b, pb, TINY)
+    return a, pa, jobs.train_now(a.home, pa, TINY), b, pb, jobs.train_now(b.home, pb, TINY)
 
 
 @pytest.mark.timeout(300)
@@ -120,6 +120,6 @@ def test_migrated_stores_load_their_own_legacy_model_and_refuse_the_other_ones(t
     with pytest.raises(InputError, match="belongs to another store"):
         b2.model_path(vb["id"])
     # b trains again: its new model goes to its own folder, a's legacy model stays
-    vb2 = jobs.train_now(b2, pb, TINY)
+    vb2 = jobs.train_now(b2.home, pb, TINY)
     assert vb2["status"] == "done" and Path(vb2["path"]).parent.parent == b2.models_root
     assert legacy.is_dir() and a2.model_path(va["id"]) == legacy

@@ -47,7 +47,7 @@ def flip_a_byte(path: Path) -> None:
 def test_an_unchanged_model_is_loaded_once_and_a_damaged_one_every_time(tmp_path,
                                                                         monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     loads = []
     real = exports.GPSL.load
     monkeypatch.setattr(exports.GPSL, "load",
@@ -66,7 +66,7 @@ def test_an_unchanged_model_is_loaded_once_and_a_damaged_one_every_time(tmp_path
 
 def test_the_data_page_refuses_a_model_damaged_after_it_showed_it(db):
     store, pid = tiny_store(db)
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     at = app("data")
     assert not at.error
     at.run()  # a rerun: the model checked before is offered again
@@ -95,7 +95,7 @@ def charts(at: AppTest) -> dict[str, dict]:
 
 def test_the_confidence_charts_follow_a_new_version_and_a_new_label(db):
     store, pid = tiny_store(db)
-    jobs.train_now(store, pid, TINY)
+    jobs.train_now(store.home, pid, TINY)
     at = app("confidence")
     first = charts(at)
     curve = first["Every version: held-out accuracy and mean confidence"]
@@ -119,7 +119,7 @@ def test_the_confidence_charts_follow_a_new_version_and_a_new_label(db):
     assert [(t["name"], values(t["y"])) for t in bars] == [("ann", [2])]
 
     # a new version: its point joins the learning curve
-    jobs.train_now(store, pid, TINY)
+    jobs.train_now(store.home, pid, TINY)
     at.run()
     assert not at.exception
     curve = charts(at)["Every version: held-out accuracy and mean confidence"]

@@ -41,7 +41,7 @@ def test_chunked_on_two_processes_stores_what_one_chunk_gives(tmp_path, monkeypa
     store, pid = tiny_store(tmp_path / "s.sqlite3", extra=_sentences(12, 5))
     monkeypatch.setattr(pool, "PREDICT_CHUNK_TOKENS", 8)
     monkeypatch.setenv(pool.PROCESSES_ENV, "2")
-    version = jobs.train_now(store, pid, TINY, tmp_path / "models")
+    version = jobs.train_now(store.home, pid, TINY, tmp_path / "models")
     assert version["status"] == "done"
     stored = store.get_predictions(version["id"])
     ids, X, y = _all(store, pid)
@@ -92,9 +92,9 @@ def test_a_worker_killed_between_chunks_loses_nothing_committed(tmp_path):
     path = tmp_path / "s.sqlite3"
     store, pid = tiny_store(path, extra=_sentences(260, 20))  # > 1 chunk of 4,000 tokens
     root = tmp_path / "models"
-    first = jobs.train_now(store, pid, TINY, root)
+    first = jobs.train_now(store.home, pid, TINY, root)
     before = store.get_predictions(first["id"])
-    vid = jobs.start_training(store, pid, TINY, pause_at="in-predict")
+    vid = jobs.start_training(store.home, pid, TINY, pause_at="in-predict")
     root = store.own_root(root)  # the store's own folder of progress files (issue 37)
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("done"),
@@ -127,11 +127,11 @@ def test_pruning_keeps_what_the_pages_show(tmp_path):
     Data, the first has none left (its row and metrics stay: the learning curve)."""
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = tmp_path / "models"
-    v1 = jobs.train_now(store, pid, TINY, root)
+    v1 = jobs.train_now(store.home, pid, TINY, root)
     store.set_label(store.sentence_ids(pid)[3], 0, BP, "ann")
-    v2 = jobs.train_now(store, pid, TINY, root)
+    v2 = jobs.train_now(store.home, pid, TINY, root)
     store.set_label(store.sentence_ids(pid)[3], 1, IP, "ann")
-    v3 = jobs.train_now(store, pid, TINY, root)
+    v3 = jobs.train_now(store.home, pid, TINY, root)
     ids = store.sentence_ids(pid, split=None)
     assert set(store.get_predictions(v3["id"])) == set(ids)
     assert set(store.get_predictions(v2["id"])) == set(ids)

@@ -568,10 +568,10 @@ def test_refused_imports_write_nothing(tmp_path):
     pid = store.create_project_from_sentences("p", sents[:1], ["B-PER", "O"], "", (-1, 1))
     bad = sents[1:] + [Sentence([("x", "y")], None, 9)]
     with pytest.raises(InputError, match="2 columns, but the project's tokens have 1"):
-        imp.import_sentences(store, pid, bad, doc="g.conll", add_labels=["B-LOC"])
+        imp.import_sentences(store.db, pid, bad, doc="g.conll", add_labels=["B-LOC"])
     assert store.get_project(pid)["labels"] == ["B-PER", "O"]
     assert store.sentence_count(pid) == 1
-    assert imp.import_sentences(store, pid, sents[1:], add_labels=["B-LOC"]) == 1
+    assert imp.import_sentences(store.db, pid, sents[1:], add_labels=["B-LOC"]) == 1
     assert "B-LOC" in store.get_project(pid)["labels"]
 
 
@@ -614,11 +614,11 @@ def test_imports_interrupted_mid_write_leave_nothing(tmp_path, monkeypatch):
     pid = store.create_project_from_sentences("p", sents[:1], ["B-PER", "O"], "", (-1, 1))
     for split in ("train", "heldout"):
         with pytest.raises(sqlalchemy.exc.IntegrityError):
-            imp.import_sentences(store, pid, sents[1:], split=split, add_labels=["B-LOC"])
+            imp.import_sentences(store.db, pid, sents[1:], split=split, add_labels=["B-LOC"])
         assert store.get_project(pid)["labels"] == ["B-PER", "O"]
         assert store.sentence_count(pid) == 1 and len(store.history(project_id=pid)) == 2
     fail_sentence(-1)  # off
-    assert imp.import_sentences(store, pid, sents[1:], split="heldout",
+    assert imp.import_sentences(store.db, pid, sents[1:], split="heldout",
                                 add_labels=["B-LOC"]) == 2
     assert store.get_project(pid)["labels"] == ["B-PER", "O", "B-LOC"]
     assert store.gold_data(pid)[2] == [["B-LOC"], ["B-PER"]]
@@ -677,7 +677,7 @@ def test_app_conll_export_of_a_spaced_token_shows_the_problem(tmp_path, monkeypa
     errors = [e.value for e in at.error]
     assert any("sentence 1 (line 1), token 2: column 'New York' contains whitespace" in e
                and "export as JSONL instead" in e for e in errors), errors
-    assert "New York" in exp.export_annotations(store, pid, "jsonl")
+    assert "New York" in exp.export_annotations(store.db, pid, "jsonl")
 
 
 # --------------------------------------------------------------------------- the benchmark

@@ -418,3 +418,22 @@ def test_the_command_refuses_bad_options_in_one_line(trained, tmp_path, monkeypa
         assert len(err) == 1 and words in err[0], err
     assert main(["serve", "-m", str(tmp_path), "--token", "t"]) == 2
     assert "not a gpsl model directory" in capsys.readouterr().err
+
+
+def test_a_refused_request_is_logged_as_a_warning(trained, tmp_path, caplog, monkeypatch):
+    """Issue 41: the service logs warnings (what it refused, and why) and errors."""
+    import logging
+
+    # configure_logging (the command's) stops propagation; caplog listens at the root
+    monkeypatch.setattr(logging.getLogger("gpsl.serve"), "propagate", True)
+    client = make_client(trained, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="gpsl.serve"):
+        bad = client.post("/predict", content=b"{not json",
+                          headers={**AUTH, "Content-Type": "application/json"})
+        anonymous = client.post("/predict", json={})
+        assert client.get("/health").status_code == 200  # an answer: nothing logged
+    assert bad.status_code == 400 and anonymous.status_code == 401
+    refused = [r for r in caplog.records if r.name == "gpsl.serve"]
+    assert [(r.levelno, r.status, r.path) for r in refused] == [
+        (logging.WARNING, 400, "/predict"), (logging.WARNING, 401, "/predict")], caplog.text
+    assert "not valid JSON" in refused[0].error

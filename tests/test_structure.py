@@ -325,3 +325,64 @@ def test_only_bench_peers_imports_the_peers():
             if hits:
                 found.setdefault(str(path.relative_to(ROOT)), []).extend(hits)
     assert set(found) == {"bench/peers.py"}, found
+
+
+#: the modules of gpsl/annotation that may import or hold the facade (``Store``): the facade,
+#: the door over it, the package's names, and a process's main that opens a store (setup)
+FACADE_USERS = {"facade", "facade_team", "access", "__init__", "setup"}
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("gpsl.annotation").lstrip(".") or "__init__"
+
+
+def test_no_back_end_module_but_the_facade_imports_it():
+    """The services take the database or the store's ``owned.Home``, never the facade: no
+    module below it imports ``gpsl.annotation.facade`` (or ``Store`` from the package)."""
+    for name, path in MODULES.items():
+        if not name.startswith("gpsl.annotation") or _short(name) in FACADE_USERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                names = {a.name for a in node.names}
+                assert "facade" not in (node.module or "") and "facade" not in names and \
+                    "Store" not in names, f"{name} imports the facade"
+            elif isinstance(node, ast.Import):
+                assert not any("facade" in a.name for a in node.names), name
+
+
+def _facade_parameters(name: str, tree: ast.AST) -> list[str]:
+    """``module.function(parameter: annotation)`` of every parameter named ``store`` or
+    ``facade``, or annotated as a ``Store``, in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is None:
+                continue
+            note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+            if arg.arg in ("store", "facade") or "Store" in note:
+                found.append(f"{name}.{node.name}({arg.arg}: {note or '-'})")
+    return found
+
+
+def test_no_service_function_receives_the_facade():
+    """No function or method of gpsl/annotation below the facade has a parameter named
+    ``store`` (or ``facade``) or annotated as the ``Store``: what a service needs of the
+    store is its database or its ``Home`` (the calls back up that the layer test cannot see
+    are gone with it)."""
+    found = []
+    for name, path in MODULES.items():
+        if name.startswith("gpsl.annotation") and _short(name) not in FACADE_USERS:
+            found += _facade_parameters(name, ast.parse(path.read_text(encoding="utf-8")))
+    assert not found, f"these receive the facade: {found}"
+
+
+def test_the_parameter_check_sees_a_service_taking_the_store():
+    source = ("def start(store, project_id):\n    return store.get_project(project_id)\n"
+              "class R:\n    def __init__(self, s: 'Store'):\n        self.s = s\n"
+              "def fine(db, home, *, models_root=None):\n    pass\n")
+    assert _facade_parameters("m", ast.parse(source)) == [
+        "m.start(store: -)", "m.__init__(s: 'Store')"]

@@ -29,7 +29,7 @@ def _free_confidences(store, pid, version):
 @pytest.mark.timeout(300)
 def test_the_stored_summary_is_what_every_token_gives(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    v = jobs.train_now(store, pid, TINY)
+    v = jobs.train_now(store.home, pid, TINY)
     stored = summaries.load(store.db, v["id"])
     assert stored is not None  # written by the training run
     free = _free_confidences(store, pid, v)
@@ -72,7 +72,7 @@ def test_the_stored_summary_is_what_every_token_gives(tmp_path):
     # a version without one (trained before schema 7) gets it when first asked: the labels
     # of now (one token fewer is unlabeled)
     store.db.write(lambda c: c.execute(text("DELETE FROM version_summaries")))
-    again = summaries.get(store, v["id"])
+    again = summaries.get(store.db, v["id"])
     assert again["unlabeled"] == stored["unlabeled"] - 1
     assert sum(again["histogram"]["counts"]) == again["unlabeled"]
     assert again["least_confident"] == stored["least_confident"][1:]
@@ -126,7 +126,7 @@ def test_the_stored_reliability_tables_are_the_pandas_ones(tmp_path):
     from gpsl.annotation.evaluation import heldout
 
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    v = jobs.train_now(store, pid, TINY)
+    v = jobs.train_now(store.home, pid, TINY)
     ids, _, gold = store.gold_data(pid)
     preds = store.get_predictions(v["id"], ids)
     _, train_y = store.training_data(pid, "train", only_labeled=True)

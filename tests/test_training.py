@@ -32,7 +32,7 @@ def kill_worker(vid: int) -> None:
 @pytest.mark.timeout(180)
 def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    vid = jobs.start_training(store, pid, TINY)
+    vid = jobs.start_training(store.home, pid, TINY)
     first = store.get_model_version(vid)
     assert first["settings"]["pid"] != os.getpid()  # a separate process
     assert first["status"] in ("running", "done")
@@ -60,18 +60,18 @@ def test_worker_runs_in_a_subprocess_end_to_end(tmp_path):
     # the prediction phase reported its progress per chunk, up to every sentence
     assert progress["total"] == len(all_ids) and progress["done"] == len(all_ids)
     assert progress["inference"] == "auto" and version["metrics"]["inference"] in ("full", "sparse")
-    assert jobs.running_version(store, pid) is None
+    assert jobs.running_version(store.home, pid) is None
 
 
 def test_train_now_records_errors(tmp_path):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     store.update_project(pid, template="this is not a template")
-    version = jobs.train_now(store, pid, TINY, raise_errors=False)
+    version = jobs.train_now(store.home, pid, TINY, raise_errors=False)
     assert version["status"] == "failed"
     assert "\n" not in version["error"] and "template" in version["error"]
     assert store.active_model(pid) is None
     with pytest.raises(InputError):
-        jobs.train_now(store, pid, TINY)
+        jobs.train_now(store.home, pid, TINY)
 
 
 def test_start_refuses_a_project_without_labels(tmp_path):
@@ -79,7 +79,7 @@ def test_start_refuses_a_project_without_labels(tmp_path):
     pid = store.create_project("empty", [BP, OUT])
     store.add_sentences(pid, [{"tokens": ["a", "b"]}])
     with pytest.raises(InputError, match="no labeled tokens"):
-        jobs.start_training(store, pid, TINY)
+        jobs.start_training(store.home, pid, TINY)
     assert store.list_model_versions(pid) == []
 
 
@@ -87,11 +87,11 @@ def test_start_refuses_a_project_without_labels(tmp_path):
 def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = store.own_root(tmp_path / "models")
-    first = jobs.train_now(store, pid, TINY)
+    first = jobs.train_now(store.home, pid, TINY)
     assert first["status"] == "done" and store.active_model(pid)["id"] == first["id"]
 
     # the worker stops after saving the model into its staging dir, before the rename
-    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
+    vid = jobs.start_training(store.home, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
@@ -99,9 +99,9 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
         assert (staging / "model.json").is_file()  # a complete but not yet renamed model
         assert store.get_model_version(vid)["status"] == "running"
         with pytest.raises(jobs.TrainingBusyError):
-            jobs.start_training(store, pid, TINY)
+            jobs.start_training(store.home, pid, TINY)
         with pytest.raises(jobs.TrainingBusyError):
-            jobs.train_now(store, pid, TINY)
+            jobs.train_now(store.home, pid, TINY)
     finally:
         kill_worker(vid)
 
@@ -114,19 +114,19 @@ def test_second_start_refused_and_sigkill_keeps_previous_model(tmp_path, monkeyp
     assert store.get_predictions(vid) == {}
     with pytest.raises(InputError):  # a failed version can never become active
         store.set_active_model(pid, vid)
-    assert jobs.cleanup_staging(store, pid, root) == [staging]
-    assert jobs.running_version(store, pid) is None
+    assert jobs.cleanup_staging(store.home, pid, root) == [staging]
+    assert jobs.running_version(store.home, pid) is None
 
 
 @pytest.mark.timeout(180)
 def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = store.own_root(tmp_path / "models")
-    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
+    vid = jobs.start_training(store.home, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
-        assert jobs.stop_training(store, vid)
+        assert jobs.stop_training(store.home, vid)
         proc = (jobs._WORKERS.get(vid) or (None,))[0]
         if proc is not None:
             assert proc.wait(timeout=limit(30)) == -signal.SIGTERM
@@ -135,7 +135,7 @@ def test_stop_training_marks_killed_and_ends_the_worker(tmp_path, monkeypatch):
     version = store.get_model_version(vid)
     assert version["status"] == "killed" and version["error"] == "stopped by the user"
     assert store.active_model(pid) is None
-    assert not jobs.stop_training(store, vid)  # not running any more
+    assert not jobs.stop_training(store.home, vid)  # not running any more
 
 
 def test_recover_cleans_what_killed_workers_leave(tmp_path):
@@ -143,7 +143,7 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
     staging, temporary and orphaned model directories; done and running ones stay."""
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = store.own_root(tmp_path / "models")
-    done = jobs.train_now(store, pid, TINY, root)
+    done = jobs.train_now(store.home, pid, TINY, root)
     dead = store.start_model_version(pid, TINY.to_settings(), pid=2 ** 22 + 12345)
     alive = store.start_model_version(pid, TINY.to_settings())  # this process: alive
     base = root / str(pid)
@@ -155,7 +155,7 @@ def test_recover_cleans_what_killed_workers_leave(tmp_path):
         (p / "model.json").write_text("{}")
     kept.append(Path(done["path"]))
 
-    out = jobs.recover(store, root)
+    out = jobs.recover(store.home, root)
     assert out["failed"] == [dead]
     assert sorted(out["removed"]) == sorted(leftovers)
     assert all(not p.exists() for p in leftovers) and all(p.exists() for p in kept)
@@ -170,7 +170,7 @@ def test_trains_on_every_labeled_sentence_and_counts_a_label_made_before_the_run
     before = store.progress(pid, "train")["labeled_tokens"]
     unlabeled = store.sentence_ids(pid, "train")[3]  # "Bob Smith went to Paris ."
     store.set_label(unlabeled, 4, "B-LOC", "alice")  # the only label of that sentence
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     assert version["status"] == "done", version["error"]
     assert version["n_labeled_tokens"] == before + 1
     assert version["metrics"]["train_labeled_tokens"] == before + 1
@@ -182,7 +182,7 @@ def test_trains_on_every_labeled_sentence_and_counts_a_label_made_before_the_run
     assert version["metrics"]["train_missing_labels"] == missing > 0
     assert version["metrics"]["missing_weight"] == min(1.0, (before + 1) / missing)
     # the optional cap still works: the most labeled sentences first
-    capped = jobs.train_now(store, pid, pipeline.TrainConfig(max_iter=2, max_sentences=2))
+    capped = jobs.train_now(store.home, pid, pipeline.TrainConfig(max_iter=2, max_sentences=2))
     assert capped["metrics"]["train_sentences"] == 2
 
 
@@ -231,20 +231,20 @@ def test_a_reused_pid_is_not_taken_for_a_live_worker_and_is_never_signalled(tmp_
         vid = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
         store.set_model_worker(vid, other.pid, started - 100.0)
         assert jobs.worker_alive(store.get_model_version(vid)["settings"]) is False
-        assert jobs.stop_training(store, vid)  # marks it killed ...
+        assert jobs.stop_training(store.home, vid)  # marks it killed ...
         time.sleep(0.3)
         assert other.poll() is None  # ... and never signals the other process
         # the same pid with the right start time but not a gpsl worker of this version
         vid2 = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
         store.set_model_worker(vid2, other.pid, started)
         assert jobs.worker_alive(store.get_model_version(vid2)["settings"]) is True
-        assert jobs.stop_training(store, vid2)
+        assert jobs.stop_training(store.home, vid2)
         time.sleep(0.3)
         assert other.poll() is None
         # a running version whose pid was reused is marked failed, with a reason
         vid3 = store.start_model_version(pid, TINY.to_settings(), pid=other.pid)
         store.set_model_worker(vid3, other.pid, started - 100.0)
-        assert jobs.running_version(store, pid) is None
+        assert jobs.running_version(store.home, pid) is None
         v3 = store.get_model_version(vid3)
         assert v3["status"] == "failed" and f"worker process {other.pid} is gone" in v3["error"]
     finally:
@@ -256,7 +256,7 @@ def test_a_reused_pid_is_not_taken_for_a_live_worker_and_is_never_signalled(tmp_
 def test_a_dying_worker_records_why(tmp_path, monkeypatch):
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     root = store.own_root(tmp_path / "models")
-    vid = jobs.start_training(store, pid, TINY, pause_at="after-staging")
+    vid = jobs.start_training(store.home, pid, TINY, pause_at="after-staging")
     try:
         wait_until(lambda: (pipeline.read_progress(root, pid, vid) or {}).get("phase")
                    == "paused")
@@ -272,7 +272,7 @@ def test_a_damaged_model_is_never_offered_for_download(tmp_path):
     from gpsl.errors import ModelFormatError
 
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     blob = exports.model_zip(version["path"])
     assert blob[:2] == b"PK"
     arrays = Path(version["path"]) / "arrays.npz"
@@ -308,7 +308,7 @@ def test_a_model_folder_left_by_a_deleted_store_is_kept_aside_not_a_failure(tmp_
     old = root / str(pid) / "1"
     old.mkdir(parents=True)
     (old / "model.json").write_text("{}")
-    version = jobs.train_now(store, pid, TINY, root)
+    version = jobs.train_now(store.home, pid, TINY, root)
     assert version["status"] == "done" and version["id"] == 1
     assert GPSL.load(version["path"]).classes_ == version["classes"]
     aside = list((root / str(pid)).glob(".orphan-1-*"))
@@ -322,7 +322,7 @@ def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
 
     store = Store(tmp_path / "s.sqlite3")
     pid = store.ensure_sample_project(Path(__file__).resolve().parents[1] / "sample_data")
-    version = jobs.train_now(store, pid, pipeline.TrainConfig(), tmp_path / "models")
+    version = jobs.train_now(store.home, pid, pipeline.TrainConfig(), tmp_path / "models")
     m = version["metrics"]
     assert m["calibration"]["source"] == "held-out gold"
     assert abs(m["heldout_mean_confidence"] - m["heldout_accuracy"]) <= 0.02
@@ -346,11 +346,11 @@ def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
          "labels": [BP, IP, OUT, OUT, BL, OUT]} for k in range(10)])
     _, X2, y2 = store2.training_data(pid2, "train", only_labeled=True, with_ids=True)
     small = GPSL(max_iter=3).fit(X2, y2)
-    info, held = calibrate(small, store2, pid2, X2, y2)
+    info, held = calibrate(small, store2.db, pid2, X2, y2)
     assert info["calibration"]["source"] == "5-fold labels" and held == {}  # 13 sentences
     store3, pid3 = tiny_store(tmp_path / "u.sqlite3")
     _, X3, y3 = store3.training_data(pid3, "train", only_labeled=True, with_ids=True)
-    info, held = calibrate(GPSL(max_iter=3).fit(X3, y3), store3, pid3, X3, y3)
+    info, held = calibrate(GPSL(max_iter=3).fit(X3, y3), store3.db, pid3, X3, y3)
     assert info == {"calibration": None} and held == {}
 
 
@@ -362,7 +362,7 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
     from gpsl import active
 
     store, pid = tiny_store(tmp_path / "s.sqlite3")
-    version = jobs.train_now(store, pid, TINY)
+    version = jobs.train_now(store.home, pid, TINY)
     assert version["status"] == "done", version["error"]
     assert version["query_strategy"] == active.DEFAULT_QUERY == store.queue_strategy(pid)
     ids, X, y = store.training_data(pid, split=None, with_ids=True)
@@ -407,7 +407,7 @@ def test_the_run_stores_the_query_scores_of_its_saved_model(tmp_path, monkeypatc
         assert np.all(flat[clamp >= 0] == 0), name
     # the strategy is the run's config value (TrainConfig.query), recorded on the version
     assert TINY.query == active.DEFAULT_QUERY
-    second = jobs.train_now(store, pid, dataclasses.replace(TINY, query="entropy"))
+    second = jobs.train_now(store.home, pid, dataclasses.replace(TINY, query="entropy"))
     assert second["query_strategy"] == "entropy" == store.queue_strategy(pid)
     ids, X, y = store.training_data(pid, split="train", with_ids=True)
     P2 = store.get_predictions(second["id"], ids)

@@ -95,7 +95,7 @@ def _check_after_kill(path: Path, root: Path, pid: int, vid: int, before: dict) 
     store = Store(path)  # a fresh Store, as after an app restart
     try:
         before_cleanup = _leftovers(root, pid, store)
-        jobs.recover(store, root)  # what the app does on start: dead workers failed,
+        jobs.recover(store.home, root)  # what the app does on start: dead workers failed,
         killed = store.get_model_version(vid)
         outcome = killed["status"]
         if outcome not in ("failed", "done"):
@@ -163,12 +163,12 @@ def run_training_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
     path = workdir / "train-crash.sqlite3"
     root = workdir / "models"
     store, pid = _training_project(path, seed)
-    first = jobs.train_now(store, pid, CONFIG, root)
+    first = jobs.train_now(store.home, pid, CONFIG, root)
     if first["status"] != "done":
         raise RuntimeError(f"the first training run failed: {first['error']}")
     # one uninterrupted worker run measures how long a run takes
     t0 = time.monotonic()
-    vid = jobs.start_training(store, pid, CONFIG, root)
+    vid = jobs.start_training(store.home, pid, CONFIG, root)
     _wait(lambda: store.get_model_version(vid)["status"] != "running", 300)
     run_seconds = time.monotonic() - t0
     jobs.reap_workers()
@@ -176,7 +176,7 @@ def run_training_crash_trials(n_trials: int, workdir, seed: int = 0) -> dict:
     for k in range(n_trials):
         before = store.active_model(pid)
         paused = k % 4 == 3
-        vid = jobs.start_training(store, pid, CONFIG, root,
+        vid = jobs.start_training(store.home, pid, CONFIG, root,
                                   pause_at="after-staging" if paused else None)
         started = time.monotonic()
         if paused:

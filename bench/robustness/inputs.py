@@ -475,7 +475,7 @@ def _upload_trials(rng, n, workdir: Path):
                                    heldout_fraction=rng.choice([0, 0.2]), doc=name or None)
             else:
                 add = imp.unknown_labels(sents, ["B-PER", "I-PER", "O"])
-                imp.import_sentences(store, base_pid, sents, doc=name or None,
+                imp.import_sentences(store.db, base_pid, sents, doc=name or None,
                                      split=rng.choice(["train", "heldout"]),
                                      add_labels=add if rng.random() < 0.5 else ())
             return sents

@@ -197,7 +197,7 @@ class ActingStore:
         steps = ([a.get("labels") or {}] if rule.accepted is Accepted.MAPPING else
                  [{a.get("token_index"): a.get("label")}] if rule.accepted is Accepted.ONE
                  else list(a.get("steps") or []))
-        view = Reports(_private(self).store).sentence(a["sentence_id"], self.who.name)
+        view = Reports(_private(self).store.home).sentence(a["sentence_id"], self.who.name)
         if view is None or view.version is None:
             raise InputError("no model suggestions to accept (train a model first)",
                              source=f"sentence {a['sentence_id']}")
@@ -302,7 +302,7 @@ class ActingReports:
 
     def __init__(self, acting: ActingStore):
         _PRIVATE[self] = SimpleNamespace(acting=acting,
-                                         reports=Reports(_private(acting).store))
+                                         reports=Reports(_private(acting).store.home))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

@@ -21,27 +21,29 @@ same path on every worker (the model bytes are not stored in the database).
   :func:`pipeline.run`), since Dask cannot interrupt a running task.
 
 Dask (an optional dependency, ``dask[distributed]``) is imported only here, and only when a
-client is opened: the variable is set.  The job gets the store itself (a
-:class:`gpsl.annotation.Store` pickles as its address, timeout and models root, and opens
-again in the worker), so this module never opens one.
+client is opened: the variable is set.  The job gets the store's
+:class:`~gpsl.annotation.owned.Home` (it pickles as the database's address, timeout and the
+models base, and opens again in the worker), so this module never opens one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
 from pathlib import Path
 
-from gpsl.annotation import pipeline
+from gpsl.annotation import pipeline, versions
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.processes import process_started
 from gpsl.errors import InputError
 
 SCHEDULER_ENV = "GPSL_DASK_SCHEDULER"
+log = logging.getLogger(__name__)
 
 _CLIENTS: dict[str, object] = {}  # scheduler address -> Client of this process
-_FUTURES: dict[int, tuple[object, object]] = {}  # version id -> (future, store)
+_FUTURES: dict[int, tuple[object, object]] = {}  # version id -> (future, home)
 
 
 def scheduler_address() -> str | None:
@@ -70,15 +72,15 @@ def client(address: str):
     return c
 
 
-def submit(store, version_id: int, models_root, address: str, *,
+def submit(home, version_id: int, models_root, address: str, *,
            pause_at: str | None = None) -> None:
     """Submit the job of a ``'running'`` version to the scheduler at ``address``
     (``pause_at``: where the run waits, :data:`gpsl.annotation.pipeline.PAUSES`)."""
     c = client(address)
-    fut = c.submit(run_job, int(version_id), store, str(models_root), pause_at, pure=False,
+    fut = c.submit(run_job, int(version_id), home, str(models_root), pause_at, pure=False,
                    key=f"gpsl-train-{int(version_id)}-{uuid.uuid4().hex[:8]}")
-    _FUTURES[int(version_id)] = (fut, store)
-    log = pipeline.log_file(models_root, store.get_model_version(version_id)["project_id"],
+    _FUTURES[int(version_id)] = (fut, home)
+    log = pipeline.log_file(models_root, versions.get(home.db, version_id)["project_id"],
                             version_id)
     _append(log, f"version {version_id}: submitted to the Dask scheduler {address} "
                  f"as {fut.key}")
@@ -90,14 +92,14 @@ def cancel(version_id: int) -> None:
     if entry is not None:
         try:
             entry[0].cancel()
-        except Exception:  # noqa: BLE001 - the scheduler may be gone; the status decides
-            pass
+        except Exception as exc:  # noqa: BLE001 - the scheduler may be gone; the status decides
+            log.warning("version %s: the Dask job could not be cancelled: %s", version_id, exc)
 
 
 def reap() -> None:
     """Record why a job whose future ended without finishing its version failed (its
     worker died for good, the scheduler lost it, it raised outside the pipeline)."""
-    for vid, (fut, store) in list(_FUTURES.items()):
+    for vid, (fut, home) in list(_FUTURES.items()):
         status = getattr(fut, "status", "pending")
         if status in ("pending",):
             continue
@@ -113,17 +115,18 @@ def reap() -> None:
             reason = f"the Dask job was {status}"
         if reason is not None:
             try:
-                store.fail_model_version(vid, reason)
-            except Exception:  # noqa: BLE001 - the store cannot be written now: next time
+                versions.fail(home.db, vid, reason)
+            except Exception as exc:  # noqa: BLE001 - the store cannot be written now: next time
+                log.warning("version %s: %s; not recorded yet: %s", vid, reason, exc)
                 continue
         _FUTURES.pop(vid, None)
 
 
-def run_job(version_id: int, store, models_root: str, pause_at: str | None = None) -> str:
+def run_job(version_id: int, home, models_root: str, pause_at: str | None = None) -> str:
     """The job, in a Dask worker: claim the version, run its pipeline; returns the status.
-    ``store`` arrives pickled (its address) and is opened here; it is closed at the end."""
+    ``home`` arrives pickled (its address) and is opened here; it is closed at the end."""
     try:
-        v = store.get_model_version(version_id)
+        v = versions.get(home.db, version_id)
         if v is None or v["status"] != "running":
             return "gone" if v is None else v["status"]
         log = pipeline.log_file(models_root, v["project_id"], version_id)
@@ -131,21 +134,22 @@ def run_job(version_id: int, store, models_root: str, pause_at: str | None = Non
         if settings.get("runner") == "dask":  # an earlier attempt claimed it: its worker died
             reason = (f"the Dask worker running it (pid {settings.get('pid')} on "
                       f"{settings.get('host')}) died; the job is not run twice")
-            store.fail_model_version(version_id, reason)
+            versions.fail(home.db, version_id, reason)
             _append(log, f"version {version_id}: failed: {reason}")
             return "failed"
         pid = os.getpid()
         address = _worker_address()
-        store.set_model_worker(version_id, pid, process_started(pid), runner="dask",
-                               host=socket.gethostname(), dask_worker=address)
+        versions.set_worker(home.db, version_id, pid, process_started(pid),
+                            {"runner": "dask", "host": socket.gethostname(),
+                             "dask_worker": address})
         _append(log, f"version {version_id}: started on Dask worker {address} (pid {pid})")
 
         def stopped() -> bool:
-            cur = store.get_model_version(version_id)
+            cur = versions.get(home.db, version_id)
             return cur is None or cur["status"] != "running"
 
         try:
-            out = pipeline.run(store, version_id, Path(models_root), should_stop=stopped,
+            out = pipeline.run(home, version_id, Path(models_root), should_stop=stopped,
                                pause_at=pause_at)
         except pipeline.UnrecordedFailure as exc:
             _append(log, f"version {version_id}: failed: {exc}")
@@ -154,7 +158,7 @@ def run_job(version_id: int, store, models_root: str, pause_at: str | None = Non
                      + (f" ({out['error']})" if out.get("error") else ""))
         return out["status"]
     finally:
-        store.close()
+        home.close()
 
 
 def _worker_address() -> str:

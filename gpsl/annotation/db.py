@@ -146,6 +146,7 @@ class Database:
         target = os.fspath(target)
         if not target or target == ":memory:":
             raise ValueError("the store needs a file path or a database URL")
+        self.target = target  # as given (a URL may hold a password: never in a message)
         self.timeout = float(timeout)
         given_url = _is_url(target)
         if given_url:

@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from gpsl.annotation import predictions, sentences
 from gpsl.errors import InputError
 from gpsl.io import Sentence, format_conll, format_jsonl
 from gpsl.metrics import chunks
@@ -102,9 +103,9 @@ PAGE = 2000
 STREAMED = ("conll", "jsonl", "doccano", "prodigy", "conll2003")
 
 
-def _pages(store, project_id: int, split: str | None) -> Iterator[list[dict]]:
+def _pages(db, project_id: int, split: str | None) -> Iterator[list[dict]]:
     offset = 0
-    while page := store.get_sentences(project_id, split=split, offset=offset, limit=PAGE):
+    while page := sentences.page(db, project_id, split, offset, PAGE):
         yield page
         offset += len(page)
 
@@ -113,19 +114,20 @@ def _sentence(s: dict) -> Sentence:
     return Sentence(s["tokens"], s["labels"], s["line"] or 1)
 
 
-def iter_annotations(store, project_id: int, fmt: str = "conll",
+def iter_annotations(db, project_id: int, fmt: str = "conll",
                      split: str | None = "train") -> Iterator[str]:
     """The current (derived) labels of a project in ``fmt``, as parts of the text written
     :data:`PAGE` sentences at a time (one document at once for Label Studio).  A token with
     whitespace cannot be a CoNLL column: CoNLL export then raises InputError naming the
     sentence."""
     if fmt not in STREAMED:
-        yield format_sentences(store.export_sentences(project_id, split=split), fmt)
+        yield format_sentences([_sentence(s) for s in sentences.page(db, project_id, split)],
+                               fmt)
         return
     done = 0
     if fmt == "conll2003":
         yield "-DOCSTART- -X- -X- O\n\n"
-    for page in _pages(store, project_id, split):
+    for page in _pages(db, project_id, split):
         if fmt == "conll2003":
             yield format_conll([Sentence(s["tokens"], [lab if lab is not None else "O"
                                                        for lab in s["labels"]], s["line"] or 1)
@@ -135,10 +137,10 @@ def iter_annotations(store, project_id: int, fmt: str = "conll",
         done += len(page)
 
 
-def export_annotations(store, project_id: int, fmt: str = "conll",
+def export_annotations(db, project_id: int, fmt: str = "conll",
                        split: str | None = "train") -> str:
     """The current (derived) labels of a project in ``fmt`` (:func:`iter_annotations`)."""
-    return "".join(iter_annotations(store, project_id, fmt, split))
+    return "".join(iter_annotations(db, project_id, fmt, split))
 
 
 def preview_text(sentences: Sequence[dict], fmt: str = "conll") -> str:
@@ -146,7 +148,7 @@ def preview_text(sentences: Sequence[dict], fmt: str = "conll") -> str:
     return format_sentences([_sentence(s) for s in sentences], fmt)
 
 
-def iter_predictions(store, project_id: int, version: dict, fmt: str = "conll",
+def iter_predictions(db, project_id: int, version: dict, fmt: str = "conll",
                      split: str | None = "train") -> Iterator[str]:
     """Predictions of a model version, :data:`PAGE` sentences at a time.  CoNLL: token
     columns, current label (``_``), predicted label, its probability.  JSONL: tokens,
@@ -155,8 +157,8 @@ def iter_predictions(store, project_id: int, version: dict, fmt: str = "conll",
         raise InputError(f"unknown export format {fmt!r}", source="<export>")
     classes = version.get("classes") or []
     done = 0
-    for page in _pages(store, project_id, split):
-        preds = store.get_predictions(version["id"], [s["id"] for s in page])
+    for page in _pages(db, project_id, split):
+        preds = predictions.get(db, version["id"], [s["id"] for s in page])
         have = [(s, preds[s["id"]]) for s in page if s["id"] in preds]
         if fmt == "conll":
             extra = [[[classes[int(r.argmax())], f"{float(r.max()):.4f}"] for r in p]
@@ -179,10 +181,10 @@ def iter_predictions(store, project_id: int, version: dict, fmt: str = "conll",
         done += len(have)
 
 
-def export_predictions(store, project_id: int, version: dict, fmt: str = "conll",
+def export_predictions(db, project_id: int, version: dict, fmt: str = "conll",
                        split: str | None = "train") -> str:
     """Predictions of a model version in ``fmt`` (:func:`iter_predictions`)."""
-    return "".join(iter_predictions(store, project_id, version, fmt, split))
+    return "".join(iter_predictions(db, project_id, version, fmt, split))
 
 
 def spooled(parts: Iterable[str]):

@@ -3,8 +3,9 @@ delegate to the modules of :mod:`gpsl.annotation`.  It holds no connection of it
 beyond the engine's pool, so one instance may be shared by Streamlit's script threads.
 
 Its read methods return the store's rows (dicts); :attr:`Store.reports` returns what the
-pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls with
-itself (training jobs, imports, exports, reports) take any object with these methods."""
+pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls take
+the database, or its :class:`~gpsl.annotation.owned.Home` (the database and the store's own
+folder of files), never the facade."""
 
 from __future__ import annotations
 
@@ -56,11 +57,11 @@ class Store(TeamFacade):
     def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
                  models_root: str | os.PathLike | None = None):
         self.db = Database(target, timeout=timeout)
-        self.target = os.fspath(target)
+        self.home = owned.Home(self.db, models_root)  # what the services take
+        self.target = self.db.target
         self.path = self.db.path
         self.timeout = self.db.timeout
-        self.models_base = Path(models_root) if models_root else owned.default_models_root(self.db)
-        self._own: Path | None = None
+        self.models_base = self.home.models_base
 
     @property
     def store_id(self) -> str:
@@ -71,14 +72,12 @@ class Store(TeamFacade):
     def models_root(self) -> Path:
         """This store's own folder of model files, progress files and locks:
         ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.owned`)."""
-        if self._own is None:
-            self._own = owned.own_root(self.models_base, self.store_id)
-        return self._own
+        return self.home.models_root
 
     @requires(Role.LEAD)
     def own_root(self, base=None) -> Path:
         """This store's own folder under ``base`` (default: the store's models base)."""
-        return self.models_root if base is None else owned.own_root(base, self.store_id)
+        return self.home.own_root(base)
 
     @requires(Role.LEAD)
     def model_path(self, version_id: int) -> Path:
@@ -122,7 +121,7 @@ class Store(TeamFacade):
     @property
     def reports(self) -> reports.Reports:
         """What the pages show, as typed records."""
-        return reports.Reports(self)
+        return reports.Reports(self.home)
 
     # projects
     @requires(Role.LEAD)
@@ -215,19 +214,15 @@ class Store(TeamFacade):
     @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.MAPPING)
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
-        self._labels_written(sentence_id=sentence_id)
-        return out
+        written = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        self._labels_written(written.project_id, written.keep)
+        return written.ids
 
-    def _labels_written(self, *, sentence_id: int | None = None,
-                        project_id: int | None = None) -> None:
-        """After a label write: the keep-training service (:func:`jobs.after_labels`)."""
-        try:
-            if project_id is None:
-                project_id = projects.project_of(self.db, sentence_id=sentence_id)
-            jobs.after_labels(self, project_id)
-        except Exception:  # noqa: BLE001 - the labels are committed: never their write's error
-            pass
+    def _labels_written(self, project_id: int, keep: dict | None = None) -> None:
+        """The step after a label write's commit, with the project (and its keep-training
+        setting) the write returned: the keep-training service (:func:`jobs.after_write`:
+        its failure logged and shown to the lead, never the write's)."""
+        jobs.after_write(self.home, project_id, keep)
 
     @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.STEPS)
     def set_label_steps(self, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
@@ -237,10 +232,10 @@ class Store(TeamFacade):
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write; ``batches``: the
         steps' event ids, each written at most once (:func:`labels.set_steps`)."""
-        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
-                                 batches)
-        self._labels_written(sentence_id=sentence_id)
-        return out
+        written = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
+                                     batches)
+        self._labels_written(written.project_id, written.keep)
+        return written.ids
 
     @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.ONE)
     def set_label(self, sentence_id: int, token_index: int, label: str | None, annotator: str,
@@ -257,14 +252,14 @@ class Store(TeamFacade):
              batch: str | None = None) -> dict | None:
         """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
         out = labeling.undo(self.db, project_id, annotator, batch)
-        self._labels_written(project_id=project_id)
+        self._labels_written(project_id)
         return out
 
     @requires(Role.LEAD, own="lead")
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
-        self._labels_written(sentence_id=sentence_id)
+        written = labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        self._labels_written(written.project_id, written.keep)
 
     @requires(Role.LEAD)
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
@@ -379,7 +374,7 @@ class Store(TeamFacade):
     def store_summary(self, version_id: int, classes: Sequence[str] | None = None) -> dict:
         """Compute and store what the pages show of a version (:mod:`.summaries`);
         ``classes``: its labels, before the run records them."""
-        return summaries.store_summary(self, version_id, classes)
+        return summaries.store_summary(self.db, version_id, classes)
 
     @requires(Role.LEAD)
     def has_predictions(self, version_id: int) -> bool:
@@ -438,41 +433,41 @@ class Store(TeamFacade):
                        started_by: str | None = None) -> int:
         """Start a background training run; returns its version id.  ``started_by``: who
         (through an acting store: always the acting person), shown on the run's line."""
-        return jobs.start_training(self, project_id, config, started_by=started_by)
+        return jobs.start_training(self.home, project_id, config, started_by=started_by)
 
     @requires(Role.LEAD)
     def prepare_training(self, project_id: int) -> None:
         """A spare worker ready for the next click (the Train page, :mod:`.spares`)."""
-        jobs.prepare_worker(self)
+        jobs.prepare_worker(self.home)
 
     @requires(Role.LEAD)
     def stop_training(self, version_id: int) -> bool:
-        return jobs.stop_training(self, version_id)
+        return jobs.stop_training(self.home, version_id)
 
     @requires(Role.LEAD)
     def keep_training(self, project_id: int) -> dict:
         """The project's keep-training setting: ``on``, ``every`` (N), ``new_labels``."""
-        return jobs.keep_training(self, project_id)
+        return jobs.keep_training(self.db, project_id)
 
     @requires(Role.LEAD)
     def set_keep_training(self, project_id: int, on: bool, every: int | None = None) -> dict:
         """Refit in the background after every ``every`` new labels (:func:`jobs.after_labels`)."""
-        return jobs.set_keep_training(self, project_id, on, every)
+        return jobs.set_keep_training(self.db, project_id, on, every)
 
     @requires(Role.LEAD)
     def recover(self) -> dict:
         """After a crash: dead workers' versions failed, their leftovers removed."""
-        return jobs.recover(self)
+        return jobs.recover(self.home)
 
     # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
     @requires(Role.LEAD, import_credit="annotator")
     def import_sentences(self, project_id: int, sentences_, **kw) -> int:
-        return imports.import_sentences(self, project_id, sentences_, **kw)
+        return imports.import_sentences(self.db, project_id, sentences_, **kw)
 
     @requires(Role.LEAD)
     def export_annotations(self, project_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
-        return exports.export_annotations(self, project_id, fmt, split)
+        return exports.export_annotations(self.db, project_id, fmt, split)
 
     # limits
     @requires(Role.LEAD)
@@ -509,14 +504,14 @@ class Store(TeamFacade):
                          split: str | None = "train"):
         """:meth:`export_annotations` written page by page to a temporary file (rewound),
         built when asked for (a download)."""
-        return exports.spooled(exports.iter_annotations(self, project_id, fmt, split))
+        return exports.spooled(exports.iter_annotations(self.db, project_id, fmt, split))
 
     @requires(Role.LEAD)
     def predictions_file(self, project_id: int, version_id: int, fmt: str = "conll",
                          split: str | None = "train"):
         """:meth:`export_predictions` written page by page to a temporary file (rewound)."""
         return exports.spooled(exports.iter_predictions(
-            self, project_id, self.get_model_version(version_id), fmt, split))
+            self.db, project_id, self.get_model_version(version_id), fmt, split))
 
     @requires(Role.LEAD)
     def export_votes(self, project_id: int, fmt: str = "crowd",
@@ -560,8 +555,8 @@ class Store(TeamFacade):
     @requires(Role.LEAD)
     def export_predictions(self, project_id: int, version_id: int, fmt: str = "conll",
                            split: str | None = "train") -> str:
-        return exports.export_predictions(self, project_id, self.get_model_version(version_id),
-                                          fmt, split)
+        return exports.export_predictions(self.db, project_id,
+                                          self.get_model_version(version_id), fmt, split)
 
     @requires(Role.LEAD)
     def preview(self, project_id: int, split: str | None, fmt: str, n: int = 2) -> str:

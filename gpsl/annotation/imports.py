@@ -90,20 +90,20 @@ def unknown_labels(sentences: Iterable[Sentence], labels: Sequence[str]) -> list
                         if lab is not None and lab not in known})
 
 
-def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
+def import_sentences(db, project_id: int, sentences: Sequence[Sentence], *,
                      split: str = "train", doc: str | None = None, annotator: str = "import",
                      add_labels: Sequence[str] = ()) -> int:
     """Append sentences to a project, all or nothing; into ``'heldout'`` the file's labels
     go as gold labels.  ``add_labels`` join the label set in the same transaction.  An
     :class:`Upload` is written a chunk at a time (:func:`import_upload`)."""
     if isinstance(sentences, Upload):
-        return import_upload(store.db, project_id, sentences, split=split, doc=doc,
+        return import_upload(db, project_id, sentences, split=split, doc=doc,
                              annotator=annotator, add_labels=add_labels)
     sentences = list(sentences)
-    project = store.get_project(project_id)
+    project = projects.get(db, project_id)
     if project is None:
         raise InputError(f"no project with id {project_id}", source="<import>")
-    first = store.get_sentences(project_id, limit=1)
+    first = sents.page(db, project_id, None, 0, 1)
     known = set(project["labels"])
     labels = list(project["labels"]) + [x for x in add_labels if x not in known]
     n_columns = len(first[0]["tokens"][0]) if first else None
@@ -112,12 +112,13 @@ def import_sentences(store, project_id: int, sentences: Sequence[Sentence], *,
                                      n_columns=n_columns, first=a)
         n_columns = n_columns or len(checked[0]["tokens"][0])
     if split == "heldout":
-        return store.add_sentences(project_id, [Sentence(s.tokens, None, s.line)
-                                                for s in sentences], split="heldout",
-                                   doc=doc, annotator=annotator,
-                                   gold=[s.labels for s in sentences], add_labels=add_labels)
-    return store.add_sentences(project_id, sentences, split=split, doc=doc,
-                               annotator=annotator, add_labels=add_labels)
+        return projects.add_sentences(db, project_id, [Sentence(s.tokens, None, s.line)
+                                                       for s in sentences], split="heldout",
+                                      doc=doc, annotator=annotator,
+                                      gold=[s.labels for s in sentences],
+                                      add_labels=add_labels)
+    return projects.add_sentences(db, project_id, sentences, split=split, doc=doc,
+                                  annotator=annotator, add_labels=add_labels)
 
 
 #: sentences read, checked and written at a time by the import passes

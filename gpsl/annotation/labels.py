@@ -25,10 +25,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from gpsl.annotation import projects, rules, scoring, sentences, validate, votes
 from gpsl.annotation.db import Database, loads, now
 from gpsl.errors import InputError
+
+
+class Written(NamedTuple):
+    """What a label write did: its new history ids, the project it wrote in and that
+    project's keep-training setting: what the step after its commit needs
+    (:func:`gpsl.annotation.jobs.after_labels`), read in the write's own transaction."""
+
+    ids: list[int]
+    project_id: int
+    keep: dict
 
 
 def _posterior(settings: dict):
@@ -68,7 +79,7 @@ def rederive(conn, project_id: int) -> int:
 
 
 def set_labels(db: Database, sentence_id: int, labels: Mapping[int, str | None],
-               annotator: str, source: str = "human") -> list[int]:
+               annotator: str, source: str = "human") -> Written:
     """Set (``None``: withdraw) ``annotator``'s votes on tokens of one sentence in one
     transaction; one undo step (:func:`set_steps` with one step)."""
     return set_steps(db, sentence_id, [labels], annotator, source)
@@ -81,7 +92,7 @@ MAX_STEP_AGE = 60.0
 def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str | None]],
               annotator: str, source: str = "human",
               ages: Sequence[float] | None = None,
-              batches: Sequence[str] | None = None) -> list[int]:
+              batches: Sequence[str] | None = None) -> Written:
     """Write several undo steps of ``annotator``'s votes on one sentence in one transaction:
     each step (``{token: label}``, a key press, a span, an "accept") is its own history
     batch, so Undo reverts exactly one of them.  ``None`` withdraws the annotator's own
@@ -93,7 +104,7 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
     InputError and nothing is written.  ``batches``: the steps' own history batch ids (a
     client's event ids): a step whose batch ``annotator``'s history holds already was written
     before and is skipped, so an event sent again is applied exactly once.  Returns the new
-    history ids (none when nothing changed)."""
+    history ids (none when nothing changed) and the sentence's project (:class:`Written`)."""
     annotator = validate.annotator(annotator)
     source = validate.source(source)
     steps = [dict(step) for step in steps]
@@ -107,7 +118,7 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
 
     def tx(conn):
         info = sentences.info_row(conn, sentence_id, db.for_update())
-        label_set = loads(info["labels"])
+        label_set, settings = loads(info["labels"]), loads(info["settings"], {})
         n = info["n_tokens"]
         mine = votes.of_annotator(conn, sentence_id, annotator)
         written, hist, touched = datetime.now(UTC), [], set()
@@ -140,8 +151,8 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
                     mine[t] = (lab, source)
                 touched.add(t)
         ids = [votes.add_history(conn, h) for h in hist]
-        refresh_derived(conn, sentence_id, touched)
-        return ids
+        refresh_derived(conn, sentence_id, touched, settings=settings)
+        return Written(ids, info["project_id"], settings.get("keep_training") or {})
 
     return db.write(tx)
 
@@ -197,10 +208,11 @@ def undo(db: Database, project_id: int, annotator: str | None = None,
 
 
 def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | None,
-               lead: str) -> None:
+               lead: str) -> Written:
     """A lead's decision for a disputed token (``None`` withdraws it); the token's derived
     label follows it whatever the votes say.  Votes are never changed; every change of the
-    decision is a row of ``adjudication_history``."""
+    decision is a row of ``adjudication_history``.  Returns the sentence's project
+    (:class:`Written`, no history ids)."""
     lead = validate.annotator(lead)
 
     def tx(conn):
@@ -209,10 +221,12 @@ def adjudicate(db: Database, sentence_id: int, token_index: int, label: str | No
         if label is not None and label not in loads(info["labels"]):
             raise InputError(f"label {label!r} is not in the project's label set",
                              source=f"sentence {sentence_id}")
+        settings = loads(info["settings"], {})
         if votes.set_adjudication(conn, sentence_id, t, label, lead, now()):
-            refresh_derived(conn, sentence_id, [t])
+            refresh_derived(conn, sentence_id, [t], settings=settings)
+        return Written([], info["project_id"], settings.get("keep_training") or {})
 
-    db.write(tx)
+    return db.write(tx)
 
 
 def skip(db: Database, sentence_id: int, annotator: str) -> None:

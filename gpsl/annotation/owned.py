@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from gpsl.annotation.db import Database
 from gpsl.errors import InputError
 
 #: the name of a store's folder under the models base
@@ -54,6 +55,46 @@ def own_root(base, sid: str) -> Path:
     base = Path(base)
     name = PREFIX + sid
     return base if base.name == name else base / name
+
+
+class Home:
+    """What the services take (training jobs, the pipeline, the reports): the store's
+    database and its own folder of files under ``models_base`` (default:
+    :func:`default_models_root`), never the facade.  It pickles as the database's address,
+    timeout and the models base, and opens the database again where it is unpickled (a Dask
+    job)."""
+
+    def __init__(self, db: Database, models_base: str | os.PathLike | None = None):
+        self.db = db
+        self.models_base = Path(models_base) if models_base else default_models_root(db)
+        self._own: Path | None = None
+
+    @property
+    def target(self) -> str:
+        """The database's address (a file path or URL; it may hold a password)."""
+        return self.db.target
+
+    @property
+    def models_root(self) -> Path:
+        """``<models base>/store-<store id>`` (:func:`own_root`), read once."""
+        if self._own is None:
+            self._own = own_root(self.models_base, store_id(self.db))
+        return self._own
+
+    def own_root(self, base=None) -> Path:
+        """This store's own folder under ``base`` (default: the models base)."""
+        return self.models_root if base is None else own_root(base, store_id(self.db))
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    def __getstate__(self) -> dict:
+        return {"target": self.db.target, "timeout": self.db.timeout,
+                "models_base": str(self.models_base)}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(Database(state["target"], timeout=state["timeout"]),
+                      state["models_base"])
 
 
 def _trace_matches(path: Path, recorded) -> bool:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import shutil
 import time
@@ -46,7 +47,16 @@ from pathlib import Path
 import numpy as np
 
 from gpsl import active, params
-from gpsl.annotation import joint_labels, sentences
+from gpsl.annotation import (
+    joint_labels,
+    predictions,
+    projects,
+    scoring,
+    sentences,
+    summaries,
+    team,
+    versions,
+)
 from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.pool import (  # noqa: F401 (predict_chunk: named here for callers)
@@ -69,6 +79,8 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
 )
 from gpsl.errors import InputError
 from gpsl.model import GPSL
+
+log = logging.getLogger(__name__)
 
 #: where a run can be made to wait (``pause_at``): after saving the model into its staging
 #: folder, before the rename; in the fit, after the first sweep; in the predictions, after
@@ -187,10 +199,10 @@ def query_scores(model, X, y, marginals, strategy: str, seed: int = 0) -> list[n
 
 @dataclass
 class _Run:
-    """One run's context: its store, version, config, folders, progress and how it may be
-    stopped or paused."""
+    """One run's context: its store's home (:class:`~gpsl.annotation.owned.Home`), version,
+    config, folders, progress and how it may be stopped or paused."""
 
-    store: object
+    home: object
     version_id: int
     project_id: int
     root: Path
@@ -228,9 +240,9 @@ class _Run:
 
 def _load(run: _Run):
     """Step 1: the labeled training sentences (at most ``max_sentences``) by the project's
-    training-label rule (:meth:`Store.training_set`: hard labels, or soft labels as evidence
-    on missing ones), the rule recorded in ``run.labels``."""
-    data = run.store.training_set(run.project_id)
+    training-label rule (:func:`gpsl.annotation.team.training_set`: hard labels, or soft
+    labels as evidence on missing ones), the rule recorded in ``run.labels``."""
+    data = team.training_set(run.home.db, run.project_id)
     if not data["X"]:
         raise InputError("no labeled tokens yet: label some tokens before training",
                          source="<train>")
@@ -272,11 +284,11 @@ def _fit(run: _Run, X, y) -> GPSL:
     """Step 2: the model, with the progress file written after every sweep (soft labels:
     their evidence and classes, ``run.labels``)."""
     config = run.config
-    project = run.store.get_project(run.project_id)
+    project = projects.get(run.home.db, run.project_id)
     model = GPSL(offsets=config.offsets, kernel=config.kernel,
                  template=project["template"] or None, max_iter=config.max_iter,
                  tol=config.tol, learn_hyper=config.learn_hyper, inference=config.inference)
-    previous, run.prev_version = previous_model(run.store, run.project_id)
+    previous, run.prev_version = previous_model(run.home, run.project_id)
     before = None if previous is None else _Previous(
         list(previous.classes_), previous.calibrator_, previous.inference_,
         tuple(previous.offsets_), previous.kernel_.name)
@@ -329,11 +341,11 @@ def _evaluate(run: _Run, model: GPSL, X, y) -> tuple[dict, dict]:
     metrics, the held-out sentences' cross-calibrated marginals)``."""
     mode = getattr(model, "inference_", run.config.inference)
     run.progress.phase("calibrating", inference_used=mode)
-    cal_info, held = calibrate(model, run.store, run.project_id, X, y,
+    cal_info, held = calibrate(model, run.home.db, run.project_id, X, y,
                                previous=run.previous, prev_version=run.prev_version,
                                on_step=run.progress.step)
     run.progress.phase("evaluating", inference_used=mode)
-    ids, Xg, gold = run.store.gold_data(run.project_id)
+    ids, Xg, gold = sentences.gold_data(run.home.db, run.project_id, "heldout")
     figures = {}
     if ids:
         P = [held[i] for i in ids] if held else predict(model, Xg)
@@ -373,16 +385,16 @@ def _predict(run: _Run, model: GPSL, held: dict) -> None:
     (:func:`gpsl.annotation.pool.predict_pool`), each chunk read from the store where it is
     predicted (the worker holds the sentences' ids and lengths only) and stored in its own
     transaction."""
-    ids, lengths = sentences.lengths(run.store.db, run.project_id)
-    train = set(run.store.sentence_ids(run.project_id, split="train"))
+    ids, lengths = sentences.lengths(run.home.db, run.project_id)
+    train = set(sentences.ids(run.home.db, run.project_id, "train"))
     run.progress.phase("predicting", done=0, total=len(ids), query_strategy=run.config.query)
     job = PoolJob(model, ids, None, None, train, held, run.config.query, run.version_id,
-                  read=functools.partial(sentences.of_ids, run.store.db), lengths=lengths)
+                  read=functools.partial(sentences.of_ids, run.home.db), lengths=lengths)
     stream = predict_pool(job)
     try:
         for done, marg, query in stream:
             with run.progress.part("store"):
-                run.store.save_predictions(run.version_id, marg, query)
+                scoring.save_predictions(run.home.db, run.version_id, marg, query)
             run.progress.chunk(done, len(ids))
             run.check_stop()
             if done < len(ids):
@@ -394,19 +406,19 @@ def _predict(run: _Run, model: GPSL, held: dict) -> None:
 def _finish(run: _Run, model: GPSL, figures: dict) -> None:
     """Step 7: done and active in one transaction (or, stopped meanwhile, nothing kept)."""
     run.progress.phase("storing")
-    done = run.store.finish_model_version(
-        run.version_id, run.final, model.bound_trace_, figures,
+    done = versions.finish(
+        run.home.db, run.version_id, run.final, model.bound_trace_, figures,
         figures["train_labeled_tokens"], classes=model.classes_, activate=True,
         query_strategy=run.config.query)
     if not done:  # stopped meanwhile: keep nothing of it active
         raise Stopped()
-    run.store.prune_predictions(run.project_id, keep=KEEP_PREVIOUS)
+    predictions.prune(run.home.db, run.project_id, KEEP_PREVIOUS)
     run.progress.phase("done")
 
 
 def _stopped(run: _Run) -> None:
     with contextlib.suppress(Exception):
-        run.store.delete_predictions(run.version_id)
+        predictions.delete(run.home.db, run.version_id)
     if run.progress is not None:
         with contextlib.suppress(Exception):
             run.progress.phase("stopped")
@@ -419,8 +431,10 @@ def _failed(run: _Run, exc: BaseException, raise_errors: bool) -> None:
     reason = one_line(exc) if isinstance(exc, Exception) else \
         f"worker interrupted ({type(exc).__name__})"
     recorded = False
+    with contextlib.suppress(Exception):  # with its traceback (the worker's log file)
+        log.error("version %s failed: %s", run.version_id, reason, exc_info=exc)
     with contextlib.suppress(Exception):
-        run.store.fail_model_version(run.version_id, reason)
+        versions.fail(run.home.db, run.version_id, reason)
         recorded = True
     if run.progress is not None:
         with contextlib.suppress(Exception):
@@ -437,7 +451,7 @@ def _failed(run: _Run, exc: BaseException, raise_errors: bool) -> None:
                                 else 1) from exc
 
 
-def run(store, version_id: int, models_root, *, raise_errors: bool = False,
+def run(home, version_id: int, models_root, *, raise_errors: bool = False,
         should_stop: Callable[[], bool] | None = None, pause_at: str | None = None) -> dict:
     """Run the ``'running'`` model version ``version_id`` to the end (module docstring);
     returns the version dict.  Errors are recorded in the version (and re-raised when
@@ -447,12 +461,12 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
     :data:`PAUSES`, where the run waits until it is stopped."""
     if pause_at is not None and pause_at not in PAUSES:
         raise ValueError(f"pause_at must be one of {', '.join(PAUSES)}, got {pause_at!r}")
-    version = store.get_model_version(version_id)
+    version = versions.get(home.db, version_id)
     if version is None:
-        raise InputError(f"no model version {version_id}", source=store.where)
+        raise InputError(f"no model version {version_id}", source=home.db.where)
     if version["status"] != "running":
         return version
-    r = _Run(store, version_id, version["project_id"], store.own_root(models_root),
+    r = _Run(home, version_id, version["project_id"], home.own_root(models_root),
              TrainConfig.from_settings(version["settings"]), should_stop, pause_at)
     try:
         r.progress = Progress(progress_file(r.root, r.project_id, version_id),
@@ -463,10 +477,10 @@ def run(store, version_id: int, models_root, *, raise_errors: bool = False,
         figures, held = _evaluate(r, model, X, y)
         _save(r, model)
         _predict(r, model, held)
-        store.store_summary(version_id, model.classes_)  # what the pages show of it, once
+        summaries.store_summary(home.db, version_id, model.classes_)  # what pages show, once
         _finish(r, model, figures)
     except Stopped:
         _stopped(r)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded (or re-raised)
         _failed(r, exc, raise_errors)
-    return store.get_model_version(version_id)
+    return versions.get(home.db, version_id)

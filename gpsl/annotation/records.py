@@ -263,7 +263,7 @@ class KeepTraining:
     """A project's "keep training" setting: ``on``, ``every`` (a run starts by itself after
     this many new labels), ``new_labels`` (set since the last run began), and the bounds and
     help of N (``every_min``, ``every_max``, ``label``, ``help``: written once in the back
-    end)."""
+    end); ``error``: why the last automatic run could not start, and when (None: it did)."""
 
     on: bool = False
     every: int = 50
@@ -272,6 +272,7 @@ class KeepTraining:
     every_max: int = 100_000
     label: str = ""
     help: str = ""
+    error: str | None = None
 
 
 # ----------------------------------------------------------------------------- annotating

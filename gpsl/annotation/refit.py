@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpsl.annotation import owned, sentences, versions
 from gpsl.calibration import (
     CalibrationRun,
     calibrate_model,
@@ -55,15 +56,15 @@ RESELECT_GROWTH = 0.25
 HOW = ("selected", "refitted", "reused")
 
 
-def previous_model(store, project_id: int) -> tuple[GPSL | None, dict | None]:
+def previous_model(home, project_id: int) -> tuple[GPSL | None, dict | None]:
     """The project's active version and its saved model (None, None without one; the model
     is None when its folder does not load, or is not this store's: the fit then starts
     afresh)."""
-    version = store.active_model(project_id)
+    version = versions.active(home.db, project_id)
     if version is None or not version.get("path"):
         return None, version
     try:
-        return GPSL.load(store.model_path(version["id"])), version
+        return GPSL.load(owned.model_path(home.models_root, version)), version
     except (GpslError, OSError, ValueError, KeyError):
         return None, version
 
@@ -95,7 +96,7 @@ def _how(model: GPSL, previous: GPSL | None, prev_version: dict | None, source: 
     return "refitted" if source == "held-out" else "reused"
 
 
-def calibrate(model, store, project_id: int, X, y, *, previous: GPSL | None = None,
+def calibrate(model, db, project_id: int, X, y, *, previous: GPSL | None = None,
               prev_version: dict | None = None,
               on_step: Callable[[int, int, str], None] | None = None) -> tuple[dict, dict]:
     """Fit ``model.calibrator_`` for the app by the rule ``gpsl train`` uses too (module
@@ -107,7 +108,7 @@ def calibrate(model, store, project_id: int, X, y, *, previous: GPSL | None = No
     marginals)``."""
     t0 = time.perf_counter()
     step = on_step or (lambda done, total, what: None)
-    ids, Xg, gold = store.gold_data(project_id)
+    ids, Xg, gold = sentences.gold_data(db, project_id, "heldout")
     labeled = sum(v is not None for lab in y for v in lab)
     gold_idx = model.gold_index(gold) if ids else []
     p = plan(labeled_sentences=sum(any(v is not None for v in lab) for lab in y),

@@ -1,7 +1,8 @@
 """What the pages show, as typed records (:mod:`gpsl.annotation.records`).
 
-:class:`Reports` reads through the store it is given (``store.reports``: the facade's) and
-turns its rows into records, with the figures the pages draw already computed: the Annotate
+:class:`Reports` reads through the repositories and services with the store's
+:class:`~gpsl.annotation.owned.Home` (``store.reports``: the facade's; never the facade itself)
+and turns their rows into records, with the figures the pages draw already computed: the Annotate
 page's view of a sentence (suggestions, confidences, the queue's token scores, the opening
 token), the Confidence page's token table, reliability report and ranked queue, the Team
 page's figures, the Train page's versions and progress.  The pages format and draw them; they
@@ -17,10 +18,26 @@ from dataclasses import replace
 import numpy as np
 
 from gpsl import active, tags
-from gpsl.annotation import jobs, predictions, rules, runs, sentences, summaries, validate
+from gpsl.annotation import (
+    accounts,
+    jobs,
+    predictions,
+    projects,
+    queue,
+    rules,
+    runs,
+    search,
+    sentences,
+    stats,
+    summaries,
+    team,
+    team_columns,
+    validate,
+    versions,
+    votes,
+)
 from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.permissions import Blind, Role, Shows, requires
-from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
     AnnotatorRow,
@@ -69,7 +86,7 @@ def queue_strategy(version: Version | None) -> str | None:
     without a version."""
     if version is None:
         return None
-    return version.query_strategy or FALLBACK_QUERY
+    return version.query_strategy or queue.FALLBACK_QUERY
 
 
 def query_description(strategy: str) -> str | None:
@@ -147,71 +164,76 @@ def _bins(h: dict) -> dict:
 class Reports:
     """The pages' reads of a store (``store.reports``), as records."""
 
-    def __init__(self, store):
-        self.store = store
+    def __init__(self, home):
+        self.home = home  # the database and the store's own folder (owned.Home)
+        self.db = home.db
 
     # projects
     @requires(Role.ANNOTATOR, shows=Shows.NO_CROWD)
     def project(self, project_id: int | None) -> Project | None:
-        row = self.store.get_project(project_id) if project_id is not None else None
+        row = projects.get(self.db, project_id) if project_id is not None else None
         return None if row is None else Project.from_row(row)
 
     @requires(Role.ANNOTATOR, shows=Shows.MEMBER_PROJECTS)
     def projects(self) -> list[Project]:
-        return [Project.from_row(p) for p in self.store.list_projects()]
+        return [Project.from_row(p) for p in projects.list_all(self.db)]
 
     @requires(Role.ANNOTATOR, shows=Shows.OWN_PROGRESS)
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> Progress:
-        p = dict(self.store.progress(project_id, split=split, detail=detail))
+        p = dict(stats.progress(self.db, project_id, split, detail=detail))
         people = tuple(a for a in p.get("annotators", {}) if not validate.is_import(a))
         return Progress(**p, people=people)
 
     @requires(Role.LEAD)
     def columns(self, project_id: int) -> int | None:
         """How many columns the project's tokens have (None: no sentence yet)."""
-        first = self.store.get_sentences(project_id, limit=1)
+        first = sentences.page(self.db, project_id, None, 0, 1)
         return len(first[0]["tokens"][0]) if first else None
 
     # model versions
     @requires(Role.LEAD)
     def versions(self, project_id: int) -> list[Version]:
-        return [Version.from_row(v) for v in self.store.list_model_versions(project_id)]
+        return [Version.from_row(v) for v in versions.list_all(self.db, project_id)]
 
     @requires(Role.LEAD)
     def version(self, version_id: int) -> Version | None:
-        row = self.store.get_model_version(version_id)
+        row = versions.get(self.db, version_id)
         return None if row is None else Version.from_row(row)
 
     @requires(Role.ANNOTATOR)
     def active_version(self, project_id: int) -> Version | None:
-        row = self.store.active_model(project_id)
+        row = versions.active(self.db, project_id)
         return None if row is None else Version.from_row(row)
 
     @requires(Role.LEAD)
     def with_predictions(self, versions: Sequence[Version]) -> list[int]:
         """Ids of the done versions that still have stored predictions (old ones are pruned)."""
-        return [v.id for v in versions if v.status == "done" and self.store.has_predictions(v.id)]
+        return [v.id for v in versions
+                if v.status == "done" and predictions.has_any(self.db, v.id)]
 
     @requires(Role.LEAD)
     def running(self, project_id: int) -> Version | None:
         """The project's running version whose worker is alive (versions whose worker died
         are marked failed first)."""
-        row = jobs.running_version(self.store, project_id)
+        row = jobs.running_version(self.home, project_id)
         return None if row is None else Version.from_row(row)
 
     @requires(Role.LEAD)
     def keep_training(self, project_id: int) -> KeepTraining:
-        """The project's keep-training setting and its count of new labels."""
-        k = self.store.keep_training(project_id)
+        """The project's keep-training setting, its count of new labels and why its last
+        automatic run could not start (:func:`jobs.after_write`)."""
+        k = jobs.keep_training(self.db, project_id)
         lo, hi = jobs.KEEP_EVERY.constraints[0].left, jobs.KEEP_EVERY.constraints[0].right
+        e = k.get("error")
         return KeepTraining(on=k["on"], every=k["every"], new_labels=k["new_labels"],
                             every_min=int(lo), every_max=int(hi), label=jobs.KEEP_EVERY.label,
-                            help=jobs.KEEP_EVERY.help)
+                            help=jobs.KEEP_EVERY.help, error=None if not e else
+                            f"{e['message']} ({str(e['at'])[:16].replace('T', ' ')} UTC)")
 
     @requires(Role.LEAD)
     def training_progress(self, version: Version) -> TrainingProgress:
-        row = runs.read_progress(self.store.models_root, version.project_id, version.id)
+        row = runs.read_progress(self.home.models_root, version.project_id, version.id)
         prog = TrainingProgress.from_row(row, version.settings.get("inference", "auto"))
         return prog if row is None else replace(prog, eta_seconds=runs.eta_seconds(row))
 
@@ -225,11 +247,11 @@ class Reports:
                  labels: Sequence[str] | None = None) -> SentenceView | None:
         """A sentence as ``annotator`` may see it under the project's active model
         (``labels``: the project's label set, when the caller has it)."""
-        row = self.store.sentence_view(sentence_id, annotator)
+        row = sentences.view(self.db, sentence_id, annotator, None)
         if row is None:
             return None
         if labels is None:
-            labels = (self.store.get_project(row["project_id"]) or {}).get("labels") or []
+            labels = (projects.get(self.db, row["project_id"]) or {}).get("labels") or []
         name = tags.scheme_of(labels)
         version = self.active_version(row["project_id"])
         marginals = query = None
@@ -240,7 +262,7 @@ class Reports:
             row = {**row, "hidden": [t for t in row["hidden"]
                                      if since.get(t, "") <= version.finished_at]}
         if version is not None:  # both arrays in one read
-            marginals, query = predictions.of_sentence(self.store.db, version.id, sentence_id)
+            marginals, query = predictions.of_sentence(self.db, version.id, sentence_id)
         views = token_views(row, marginals, version.classes if version else None, name, query)
         shown = [v.label for v in views]
         return SentenceView(
@@ -255,7 +277,7 @@ class Reports:
     def own_labels(self, sentence_id: int, annotator: str) -> list[str | None]:
         """``annotator``'s own copy of a sentence (their votes, else the file's labels): what
         the Annotate page's cursor moves over, never other people's votes."""
-        own = sentences.own_copy(self.store.db, sentence_id, annotator)  # one statement
+        own = sentences.own_copy(self.db, sentence_id, annotator)  # one statement
         if own is None:
             raise NotFoundError(f"no sentence with id {sentence_id}")
         return own
@@ -266,7 +288,7 @@ class Reports:
         """A token's history, newest first; ``only``: that annotator's changes and the
         imported labels (what a blind view may show)."""
         out = []
-        for h in self.store.token_history(sentence_id, token_index, limit):
+        for h in search.token_history(self.db, sentence_id, token_index, limit):
             imported = validate.is_import(h["annotator"], h.get("source"))
             if only is not None and h["annotator"] != only and not imported:
                 continue
@@ -277,7 +299,7 @@ class Reports:
 
     @requires(Role.ANNOTATOR, blind=Blind.TEXT_ONLY)
     def search(self, project_id: int, **filters) -> SearchResult:
-        found = self.store.find_sentences(project_id, **filters)
+        found = search.find(self.db, project_id, **filters)
         return SearchResult(found["total"], tuple(
             SearchHit(h["sentence_id"], h["number"], h["split"], h["n_tokens"],
                       h["n_labeled"], tuple(h["tokens"]), tuple(h["marks"]))
@@ -288,7 +310,7 @@ class Reports:
     def summary(self, version: Version) -> VersionSummary:
         """What the Confidence page shows of a version: its stored summary
         (:mod:`gpsl.annotation.summaries`, computed once when it was trained)."""
-        d = summaries.get(self.store, version.id)
+        d = summaries.get(self.db, version.id)
         return VersionSummary(
             unlabeled=int(d["unlabeled"]), mean_confidence=d["mean_confidence"],
             histogram=pd.DataFrame(_bins(d["histogram"])),
@@ -311,11 +333,11 @@ class Reports:
         ``version``: a list of ``(RankedSentence, tokens)``, ``tokens`` a pandas table
         ``token, label, predicted, confidence`` of the sentence (read for these sentences
         only)."""
-        rows = self.store.ranked_queue(project_id, n)
-        preds = self.store.get_predictions(version.id, [r["sentence_id"] for r in rows])
+        rows = queue.ranked(self.db, project_id, n)
+        preds = predictions.get(self.db, version.id, [r["sentence_id"] for r in rows])
         out = []
         for r in rows:
-            s, p = self.store.get_sentence(r["sentence_id"]), preds.get(r["sentence_id"])
+            s, p = sentences.get(self.db, r["sentence_id"]), preds.get(r["sentence_id"])
             if s is None or p is None or p.shape != (len(s["tokens"]), len(version.classes)):
                 continue
             conf, arg = p.max(axis=1), p.argmax(axis=1)
@@ -338,7 +360,7 @@ class Reports:
         for t in summary.least_confident:
             sid = t["sentence_id"]
             if sid not in seen:
-                s = self.store.get_sentence(sid)
+                s = sentences.get(self.db, sid)
                 seen[sid] = s["labels"] if s is not None else None
             labels = seen[sid]
             if labels is None or t["token_index"] >= len(labels) or \
@@ -370,23 +392,23 @@ class Reports:
         """Labels set per annotator per day (history action 'set', not undone) as pandas
         ``day, annotator, labels`` (counted by the database)."""
         rows = [{"day": d, "annotator": a, "labels": c}
-                for d, a, c in self.store.label_activity(project_id)]
+                for d, a, c in stats.activity(self.db, project_id)]
         return pd.DataFrame(rows, columns=["day", "annotator", "labels"])
 
     @requires(Role.ANNOTATOR)
     def label_stamp(self, project_id: int) -> int:
         """The id of the project's newest history row: changes whenever a label does."""
-        return (self.store.history(project_id=project_id, limit=1) or [{"id": 0}])[0]["id"]
+        return (votes.history(self.db, None, project_id, None, 1) or [{"id": 0}])[0]["id"]
 
     # teams
     @requires(Role.ANNOTATOR)
     def team_settings(self, project_id: int) -> TeamSettings:
-        s = self.store.team_settings(project_id)
+        s = team.settings_of(projects.get(self.db, project_id) or {})
         return TeamSettings(s["overlap"], s["blind"], s["resolve"], s["soft"], s["rule"])
 
     @requires(Role.LEAD)
     def crowd(self, project_id: int) -> CrowdSummary | None:
-        model = self.store.team_settings(project_id)["crowd"]
+        model = team.settings_of(projects.get(self.db, project_id) or {})["crowd"]
         return None if not model else crowd_summary(model)
 
     @requires(Role.LEAD)
@@ -397,7 +419,7 @@ class Reports:
         gc_was = gc.isenabled()
         gc.disable()  # a record per conflict: the cycle collector would walk them all
         try:
-            return self.store.team_figures(project_id, team_figures)
+            return team_columns.figures(self.db, project_id, team.MAX_MATRIX, team_figures)
         finally:
             if gc_was:
                 gc.enable()
@@ -412,22 +434,26 @@ class Reports:
     def decisions(self, sentence_id: int, token_index: int) -> list[Decision]:
         """The leads' decisions on one token, newest first."""
         return [Decision(h["at"], h["annotator"], h["old_label"], h["new_label"])
-                for h in self.store.adjudication_history(sentence_id=sentence_id)
+                for h in votes.adjudication_history(self.db, sentence_id, None, 100)
                 if h["token_index"] == token_index]
 
     @requires(Role.LEAD)
     def tokens(self, sentence_id: int) -> list[str]:
         """A sentence's tokens (their first column)."""
-        return [tok[0] for tok in self.store.get_sentence(sentence_id)["tokens"]]
+        return [tok[0] for tok in sentences.get(self.db, sentence_id)["tokens"]]
 
     @requires(Role.LEAD)
     def accounts(self) -> list[Account]:
         return [Account(**{**a, "projects": tuple(a.get("projects", ()))})
-                for a in self.store.list_accounts()]
+                for a in accounts.list_all(self.db)]
 
     @requires(Role.LEAD)
     def leases(self, project_id: int) -> list[Lease]:
-        return [Lease(**x) for x in self.store.leases(project_id)]
+        return [Lease(**x) for x in queue.leases(self.db, project_id)]
+
+
+#: ids checked first, as the facade's methods check them (:func:`validate.typed_ids`)
+Reports = validate.typed_ids(Reports)
 
 
 def team_figures(got: dict) -> TeamFigures:

@@ -121,10 +121,12 @@ def set_gold(db: Database, sentence_id: int, labels: Sequence[str | None]) -> No
 
 
 def info_row(conn, sentence_id: int, lock: str = ""):
-    """``id, project_id, n_tokens, split, tokens, labels`` (the project's label set)."""
+    """``id, project_id, n_tokens, split, tokens, labels, settings`` (the project's label
+    set and its settings, JSON)."""
     r = conn.execute(text(
-        "SELECT s.id, s.project_id, s.n_tokens, s.split, s.tokens, p.labels FROM sentences s"
-        " JOIN projects p ON p.id = s.project_id WHERE s.id = :s"), {"s": sentence_id}).first()
+        "SELECT s.id, s.project_id, s.n_tokens, s.split, s.tokens, p.labels, p.settings"
+        " FROM sentences s JOIN projects p ON p.id = s.project_id WHERE s.id = :s"),
+        {"s": sentence_id}).first()
     if r is None:
         raise NotFoundError(f"no sentence with id {sentence_id}")
     if lock:  # PostgreSQL: serialise the label writers of one sentence

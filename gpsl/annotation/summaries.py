@@ -23,7 +23,7 @@ import numpy as np
 from sqlalchemy import text
 
 from gpsl import metrics
-from gpsl.annotation import sentences
+from gpsl.annotation import predictions, sentences, versions
 from gpsl.annotation.db import Database, now
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.records import CalibrationReport
@@ -48,7 +48,7 @@ def box(values: np.ndarray) -> dict:
             "mean": float(v.mean())}
 
 
-def compute(store, project_id: int, version: dict) -> dict:
+def compute(db: Database, project_id: int, version: dict) -> dict:
     """The summary of ``version`` (a version dict) from its stored predictions and the
     current labels, reading :data:`PAGE` sentences at a time (their labels, not their
     tokens: the words of the least confident tokens are read at the end)."""
@@ -59,11 +59,11 @@ def compute(store, project_id: int, version: dict) -> dict:
     total, n_free = 0.0, 0
     offset = 0
     while True:
-        rows = sentences.label_page(store.db, project_id, "train", offset, PAGE)
+        rows = sentences.label_page(db, project_id, "train", offset, PAGE)
         if not rows:
             break
         offset += len(rows)
-        preds = store.get_predictions(version["id"], [r[0] for r in rows])
+        preds = predictions.get(db, version["id"], [r[0] for r in rows])
         parts: list[tuple] = []
         for k, (sid, position, labels) in enumerate(rows):
             p = preds.get(sid)
@@ -95,7 +95,7 @@ def compute(store, project_id: int, version: dict) -> dict:
                 heapq.heappush(top, item)
             elif item > top[0]:
                 heapq.heapreplace(top, item)
-    words = sentences.tokens_in_db(store.db, sorted({t[3] for t in top})) if top else {}
+    words = sentences.tokens_in_db(db, sorted({t[3] for t in top})) if top else {}
     tokens = [{"sentence_id": t[3], "position": -t[1], "token_index": -t[2],
                "token": words[t[3]][-t[2]][0], "predicted": t[4], "confidence": -t[0]}
               for t in sorted(top, reverse=True)]
@@ -106,7 +106,7 @@ def compute(store, project_id: int, version: dict) -> dict:
         "histogram": {"lo": 0.0, "hi": 1.0, "counts": counts.tolist()},
         "boxes": {lab: box(np.concatenate(parts)) for lab, parts in by_label.items()},
         "least_confident": tokens,
-        "calibration": calibration_dict(store, project_id, version),
+        "calibration": calibration_dict(db, project_id, version),
     }
 
 
@@ -157,18 +157,18 @@ def _frame(d: dict):
     return pd.DataFrame(d["rows"], columns=d["columns"])
 
 
-def calibration_dict(store, project_id: int, version: dict) -> dict | None:
+def calibration_dict(db: Database, project_id: int, version: dict) -> dict | None:
     """The reliability of ``version`` (a version dict) on the held-out gold labels as JSON
     data (:func:`calibration_report` reads it back), or None without gold or predictions
     (:func:`gpsl.annotation.evaluation.heldout`, the one held-out evaluation)."""
-    ids, _, gold = store.gold_data(project_id)
+    ids, _, gold = sentences.gold_data(db, project_id, "heldout")
     if not ids:
         return None
-    preds = store.get_predictions(version["id"], ids)
+    preds = predictions.get(db, version["id"], ids)
     result = heldout(version["classes"], [preds.get(sid) for sid in ids], gold)
     if result is None:
         return None
-    _, train_y = store.training_data(project_id, "train", only_labeled=True)
+    _, train_y = sentences.training_data(db, project_id, "train", only_labeled=True)
     return _calibration_tables(result, train_y)
 
 
@@ -201,19 +201,19 @@ def load(db: Database, version_id: int) -> dict | None:
     return None if raw is None else json.loads(raw)
 
 
-def store_summary(store, version_id: int, classes=None) -> dict:
+def store_summary(db: Database, version_id: int, classes=None) -> dict:
     """Compute and store the summary of a version (called once its predictions are stored,
     :mod:`gpsl.annotation.pipeline`, with its ``classes`` before the run records them)."""
-    version = store.get_model_version(version_id)
+    version = versions.get(db, version_id)
     if classes is not None:
         version = {**version, "classes": list(classes)}
-    summary = compute(store, version["project_id"], version)
-    save(store.db, version_id, summary)
+    summary = compute(db, version["project_id"], version)
+    save(db, version_id, summary)
     return summary
 
 
-def get(store, version_id: int) -> dict:
+def get(db: Database, version_id: int) -> dict:
     """The stored summary of a version; computed and stored first when it has none (a
     version trained before schema 7)."""
-    found = load(store.db, version_id)
-    return found if found is not None else store_summary(store, version_id)
+    found = load(db, version_id)
+    return found if found is not None else store_summary(db, version_id)

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -34,7 +35,8 @@ from pathlib import Path
 from sqlalchemy import make_url
 
 from gpsl.annotation import pipeline
-from gpsl.annotation.facade import Store
+from gpsl.annotation.db import Database
+from gpsl.annotation.owned import Home
 from gpsl.errors import GpslError, InputError
 
 
@@ -68,9 +70,9 @@ def run(version_id: int, models_root: str | None, db: str | None = None, *,
     if nice:  # a spare was started at nice 5 (gpsl.annotation.spares)
         with contextlib.suppress(OSError, AttributeError):
             os.nice(5)
-    store = Store(target, models_root=models_root)
+    home = Home(Database(target), models_root)
     try:
-        version = pipeline.run(store, version_id, store.models_root, pause_at=pause_at)
+        version = pipeline.run(home, version_id, home.models_root, pause_at=pause_at)
     except pipeline.UnrecordedFailure as exc:
         return exc.exit_code
     print(f"version {version_id}: {version['status']}"
@@ -105,6 +107,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING,  # to its log file: a failure's traceback
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     p = _Parser(prog="python -m gpsl.annotation.worker",
                 description="Run the training pipeline of one model version of the "
                             "annotation store named by GPSL_DB (started by the app).")

@@ -170,9 +170,13 @@ def create_app(service: Service | None = None, token: str | None = None) -> Star
                 response = error(401, "missing or wrong token (send Authorization: Token T, "
                                       "or Basic auth with T as the password)")
                 response.headers["WWW-Authenticate"] = 'Basic realm="gpsl"'
+                log.warning("refused", extra={"event": "refused", "path": path, "status": 401,
+                                              "error": "missing or wrong token"})
             else:
                 response = await call_next(request)
-        except ProtocolError as exc:
+        except ProtocolError as exc:  # the client's: a warning with what it was told
+            log.warning("refused", extra={"event": "refused", "path": path,
+                                          "status": exc.status, "error": str(exc)})
             response = error(exc.status, str(exc))
         except Exception as exc:  # a bug: one line, logged with its traceback
             log.exception("internal error", extra={"event": "error", "path": path})
