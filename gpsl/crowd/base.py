@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpsl.crowd.votes import Votes, _votes_from_frame
+from gpsl.crowd.vote_matrix import Votes, _votes_from_frame
 
 __all__ = ["TIE", "annotator_report", "decide", "entity_reliability"]
 

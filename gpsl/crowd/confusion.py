@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from gpsl.crowd.votes import Votes
+from gpsl.crowd.vote_matrix import Votes
 
 __all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "CrowdModel", "expected_counts", "m_step"]
 

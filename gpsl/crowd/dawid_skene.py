@@ -7,7 +7,7 @@ from scipy.special import logsumexp
 
 from gpsl.crowd.base import _Aggregator
 from gpsl.crowd.confusion import DEFAULT_SHRINK, CrowdModel, _xlogy, m_step
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
 __all__ = ["DawidSkene", "e_step"]
 

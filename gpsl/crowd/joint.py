@@ -11,7 +11,7 @@ from gpsl.crowd.base import _annotator_accuracy
 from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, m_step
 from gpsl.crowd.dawid_skene import DawidSkene
 from gpsl.crowd.sequential import DEFAULT_KAPPA, previous_labels, sequential_m_step
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 from gpsl.errors import InputError
 
 __all__ = ["ANNOTATOR_MODELS", "LSE_BOUNDS", "REFIT_ON", "TAGGER_PRIORS", "CrowdGPSL",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpsl.crowd.base import _Aggregator
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
 __all__ = ["MajorityVote"]
 

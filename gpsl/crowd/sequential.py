@@ -97,7 +97,7 @@ from gpsl.crowd.confusion import (
     _update_skills,
     trigamma,
 )
-from gpsl.crowd.votes import Votes
+from gpsl.crowd.vote_matrix import Votes
 
 __all__ = ["DEFAULT_KAPPA", "SequentialModel", "previous_labels", "sequential_m_step"]
 
