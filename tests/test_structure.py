@@ -20,7 +20,7 @@ MAX_LINES = 600
 # The layers of gpsl/annotation, bottom first: a module imports modules of its own layer or
 # lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
 LAYERS = {
-    "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes"},
+    "base": {"store_errors", "schema", "migrations", "db", "validate", "records", "processes"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},

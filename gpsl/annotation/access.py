@@ -31,7 +31,7 @@ request that reaches it) asks for, the back end decides:
 * **nothing private**: the object keeps its store and caches out of reach (no ``_store``,
   no ``__dict__``): what a page holds is the checked methods and ``who``.
 
-Refusals are :class:`~gpsl.annotation.errors.AccessDenied`, one line.
+Refusals are :class:`~gpsl.annotation.store_errors.AccessDenied`, one line.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any
 
 from gpsl.annotation import accounts, auth, projects, team, validate
 from gpsl.annotation.accounts import Identity
-from gpsl.annotation.errors import AccessDenied, InputError
 from gpsl.annotation.reports import Reports
+from gpsl.annotation.store_errors import AccessDenied, InputError
 
 #: Store methods anyone may call on a project they are a member of
 MEMBER = frozenset({

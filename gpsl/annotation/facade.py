@@ -43,10 +43,10 @@ from gpsl.annotation import (
 )
 from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
 from gpsl.annotation.records import TrainingLabels
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.io import Sentence
 
 

@@ -23,7 +23,7 @@ from itertools import islice
 from gpsl import limits
 from gpsl.annotation import projects, validate
 from gpsl.annotation import sentences as sents
-from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.annotation.tool_formats import (  # noqa: F401 - re-exported: imports' readers
     _SPAN_READERS,
     FORMATS,

@@ -18,7 +18,6 @@ import numpy as np
 
 from gpsl import active, tags
 from gpsl.annotation import jobs, predictions, rules, runs, sentences, summaries, validate
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.queue import FALLBACK_QUERY
 from gpsl.annotation.records import (
     Account,
@@ -45,6 +44,7 @@ from gpsl.annotation.records import (
     Version,
     VersionSummary,
 )
+from gpsl.annotation.store_errors import NotFoundError
 
 __all__ = ["Reports", "query_description", "queue_strategy"]
 

@@ -26,8 +26,8 @@ import numpy as np
 from gpsl import agreement
 from gpsl.annotation import labels, projects, rules, sentences, validate, votes
 from gpsl.annotation.db import Database, now
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.records import TrainingLabels, Vote, overlap_of
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
