@@ -25,7 +25,7 @@ LAYERS = {
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},
     "rules": {"rules", "evaluation", "pool", "joint_labels"},
-    "services": {"labels", "scoring", "team", "tool_formats", "imports", "exports",
+    "services": {"label_writes", "scoring", "team", "tool_formats", "imports", "exports",
                  "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
                  "team_columns"},

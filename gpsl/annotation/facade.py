@@ -23,6 +23,7 @@ from gpsl.annotation import (
     exports,
     imports,
     jobs,
+    label_writes,
     owned,
     predictions,
     projects,
@@ -41,7 +42,6 @@ from gpsl.annotation import (
     vote_files,
     votes,
 )
-from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
@@ -193,7 +193,7 @@ class Store:
     # labels
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        out = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        out = label_writes.set_labels(self.db, sentence_id, labels, annotator, source)
         self._labels_written(sentence_id=sentence_id)
         return out
 
@@ -213,8 +213,8 @@ class Store:
                         batches: Sequence[str] | None = None) -> list[int]:
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write; ``batches``: the
-        steps' event ids, each written at most once (:func:`labels.set_steps`)."""
-        out = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
+        steps' event ids, each written at most once (:func:`label_writes.set_steps`)."""
+        out = label_writes.set_steps(self.db, sentence_id, steps, annotator, source, ages,
                                  batches)
         self._labels_written(sentence_id=sentence_id)
         return out
@@ -230,13 +230,13 @@ class Store:
     def undo(self, project_id: int, annotator: str | None = None,
              batch: str | None = None) -> dict | None:
         """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
-        out = labeling.undo(self.db, project_id, annotator, batch)
+        out = label_writes.undo(self.db, project_id, annotator, batch)
         self._labels_written(project_id=project_id)
         return out
 
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        label_writes.adjudicate(self.db, sentence_id, token_index, label, lead)
         self._labels_written(sentence_id=sentence_id)
 
     def adjudication_history(self, sentence_id=None, project_id=None, limit=100) -> list[dict]:
@@ -249,7 +249,7 @@ class Store:
         return votes.history(self.db, sentence_id, project_id, annotator, limit)
 
     def skip(self, sentence_id: int, annotator: str) -> None:
-        labeling.skip(self.db, sentence_id, annotator)
+        label_writes.skip(self.db, sentence_id, annotator)
 
     def progress(self, project_id: int, split: str | None = None, *,
                  detail: bool = True) -> dict:
