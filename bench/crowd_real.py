@@ -13,7 +13,7 @@
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
-:func:`gpsl.crowd.raw.read_crowd_folder`, which aligns each worker's tokens to the gold) or as
+:func:`gpsl.io.crowd_raw.read_crowd_folder`, which aligns each worker's tokens to the gold) or as
 the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised identically).
 
 1. **Inferred labels** of every voted sentence against the gold: crowd-kit 1.4.2's majority
@@ -149,8 +149,8 @@ def check_data(data_dir: Path, which: str) -> None:
 
 def load(data_dir: Path, which: str) -> Data:
     """The voted sentences with their gold labels, from ``raw/`` or the JSONL."""
-    from gpsl.crowd.raw import read_crowd_folder
     from gpsl.io import read_conll, read_crowd_jsonl
+    from gpsl.io.crowd_raw import read_crowd_folder
 
     if which == "raw":
         sents, rep = read_crowd_folder(data_dir / "raw")
@@ -619,7 +619,7 @@ def notes_lines(report: dict) -> list[str]:
            "template over the one word column; *Boehning's bound*: the scalable mode's own "
            "bound on the log-partition in the joint fit."]
     if al:
-        out += ["", f"raw/ read by gpsl.crowd.raw.read_crowd_folder: {al['votes']} votes kept "
+        out += ["", f"raw/ read by gpsl.io.crowd_raw.read_crowd_folder: {al['votes']} votes kept "
                 f"from {al['worker_tokens']} worker tokens ({al['dropped_tokens']} dropped: "
                 + ", ".join(f"{k} {v}" for k, v in sorted(al["dropped"].items()))
                 + f"); the identical-sentence rule of val.crowd.jsonl keeps "

@@ -1,4 +1,4 @@
-"""The one-folder-per-annotator reader (gpsl.crowd.raw): alignment, kept and dropped votes,
+"""The one-folder-per-annotator reader (gpsl.io.crowd_raw): alignment, kept and dropped votes,
 hostile files, the command line on a folder, and a slice of the real crowd (../shared)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from gpsl import cli
 from gpsl.crowd import CrowdGPSL, DawidSkene, MajorityVote, Votes
-from gpsl.crowd.raw import CrowdFolderError, align_tokens, find_split, read_crowd_folder
 from gpsl.errors import InputError
+from gpsl.io.crowd_raw import CrowdFolderError, align_tokens, find_split, read_crowd_folder
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "crowd-ner" / "raw"
 

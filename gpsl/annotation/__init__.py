@@ -91,7 +91,7 @@ from gpsl.annotation.validate import (
 from gpsl.annotation.validate import person as check_person
 from gpsl.annotation.validate import template as check_template
 from gpsl.annotation.vote_files import VOTE_FORMATS
-from gpsl.crowd.raw import CrowdFolderError
+from gpsl.io.crowd_raw import CrowdFolderError
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 

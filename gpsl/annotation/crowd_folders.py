@@ -1,7 +1,7 @@
 """Crowd folders in the app: the one-folder-per-annotator layout of a crowd, read from an
 upload and imported as a project or into one.
 
-The layout (:mod:`gpsl.crowd.raw`)::
+The layout (:mod:`gpsl.io.crowd_raw`)::
 
     SPLIT/ground_truth/DOC.txt               the reference tokens and gold labels
     SPLIT/mturk_train_data/WORKER/DOC.txt    the same document as one worker labeled it
@@ -10,9 +10,9 @@ The layout (:mod:`gpsl.crowd.raw`)::
 paths as the browser gives them, ``val/ground_truth/DOC.txt``) or one ``.zip`` of the folder
 are written into a private temporary folder (paths checked: relative, no ``..``, no link, the
 app's upload limit on their total size, zip members counted and sized before they are
-read) and read there by :func:`gpsl.crowd.raw.read_crowd_folder`, which aligns every worker's
+read) and read there by :func:`gpsl.io.crowd_raw.read_crowd_folder`, which aligns every worker's
 tokens to the gold and counts the votes kept and dropped (by reason). Every bad file is one
-line naming its path inside the upload (:class:`~gpsl.crowd.raw.CrowdFolderError`); a
+line naming its path inside the upload (:class:`~gpsl.io.crowd_raw.CrowdFolderError`); a
 worker folder whose name cannot be a person's name is one too.
 
 **Importing** (:func:`import_folder`, :func:`create_project`): one transaction, so a failure
@@ -53,9 +53,9 @@ from gpsl import limits
 from gpsl.annotation import projects, team, validate, vote_files
 from gpsl.annotation.db import Database
 from gpsl.annotation.vote_files import VotedSentence
-from gpsl.crowd.raw import GOLD_DIR, AlignmentReport, CrowdFolderError, read_crowd_folder
 from gpsl.errors import InputError
 from gpsl.io import CrowdSentence
+from gpsl.io.crowd_raw import GOLD_DIR, AlignmentReport, CrowdFolderError, read_crowd_folder
 from gpsl.tags import entity_types, scheme_of, sort_labels
 
 #: the share of documents held out by default (their gold: the held-out evaluation)
@@ -92,7 +92,7 @@ class CrowdFolder:
 
     @property
     def dropped(self) -> dict[str, int]:
-        """Worker tokens that gave no vote, by reason (:data:`gpsl.crowd.raw.REASONS`)."""
+        """Worker tokens that gave no vote, by reason (:data:`gpsl.io.crowd_raw.REASONS`)."""
         return {k: int(v) for k, v in sorted(self.report.dropped.items()) if v}
 
 
@@ -225,7 +225,7 @@ def _relabel(exc: InputError, root: Path, source: str) -> InputError:
 
 def read_upload(files: Sequence[tuple[str, bytes]], source: str | None = None) -> CrowdFolder:
     """A crowd folder from an upload: the files of a folder (``(path, bytes)``) or a single
-    ``.zip`` of it. :class:`~gpsl.crowd.raw.CrowdFolderError` lists every bad file (one
+    ``.zip`` of it. :class:`~gpsl.io.crowd_raw.CrowdFolderError` lists every bad file (one
     line each, the path inside the upload), InputError a problem with the upload itself."""
     files = list(files)
     if not files:

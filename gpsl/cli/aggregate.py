@@ -5,7 +5,7 @@ options and readers that ``train --crowd`` shares.
 Crowd input is JSONL with ``"annotations"``, CoNLL with one label column per annotator
 (``--annotators N``), see :func:`gpsl.io.read_crowd`, or a folder in the one-folder-per-
 annotator layout (``SPLIT/ground_truth/DOC.txt``, ``SPLIT/mturk_train_data/WORKER/DOC.txt``),
-read with :func:`gpsl.crowd.raw.read_crowd_folder` (votes aligned to the gold tokens; how many
+read with :func:`gpsl.io.crowd_raw.read_crowd_folder` (votes aligned to the gold tokens; how many
 were kept and dropped is printed and written to ``--report``); ``aggregate`` writes the
 aggregated label and its probability after every token (``_ _`` for a token without votes).
 ``--model joint`` fits :class:`gpsl.crowd.CrowdGPSL` (``-t`` its tagger's template or
@@ -107,7 +107,7 @@ def refuse_crowd_options(args: argparse.Namespace) -> None:
 
 def read_crowd_votes(args: argparse.Namespace, path: str):
     """Crowd sentences, their :class:`gpsl.crowd.Votes` and, for a folder, the alignment
-    report (:class:`gpsl.crowd.raw.AlignmentReport`, else None) from the crowd options."""
+    report (:class:`gpsl.io.crowd_raw.AlignmentReport`, else None) from the crowd options."""
     from pathlib import Path
 
     from gpsl.crowd import Votes
@@ -118,7 +118,7 @@ def read_crowd_votes(args: argparse.Namespace, path: str):
     if not Path(path).exists():
         raise InputError("no such file or folder", source=path)
     if Path(path).is_dir():
-        from gpsl.crowd.raw import read_crowd_folder
+        from gpsl.io.crowd_raw import read_crowd_folder
 
         for opt, value in (("--crowd-format", fmt), ("--annotators", args.annotators),
                            ("--annotator-names", args.annotator_names)):

@@ -3,7 +3,7 @@
 
 The same rules as every reader of :mod:`gpsl.io.formats`: the whole file or one
 :class:`gpsl.errors.InputError` line ``file:line: problem``. The one-folder-per-annotator
-layout is :mod:`gpsl.crowd.raw`.
+layout is :mod:`gpsl.io.crowd_raw`.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from gpsl import limits
 from gpsl.errors import InputError
-from gpsl.io import CrowdSentence
+from gpsl.io.crowd import CrowdSentence
 from gpsl.io.source import read_source, text_lines
 
 __all__ = ["AlignmentReport", "CrowdFolderError", "align_tokens", "find_split",
