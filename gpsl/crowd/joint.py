@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl import params
-from gpsl.crowd.base import _annotator_accuracy
+from gpsl.crowd.base import annotator_accuracy
 from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, m_step
 from gpsl.crowd.dawid_skene import DawidSkene
 from gpsl.crowd.sequential import DEFAULT_KAPPA, previous_labels, sequential_m_step
@@ -396,7 +396,7 @@ class CrowdGPSL:
                           else np.zeros(votes.A, dtype=bool))
         self.probas_ = r
         self.labels_array_ = labels
-        self.accuracy_ = _annotator_accuracy(votes, r)
+        self.accuracy_ = annotator_accuracy(votes, r)
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
         self.variance_ = np.exp(np.asarray(model.state_.theta)[:, 0])  # per label
         self.bound_trace_ = list(model.bound_trace_)
