@@ -207,3 +207,18 @@ def test_no_module_is_over_600_lines():
     assert not unexpected, f"modules over {MAX_LINES} lines: {unexpected}"
     stale = sorted(set(TOO_LONG) - set(long))
     assert not stale, f"no longer over {MAX_LINES} lines: remove {stale} from TOO_LONG"
+
+
+def test_crowd_io_and_cli_import_no_private_name_of_another_module():
+    """gpsl/io, gpsl/crowd and gpsl/cli import no ``_name`` of another module, and nothing
+    imports one of gpsl/io's: a helper two modules share is public (issue 41)."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpsl")):
+                continue
+            owned = name.startswith(("gpsl.io", "gpsl.crowd", "gpsl.cli")) or \
+                node.module.startswith("gpsl.io")
+            bad += [f"{name}: {node.module}.{a.name}" for a in node.names
+                    if owned and a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad

@@ -38,10 +38,10 @@ def annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
         return np.where(n > 0, c / np.maximum(n, 1), np.nan)
 
 
-class _Aggregator:
+class Aggregator:
     """Shared crowd-kit-like surface: ``fit`` / ``fit_predict`` / ``fit_predict_proba``."""
 
-    def fit(self, data) -> _Aggregator:
+    def fit(self, data) -> Aggregator:
         votes, tasks = votes_from_frame(data)
         self.fit_votes(votes)
         self.tasks_ = tasks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from gpsl.crowd.base import _Aggregator
+from gpsl.crowd.base import Aggregator
 from gpsl.crowd.confusion import DEFAULT_SHRINK, CrowdModel, m_step, xlogy
 from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
@@ -19,7 +19,7 @@ def e_step(model: CrowdModel, votes: Votes, log_rho: np.ndarray) -> np.ndarray:
     return np.exp(a - logsumexp(a, axis=1, keepdims=True))
 
 
-class DawidSkene(_Aggregator):
+class DawidSkene(Aggregator):
     """Dawid-Skene aggregation alone (eqs. E, VB/S, M, M1) with diagonal-favouring priors.
 
     Parameters

@@ -136,8 +136,8 @@ def read_conll(
     """
     name = source_name(source, name)
     lines = text_lines(read_source(source, encoding, name))
-    return list(_conll_sentences(lines, name, missing, labeled, max_tokens, max_line_chars,
-                                 tabbed=_tab_separated(lines)))
+    return list(conll_sentences(lines, name, missing, labeled, max_tokens, max_line_chars,
+                                tabbed=tab_separated(lines)))
 
 
 def iter_conll(
@@ -157,12 +157,12 @@ def iter_conll(
     tabbed = False  # a stream is read once: the whole-file test needs a file to read twice
     if isinstance(source, (bytes, bytearray)) or (
             isinstance(source, (str, os.PathLike)) and not Path(source).is_fifo()):
-        tabbed = _tab_separated(iter_lines(source, encoding, name))
-    yield from _conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
-                                max_tokens, max_line_chars, tabbed=tabbed)
+        tabbed = tab_separated(iter_lines(source, encoding, name))
+    yield from conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
+                               max_tokens, max_line_chars, tabbed=tabbed)
 
 
-def _tab_separated(lines: Iterable[str]) -> bool:
+def tab_separated(lines: Iterable[str]) -> bool:
     """Whether every non-blank line has the same number (one or more) of tabs between its
     columns: a tab-separated file, whose columns are the tab-separated fields."""
     counts: set[int] = set()
@@ -174,9 +174,9 @@ def _tab_separated(lines: Iterable[str]) -> bool:
     return bool(counts)
 
 
-def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
-                     max_tokens: int | None, max_line_chars: int | None, *,
-                     tabbed: bool = False) -> Iterator[Sentence]:
+def conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
+                    max_tokens: int | None, max_line_chars: int | None, *,
+                    tabbed: bool = False) -> Iterator[Sentence]:
     """The sentences of CRF++ column lines (the readers above); InputError naming the line."""
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
