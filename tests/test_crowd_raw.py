@@ -184,6 +184,26 @@ def test_cli_aggregate_reads_a_folder(tmp_path, capsys):
     assert rep["alignment"]["votes"] == 33 and rep["gold_span_f1"] is not None
 
 
+def test_the_crowd_reader_of_the_cli_returns_the_alignment(tmp_path):
+    """gpsl.cli.crowd.read_votes hands a folder's alignment report back as its return value
+    (the namespace carries nothing back); a file has none."""
+    from gpsl.cli import build_parser
+    from gpsl.cli import crowd as cli_crowd
+
+    split = layout(tmp_path, good_workers())
+    args = build_parser().parse_args(["aggregate", "-q", str(split)])
+    before = dict(vars(args))
+    data = cli_crowd.read_votes(args, str(split))
+    assert vars(args) == before
+    assert data.alignment.votes == 33 == int(data.votes.token.size)
+    assert len(data.sentences) == len(data.votes.lengths)
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"tokens": ["a", "b"], "annotations": [{"annotator": "x", '
+                     '"labels": ["O", "B-X"]}]}\n', encoding="utf-8")
+    args = build_parser().parse_args(["aggregate", "-q", str(jsonl)])
+    assert cli_crowd.read_votes(args, str(jsonl)).alignment is None
+
+
 def test_cli_folder_with_bad_files_gives_one_line_each_and_exit_2(tmp_path, capsys):
     split = layout(tmp_path, {"w1": {"docB.txt": GOLD_B, "docC.txt": GOLD_B},
                               "w2": {"docA.txt": [[("x", "B_PER")]]}})
