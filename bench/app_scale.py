@@ -182,7 +182,7 @@ def phase_team(job: dict) -> dict:
     dict per vote (``team_votes``, ``agreement``, ``annotator_stats``, ``conflicts``)."""
     from sqlalchemy import text
 
-    from gpsl.annotation import Store, labels
+    from gpsl.annotation import Store, label_writes
 
     _env(job)
     store = Store(job["db"])
@@ -208,7 +208,7 @@ def phase_team(job: dict) -> dict:
             "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
             " new_label, source, annotator, at, action) VALUES (:p, :s, :t, NULL, :l,"
             " 'human', :a, :at, 'set')"), hist)
-        labels.rederive(conn, pid)
+        label_writes.rederive(conn, pid)
 
     with _Clock() as w:
         store.db.write(tx)

@@ -13,7 +13,7 @@
 
 The data (``../shared/data/crowd-ner``, read in place; its README): the validation half of
 Rodrigues et al.'s crowd, as one folder per annotator (``raw/``, read with
-:func:`gpsl.crowd.raw.read_crowd_folder`, which aligns each worker's tokens to the gold) or as
+:func:`gpsl.io.crowd_raw.read_crowd_folder`, which aligns each worker's tokens to the gold) or as
 the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised identically).
 
 1. **Inferred labels** of every voted sentence against the gold: crowd-kit 1.4.2's majority
@@ -403,7 +403,7 @@ def notes_lines(report: dict) -> list[str]:
            "template over the one word column; *Boehning's bound*: the scalable mode's own "
            "bound on the log-partition in the joint fit."]
     if al:
-        out += ["", f"raw/ read by gpsl.crowd.raw.read_crowd_folder: {al['votes']} votes kept "
+        out += ["", f"raw/ read by gpsl.io.crowd_raw.read_crowd_folder: {al['votes']} votes kept "
                 f"from {al['worker_tokens']} worker tokens ({al['dropped_tokens']} dropped: "
                 + ", ".join(f"{k} {v}" for k, v in sorted(al["dropped"].items()))
                 + f"); the identical-sentence rule of val.crowd.jsonl keeps "

@@ -36,8 +36,8 @@ def check_data(data_dir: Path, which: str) -> None:
 
 def load(data_dir: Path, which: str) -> Data:
     """The voted sentences with their gold labels, from ``raw/`` or the JSONL."""
-    from gpsl.crowd.raw import read_crowd_folder
     from gpsl.io import read_conll, read_crowd_jsonl
+    from gpsl.io.crowd_raw import read_crowd_folder
 
     if which == "raw":
         sents, rep = read_crowd_folder(data_dir / "raw")

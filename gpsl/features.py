@@ -120,10 +120,10 @@ class Template:
     @classmethod
     def from_file(cls, path: str | os.PathLike, encoding: str = "utf-8") -> Template:
         """Read and parse a template file."""
-        from gpsl.io.source import _read_source
+        from gpsl.io.source import read_source
 
         name = str(path)
-        return cls.parse(_read_source(path, encoding, name), source=name)
+        return cls.parse(read_source(path, encoding, name), source=name)
 
     @classmethod
     def from_spec(cls, spec: str | os.PathLike, encoding: str = "utf-8") -> Template:

@@ -1,4 +1,5 @@
-"""Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1.
+"""Evaluation metrics: Hamming loss, accuracy, calibration, paired t-test, chunk F1, and
+the agreement of aggregated crowd labels with a crowd file's gold.
 
 numpy and scipy; chunks by seqeval's rules (:func:`gpsl.tags.entities`). Conventions:
 
@@ -20,32 +21,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpsl.tags import entities, split_tag
+from gpsl.tags import entities, scheme_of, split_tag
 
 __all__ = [
-    "TokenCounts",
-    "brier_score",
-    "calibration_by_band",
-    "calibration_summary",
-    "chunk_f1",
-    "chunk_scores",
-    "chunk_scores_by_type",
-    "chunks",
-    "conlleval_report",
-    "ece_equal_mass",
-    "equal_mass_reliability",
-    "expected_calibration_error",
-    "flatten",
-    "frequency_bands",
-    "hamming_loss",
-    "is_chunk_label_set",
-    "negative_log_likelihood",
-    "paired_t_test",
-    "reliability_table",
-    "selective_accuracy",
-    "threshold_table",
-    "token_accuracy",
-    "token_counts",
+    "TokenCounts", "brier_score", "calibration_by_band", "calibration_summary", "chunk_f1",
+    "chunk_scores", "chunk_scores_by_type", "chunks", "conlleval_report", "ece_equal_mass",
+    "equal_mass_reliability", "expected_calibration_error", "flatten", "frequency_bands",
+    "gold_accuracy", "gold_span_f1", "hamming_loss", "is_chunk_label_set",
+    "negative_log_likelihood", "paired_t_test", "reliability_table", "selective_accuracy",
+    "threshold_table", "token_accuracy", "token_counts",
 ]
 
 
@@ -563,6 +547,26 @@ def is_chunk_label_set(labels: Iterable[str]) -> bool:
     return bool(labels) and all(
         lab == "O" or split_tag(lab)[0] in ("B", "I", "E", "S") for lab in labels) and \
         any(lab != "O" for lab in labels)
+
+
+def gold_accuracy(y_true, y_pred) -> float | None:
+    """Accuracy (%) of ``y_pred`` on the tokens that have both a gold and a predicted label
+    (``None`` marks either missing); ``None`` without such a token (crowd labels against a
+    crowd file's gold: ``gpsl aggregate``'s line and report)."""
+    pairs = [(g, p) for t, q in zip(y_true, y_pred) for g, p in zip(t, q)
+             if g is not None and p is not None]
+    return 100.0 * sum(g == p for g, p in pairs) / len(pairs) if pairs else None
+
+
+def gold_span_f1(y_true, y_pred) -> float | None:
+    """Span F1 (%, :func:`chunk_scores`: exact match, conlleval rules) of ``y_pred`` (a
+    ``None`` read as ``O``) when every gold label is given and the gold labels form a span
+    scheme (:func:`gpsl.tags.scheme_of`); else ``None``."""
+    if not y_true or any(g is None for t in y_true for g in t) or \
+            scheme_of({g for t in y_true for g in t}) is None:
+        return None
+    pred = [["O" if p is None else p for p in q] for q in y_pred]
+    return 100.0 * chunk_scores([list(t) for t in y_true], pred)["f1"]
 
 
 def conlleval_report(y_true, y_pred) -> str:

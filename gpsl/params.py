@@ -45,7 +45,7 @@ from gpsl.errors import InputError
 __all__ = [
     "GPSL1", "GPSL2", "GPSL4", "PRESETS", "PRESET_HELP", "MAX_OFFSET", "MAX_OFFSETS",
     "Constraint", "Interval", "Options", "Boolean", "NoneValue", "Offsets", "InstanceOf",
-    "Anything", "Param", "Context", "PARAMS", "ESTIMATOR", "CONTEXTS", "param", "check",
+    "Anything", "Param", "Context", "PARAMS", "ESTIMATOR", "CROWD", "CONTEXTS", "param", "check",
     "check_params", "defaults", "parse_offsets", "parse_text", "preset_of", "add_option",
     "argparse_type", "describe",
 ]
@@ -383,6 +383,9 @@ _P = [
 PARAMS: dict[str, Param] = {p.name: p for p in _P}
 #: the parameters of :class:`gpsl.model.GPSL`, in its constructor's order
 ESTIMATOR: tuple[str, ...] = tuple(p.name for p in _P if p.group == "estimator")
+#: the parameters of :class:`gpsl.crowd.CrowdGPSL` the table holds (group ``"crowd"``): its
+#: ``fit`` checks them here, the CLI's crowd options and the app's joint rule read them
+CROWD: tuple[str, ...] = tuple(p.name for p in _P if p.group == "crowd")
 
 
 @dataclass(frozen=True)

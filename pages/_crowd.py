@@ -22,7 +22,7 @@ from pages._format import fmt_int
 LAYOUT = ("`SPLIT/ground_truth/DOC.txt` (the gold: `token label` lines, a blank line between "
           "sentences) and `SPLIT/mturk_train_data/WORKER/DOC.txt` (the same documents as each "
           "worker labeled them)")
-#: why a worker token gave no vote (the reasons of gpsl.crowd.raw), in words
+#: why a worker token gave no vote (the reasons of gpsl.io.crowd_raw), in words
 REASONS = {
     "empty token": "a line with a label but no token",
     "text differs": "the worker's text differs from the gold there",

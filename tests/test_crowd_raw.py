@@ -1,4 +1,4 @@
-"""The one-folder-per-annotator reader (gpsl.crowd.raw): alignment, kept and dropped votes,
+"""The one-folder-per-annotator reader (gpsl.io.crowd_raw): alignment, kept and dropped votes,
 hostile files, the command line on a folder, and a slice of the real crowd (../shared)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from gpsl import cli
 from gpsl.crowd import CrowdGPSL, DawidSkene, MajorityVote, Votes
-from gpsl.crowd.raw import CrowdFolderError, align_tokens, find_split, read_crowd_folder
 from gpsl.errors import InputError
+from gpsl.io.crowd_raw import CrowdFolderError, align_tokens, find_split, read_crowd_folder
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "crowd-ner" / "raw"
 
@@ -182,6 +182,26 @@ def test_cli_aggregate_reads_a_folder(tmp_path, capsys):
 
     rep = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert rep["alignment"]["votes"] == 33 and rep["gold_span_f1"] is not None
+
+
+def test_the_crowd_reader_of_the_cli_returns_the_alignment(tmp_path):
+    """gpsl.cli.crowd.read_votes hands a folder's alignment report back as its return value
+    (the namespace carries nothing back); a file has none."""
+    from gpsl.cli import build_parser
+    from gpsl.cli import crowd as cli_crowd
+
+    split = layout(tmp_path, good_workers())
+    args = build_parser().parse_args(["aggregate", "-q", str(split)])
+    before = dict(vars(args))
+    data = cli_crowd.read_votes(args, str(split))
+    assert vars(args) == before
+    assert data.alignment.votes == 33 == int(data.votes.token.size)
+    assert len(data.sentences) == len(data.votes.lengths)
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"tokens": ["a", "b"], "annotations": [{"annotator": "x", '
+                     '"labels": ["O", "B-X"]}]}\n', encoding="utf-8")
+    args = build_parser().parse_args(["aggregate", "-q", str(jsonl)])
+    assert cli_crowd.read_votes(args, str(jsonl)).alignment is None
 
 
 def test_cli_folder_with_bad_files_gives_one_line_each_and_exit_2(tmp_path, capsys):

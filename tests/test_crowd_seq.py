@@ -371,9 +371,9 @@ def test_collapsed_skill_step_is_the_limit_of_the_alternation():
     terms are at least as high."""
     from gpsl.crowd.confusion import (
         _dirichlet_elog_batch,
-        _shrink_betas,
-        _update_skills,
         expected_counts,
+        shrink_betas,
+        update_skills,
     )
 
     votes, r = random_votes(7, J=3, A=4, per_token=3)
@@ -382,8 +382,8 @@ def test_collapsed_skill_step_is_the_limit_of_the_alternation():
     N = expected_counts(votes, r)
     s = np.full(votes.A, 0.5)
     for _ in range(3000):
-        elog = _dirichlet_elog_batch(N + _shrink_betas(votes.J, s, 10.0))
-        s = _update_skills(s, elog, 10.0, 2.0, 0.1)
+        elog = _dirichlet_elog_batch(N + shrink_betas(votes.J, s, 10.0))
+        s = update_skills(s, elog, 10.0, 2.0, 0.1)
     np.testing.assert_allclose(cm.skill, s, atol=1e-6)
     alt = m_step(votes, r, one_coin, 2.0, 0.1, shrink=10.0, skill=s)
     assert cm.log_prior() + float(np.sum(r * cm.evidence(votes))) >= \

@@ -25,7 +25,7 @@ from _support import app_store_env  # noqa: E402
 from gpsl import params  # noqa: E402
 from gpsl.annotation import Store, TrainConfig, joint_labels, read_crowd_upload  # noqa: E402
 from gpsl.annotation.jobs import train_now  # noqa: E402
-from gpsl.cli.aggregate import CROWD_PARAMS, JOINT_PARAMS  # noqa: E402
+from gpsl.cli.crowd import CROWD_PARAMS, JOINT_PARAMS  # noqa: E402
 from gpsl.crowd import CrowdGPSL, Votes  # noqa: E402
 from gpsl.crowd.joint import fit_soft  # noqa: E402
 from gpsl.io import CrowdSentence  # noqa: E402

@@ -188,6 +188,19 @@ def test_chunk_f1_hand_computed():
     assert M.chunk_f1(y_true, y_pred) == pytest.approx(0.5)
 
 
+def test_gold_accuracy_and_span_f1_of_crowd_labels_hand_computed():
+    gold = [["B-PER", "I-PER", "O"], ["O", "B-LOC"]]
+    pred = [["B-PER", "O", None], ["O", "B-LOC"]]  # None: a token without votes
+    assert M.gold_accuracy(gold, pred) == pytest.approx(100.0 * 3 / 4)  # None not scored
+    # spans: gold PER(0-2), LOC; predicted PER(0-1) (wrong end), LOC; None read as O
+    assert M.gold_span_f1(gold, pred) == pytest.approx(100.0 * 0.5)
+    assert M.gold_accuracy([[None, "O"]], [["O", None]]) is None  # no scored token
+    assert M.gold_accuracy([[None, "O"]], [["O", "O"]]) == 100.0
+    assert M.gold_span_f1([[None, "O"]], [["O", "O"]]) is None  # gold incomplete
+    assert M.gold_span_f1([["NN", "VB"]], [["NN", "VB"]]) is None  # no span scheme
+    assert M.gold_span_f1([], []) is None
+
+
 def test_chunk_f1_unequal_precision_recall_and_edge_cases():
     y_true = [["B", "I", "I", "O", "B"]]  # (0,3) (4,5)
     y_pred = [["B", "I", "I", "O", "O"]]  # (0,3)

@@ -33,7 +33,30 @@ def test_crowd_defaults_are_the_crowd_models():
     ds = inspect.signature(DawidSkene.__init__).parameters
     for name in ("min_votes", "prior_diag", "prior_off", "shrink"):
         assert P.PARAMS[name].default == crowd[name].default == ds[name].default, name
-    assert P.PARAMS["tagger_prior"].default == crowd["tagger_prior"].default
+    assert P.CROWD == tuple(k for k, p in P.PARAMS.items() if p.group == "crowd")
+    for name in P.CROWD:  # every crowd parameter of the table is CrowdGPSL's, same default
+        assert P.PARAMS[name].default == crowd[name].default, name
+    from gpsl.cli.crowd import CROWD_PARAMS, JOINT_PARAMS
+
+    assert sorted(CROWD_PARAMS + JOINT_PARAMS) == sorted(P.CROWD)  # the CLI's options
+
+
+@pytest.mark.parametrize("name, value", [("annotator_model", "bsc"), ("tagger_prior", "bad"),
+                                         ("prior_rule", "best"), ("kappa", 0.0),
+                                         ("shrink", -1.0), ("min_votes", 0),
+                                         ("prior_diag", float("nan"))])
+def test_crowd_gpsl_refuses_through_the_table(name, value):
+    """CrowdGPSL checks its table parameters as GPSL does: the table's one line, before any
+    fit."""
+    from gpsl.crowd import CrowdGPSL, Votes
+
+    votes = Votes(lengths=[2], token=[0], annotator=[0], label=[0], annotators=["a"],
+                  classes=["x", "y"])
+    with pytest.raises(InputError) as exc:
+        CrowdGPSL(GPSL(), **{name: value}).fit([[("a",), ("b",)]], votes)
+    with pytest.raises(InputError) as want:
+        P.check(name, value)
+    assert str(exc.value) == str(want.value) and "\n" not in str(exc.value)
 
 
 def test_every_number_has_finite_bounds_and_refuses_non_finite_values():

@@ -20,13 +20,13 @@ MAX_LINES = 600
 # The layers of gpsl/annotation, bottom first: a module imports modules of its own layer or
 # lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
 LAYERS = {
-    "base": {"errors", "schema", "migrations", "db", "validate", "records", "processes",
+    "base": {"store_errors", "schema", "migrations", "db", "validate", "records", "processes",
              "permissions", "spares"},
     "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
                      "accounts", "auth", "search", "stats", "runs", "owned",
                      "store_limits"},
     "rules": {"rules", "evaluation", "pool", "joint_labels"},
-    "services": {"labels", "scoring", "team", "tool_formats", "imports", "exports",
+    "services": {"label_writes", "scoring", "team", "tool_formats", "imports", "exports",
                  "vote_files", "pipeline",
                  "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
                  "team_columns"},
@@ -386,3 +386,18 @@ def test_the_parameter_check_sees_a_service_taking_the_store():
               "def fine(db, home, *, models_root=None):\n    pass\n")
     assert _facade_parameters("m", ast.parse(source)) == [
         "m.start(store: -)", "m.__init__(s: 'Store')"]
+
+
+def test_crowd_io_and_cli_import_no_private_name_of_another_module():
+    """gpsl/io, gpsl/crowd and gpsl/cli import no ``_name`` of another module, and nothing
+    imports one of gpsl/io's: a helper two modules share is public (issue 41)."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpsl")):
+                continue
+            owned = name.startswith(("gpsl.io", "gpsl.crowd", "gpsl.cli")) or \
+                node.module.startswith("gpsl.io")
+            bad += [f"{name}: {node.module}.{a.name}" for a in node.names
+                    if owned and a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad

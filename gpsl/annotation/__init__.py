@@ -15,18 +15,6 @@ from gpsl.annotation.crowd_folders import MAX_HELDOUT as CROWD_MAX_HELDOUT
 from gpsl.annotation.crowd_folders import CrowdFolder, CrowdImport
 from gpsl.annotation.crowd_folders import read_upload as read_crowd_upload
 from gpsl.annotation.db import default_db_url
-from gpsl.annotation.errors import (
-    STORE_ERRORS,
-    AccessDenied,
-    GpslError,
-    InputError,
-    NotFoundError,
-    StoreBusyError,
-    StoreUnavailableError,
-    TooManyAttempts,
-    TrainingBusyError,
-    one_line,
-)
 from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename, to_csv
 from gpsl.annotation.facade import Store
 from gpsl.annotation.imports import (
@@ -82,6 +70,18 @@ from gpsl.annotation.rules import (
 )
 from gpsl.annotation.schema import SCHEMA_VERSION
 from gpsl.annotation.search import STATUSES as SEARCH_STATUSES
+from gpsl.annotation.store_errors import (
+    STORE_ERRORS,
+    AccessDenied,
+    GpslError,
+    InputError,
+    NotFoundError,
+    StoreBusyError,
+    StoreUnavailableError,
+    TooManyAttempts,
+    TrainingBusyError,
+    one_line,
+)
 from gpsl.annotation.team import MAX_OVERLAP, RESOLVE
 from gpsl.annotation.validate import (
     default_template_text,
@@ -91,7 +91,7 @@ from gpsl.annotation.validate import (
 from gpsl.annotation.validate import person as check_person
 from gpsl.annotation.validate import template as check_template
 from gpsl.annotation.vote_files import VOTE_FORMATS
-from gpsl.crowd.raw import CrowdFolderError
+from gpsl.io.crowd_raw import CrowdFolderError
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type
 

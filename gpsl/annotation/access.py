@@ -33,7 +33,7 @@ request that reaches it) asks for, the back end decides:
 * **nothing private**: the object keeps its store and caches out of reach (no ``_store``,
   no ``__dict__``): what a page holds is the checked methods and ``who``.
 
-Refusals are :class:`~gpsl.annotation.errors.AccessDenied`, one line.
+Refusals are :class:`~gpsl.annotation.store_errors.AccessDenied`, one line.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from typing import Any
 
 from gpsl.annotation import accounts, auth, projects, team, validate
 from gpsl.annotation.accounts import Identity
-from gpsl.annotation.errors import AccessDenied, InputError
 from gpsl.annotation.permissions import (
     BLIND_FILTERS,
     Accepted,
@@ -63,6 +62,7 @@ from gpsl.annotation.permissions import (
     rule_of,
 )
 from gpsl.annotation.reports import Reports
+from gpsl.annotation.store_errors import AccessDenied, InputError
 
 #: what an :class:`ActingStore` or :class:`ActingReports` keeps out of a page's reach: the
 #: unrestricted store, the caches (per object, weakly: it goes with the object)

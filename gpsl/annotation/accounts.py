@@ -35,7 +35,7 @@ from zxcvbn import zxcvbn
 
 from gpsl.annotation import validate
 from gpsl.annotation.db import Database, now
-from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.errors import InputError
 
 ROLES = ("lead", "annotator")

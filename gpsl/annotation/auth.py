@@ -44,7 +44,7 @@ from sqlalchemy import text
 from gpsl.annotation import accounts
 from gpsl.annotation.accounts import Identity
 from gpsl.annotation.db import Database, now
-from gpsl.annotation.errors import TooManyAttempts
+from gpsl.annotation.store_errors import TooManyAttempts
 from gpsl.errors import InputError
 
 LINK_HOURS = 24

@@ -1,19 +1,18 @@
 """Crowd folders in the app: the one-folder-per-annotator layout of a crowd, read from an
 upload and imported as a project or into one.
 
-The layout (:mod:`gpsl.crowd.raw`)::
+The layout (:mod:`gpsl.io.crowd_raw`)::
 
     SPLIT/ground_truth/DOC.txt               the reference tokens and gold labels
     SPLIT/mturk_train_data/WORKER/DOC.txt    the same document as one worker labeled it
 
-**Reading** (:func:`read_upload`): the files of a folder upload (``(path, bytes)`` pairs, the
-paths as the browser gives them, ``val/ground_truth/DOC.txt``) or one ``.zip`` of the folder
-are written into a private temporary folder (paths checked: relative, no ``..``, no link, the
-app's upload limit on their total size, zip members counted and sized before they are
-read) and read there by :func:`gpsl.crowd.raw.read_crowd_folder`, which aligns every worker's
-tokens to the gold and counts the votes kept and dropped (by reason). Every bad file is one
-line naming its path inside the upload (:class:`~gpsl.crowd.raw.CrowdFolderError`); a
-worker folder whose name cannot be a person's name is one too.
+**Reading** (:func:`read_upload`): the files of a folder upload or one ``.zip`` of the folder
+are read by :func:`gpsl.io.crowd_upload.read_upload` (paths checked, a private temporary
+folder, :func:`gpsl.io.crowd_raw.read_crowd_folder`, which aligns every worker's tokens to the
+gold and counts the votes kept and dropped by reason). Every bad file is one line naming its
+path inside the upload (:class:`~gpsl.io.crowd_raw.CrowdFolderError`); a worker folder whose
+name cannot be a person's name is one too (a worker becomes an annotator of the store), and
+the label set is the gold's and the votes' (BIO: every entity type with both its labels).
 
 **Importing** (:func:`import_folder`, :func:`create_project`): one transaction, so a failure
 writes nothing. The gold is never a vote:
@@ -39,29 +38,23 @@ import's transaction, so a failure there leaves the imported project on the majo
 
 from __future__ import annotations
 
-import io
 import math
-import stat
-import tempfile
-import zipfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from gpsl import limits
 from gpsl.annotation import projects, team, validate, vote_files
 from gpsl.annotation.db import Database
 from gpsl.annotation.vote_files import VotedSentence
-from gpsl.crowd.raw import GOLD_DIR, AlignmentReport, CrowdFolderError, read_crowd_folder
 from gpsl.errors import InputError
-from gpsl.io import CrowdSentence
+from gpsl.io import CrowdSentence, crowd_upload
+from gpsl.io.crowd_raw import AlignmentReport, CrowdFolderError
 from gpsl.tags import entity_types, scheme_of, sort_labels
 
 #: the share of documents held out by default (their gold: the held-out evaluation)
 DEFAULT_HELDOUT = 0.1
 MAX_HELDOUT = 0.5
-MAX_FILES = 50_000
 #: the feature set of a crowd project (one word column)
 TEMPLATE = "ner"
 
@@ -92,7 +85,7 @@ class CrowdFolder:
 
     @property
     def dropped(self) -> dict[str, int]:
-        """Worker tokens that gave no vote, by reason (:data:`gpsl.crowd.raw.REASONS`)."""
+        """Worker tokens that gave no vote, by reason (:data:`gpsl.io.crowd_raw.REASONS`)."""
         return {k: int(v) for k, v in sorted(self.report.dropped.items()) if v}
 
 
@@ -121,149 +114,18 @@ def document_of(sentence: CrowdSentence) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
-#: the deepest path and the longest name (bytes, the file systems' limit) of an upload
-MAX_DEPTH = 16
-MAX_NAME_BYTES = 255
-
-
-def _relative(name: str, source: str) -> PurePosixPath | None:
-    """An upload's path as a safe relative path (None: a file to skip, e.g. macOS's
-    ``__MACOSX/`` or ``.DS_Store``); InputError for an absolute path or one with ``..``."""
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise InputError(f"bad file name {name!r}", source=source)
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-    if name.startswith(("/", "\\")) or (parts and parts[0].endswith(":")) or ".." in parts:
-        raise InputError("a path outside the folder (absolute or with ..)",
-                         source=f"{source}: {name}" if source != name else source)
-    if not parts or any(p.startswith(".") or p == "__MACOSX" for p in parts):
-        return None
-    where = f"{source}: {name[:80]}{'…' if len(name) > 80 else ''}"
-    if len(parts) > MAX_DEPTH:
-        raise InputError(f"a path {len(parts):,} folders deep (a crowd folder is SPLIT/"
-                         f"mturk_train_data/WORKER/DOC.txt; at most {MAX_DEPTH})", source=where)
-    long = next((p for p in parts if len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES),
-                None)
-    if long is not None:
-        raise InputError(f"a file or worker name of {len(long.encode('utf-8', 'replace')):,} "
-                         f"bytes (at most {MAX_NAME_BYTES})", source=where)
-    return PurePosixPath(*parts)
-
-
-def _write(root: Path, rel: PurePosixPath, data: bytes, source: str) -> None:
-    path = root.joinpath(*rel.parts)
-    if path.exists():
-        raise InputError("the same file twice in the upload", source=str(rel))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except (FileExistsError, NotADirectoryError, IsADirectoryError):
-        raise InputError("a file and a folder of the same name", source=str(rel)) from None
-    except OSError as exc:
-        raise InputError(f"cannot write the upload: {exc.strerror or exc}",
-                         source=source) from None
-
-
-def _unzip(data: bytes, source: str, root: Path, cap: int | None) -> None:
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
-        raise InputError(f"not a zip file ({exc})", source=source) from None
-    with zf:
-        members = [m for m in zf.infolist() if not m.is_dir()]
-        if len(members) > MAX_FILES:
-            raise InputError(f"{len(members):,} files (the limit is {MAX_FILES:,})",
-                             source=source)
-        total = 0
-        for m in members:
-            if stat.S_ISLNK(m.external_attr >> 16):
-                raise InputError(f"{m.filename}: a symbolic link (not read)", source=source)
-            rel = _relative(m.filename, source)
-            if rel is None:
-                continue
-            total += m.file_size
-            if cap is not None and total > cap:
-                raise InputError(f"more than {cap >> 20} MB unpacked (the upload limit, "
-                                 f"{limits.ENV_MAX_UPLOAD_MB})", source=source)
-            try:
-                with zf.open(m) as fh:
-                    body = fh.read(m.file_size + 1)
-            except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError,
-                    EOFError, ValueError) as exc:
-                raise InputError(f"{m.filename}: cannot unpack ({exc})",
-                                 source=source) from None
-            if len(body) != m.file_size:
-                raise InputError(f"{m.filename}: its size differs from the zip's directory",
-                                 source=source)
-            _write(root, rel, body, source)
-
-
-def _split_dir(root: Path, source: str) -> Path:
-    """The folder holding ``ground_truth/`` (exactly one in the upload)."""
-    found = sorted(p.parent for p in root.rglob(GOLD_DIR) if p.is_dir())
-    if not found:
-        raise InputError(f"no {GOLD_DIR}/ folder (expected SPLIT/{GOLD_DIR}/DOC.txt and "
-                         "SPLIT/mturk_train_data/WORKER/DOC.txt)", source=source)
-    if len(found) > 1:
-        names = ", ".join(str(p.relative_to(root)) or "." for p in found[:4])
-        raise InputError(f"several crowd folders ({names}): upload one", source=source)
-    return found[0]
-
-
-def _relabel(exc: InputError, root: Path, source: str) -> InputError:
-    """The error with the temporary folder taken out of its file names."""
-    prefix = str(root) + "/"
-
-    def rel(s):
-        return None if s is None else (s[len(prefix):] if s.startswith(prefix) else
-                                       (source if s == str(root) else s))
-
-    if isinstance(exc, CrowdFolderError):
-        return CrowdFolderError([InputError(p.message.replace(prefix, ""), rel(p.source),
-                                            p.line) for p in exc.problems])
-    return InputError(exc.message.replace(prefix, ""), rel(exc.source), exc.line)
-
-
 def read_upload(files: Sequence[tuple[str, bytes]], source: str | None = None) -> CrowdFolder:
     """A crowd folder from an upload: the files of a folder (``(path, bytes)``) or a single
-    ``.zip`` of it. :class:`~gpsl.crowd.raw.CrowdFolderError` lists every bad file (one
+    ``.zip`` of it (read by :func:`gpsl.io.crowd_upload.read_upload`), every worker's name a
+    person's name. :class:`~gpsl.io.crowd_raw.CrowdFolderError` lists every bad file (one
     line each, the path inside the upload), InputError a problem with the upload itself."""
-    files = list(files)
-    if not files:
-        raise InputError("no files", source=source or "<upload>")
-    cap = limits.max_upload_bytes()
-    zipped = len(files) == 1 and files[0][0].lower().endswith(".zip")
-    source = source or (files[0][0] if zipped else
-                        (str(files[0][0]).replace("\\", "/").split("/")[0] or "<upload>"))
-    if not zipped:
-        if len(files) > MAX_FILES:
-            raise InputError(f"{len(files):,} files (the limit is {MAX_FILES:,})",
-                             source=source)
-        total = sum(len(data) for _, data in files)
-        if cap is not None and total > cap:
-            raise InputError(f"{total >> 20} MB in all (the upload limit is {cap >> 20} MB, "
-                             f"{limits.ENV_MAX_UPLOAD_MB})", source=source)
-    else:
-        limits.check_upload_size(len(files[0][1]), cap, source)
-    with tempfile.TemporaryDirectory(prefix="gpsl-crowd-") as tmp:
-        root = Path(tmp)
-        try:
-            if zipped:
-                _unzip(files[0][1], source, root, cap)
-            else:
-                for name, data in files:
-                    rel = _relative(name, source)
-                    if rel is not None:
-                        _write(root, rel, bytes(data), source)
-            split = _split_dir(root, source)
-            sentences, report = read_crowd_folder(split, keep_unvoted=True)
-        except InputError as exc:
-            raise _relabel(exc, root, source) from None
+    name, sentences, report = crowd_upload.read_upload(files, source)
     bad = []
     for w in report.per_worker:
         try:
             validate.person(w, "worker name")
         except InputError as exc:
-            bad.append(InputError(exc.message, source=f"{split.name}/mturk_train_data/{w}"))
+            bad.append(InputError(exc.message, source=f"{name}/mturk_train_data/{w}"))
     if bad:
         raise CrowdFolderError(bad)
     labels = {lab for s in sentences for lab in s.labels if lab is not None}
@@ -271,7 +133,7 @@ def read_upload(files: Sequence[tuple[str, bytes]], source: str | None = None) -
                if lab is not None}
     if scheme_of(labels) == "BIO":  # every entity type with both its B- and I- label
         labels |= {f"{p}-{kind}" for kind in entity_types(labels) for p in "BI"}
-    return CrowdFolder(split.name, tuple(sentences), report, tuple(sort_labels(labels)))
+    return CrowdFolder(name, tuple(sentences), report, tuple(sort_labels(labels)))
 
 
 def read_path(path) -> CrowdFolder:

@@ -35,8 +35,8 @@ import uuid
 from pathlib import Path
 
 from gpsl.annotation import pipeline, versions
-from gpsl.annotation.errors import one_line
 from gpsl.annotation.processes import process_started
+from gpsl.annotation.store_errors import one_line
 from gpsl.errors import InputError
 
 SCHEDULER_ENV = "GPSL_DASK_SCHEDULER"

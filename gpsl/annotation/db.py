@@ -46,7 +46,7 @@ from tenacity import (
 )
 
 from gpsl.annotation import migrations, schema
-from gpsl.annotation.errors import (
+from gpsl.annotation.store_errors import (
     NotFoundError,
     StoreBusyError,
     StoreUnavailableError,

@@ -21,6 +21,7 @@ from gpsl.annotation import (
     exports,
     imports,
     jobs,
+    label_writes,
     owned,
     predictions,
     projects,
@@ -38,13 +39,12 @@ from gpsl.annotation import (
     vote_files,
     votes,
 )
-from gpsl.annotation import labels as labeling
 from gpsl.annotation.db import Database
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.facade_team import TeamFacade
 from gpsl.annotation.permissions import Accepted, Blind, Role, Shows, door_only, requires
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import worker_alive
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.io import Sentence
 
 
@@ -214,7 +214,7 @@ class Store(TeamFacade):
     @requires(Role.ANNOTATOR, own="annotator", accepted=Accepted.MAPPING)
     def set_labels(self, sentence_id: int, labels: Mapping[int, str | None], annotator: str,
                    source: str = "human") -> list[int]:
-        written = labeling.set_labels(self.db, sentence_id, labels, annotator, source)
+        written = label_writes.set_labels(self.db, sentence_id, labels, annotator, source)
         self._labels_written(written.project_id, written.keep)
         return written.ids
 
@@ -232,7 +232,7 @@ class Store(TeamFacade):
         """Several undo steps (key presses) of one annotator on one sentence, one
         transaction; ``ages``: seconds each step lies before the write; ``batches``: the
         steps' event ids, each written at most once (:func:`labels.set_steps`)."""
-        written = labeling.set_steps(self.db, sentence_id, steps, annotator, source, ages,
+        written = label_writes.set_steps(self.db, sentence_id, steps, annotator, source, ages,
                                      batches)
         self._labels_written(written.project_id, written.keep)
         return written.ids
@@ -251,14 +251,14 @@ class Store(TeamFacade):
     def undo(self, project_id: int, annotator: str | None = None,
              batch: str | None = None) -> dict | None:
         """Revert ``annotator``'s last step; ``batch``: the event id, done at most once."""
-        out = labeling.undo(self.db, project_id, annotator, batch)
+        out = label_writes.undo(self.db, project_id, annotator, batch)
         self._labels_written(project_id)
         return out
 
     @requires(Role.LEAD, own="lead")
     def adjudicate(self, sentence_id: int, token_index: int, label: str | None,
                    lead: str) -> None:
-        written = labeling.adjudicate(self.db, sentence_id, token_index, label, lead)
+        written = label_writes.adjudicate(self.db, sentence_id, token_index, label, lead)
         self._labels_written(written.project_id, written.keep)
 
     @requires(Role.LEAD)
@@ -275,7 +275,7 @@ class Store(TeamFacade):
 
     @requires(Role.ANNOTATOR, own="annotator")
     def skip(self, sentence_id: int, annotator: str) -> None:
-        labeling.skip(self.db, sentence_id, annotator)
+        label_writes.skip(self.db, sentence_id, annotator)
 
     @requires(Role.ANNOTATOR, shows=Shows.OWN_PROGRESS)
     def progress(self, project_id: int, split: str | None = None, *,

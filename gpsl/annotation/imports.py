@@ -23,7 +23,7 @@ from itertools import islice
 from gpsl import limits
 from gpsl.annotation import projects, validate
 from gpsl.annotation import sentences as sents
-from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.annotation.tool_formats import (  # noqa: F401 - re-exported: imports' readers
     _SPAN_READERS,
     FORMATS,
@@ -41,7 +41,7 @@ from gpsl.annotation.tool_formats import (  # noqa: F401 - re-exported: imports'
 )
 from gpsl.errors import InputError, clean_source
 from gpsl.io import Sentence
-from gpsl.io.formats import _conll_sentences, _tab_separated, iter_conll, iter_jsonl, iter_text
+from gpsl.io.formats import conll_sentences, iter_conll, iter_jsonl, iter_text, tab_separated
 from gpsl.io.source import BLOCK
 from gpsl.tags import sort_labels
 
@@ -195,8 +195,8 @@ class Upload:
         if fmt == "prodigy":
             return iter_prodigy(self._lines(), src)
         if fmt == "conll2003":
-            return _conll_sentences(self._conll2003(), src, "_", True, None, None,
-                                    tabbed=_tab_separated(self._conll2003()))
+            return conll_sentences(self._conll2003(), src, "_", True, None, None,
+                                   tabbed=tab_separated(self._conll2003()))
         if fmt == "labelstudio":  # one JSON array: read whole
             return iter(read_labelstudio(self.data[self._start:].decode("utf-8"), src))
         raise AssertionError(fmt)  # every format of FORMATS is read above

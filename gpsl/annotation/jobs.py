@@ -40,9 +40,9 @@ import psutil
 
 from gpsl.annotation import dask_jobs, pipeline, projects, spares, stats, versions
 from gpsl.annotation.db import now
-from gpsl.annotation.errors import TrainingBusyError, one_line
 from gpsl.annotation.pipeline import TrainConfig
 from gpsl.annotation.processes import is_worker_of, process_of, process_started, worker_alive
+from gpsl.annotation.store_errors import TrainingBusyError, one_line
 from gpsl.constraints import Interval
 from gpsl.errors import GpslError, InputError
 from gpsl.params import Param

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpsl import params
-from gpsl.cli.aggregate import CROWD_PARAMS, JOINT_PARAMS
 from gpsl.crowd import CrowdGPSL, Votes
 from gpsl.crowd.joint import soft_targets
 from gpsl.io import CrowdSentence
@@ -37,7 +36,7 @@ __all__ = ["CROWD_SETTINGS", "OBSERVED", "fit_joint", "joint_settings", "soft_la
 
 #: the joint model's parameters the run sets: those of ``train --crowd``, at their
 #: :mod:`gpsl.params` defaults (its values without options)
-CROWD_SETTINGS = CROWD_PARAMS + JOINT_PARAMS
+CROWD_SETTINGS = params.CROWD
 #: the trusted voter whose votes are the observed labels (no person's name: a name holds no
 #: control character, :func:`gpsl.annotation.validate.person`)
 OBSERVED = "\x00observed"

@@ -57,7 +57,6 @@ from gpsl.annotation import (
     team,
     versions,
 )
-from gpsl.annotation.errors import one_line
 from gpsl.annotation.evaluation import heldout
 from gpsl.annotation.pool import (  # noqa: F401 (predict_chunk: named here for callers)
     PREDICT_CHUNK_TOKENS,
@@ -77,6 +76,7 @@ from gpsl.annotation.runs import (  # noqa: F401 (the run's files, named here fo
     staging_dir,
     worker_log,
 )
+from gpsl.annotation.store_errors import one_line
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 

@@ -29,7 +29,7 @@ import numpy as np
 from sqlalchemy import bindparam, text
 
 from gpsl.annotation.db import Database
-from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.store_errors import NotFoundError
 
 #: the tags of the packed formats (a NPY blob begins with b"\x93NUMPY")
 MARGINALS_TAG, SCORES_TAG = b"GQ16", b"GF32"

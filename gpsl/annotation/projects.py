@@ -13,7 +13,7 @@ from sqlalchemy import text
 from gpsl.annotation import sentences as sents
 from gpsl.annotation import validate
 from gpsl.annotation.db import Database, dumps, loads, now
-from gpsl.annotation.errors import NotFoundError
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.errors import InputError
 from gpsl.io import read_conll
 from gpsl.tags import sort_labels

@@ -36,7 +36,6 @@ from gpsl.annotation import (
     versions,
     votes,
 )
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.permissions import Blind, Role, Shows, requires
 from gpsl.annotation.records import (
     Account,
@@ -63,6 +62,7 @@ from gpsl.annotation.records import (
     Version,
     VersionSummary,
 )
+from gpsl.annotation.store_errors import NotFoundError
 
 __all__ = ["Reports", "query_description", "queue_strategy"]
 

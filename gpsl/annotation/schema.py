@@ -2,7 +2,7 @@
 
 Schema version 8.  Labels are kept per annotator: ``votes`` holds every (token, annotator)
 vote, ``adjudications`` the label a lead set for a disputed token, and ``derived_labels`` the
-token's training label derived from both by :func:`gpsl.annotation.labels.derive_labels`
+token's training label derived from both by :func:`gpsl.annotation.label_writes.derive_labels`
 (rewritten in the same transaction as every vote, so it is never stale).  Labels that came
 with an imported file are votes with source ``'import'``: they count only for tokens that no
 one has voted on since.  A vote with a NULL label is an annotator's "no label" (Clear).

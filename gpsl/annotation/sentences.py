@@ -9,8 +9,8 @@ from sqlalchemy import bindparam, text
 
 from gpsl.annotation import validate
 from gpsl.annotation.db import Database, dumps, loads, now
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.records import others_hidden, overlap_of
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.errors import InputError
 
 

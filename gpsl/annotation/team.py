@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpsl import agreement
-from gpsl.annotation import labels, projects, rules, sentences, validate, votes
+from gpsl.annotation import label_writes, projects, rules, sentences, validate, votes
 from gpsl.annotation.db import Database, now
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.records import TrainingLabels, Vote, overlap_of
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.crowd import DawidSkene, Votes, annotator_report
 from gpsl.errors import InputError
 
@@ -104,7 +104,7 @@ def set_settings(db: Database, project_id: int, *, overlap: int | None = None,
             settings["joint"] = bool(joint)
         projects.write_settings(conn, project_id, settings)
         if settings.get("resolve", "majority") != old_resolve:
-            labels.rederive(conn, project_id)
+            label_writes.rederive(conn, project_id)
         return settings_of({"settings": settings})
 
     return db.write(tx)
@@ -162,7 +162,7 @@ def fit_crowd(db: Database, project_id: int, **dawid_skene) -> dict:
         settings["crowd"] = model
         projects.write_settings(conn, project_id, settings)
         if settings.get("resolve") == "crowd":
-            labels.rederive(conn, project_id)
+            label_writes.rederive(conn, project_id)
 
     db.write(tx)
     return model

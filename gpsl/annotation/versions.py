@@ -12,8 +12,8 @@ from sqlalchemy import text
 
 from gpsl.annotation import projects
 from gpsl.annotation.db import Database, dumps, loads, now
-from gpsl.annotation.errors import NotFoundError
 from gpsl.annotation.processes import process_started
+from gpsl.annotation.store_errors import NotFoundError
 from gpsl.errors import InputError
 
 

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 
 from gpsl import io as gio
 from gpsl import limits
-from gpsl.annotation import labels as labeling
-from gpsl.annotation import projects, sentences, validate, votes
+from gpsl.annotation import label_writes, projects, sentences, validate, votes
 from gpsl.annotation.db import Database, loads, now
 from gpsl.annotation.exports import text_and_spans
 from gpsl.annotation.imports import spans_to_labels, tokenize
@@ -587,6 +586,6 @@ def append(conn, project_id: int, items: Sequence[VotedSentence], doc: str | Non
             votes.add_imported(conn, rows)
             for t, (lab, lead) in item.adjudications.items():
                 votes.set_adjudication(conn, sid, t, lab, lead, at)
-            labeling.refresh_derived(conn, sid, range(len(item.tokens)))
+            label_writes.refresh_derived(conn, sid, range(len(item.tokens)))
         n_added += n
     return n_added

@@ -4,7 +4,8 @@ labels (``derived_labels``) and skips.
 
 A repository: each function reads or writes rows inside the caller's transaction (``conn``)
 or runs one read (``db``); what a label write means (which rows change together, how a
-training label is derived) is :mod:`gpsl.annotation.labels`' and :mod:`gpsl.annotation.rules`'.
+training label is derived) is :mod:`gpsl.annotation.label_writes`' and
+:mod:`gpsl.annotation.rules`'.
 """
 
 from __future__ import annotations

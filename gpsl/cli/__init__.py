@@ -13,7 +13,8 @@ command group, every model option read from :mod:`gpsl.params`.
     python -m gpsl train --crowd [-t ner] [--trusted NAME] crowd.jsonl|raw/val model_dir
 
 :mod:`~gpsl.cli.train` (``train``, ``train --crowd``), :mod:`~gpsl.cli.tag` (``test``,
-``eval``), :mod:`~gpsl.cli.query`, :mod:`~gpsl.cli.aggregate` (and the crowd options),
+``eval``), :mod:`~gpsl.cli.query`, :mod:`~gpsl.cli.aggregate`, :mod:`~gpsl.cli.crowd` (the
+crowd options, reading and report that ``aggregate`` and ``train --crowd`` share),
 :mod:`~gpsl.cli.common` (argument types, errors, output), :mod:`~gpsl.cli.main` (the parser
 and the one-line error of every command).
 """

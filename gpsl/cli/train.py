@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpsl.cli import aggregate, common
+from gpsl.cli import common, crowd
 from gpsl.errors import InputError
 
 #: the GPSL parameters ``train`` sets, in the order of its help
@@ -61,9 +61,8 @@ def add_parser(sub) -> None:
                    help="TRAIN_FILE holds crowd votes (JSONL annotations, CoNLL with "
                         "--annotators N, or a folder SPLIT/ground_truth + "
                         "SPLIT/mturk_train_data/WORKER): learn the annotators jointly")
-    common.add_params(p, aggregate.JOINT_PARAMS,
-                      **{k: {"default": None} for k in aggregate.JOINT_PARAMS})
-    aggregate.add_crowd_options(p)
+    crowd.add_joint_options(p)
+    crowd.add_options(p)
     p.add_argument("train_file", metavar="TRAIN_FILE")
     p.add_argument("model_dir", metavar="MODEL_DIR")
     p.set_defaults(func=run)
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.crowd:
         return _run_crowd(args)
-    aggregate.refuse_crowd_options(args)
+    crowd.refuse_without_crowd(args)
     t0 = time.perf_counter()
     check_destination(args.model_dir)  # refuse before spending time on training
     from gpsl.io import read_conll
@@ -202,38 +201,30 @@ def read_calibration(args: argparse.Namespace, n_columns: int):
 def _run_crowd(args: argparse.Namespace) -> int:
     """``train --crowd``: the joint model of the crowd's votes and the tagger
     (:class:`gpsl.crowd.CrowdGPSL`); the tagger's options as without ``--crowd``."""
-    from gpsl.crowd import CrowdGPSL, annotator_report
+    from gpsl.crowd import CrowdGPSL
     from gpsl.persist import check_destination
 
     if args.cluster is not None:
         common.refuse("--scheduler", "does not run the crowd model (--crowd)")
     t0 = time.perf_counter()
     check_destination(args.model_dir)
-    sents, votes = aggregate.read_crowd_votes(args, args.train_file)
+    data = crowd.read_votes(args, args.train_file)
+    sents, votes = data.sentences, data.votes
     n_columns = len(sents[0].tokens[0])
     template_text = common.read_template(args.template, args.encoding, n_columns)
     cal = read_calibration(args, n_columns)
     refuse_jobs(args, check_plan(args, _labeled(inferred_labels(None, votes)), cal))
     model = _model(args, template_text)
-    joint = CrowdGPSL(model, **aggregate.joint_settings(args), **aggregate.crowd_settings(args))
+    joint = CrowdGPSL(model, **crowd.joint_settings(args), **crowd.crowd_settings(args))
     X = [s.tokens for s in sents]
     joint.fit(X, votes, callback=common.progress(args.quiet))
     run_ = _calibrate(joint.model_, X, inferred_labels(joint, votes), cal, args,
                       folds_source="{folds}-fold inferred labels")
     joint.model_.save(args.model_dir)
-    rows = annotator_report(joint, votes)
-    gold = aggregate.gold_accuracy(sents, joint.labels_array_)
-    aggregate.write_report(args.report, {"method": "joint", "classes": votes.classes,
-                                         "tokens": votes.n,
-                                         "voted_tokens": int(votes.voted().sum()),
-                                         "gold_accuracy": gold,
-                                         "gold_span_f1": aggregate.gold_span_f1(
-                                             sents, joint.labels_array_),
-                                         "alignment": aggregate.alignment_of(args),
-                                         "annotators": rows, **aggregate.prior_report(joint)})
+    rep = crowd.report("joint", data, joint, joint.labels_array_)
+    crowd.write_report(args.report, rep)
     if not args.quiet:
-        common.err(aggregate.annotator_table(rows))
-        aggregate.prior_line(joint)
+        crowd.show(rep)
     common.err(f"gpsl: trained on {votes.n} tokens ({len(sents)} sentences) with "
                f"{votes.token.size} votes of {votes.A} annotators, {len(votes.classes)} labels; "
                f"{run_.summary()}; {time.perf_counter() - t0:.2f} seconds in all; model saved "

@@ -106,13 +106,14 @@ Per-annotator accuracy is estimated as the posterior expected fraction of correc
 ``acc_a = C_a / n_a`` (eq. A); the confusion matrices (posterior means for ``q``) and the
 skills ``s_a`` are reported too (:func:`annotator_report`).
 
-The package, one aggregator or model a module (as crowd-kit): :mod:`~gpsl.crowd.votes` (the
-votes in long form), :mod:`~gpsl.crowd.confusion` (the confusion models and their M-step),
-:mod:`~gpsl.crowd.sequential` (the sequential annotator model),
+The package, one aggregator or model a module (as crowd-kit): :mod:`~gpsl.crowd.vote_matrix`
+(the votes in long form), :mod:`~gpsl.crowd.confusion` (the confusion models and their
+M-step), :mod:`~gpsl.crowd.sequential` (the sequential annotator model),
 :mod:`~gpsl.crowd.majority_vote`, :mod:`~gpsl.crowd.dawid_skene`, :mod:`~gpsl.crowd.joint`
-(:class:`CrowdGPSL`), :mod:`~gpsl.crowd.base` (the shared surface, the decision rule, the
-annotator report) and :mod:`~gpsl.crowd.raw` (the reader of the one-folder-per-annotator
-layout, aligned to the gold tokens).
+(:class:`CrowdGPSL`) and :mod:`~gpsl.crowd.base` (the shared surface, the decision rule, the
+annotator report). Crowd input is read by :mod:`gpsl.io`: :mod:`~gpsl.io.crowd` (JSONL and
+CoNLL votes) and :mod:`~gpsl.io.crowd_raw` (the one-folder-per-annotator layout, aligned to
+the gold tokens).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ from gpsl.crowd.dawid_skene import DawidSkene, e_step
 from gpsl.crowd.joint import CrowdGPSL, decode_labels, echo_variance
 from gpsl.crowd.majority_vote import MajorityVote
 from gpsl.crowd.sequential import SequentialModel, previous_labels, sequential_m_step
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
 __all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "TIE", "CrowdGPSL", "CrowdModel", "DawidSkene",
            "MajorityVote", "SequentialModel", "Votes", "annotator_report", "decide",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpsl.crowd.votes import Votes, _votes_from_frame
+from gpsl.crowd.vote_matrix import Votes, votes_from_frame
 
 __all__ = ["TIE", "annotator_report", "decide", "entity_reliability"]
 
@@ -30,7 +30,7 @@ def decide(r: np.ndarray, classes: Sequence[str], known: np.ndarray | None = Non
     return [classes[i] if k else None for i, k in zip(r.argmax(axis=1), keep)]
 
 
-def _annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
+def annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
     """Eq. (A): ``acc_a = (1 / n_a) sum_{v: a_v = a} r_{t_v}(l_v)`` (NaN without votes)."""
     c = np.bincount(votes.annotator, weights=r[votes.token, votes.label], minlength=votes.A)
     n = votes.n_votes()
@@ -38,11 +38,11 @@ def _annotator_accuracy(votes: Votes, r: np.ndarray) -> np.ndarray:
         return np.where(n > 0, c / np.maximum(n, 1), np.nan)
 
 
-class _Aggregator:
+class Aggregator:
     """Shared crowd-kit-like surface: ``fit`` / ``fit_predict`` / ``fit_predict_proba``."""
 
-    def fit(self, data) -> _Aggregator:
-        votes, tasks = _votes_from_frame(data)
+    def fit(self, data) -> Aggregator:
+        votes, tasks = votes_from_frame(data)
         self.fit_votes(votes)
         self.tasks_ = tasks
         self.labels_ = dict(zip(tasks, self.labels_array_))
@@ -60,7 +60,7 @@ class _Aggregator:
         self.annotators_ = list(votes.annotators)
         self.probas_ = r
         self.labels_array_ = decide(r, votes.classes, votes.voted() | (votes.observed >= 0))
-        self.accuracy_ = _annotator_accuracy(votes, r)
+        self.accuracy_ = annotator_accuracy(votes, r)
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
 
 

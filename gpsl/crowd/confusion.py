@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from gpsl.crowd.votes import Votes
+from gpsl.crowd.vote_matrix import Votes
 
 __all__ = ["DEFAULT_SHRINK", "LOG_FLOOR", "CrowdModel", "expected_counts", "m_step"]
 
@@ -65,33 +65,33 @@ class CrowdModel:
         for a in range(A):
             if self.one_coin[a]:
                 s = float(np.exp(self.log_pi[a, 0, 0]))
-                total += _log_beta_pdf(s, self.prior_diag, self.prior_off)
+                total += log_beta_pdf(s, self.prior_diag, self.prior_off)
             elif self.shrink > 0:
                 s = float(self.skill[a])
-                total += _log_beta_pdf(s, self.prior_diag, self.prior_off) \
-                    - _kl_dirichlet_rows(self.alpha[a], _shrink_beta(J, s, self.shrink))
+                total += log_beta_pdf(s, self.prior_diag, self.prior_off) \
+                    - kl_dirichlet_rows(self.alpha[a], _shrink_beta(J, s, self.shrink))
             else:
                 total += _log_dirichlet_rows(self.log_pi[a],
-                                             _beta_matrix(J, self.prior_diag, self.prior_off))
+                                             beta_matrix(J, self.prior_diag, self.prior_off))
         return float(total)
 
 
-def _log_beta_pdf(s: float, prior_diag: float, prior_off: float) -> float:
+def log_beta_pdf(s: float, prior_diag: float, prior_off: float) -> float:
     """``log Beta(s; 1 + prior_diag, 1 + prior_off)``."""
     b1, b0 = 1.0 + prior_diag, 1.0 + prior_off
     log_s = np.log(s) if s > 0 else -np.inf
     log_1ms = np.log1p(-s) if s < 1.0 else -np.inf
     return float(gammaln(b1 + b0) - gammaln(b1) - gammaln(b0)
-                 + _xlogy(b1 - 1.0, log_s) + _xlogy(b0 - 1.0, log_1ms))
+                 + xlogy(b1 - 1.0, log_s) + xlogy(b0 - 1.0, log_1ms))
 
 
 def _log_dirichlet_rows(log_pi: np.ndarray, beta: np.ndarray) -> float:
     """``sum_y log Dir(pi[y, :]; beta[y, :])``."""
     lognorm = gammaln(beta.sum(axis=1)) - gammaln(beta).sum(axis=1)
-    return float(lognorm.sum() + np.sum(_xlogy(beta - 1.0, log_pi)))
+    return float(lognorm.sum() + np.sum(xlogy(beta - 1.0, log_pi)))
 
 
-def _kl_dirichlet_rows(alpha: np.ndarray, beta: np.ndarray) -> float:
+def kl_dirichlet_rows(alpha: np.ndarray, beta: np.ndarray) -> float:
     """``sum_y KL(Dir(alpha[y]) || Dir(beta[y]))``."""
     a0 = alpha.sum(axis=1)
     return float(np.sum(gammaln(a0) - gammaln(alpha).sum(axis=1) - gammaln(beta.sum(axis=1))
@@ -104,7 +104,7 @@ def _dirichlet_elog(alpha: np.ndarray) -> np.ndarray:
     return digamma(alpha) - digamma(alpha.sum(axis=1, keepdims=True))
 
 
-def _xlogy(c, logx):
+def xlogy(c, logx):
     """``c * logx`` with ``0 * -inf = 0`` (elementwise)."""
     c = np.asarray(c, dtype=float)
     logx = np.asarray(logx, dtype=float)
@@ -113,7 +113,7 @@ def _xlogy(c, logx):
     return np.where(c == 0, 0.0, out)
 
 
-def _beta_matrix(J: int, prior_diag: float, prior_off: float) -> np.ndarray:
+def beta_matrix(J: int, prior_diag: float, prior_off: float) -> np.ndarray:
     """Dirichlet parameters of the confusion rows without shrinkage (eq. P0):
     ``1 + prior_off + prior_diag [l = y]``."""
     return np.full((J, J), 1.0 + prior_off) + prior_diag * np.eye(J)
@@ -127,7 +127,7 @@ def _shrink_beta(J: int, s: float, shrink: float) -> np.ndarray:
     return B
 
 
-def _shrink_betas(J: int, s: np.ndarray, shrink: float) -> np.ndarray:
+def shrink_betas(J: int, s: np.ndarray, shrink: float) -> np.ndarray:
     """:func:`_shrink_beta` for a vector of skills, shape (len(s), J, J)."""
     B = np.broadcast_to((shrink * (1.0 - s) / max(J - 1, 1))[:, None, None],
                         (s.size, J, J)).copy()
@@ -160,7 +160,7 @@ def _skill_objective(s: float, log_pi: np.ndarray, shrink: float, prior_diag: fl
                      prior_off: float) -> float:
     """The part of (J1) that depends on the shrinkage centre ``s`` (eq. S): concave in ``s``."""
     J = log_pi.shape[0]
-    return _log_beta_pdf(s, prior_diag, prior_off) + _log_dirichlet_rows(
+    return log_beta_pdf(s, prior_diag, prior_off) + _log_dirichlet_rows(
         log_pi, _shrink_beta(J, s, shrink))
 
 
@@ -200,7 +200,7 @@ def _skill_terms(s, D, Off, J, shrink, prior_diag, prior_off, offset=0.0):
     return f, d1, d2
 
 
-def _update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: float,
+def update_skills(s0: np.ndarray, elog: np.ndarray, shrink: float, prior_diag: float,
                    prior_off: float, offset: float = 0.0) -> np.ndarray:
     """Maximise eq. (S) over ``s`` in ``[1e-9, 1 - 1e-9]`` for every annotator at once (the
     root of the decreasing ``f'`` by Newton steps inside a bisection bracket); an annotator
@@ -319,12 +319,12 @@ def m_step(votes: Votes, r: np.ndarray, one_coin: np.ndarray, prior_diag: float,
             skills[a] = float(np.clip(s, 1e-9, 1.0 - 1e-9))
             full.append(a)
         else:
-            log_pi[a] = _dirichlet_map(N[a] + _beta_matrix(J, prior_diag, prior_off) - 1.0)
+            log_pi[a] = _dirichlet_map(N[a] + beta_matrix(J, prior_diag, prior_off) - 1.0)
             skills[a] = s1
     if full:
         idx = np.array(full)
         s = _collapsed_skills(skills[idx], N[idx], shrink, prior_diag, prior_off)  # eq. S
-        alpha[idx] = N[idx] + _shrink_betas(J, s, shrink)  # eq. VB
+        alpha[idx] = N[idx] + shrink_betas(J, s, shrink)  # eq. VB
         log_pi[idx] = _dirichlet_elog_batch(alpha[idx])
         skills[idx] = s
     np.maximum(log_pi, LOG_FLOOR, out=log_pi)

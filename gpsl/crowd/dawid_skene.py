@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from gpsl.crowd.base import _Aggregator
-from gpsl.crowd.confusion import DEFAULT_SHRINK, CrowdModel, _xlogy, m_step
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.base import Aggregator
+from gpsl.crowd.confusion import DEFAULT_SHRINK, CrowdModel, m_step, xlogy
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
 __all__ = ["DawidSkene", "e_step"]
 
@@ -19,7 +19,7 @@ def e_step(model: CrowdModel, votes: Votes, log_rho: np.ndarray) -> np.ndarray:
     return np.exp(a - logsumexp(a, axis=1, keepdims=True))
 
 
-class DawidSkene(_Aggregator):
+class DawidSkene(Aggregator):
     """Dawid-Skene aggregation alone (eqs. E, VB/S, M, M1) with diagonal-favouring priors.
 
     Parameters
@@ -84,7 +84,7 @@ class DawidSkene(_Aggregator):
         """(J1) with the class prior in place of ``L_GPSL`` on the voted/observed tokens."""
         keep = free | (votes.observed >= 0)
         rk = r[keep]
-        lin = float(np.sum(_xlogy(rk, E[keep] + log_rho)))
+        lin = float(np.sum(xlogy(rk, E[keep] + log_rho)))
         with np.errstate(divide="ignore", invalid="ignore"):
             ent = -float(np.sum(np.where(r[free] > 0, r[free] * np.log(r[free]), 0.0)))
         return lin + ent + model.log_prior()

@@ -7,28 +7,32 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpsl.crowd.base import _annotator_accuracy
+from gpsl import params
+from gpsl.crowd.base import annotator_accuracy
 from gpsl.crowd.confusion import DEFAULT_SHRINK, LOG_FLOOR, m_step
 from gpsl.crowd.dawid_skene import DawidSkene
 from gpsl.crowd.sequential import DEFAULT_KAPPA, previous_labels, sequential_m_step
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 from gpsl.errors import InputError
 
 __all__ = ["ANNOTATOR_MODELS", "LSE_BOUNDS", "REFIT_ON", "TAGGER_PRIORS", "CrowdGPSL",
            "decode_labels", "echo_variance", "fit_soft", "soft_targets"]
 
-#: the annotator models of the joint fit: Dawid-Skene confusion matrices, or the sequential
-#: model of :mod:`gpsl.crowd.sequential` (confusion conditioned on the annotator's previous label)
-ANNOTATOR_MODELS = ("sequential", "confusion")
-#: how the joint fit sets the tagger's prior variance (see :class:`CrowdGPSL`)
-TAGGER_PRIORS = ("auto", "learn", "model")
+#: the annotator models of the joint fit: the sequential model of :mod:`gpsl.crowd.sequential`
+#: (confusion conditioned on the annotator's previous label), or Dawid-Skene confusion
+#: matrices (the options of :mod:`gpsl.params`' ``annotator_model``)
+ANNOTATOR_MODELS = params.param("annotator_model").options
+#: how the joint fit sets the tagger's prior variance (see :class:`CrowdGPSL`; the options of
+#: :mod:`gpsl.params`' ``tagger_prior``)
+TAGGER_PRIORS = params.param("tagger_prior").options
 #: the joint fit's bound on the expected log-partition (see :class:`CrowdGPSL`)
 LSE_BOUNDS = ("auto", "jensen", "bohning", "model")
 DECODERS = ("auto", "valid", "argmax")
 #: what the refit tagger learns from: the decoded labels, or the posteriors q(y) themselves
 REFIT_ON = ("argmax", "posterior")
-#: how ``kappa`` and ``shrink`` are set: as given, or by held-out votes (gpsl.crowd.priors)
-PRIOR_RULES = ("fixed", "heldout")
+#: how ``kappa`` and ``shrink`` are set: as given, or by held-out votes (gpsl.crowd.priors;
+#: the options of :mod:`gpsl.params`' ``prior_rule``)
+PRIOR_RULES = params.param("prior_rule").options
 #: the joint fit's default stop rule: the rise of J1 over a sweep in nats per training token
 #: (on the CoNLL crowd a relative 1e-3 stopped after 5 sweeps with 0.1% of the labels still
 #: moving each sweep)
@@ -250,23 +254,20 @@ class CrowdGPSL:
         self.tol = tol
         self.lse_bound = lse_bound
 
-    def _check(self) -> None:
-        if self.annotator_model not in ANNOTATOR_MODELS:
-            raise ValueError(f"annotator_model must be one of {ANNOTATOR_MODELS}, not "
-                             f"{self.annotator_model!r}")
-        if self.tagger_prior not in TAGGER_PRIORS:
-            raise ValueError(f"tagger_prior must be one of {TAGGER_PRIORS}, not "
-                             f"{self.tagger_prior!r}")
+    def _check(self) -> dict:
+        """The parameters the table holds (:data:`gpsl.params.CROWD`) checked there, as
+        :meth:`gpsl.model.GPSL.fit` checks its own (one-line :class:`gpsl.errors.InputError`,
+        a ``ValueError``), in their canonical form; the fit's own options here."""
+        checked = params.check_params({k: getattr(self, k) for k in params.CROWD})
         if self.init not in ("dawid-skene", "majority"):
             raise ValueError(f"init must be 'dawid-skene' or 'majority', not {self.init!r}")
         if self.decode not in DECODERS:
             raise ValueError(f"decode must be one of {DECODERS}, not {self.decode!r}")
-        if self.prior_rule not in PRIOR_RULES:
-            raise ValueError(f"prior_rule must be one of {PRIOR_RULES}, not {self.prior_rule!r}")
         if self.refit_on not in REFIT_ON:
             raise ValueError(f"refit_on must be one of {REFIT_ON}, not {self.refit_on!r}")
         if self.lse_bound not in LSE_BOUNDS:
             raise ValueError(f"lse_bound must be one of {LSE_BOUNDS}, not {self.lse_bound!r}")
+        return checked
 
     def _annotators(self, votes: Votes, M, one_coin, prev):
         """The M-step of the chosen annotator model as ``step(r, previous) -> model`` and the
@@ -295,11 +296,11 @@ class CrowdGPSL:
         from gpsl.model import GPSL
 
         t0 = time.perf_counter()
-        self._check()
+        checked = self._check()
         if len(X) != len(votes.lengths) or any(len(x) != L for x, L in zip(X, votes.lengths)):
             raise InputError("the votes do not match the sentences' lengths", source="input")
         base = GPSL() if self.model is None else self.model
-        self.kappa_, self.shrink_, self.prior_choice_ = self.kappa, self.shrink, None
+        self.kappa_, self.shrink_, self.prior_choice_ = checked["kappa"], checked["shrink"], None
         if self.prior_rule == "heldout":  # gpsl.crowd.priors: a fold of the votes left out
             from gpsl.crowd.priors import choose_priors
 
@@ -395,7 +396,7 @@ class CrowdGPSL:
                           else np.zeros(votes.A, dtype=bool))
         self.probas_ = r
         self.labels_array_ = labels
-        self.accuracy_ = _annotator_accuracy(votes, r)
+        self.accuracy_ = annotator_accuracy(votes, r)
         self.skills_ = dict(zip(votes.annotators, self.accuracy_))
         self.variance_ = np.exp(np.asarray(model.state_.theta)[:, 0])  # per label
         self.bound_trace_ = list(model.bound_trace_)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gpsl.crowd.base import _Aggregator
-from gpsl.crowd.votes import Votes, majority_posteriors
+from gpsl.crowd.base import Aggregator
+from gpsl.crowd.vote_matrix import Votes, majority_posteriors
 
 __all__ = ["MajorityVote"]
 
 
-class MajorityVote(_Aggregator):
+class MajorityVote(Aggregator):
     """Per-token majority vote: the posterior is the vote fractions; a tie leaves the token
     missing (:func:`decide`, the rule the annotation store derives labels by too)."""
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpsl.crowd.sequential import previous_labels
-from gpsl.crowd.votes import Votes
+from gpsl.crowd.vote_matrix import Votes
 
 __all__ = ["GRID", "PriorChoice", "choose_priors", "heldout_score", "split_votes"]
 

@@ -90,14 +90,14 @@ from scipy.special import digamma, gammaln
 from gpsl.crowd.confusion import (
     DEFAULT_SHRINK,
     LOG_FLOOR,
-    _beta_matrix,
-    _kl_dirichlet_rows,
-    _log_beta_pdf,
-    _shrink_betas,
-    _update_skills,
+    beta_matrix,
+    kl_dirichlet_rows,
+    log_beta_pdf,
+    shrink_betas,
     trigamma,
+    update_skills,
 )
-from gpsl.crowd.votes import Votes
+from gpsl.crowd.vote_matrix import Votes
 
 __all__ = ["DEFAULT_KAPPA", "SequentialModel", "previous_labels", "sequential_m_step"]
 
@@ -178,8 +178,8 @@ class SequentialModel:
         (P0) with ``shrink = 0``."""
         A, J = self.centre.shape[:2]
         if self.shrink > 0:
-            return 1.0 + _shrink_betas(J, np.asarray(self.skill_, dtype=float), self.shrink)
-        return np.broadcast_to(_beta_matrix(J, self.prior_diag, self.prior_off), (A, J, J))
+            return 1.0 + shrink_betas(J, np.asarray(self.skill_, dtype=float), self.shrink)
+        return np.broadcast_to(beta_matrix(J, self.prior_diag, self.prior_off), (A, J, J))
 
     def evidence(self, votes: Votes, prev: np.ndarray) -> np.ndarray:
         """``e_t(y) = sum_{v on t} E_q log pi_{a_v}[y, p_v, l_v]``, shape (n, J)."""
@@ -197,9 +197,9 @@ class SequentialModel:
         for a in range(A):
             for y in range(J):
                 prior = np.broadcast_to(self.kappa * self.centre[a, y], (J + 1, J))
-                total -= _kl_dirichlet_rows(self.alpha[a, y], prior)
+                total -= kl_dirichlet_rows(self.alpha[a, y], prior)
             if self.shrink > 0:
-                total += _log_beta_pdf(float(self.skill_[a]), self.prior_diag, self.prior_off)
+                total += log_beta_pdf(float(self.skill_[a]), self.prior_diag, self.prior_off)
         return total
 
 
@@ -286,7 +286,7 @@ def sequential_m_step(votes: Votes, r: np.ndarray, prev: np.ndarray, *,
     A, J = votes.A, votes.J
     N = sequential_counts(votes, r, prev)
     N2 = N.sum(axis=2)  # (A, J, J): the plain confusion counts
-    beta0 = _beta_matrix(J, prior_diag, prior_off)
+    beta0 = beta_matrix(J, prior_diag, prior_off)
     if centre is None:
         W = N2 + beta0 - 1.0
         centre = W / W.sum(axis=2, keepdims=True)
@@ -306,7 +306,7 @@ def sequential_m_step(votes: Votes, r: np.ndarray, prev: np.ndarray, *,
         c_new = update_centres(rows, kappa, beta, c.reshape(A * J, J)).reshape(A, J, J)
         s_new = s
         if shrink > 0:  # the skills given the centres
-            s_new = _update_skills(s, np.log(c_new), shrink, prior_diag, prior_off,
+            s_new = update_skills(s, np.log(c_new), shrink, prior_diag, prior_off,
                                    offset=1.0)
         done = np.max(np.abs(c_new - c)) < 1e-10 and np.max(np.abs(s_new - s)) < 1e-10
         c, s = c_new, s_new

@@ -1,7 +1,9 @@
 """Reading and writing sequence-labeling data (every public name importable from ``gpsl.io``).
 
 * :mod:`gpsl.io.formats`: CRF++/CoNLL column files, JSONL and plain text (:class:`Sentence`);
-* :mod:`gpsl.io.crowd`: crowd annotation files (:class:`CrowdSentence`).
+* :mod:`gpsl.io.crowd`: crowd annotation files (:class:`CrowdSentence`);
+* :mod:`gpsl.io.crowd_raw`: crowd votes in the one-folder-per-annotator layout, aligned to the
+  gold tokens (imported from there: :func:`~gpsl.io.crowd_raw.read_crowd_folder`).
 """
 
 from gpsl.io.crowd import CrowdSentence, read_crowd, read_crowd_conll, read_crowd_jsonl

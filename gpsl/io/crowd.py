@@ -3,7 +3,7 @@
 
 The same rules as every reader of :mod:`gpsl.io.formats`: the whole file or one
 :class:`gpsl.errors.InputError` line ``file:line: problem``. The one-folder-per-annotator
-layout is :mod:`gpsl.crowd.raw`.
+layout is :mod:`gpsl.io.crowd_raw`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 
 from gpsl.errors import InputError
 from gpsl.io.formats import (
-    _SPACE,
+    SPACE,
     Sentence,
-    _json_string,
-    _json_type,
-    _short,
+    json_string,
+    json_type,
     read_conll,
     read_jsonl,
+    shorten,
 )
-from gpsl.io.source import Source, _lines, _read_source, _source_name
+from gpsl.io.source import Source, read_source, source_name, text_lines
 
 __all__ = ["CrowdSentence", "read_crowd", "read_crowd_conll", "read_crowd_jsonl"]
 
@@ -40,10 +40,10 @@ class CrowdSentence(Sentence):
 
 
 def _check_label(lab: str, known: set[str] | None, what: str, bad) -> str:
-    if _SPACE.search(lab):
-        raise bad(f"{what} {_short(lab)} contains whitespace")
+    if SPACE.search(lab):
+        raise bad(f"{what} {shorten(lab)} contains whitespace")
     if known is not None and lab not in known:
-        raise bad(f"{what} {_short(lab)} is not a known label ({', '.join(sorted(known)[:8])}"
+        raise bad(f"{what} {shorten(lab)} is not a known label ({', '.join(sorted(known)[:8])}"
                   f"{', ...' if len(known) > 8 else ''})")
     return lab
 
@@ -68,12 +68,12 @@ def read_crowd_jsonl(
     per token. ``labels`` (the argument) fixes the label set: any other label is an error.
     Every problem is an :class:`InputError` ``file:line: problem``.
     """
-    name = _source_name(source, name)
+    name = source_name(source, name)
     known = None if labels is None else {str(v) for v in labels}
-    text = _read_source(source, encoding, name)
+    text = read_source(source, encoding, name)
     base = read_jsonl(io.StringIO(text), name=name, missing=missing, max_tokens=max_tokens,
                       max_line_chars=max_line_chars)
-    lines = _lines(text)
+    lines = text_lines(text)
     out: list[CrowdSentence] = []
     for sent in base:
         lineno = sent.line
@@ -88,15 +88,15 @@ def read_crowd_jsonl(
                 _check_label(lab, known, f"gold label {j + 1}", bad)
         raw = obj.get("annotations", [])
         if not isinstance(raw, list):
-            raise bad(f'"annotations" must be a list, found {_json_type(raw)}')
+            raise bad(f'"annotations" must be a list, found {json_type(raw)}')
         annotations: dict[str, list[str | None]] = {}
         for k, ann in enumerate(raw, start=1):
             if not isinstance(ann, dict):
-                raise bad(f"annotation {k} must be an object, found {_json_type(ann)}")
+                raise bad(f"annotation {k} must be an object, found {json_type(ann)}")
             who = ann.get("annotator")
             if not isinstance(who, str) or not who.strip():
                 raise bad(f'annotation {k}: "annotator" must be a non-empty string')
-            _json_string(who, f"annotation {k}: annotator", bad)
+            json_string(who, f"annotation {k}: annotator", bad)
             same = [a for a in annotations if " ".join(a.split()) == " ".join(who.split())]
             if same:
                 raise bad(f"duplicate annotator {who!r} in one sentence" + (
@@ -104,7 +104,7 @@ def read_crowd_jsonl(
                     else ""))
             labs = ann.get("labels")
             if not isinstance(labs, list):
-                raise bad(f'annotator {who!r}: "labels" must be a list, found {_json_type(labs)}')
+                raise bad(f'annotator {who!r}: "labels" must be a list, found {json_type(labs)}')
             if len(labs) != L:
                 raise bad(f"annotator {who!r} has {len(labs)} labels for {L} tokens")
             row: list[str | None] = []
@@ -112,12 +112,12 @@ def read_crowd_jsonl(
                 if lab is None or lab == missing:
                     row.append(None)
                 elif isinstance(lab, str):
-                    _json_string(lab, f"annotator {who!r}, label {j + 1}", bad)
+                    json_string(lab, f"annotator {who!r}, label {j + 1}", bad)
                     row.append(_check_label(lab, known, f"annotator {who!r}, label {j + 1}",
                                             bad))
                 else:
                     raise bad(f"annotator {who!r}, label {j + 1} must be a string or null, "
-                              f"found {_json_type(lab)}")
+                              f"found {json_type(lab)}")
             annotations[who] = row
         out.append(CrowdSentence(sent.tokens, sent.labels, sent.line, sent.id,
                                  annotations=annotations))
@@ -142,7 +142,7 @@ def read_crowd_conll(
     Annotators are named ``annotators`` (default ``a1 .. aN``; names must be distinct).
     ``labels`` fixes the label set as in :func:`read_crowd_jsonl`. No gold column.
     """
-    name = _source_name(source, name)
+    name = source_name(source, name)
     if int(n_annotators) < 1:
         raise InputError(f"--annotators must be at least 1, not {n_annotators}", source=name)
     n_annotators = int(n_annotators)
@@ -194,7 +194,7 @@ def read_crowd(source: Source, fmt: str | None = None, *, n_annotators: int | No
     if fmt == "conll":
         if n_annotators is None:
             raise InputError("a CoNLL crowd file needs the number of annotator columns "
-                             "(--annotators N)", source=_source_name(source, kw.get("name")))
+                             "(--annotators N)", source=source_name(source, kw.get("name")))
         return read_crowd_conll(source, n_annotators, **kw)
     raise InputError(f"unknown crowd format {fmt!r} (expected jsonl or conll)",
-                     source=_source_name(source, kw.get("name")))
+                     source=source_name(source, kw.get("name")))

@@ -28,12 +28,12 @@ from typing import IO, Any
 from gpsl import limits
 from gpsl.errors import InputError
 from gpsl.io.source import (
-    _SURROGATE,
+    SURROGATE,
     Source,
-    _lines,
-    _read_source,
-    _source_name,
     iter_lines,
+    read_source,
+    source_name,
+    text_lines,
 )
 
 __all__ = [
@@ -69,7 +69,7 @@ def _refuse_mixed_separators(line: str, name: str, lineno: int) -> None:
             raise InputError(f"column {k} of a tab-separated line holds a space ({shown!r}):"
                              " a column (token or label) never holds spaces",
                              source=name, line=lineno)
-_SPACE = re.compile(r"\s")
+SPACE = re.compile(r"\s")
 
 
 @dataclass
@@ -134,10 +134,10 @@ def read_conll(
         Limits (see :mod:`gpsl.limits`): ``None`` uses the configured value (environment or
         default), ``0`` means no limit. A longer sentence or line is an :class:`InputError`.
     """
-    name = _source_name(source, name)
-    lines = _lines(_read_source(source, encoding, name))
-    return list(_conll_sentences(lines, name, missing, labeled, max_tokens, max_line_chars,
-                                 tabbed=_tab_separated(lines)))
+    name = source_name(source, name)
+    lines = text_lines(read_source(source, encoding, name))
+    return list(conll_sentences(lines, name, missing, labeled, max_tokens, max_line_chars,
+                                tabbed=tab_separated(lines)))
 
 
 def iter_conll(
@@ -153,16 +153,16 @@ def iter_conll(
     """:func:`read_conll` one sentence at a time, the file read a block at a time
     (:func:`gpsl.io.source.iter_lines`): the memory held does not grow with the file. The same
     checks, each raised when its line is reached (sentences before it have been yielded)."""
-    name = _source_name(source, name)
+    name = source_name(source, name)
     tabbed = False  # a stream is read once: the whole-file test needs a file to read twice
     if isinstance(source, (bytes, bytearray)) or (
             isinstance(source, (str, os.PathLike)) and not Path(source).is_fifo()):
-        tabbed = _tab_separated(iter_lines(source, encoding, name))
-    yield from _conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
-                                max_tokens, max_line_chars, tabbed=tabbed)
+        tabbed = tab_separated(iter_lines(source, encoding, name))
+    yield from conll_sentences(iter_lines(source, encoding, name), name, missing, labeled,
+                               max_tokens, max_line_chars, tabbed=tabbed)
 
 
-def _tab_separated(lines: Iterable[str]) -> bool:
+def tab_separated(lines: Iterable[str]) -> bool:
     """Whether every non-blank line has the same number (one or more) of tabs between its
     columns: a tab-separated file, whose columns are the tab-separated fields."""
     counts: set[int] = set()
@@ -174,9 +174,9 @@ def _tab_separated(lines: Iterable[str]) -> bool:
     return bool(counts)
 
 
-def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
-                     max_tokens: int | None, max_line_chars: int | None, *,
-                     tabbed: bool = False) -> Iterator[Sentence]:
+def conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: bool,
+                    max_tokens: int | None, max_line_chars: int | None, *,
+                    tabbed: bool = False) -> Iterator[Sentence]:
     """The sentences of CRF++ column lines (the readers above); InputError naming the line."""
     token_limit = limits.max_tokens(max_tokens)
     line_limit = limits.max_line_chars(max_line_chars)
@@ -227,8 +227,8 @@ def _conll_sentences(lines: Iterable[str], name: str, missing: str, labeled: boo
         if labeled:
             lab = cols.pop()
             if lab not in good_labels:
-                if _SPACE.search(lab):
-                    raise InputError(f"label {_short(lab)} contains a whitespace character",
+                if SPACE.search(lab):
+                    raise InputError(f"label {shorten(lab)} contains a whitespace character",
                                      source=name, line=lineno)
                 good_labels.add(lab)
             labels.append(None if lab == missing else lab)
@@ -252,14 +252,14 @@ def _check_field(value: Any, what: str, where: str, source: str) -> str:
                          " (export as JSONL instead)", source=source)
     if any(ch in value for ch in " \t\r\n"):
         raise InputError(
-            f"{where}: {what} {_short(value)} contains whitespace, which a CoNLL column cannot"
+            f"{where}: {what} {shorten(value)} contains whitespace, which a CoNLL column cannot"
             " hold (export as JSONL instead)",
             source=source,
         )
     return value
 
 
-def _short(value: str, n: int = 40) -> str:
+def shorten(value: str, n: int = 40) -> str:
     return repr(value if len(value) <= n else value[:n] + "...")
 
 
@@ -348,22 +348,22 @@ def write_conll(
 # --------------------------------------------------------------------------- JSONL
 
 
-def _json_string(value: Any, what: str, bad) -> str:
+def json_string(value: Any, what: str, bad) -> str:
     """``value`` as a token/label string: a non-empty str without NUL or line breaks."""
     if not isinstance(value, str):
-        raise bad(f"{what} must be a string, found {_json_type(value)}")
+        raise bad(f"{what} must be a string, found {json_type(value)}")
     if value == "":
         raise bad(f"{what} is an empty string")
     if "\x00" in value:
         raise bad(f"{what} contains a NUL character")
     if "\n" in value or "\r" in value:
         raise bad(f"{what} contains a line break")
-    if _SURROGATE.search(value):
+    if SURROGATE.search(value):
         raise bad(f"{what} contains an unpaired surrogate (not valid Unicode)")
     return value
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -397,8 +397,8 @@ def read_jsonl(
     line breaks (spaces are allowed: such tokens can be exported as JSONL but not as CoNLL).
     Blank lines are skipped. Limits as :func:`read_conll`.
     """
-    name = _source_name(source, name)
-    return list(_jsonl_sentences(_lines(_read_source(source, encoding, name)), name, missing,
+    name = source_name(source, name)
+    return list(_jsonl_sentences(text_lines(read_source(source, encoding, name)), name, missing,
                                  max_tokens, max_line_chars))
 
 
@@ -407,7 +407,7 @@ def iter_jsonl(source: Source, *, name: str | None = None, encoding: str = "utf-
                max_line_chars: int | None = None) -> Iterator[Sentence]:
     """:func:`read_jsonl` one sentence at a time, the input read a block at a time (as
     :func:`iter_conll`)."""
-    name = _source_name(source, name)
+    name = source_name(source, name)
     yield from _jsonl_sentences(iter_lines(source, encoding, name), name, missing, max_tokens,
                                 max_line_chars)
 
@@ -436,27 +436,27 @@ def _jsonl_sentences(lines: Iterable[str], name: str, missing: str, max_tokens: 
         except ValueError as exc:  # e.g. an integer with too many digits
             raise bad(f"invalid JSON: {exc}") from None
         if not isinstance(obj, dict):
-            raise bad(f"expected a JSON object, found {_json_type(obj)}")
+            raise bad(f"expected a JSON object, found {json_type(obj)}")
         if "tokens" not in obj:
             raise bad('missing "tokens"')
         sid = obj.get("id")
         if sid is not None:
             if isinstance(sid, bool) or not isinstance(sid, (str, int)):
-                raise bad(f'"id" must be a string or an integer, found {_json_type(sid)}')
+                raise bad(f'"id" must be a string or an integer, found {json_type(sid)}')
             if sid in seen_ids:
                 raise bad(f"duplicate sentence id {sid!r} (first on line {seen_ids[sid]})")
             seen_ids[sid] = lineno
         raw_tokens = obj["tokens"]
         if not isinstance(raw_tokens, list) or not raw_tokens:
-            found = "" if isinstance(raw_tokens, list) else f", found {_json_type(raw_tokens)}"
+            found = "" if isinstance(raw_tokens, list) else f", found {json_type(raw_tokens)}"
             raise bad(f'"tokens" must be a non-empty list{found}')
         limits.check_sentence_length(len(raw_tokens), token_limit, name, lineno)
         tokens: list[tuple[str, ...]] = []
         for j, tok in enumerate(raw_tokens):
             if isinstance(tok, str):
-                cols: tuple = (_json_string(tok, f"token {j + 1}", bad),)
+                cols: tuple = (json_string(tok, f"token {j + 1}", bad),)
             elif isinstance(tok, list) and tok:
-                cols = tuple(_json_string(c, f"token {j + 1}, column {k + 1}", bad)
+                cols = tuple(json_string(c, f"token {j + 1}, column {k + 1}", bad)
                              for k, c in enumerate(tok))
             else:
                 raise bad(f"token {j + 1} must be a string or a non-empty list of strings")
@@ -470,7 +470,7 @@ def _jsonl_sentences(lines: Iterable[str], name: str, missing: str, max_tokens: 
             labels: list[str | None] = [None] * len(tokens)
         else:
             if not isinstance(raw_labels, list):
-                raise bad(f'"labels" must be a list, found {_json_type(raw_labels)}')
+                raise bad(f'"labels" must be a list, found {json_type(raw_labels)}')
             if len(raw_labels) != len(tokens):
                 raise bad(f"{len(tokens)} tokens but {len(raw_labels)} labels")
             labels = []
@@ -478,12 +478,12 @@ def _jsonl_sentences(lines: Iterable[str], name: str, missing: str, max_tokens: 
                 if lab is None or lab == missing:
                     labels.append(None)
                 elif isinstance(lab, str):
-                    _json_string(lab, f"label {j + 1}", bad)
-                    if _SPACE.search(lab):
+                    json_string(lab, f"label {j + 1}", bad)
+                    if SPACE.search(lab):
                         raise bad(f"label {j + 1} {lab!r} contains whitespace")
                     labels.append(lab)
                 else:
-                    raise bad(f"label {j + 1} must be a string or null, found {_json_type(lab)}")
+                    raise bad(f"label {j + 1} must be a string or null, found {json_type(lab)}")
         yield Sentence(tokens, labels, lineno, sid)
         found = True
     if not found:
@@ -529,8 +529,8 @@ def read_text(
 ) -> list[Sentence]:
     """Read plain text: one sentence per line, whitespace-tokenised; blank lines skipped.
     Limits as :func:`read_conll`."""
-    name = _source_name(source, name)
-    return list(_text_sentences(_lines(_read_source(source, encoding, name)), name,
+    name = source_name(source, name)
+    return list(_text_sentences(text_lines(read_source(source, encoding, name)), name,
                                 max_tokens, max_line_chars))
 
 
@@ -538,7 +538,7 @@ def iter_text(source: Source, *, name: str | None = None, encoding: str = "utf-8
               max_tokens: int | None = None,
               max_line_chars: int | None = None) -> Iterator[Sentence]:
     """:func:`read_text` one sentence at a time, the input read a block at a time."""
-    name = _source_name(source, name)
+    name = source_name(source, name)
     yield from _text_sentences(iter_lines(source, encoding, name), name, max_tokens,
                                max_line_chars)
 
@@ -587,5 +587,5 @@ def read_any(
     if fmt == "text":
         return read_text(source, name=name, encoding=encoding, **lim)
     raise InputError(
-        f"unknown format {fmt!r} (expected conll, jsonl or text)", source=_source_name(source, name)
+        f"unknown format {fmt!r} (expected conll, jsonl or text)", source=source_name(source, name)
     )

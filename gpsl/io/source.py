@@ -17,13 +17,14 @@ from gpsl.errors import InputError
 Source = str | os.PathLike | bytes | bytearray | IO[str] | IO[bytes]
 
 _BOM = "\ufeff"
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --------------------------------------------------------------------------- decoding
 
 
-def _source_name(source: Any, name: str | None) -> str:
+def source_name(source: Any, name: str | None) -> str:
+    """The name a message gives ``source``: ``name`` if given, else its path or file name."""
     if name is not None:
         return str(name)
     if isinstance(source, (str, os.PathLike)):
@@ -111,7 +112,7 @@ def _read_pipe(path: Path, name: str) -> bytes:
         os.close(fd)
 
 
-def _read_source(source: Source, encoding: str, name: str) -> str:
+def read_source(source: Source, encoding: str, name: str) -> str:
     """Read ``source`` entirely and return its text with a BOM removed; InputError on failure.
 
     Refused with a one-line :class:`InputError`: a missing path, a directory or another
@@ -172,14 +173,14 @@ def _read_source(source: Source, encoding: str, name: str) -> str:
     nul = text.find("\x00")
     if nul >= 0:
         raise InputError("NUL byte in input (binary file?)", source=name, line=_line_of(text, nul))
-    sur = _SURROGATE.search(text)
+    sur = SURROGATE.search(text)
     if sur is not None:
         raise InputError("unpaired surrogate character (not valid Unicode text)", source=name,
                          line=_line_of(text, sur.start()))
     return text
 
 
-def _lines(text: str) -> list[str]:
+def text_lines(text: str) -> list[str]:
     """Split on LF, CRLF or lone CR (and nothing else, unlike ``str.splitlines``)."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -196,14 +197,14 @@ BLOCK = 1 << 20
 
 
 def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
-    """The lines :func:`_lines` gives of :func:`_read_source`'s text, read and decoded a block
+    """The lines :func:`text_lines` gives of :func:`read_source`'s text, read and decoded a block
     at a time from a path, a file object or bytes (as a file), with the same
     checks: the memory held is a block and a line, whatever the size of the file. A problem
     is found when its block is read (line numbers count LF, CRLF and lone CR)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         source = io.BytesIO(source)  # read a block at a time too: no whole text, no list
     elif not isinstance(source, (str, os.PathLike)) and not hasattr(source, "read"):
-        yield from _lines(_read_source(source, encoding, name))
+        yield from text_lines(read_source(source, encoding, name))
         return
     codec = _codec(encoding, name)
     if isinstance(source, (str, os.PathLike)):
@@ -244,7 +245,7 @@ def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
             else:
                 raise InputError("the file object returned neither text nor bytes",
                                  source=name)
-            if first and text:  # a BOM as _read_source drops it (bytes, then text)
+            if first and text:  # a BOM as read_source drops it (bytes, then text)
                 for drop in (codec.name.startswith("utf-8") and isinstance(block, bytes), True):
                     if drop and text.startswith(_BOM):
                         text = text[1:]
@@ -259,7 +260,7 @@ def iter_lines(source: Source, encoding: str, name: str) -> Iterator[str]:
             if nul >= 0:
                 raise InputError("NUL byte in input (binary file?)", source=name,
                                  line=lineno + buf.count("\n", 0, nul) + 1)
-            sur = _SURROGATE.search(buf)
+            sur = SURROGATE.search(buf)
             if sur is not None:
                 raise InputError("unpaired surrogate character (not valid Unicode text)",
                                  source=name, line=lineno + buf.count("\n", 0, sur.start()) + 1)

@@ -331,7 +331,7 @@ class Service:
         observed labels (a trusted annotator), so a few votes refine the model rather than
         replace what it learned."""
         from gpsl.crowd import CrowdGPSL
-        from gpsl.crowd.votes import Votes
+        from gpsl.crowd.vote_matrix import Votes
         from gpsl.io import CrowdSentence
 
         sents = [CrowdSentence([(w,) for w in toks], annotations=votes)

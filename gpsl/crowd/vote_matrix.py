@@ -153,7 +153,7 @@ class Votes:
         return np.split(flat, np.cumsum(self.lengths)[:-1])
 
 
-def _votes_from_frame(data) -> tuple[Votes, list]:
+def votes_from_frame(data) -> tuple[Votes, list]:
     """crowd-kit's long format: rows ``(task, worker, label)`` (a DataFrame or triples)."""
     if hasattr(data, "columns"):
         triples = list(zip(data["task"], data["worker"], data["label"]))

@@ -53,8 +53,8 @@ from pathlib import Path
 
 from gpsl import limits
 from gpsl.errors import InputError
-from gpsl.io import CrowdSentence
-from gpsl.io.source import _lines, _read_source
+from gpsl.io.crowd import CrowdSentence
+from gpsl.io.source import read_source, text_lines
 
 __all__ = ["AlignmentReport", "CrowdFolderError", "align_tokens", "find_split",
            "read_crowd_folder"]
@@ -144,10 +144,10 @@ def _parse_file(path: Path, encoding: str, labels: set[str] | None, max_line: in
     """Sentences of ``(token, label, line)`` of one ``token label`` file; InputError on a
     bad file (empty, binary, a line without a label, a malformed or unknown label)."""
     name = str(path)
-    text = _read_source(path, encoding, name)
+    text = read_source(path, encoding, name)
     sents: list[list[tuple[str, str, int]]] = []
     cur: list[tuple[str, str, int]] = []
-    for lineno, line in enumerate(_lines(text), start=1):
+    for lineno, line in enumerate(text_lines(text), start=1):
         limits.check_line_length(len(line), max_line, source=name, line=lineno)
         if not line.strip():
             if cur:
