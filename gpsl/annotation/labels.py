@@ -46,8 +46,7 @@ def refresh_derived(conn, sentence_id: int, tokens: Iterable[int], *,
     tokens = sorted(set(int(t) for t in tokens))
     if not tokens:
         return
-    cast = votes.of_tokens(conn, sentence_id, tokens)
-    adjudicated = votes.adjudicated_of(conn, sentence_id, tokens)
+    cast, adjudicated = votes.cast_and_decisions(conn, sentence_id, tokens)
     posterior = None
     if any(sum(v.source != "import" for v in vs) > 1 for vs in cast.values()):
         posterior = _posterior(projects.settings_of_sentence(conn, sentence_id)

@@ -36,6 +36,25 @@ def of_tokens(conn, sentence_id: int, tokens: list[int]) -> dict[int, list[Vote]
     return out
 
 
+def cast_and_decisions(conn, sentence_id: int, tokens: list[int]
+                       ) -> tuple[dict[int, list[Vote]], dict[int, str]]:
+    """:func:`of_tokens` and :func:`adjudicated_of` in one statement (a label write's
+    round trip fewer on PostgreSQL)."""
+    cast: dict[int, list[Vote]] = {t: [] for t in tokens}
+    decided: dict[int, str] = {}
+    for kind, t, ann, lab, src, at in conn.execute(text(
+            "SELECT 0 AS kind, token_index, annotator, label, source, updated_at FROM votes"
+            " WHERE sentence_id = :s AND token_index IN :ts UNION ALL"
+            " SELECT 1, token_index, NULL, label, NULL, NULL FROM adjudications"
+            " WHERE sentence_id = :s AND token_index IN :ts ORDER BY 1, 6, 3")
+            .bindparams(_TS), {"s": sentence_id, "ts": tokens}):
+        if kind == 0:
+            cast[t].append(Vote(ann, lab, src, at))
+        else:
+            decided[t] = lab
+    return cast, decided
+
+
 def of_annotator(conn, sentence_id: int, annotator: str) -> dict[int, tuple[str | None, str]]:
     """``{token: (label, source)}`` of one annotator's votes on a sentence."""
     return {r[0]: (r[1], r[2]) for r in conn.execute(text(
@@ -303,16 +322,21 @@ def derived_of(conn, sentence_id: int, tokens: Iterable[int]) -> dict[int, str |
 def write_derived(conn, sentence_id: int, derived: Mapping[int, Derived | None]) -> None:
     """Replace the derived labels of the tokens in ``derived`` and recount the sentence's
     labeled tokens."""
-    p = {"s": sentence_id, "ts": sorted(derived)}
-    conn.execute(text("DELETE FROM derived_labels WHERE sentence_id = :s AND token_index IN"
-                      " :ts").bindparams(_TS), p)
+    gone = sorted(t for t, d in derived.items() if d is None)
+    if gone:
+        conn.execute(text("DELETE FROM derived_labels WHERE sentence_id = :s AND token_index"
+                          " IN :ts").bindparams(_TS), {"s": sentence_id, "ts": gone})
     rows = [{"s": sentence_id, "t": t, "l": d.label, "src": d.source, "a": d.annotator}
-            for t, d in derived.items() if d is not None]
-    if rows:
-        conn.execute(text("INSERT INTO derived_labels (sentence_id, token_index, label, source,"
-                          " annotator) VALUES (:s, :t, :l, :src, :a)"), rows)
-    conn.execute(text("UPDATE sentences SET n_labeled = (SELECT COUNT(*) FROM derived_labels d"
-                      " WHERE d.sentence_id = :s) WHERE id = :s"), {"s": sentence_id})
+            for t, d in sorted(derived.items()) if d is not None]
+    if rows:  # one statement for a click's label (not a delete, then an insert)
+        conn.execute(text(
+            "INSERT INTO derived_labels (sentence_id, token_index, label, source, annotator)"
+            " VALUES (:s, :t, :l, :src, :a) ON CONFLICT (sentence_id, token_index) DO UPDATE"
+            " SET label = excluded.label, source = excluded.source,"
+            " annotator = excluded.annotator"), rows)
+    count = "(SELECT COUNT(*) FROM derived_labels d WHERE d.sentence_id = :s)"
+    conn.execute(text(f"UPDATE sentences SET n_labeled = {count} WHERE id = :s AND"
+                      f" n_labeled <> {count}"), {"s": sentence_id})  # unchanged: no trigger
 
 
 def labeled_tokens(conn, sentence_ids: list[int]) -> dict[int, list[int]]:
