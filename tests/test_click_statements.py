@@ -126,3 +126,34 @@ def test_one_statement_reads_give_what_the_views_give(store):
     np.testing.assert_array_equal(m, store.get_predictions(vid, [s])[s])
     np.testing.assert_array_equal(q, store.get_query_scores(vid, [s])[s])
     assert predictions.of_sentence(store.db, vid, other) == (None, None)
+
+
+def test_a_write_of_many_tokens_is_a_few_statements(store):
+    """A label write's votes and history rows are a statement each however many tokens it
+    sets (an accept, a span, keys sent together); the votes end as the last step left them,
+    every step keeps its history rows, ids in order, and Undo reverts the last step."""
+    pid = store.create_project("many", LABELS)
+    store.add_sentences(pid, [{"tokens": [f"w{t}" for t in range(40)]}])
+    sid = store.sentence_ids(pid)[0]
+    counts = {}
+    for n in (2, 30):
+        store.set_labels(sid, {t: None for t in range(40)}, "ann")  # none of ann's votes left
+        steps = [{t: "O" for t in range(n)}, {0: "B-PER", 1: None}, {0: "I-PER"}]
+        count = Counter()
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            ids = store.set_label_steps(sid, steps, "ann")
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+        counts[n] = len(count.statements)
+        assert ids == sorted(ids) and len(ids) == n + 3
+        own = store.sentence_view(sid, "ann")["own"]
+        assert own == ["I-PER", None] + ["O"] * (n - 2) + [None] * (40 - n)
+        rows = store.history(sentence_id=sid, annotator="ann", limit=n + 3)[::-1]
+        assert [r["id"] for r in rows] == ids
+        assert [(r["token_index"], r["old_label"], r["new_label"]) for r in rows[-3:]] == [
+            (0, "O", "B-PER"), (1, "O", None), (0, "B-PER", "I-PER")]
+        store.undo(pid, "ann")  # the last step only
+        assert store.sentence_view(sid, "ann")["own"][:3] == ["B-PER", None, "O" if n > 2
+                                                                    else None]
+    assert counts[30] == counts[2], counts

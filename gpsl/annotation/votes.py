@@ -84,6 +84,26 @@ def put(conn, sid: int, t: int, annotator: str, label: str | None, source: str |
             {"s": sid, "t": t, "a": annotator, "l": label, "src": source, "at": at})
 
 
+def put_many(conn, sid: int, annotator: str,
+             final: Mapping[int, tuple[str | None, str | None, str]]) -> None:
+    """Write ``annotator``'s votes on tokens of one sentence, ``{token: (label, source,
+    at)}`` (label None deletes the vote): one statement for the deletions and one
+    (executemany) for the others, whatever the number of tokens (:func:`put` is one)."""
+    gone = sorted(t for t, (lab, _src, _at) in final.items() if lab is None)
+    if gone:
+        conn.execute(text("DELETE FROM votes WHERE sentence_id = :s AND annotator = :a AND"
+                          " token_index IN :ts").bindparams(_TS),
+                     {"s": sid, "a": annotator, "ts": gone})
+    rows = [{"s": sid, "t": t, "a": annotator, "l": lab, "src": src, "at": at}
+            for t, (lab, src, at) in sorted(final.items()) if lab is not None]
+    if rows:
+        conn.execute(text(
+            "INSERT INTO votes (sentence_id, token_index, annotator, label, source, updated_at)"
+            " VALUES (:s, :t, :a, :l, :src, :at) ON CONFLICT (sentence_id, token_index,"
+            " annotator) DO UPDATE SET label = excluded.label, source = excluded.source,"
+            " updated_at = excluded.updated_at"), rows if len(rows) > 1 else rows[0])
+
+
 def votes_of(db: Database, sentence_id: int) -> list[dict]:
     """Every vote of a sentence: ``dict(token_index, annotator, label, source, updated_at)``."""
     return db.read(lambda conn: [dict(r._mapping) for r in conn.execute(text(
@@ -149,6 +169,28 @@ def add_history(conn, h: Mapping) -> int:
         "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
         " new_label, source, annotator, at, action, batch) VALUES (:p, :s, :t, :old, :new,"
         " :src, :a, :at, :action, :b) RETURNING id"), dict(h)).scalar_one()
+
+
+#: history rows written by one statement of :func:`add_history_many` (10 parameters a row)
+HISTORY_ROWS_A_STATEMENT = 500
+
+
+def add_history_many(conn, rows: list[Mapping]) -> list[int]:
+    """History rows (as :func:`add_history`) in one statement per
+    :data:`HISTORY_ROWS_A_STATEMENT`; returns their ids in the order of ``rows`` (ids are
+    given in insertion order, so the returned ids sorted are the rows' ids)."""
+    ids: list[int] = []
+    cols = ("p", "s", "t", "old", "new", "src", "a", "at", "action", "b")
+    for a in range(0, len(rows), HISTORY_ROWS_A_STATEMENT):
+        page = rows[a:a + HISTORY_ROWS_A_STATEMENT]
+        values = ", ".join("(" + ", ".join(f":{c}{i}" for c in cols) + ")"
+                           for i in range(len(page)))
+        args = {f"{c}{i}": row[c] for i, row in enumerate(page) for c in cols}
+        ids += sorted(r[0] for r in conn.execute(text(
+            "INSERT INTO annotation_history (project_id, sentence_id, token_index, old_label,"
+            " new_label, source, annotator, at, action, batch) VALUES " + values
+            + " RETURNING id"), args))
+    return ids
 
 
 def batches_present(conn, annotator: str, batches) -> set[str]:
