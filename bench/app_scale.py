@@ -258,32 +258,93 @@ def phase_pages(job: dict) -> dict:
     return {"pages": pages, **_clicks(at, store, job), "peak_mb": _peak_mb()}
 
 
+class _Statements:
+    """The SQL statements a block runs (SQLAlchemy's ``before_cursor_execute``), the time
+    spent in them (after - before: the database's work and the round trips; the driver's
+    part included) and the transactions committed (on PostgreSQL, the write transactions:
+    reads run in autocommit; each adds a BEGIN and a COMMIT round trip)."""
+
+    def __init__(self):
+        self.n = self.commits = 0
+        self.seconds = 0.0
+
+    def _before(self, conn, cursor, statement, params, context, executemany):
+        self.n += 1
+        conn.info["bench_t0"] = time.perf_counter()
+
+    def _after(self, conn, cursor, statement, params, context, executemany):
+        self.seconds += time.perf_counter() - conn.info.pop("bench_t0", time.perf_counter())
+
+    def _commit(self, conn):
+        self.commits += 1
+
+    def __enter__(self):
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        self.n = self.commits = 0
+        self.seconds = 0.0
+        event.listen(Engine, "before_cursor_execute", self._before)
+        event.listen(Engine, "after_cursor_execute", self._after)
+        event.listen(Engine, "commit", self._commit)
+        return self
+
+    def __exit__(self, *exc):
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        event.remove(Engine, "before_cursor_execute", self._before)
+        event.remove(Engine, "after_cursor_execute", self._after)
+        event.remove(Engine, "commit", self._commit)
+
+
 def _clicks(at, store, job: dict) -> dict:
     """``job['clicks']`` label clicks and the Nexts between them on the Annotate page of
-    ``at`` (p50/p95 wall and CPU ms, a full script run each)."""
+    ``at`` (p50/p95 wall and CPU ms, a full script run each; the SQL statements of each,
+    the time in them and the transactions committed; ``samples``: every figure)."""
     at.switch_page("pages/annotate.py").run()
     state_key = f"annotate_{job['pid']}"
-    label, nxt, label_cpu, next_cpu = [], [], [], []
-    rng = np.random.default_rng(1)
-    while len(label) < job["clicks"] and not at.exception:
+    samples: dict[str, list[float]] = {k: [] for k in (
+        "label", "label_cpu", "label_statements", "label_sql", "label_commits",
+        "next", "next_cpu", "next_statements", "next_sql", "next_commits")}
+    rng = np.random.default_rng(job.get("seed", 1))
+
+    def timed(kind: str, element) -> None:
+        with _Statements() as sql:
+            start, cpu = time.perf_counter(), time.process_time()
+            element.run()
+            samples[kind].append(time.perf_counter() - start)
+            samples[kind + "_cpu"].append(time.process_time() - cpu)
+        samples[kind + "_statements"].append(sql.n)
+        samples[kind + "_sql"].append(sql.seconds)
+        samples[kind + "_commits"].append(sql.commits)
+
+    while len(samples["label"]) < job["clicks"] and not at.exception:
         sid = at.session_state[state_key]["current"]
         n = len(store.get_sentence(sid)["tokens"])
         for t in range(0, n, max(1, n // 3)):
-            if len(label) >= job["clicks"]:
+            if len(samples["label"]) >= job["clicks"]:
                 break
             at.button(key=f"tok_{t}").click().run()
             k = int(rng.integers(9))
-            start, cpu = time.perf_counter(), time.process_time()
-            at.button(key=f"lab_{k}").click().run()
-            label.append(time.perf_counter() - start)
-            label_cpu.append(time.process_time() - cpu)
-        start, cpu = time.perf_counter(), time.process_time()
-        at.button(key="next").click().run()
-        nxt.append(time.perf_counter() - start)
-        next_cpu.append(time.process_time() - cpu)
-    return {"label_click_ms": _ms(label), "next_ms": _ms(nxt),
-            "label_click_cpu_ms": _ms(label_cpu), "next_cpu_ms": _ms(next_cpu),
+            timed("label", at.button(key=f"lab_{k}").click())
+        timed("next", at.button(key="next").click())
+    return {**_summary(samples), "samples": samples,
             "click_error": str(at.exception[0].message) if at.exception else None}
+
+
+def _summary(samples: dict[str, list[float]]) -> dict:
+    """p50/p95 of :func:`_clicks`' samples (ms; statements and commits as counts)."""
+    out = {}
+    for kind, name in (("label", "label_click"), ("next", "next")):
+        out[f"{name}_ms"] = _ms(samples[kind])
+        out[f"{name}_cpu_ms"] = _ms(samples[kind + "_cpu"])
+        out[f"{name}_sql_ms"] = _ms(samples[kind + "_sql"])
+        for what in ("statements", "commits"):
+            got = samples[kind + "_" + what]
+            out[f"{name}_{what}"] = {"min": min(got), "median": statistics.median(got),
+                                     "max": max(got)} if got else {}
+    return out
 
 
 def phase_clicks(job: dict) -> dict:

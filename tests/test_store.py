@@ -89,6 +89,20 @@ def test_schema_wal_and_version(store, tmp_path):
         Store(junk)
 
 
+def test_listed_sentence_counts_are_the_kept_counts(store):
+    """``list_projects``' n_sentences (summed from project_progress, not counted) is every
+    sentence of the project, both splits, per project, also after a project is removed."""
+    a = store.create_project("a", ["O", "B-PER"])
+    b = store.create_project("b", ["O"])
+    store.add_sentences(a, [{"tokens": words(3), "labels": ["O", None, "B-PER"]}] * 4)
+    store.add_sentences(a, [{"tokens": words(2)}] * 3, split="heldout")
+    store.add_sentences(b, [{"tokens": words(1)}] * 2)
+    listed = {q["id"]: q["n_sentences"] for q in store.list_projects()}
+    assert listed == {a: 7, b: 2} == {p: store.sentence_count(p) for p in (a, b)}
+    store.delete_project(a)
+    assert [(q["id"], q["n_sentences"]) for q in store.list_projects()] == [(b, 2)]
+
+
 def test_project_crud(store):
     pid = store.create_project("news", ["B-PER", "I-PER", "O"], "U00:%x[0,0]\n", [-1, 1],
                                settings={"a": 1})

@@ -57,8 +57,7 @@ def refresh_derived(conn, sentence_id: int, tokens: Iterable[int], *,
     tokens = sorted(set(int(t) for t in tokens))
     if not tokens:
         return
-    cast = votes.of_tokens(conn, sentence_id, tokens)
-    adjudicated = votes.adjudicated_of(conn, sentence_id, tokens)
+    cast, adjudicated = votes.cast_and_decisions(conn, sentence_id, tokens)
     posterior = None
     if any(sum(v.source != "import" for v in vs) > 1 for vs in cast.values()):
         posterior = _posterior(projects.settings_of_sentence(conn, sentence_id)
@@ -121,7 +120,7 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
         label_set, settings = loads(info["labels"]), loads(info["settings"], {})
         n = info["n_tokens"]
         mine = votes.of_annotator(conn, sentence_id, annotator)
-        written, hist, touched = datetime.now(UTC), [], set()
+        written, hist, touched, final = datetime.now(UTC), [], set(), {}
         where = f"sentence {sentence_id}"
         done = votes.batches_present(conn, annotator, names)
         for step, age, name in zip(steps, ages, names):
@@ -140,7 +139,7 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
                 old, old_source = mine.get(t, (None, None))
                 if t in mine and lab is not None and lab == old and old_source == source:
                     continue  # no change
-                votes.put(conn, sentence_id, t, annotator, lab, source, at)
+                final[t] = (lab, source, at)  # the vote after every step, written once
                 hist.append({"p": info["project_id"], "s": sentence_id, "t": t, "old": old,
                              "new": lab, "src": None if lab is None else source,
                              "a": annotator, "at": at,
@@ -150,7 +149,8 @@ def set_steps(db: Database, sentence_id: int, steps: Sequence[Mapping[int, str |
                 else:
                     mine[t] = (lab, source)
                 touched.add(t)
-        ids = [votes.add_history(conn, h) for h in hist]
+        votes.put_many(conn, sentence_id, annotator, final)
+        ids = votes.add_history_many(conn, hist)
         refresh_derived(conn, sentence_id, touched, settings=settings)
         return Written(ids, info["project_id"], settings.get("keep_training") or {})
 

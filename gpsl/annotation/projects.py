@@ -206,9 +206,15 @@ def ensure_sample(db: Database, sample_dir) -> int:
 
 
 def list_all(db: Database) -> list[dict]:
+    """Every project with ``n_sentences``, its sentences of both splits, summed from the
+    kept counts (``project_progress``, schema 8) rather than counted: every page run reads
+    this list, and counting 100,000 sentences cost 2.4 ms on SQLite and 40 ms on
+    PostgreSQL, most of it JIT-compiling the count (the planner guessed a few hundred
+    projects, so it judged the query big; as a join to the grouped sums, it does not)."""
     return db.read(lambda conn: [as_dict(r) for r in conn.execute(text(
-        "SELECT p.*, (SELECT COUNT(*) FROM sentences s WHERE s.project_id = p.id)"
-        " AS n_sentences FROM projects p ORDER BY p.id"))], single=True)
+        "SELECT p.*, COALESCE(g.n, 0) AS n_sentences FROM projects p LEFT JOIN"
+        " (SELECT project_id, SUM(n_sentences) AS n FROM project_progress"
+        " GROUP BY project_id) g ON g.project_id = p.id ORDER BY p.id"))], single=True)
 
 
 def get(db: Database, project_id: int) -> dict | None:

@@ -49,10 +49,16 @@ def _order_by(score: str | None, holders: str | None = None) -> str:
     return " ORDER BY " + ", ".join(terms + ["s.position"])
 
 
-def _segments(db: Database, version: int | None, skipper: bool,
+#: the project ``:p``'s active model version, inside the queue's statements (a read of it
+#: first would be one more round trip on PostgreSQL; without one, no prediction matches)
+ACTIVE = "(SELECT id FROM model_versions WHERE project_id = :p AND active = 1)"
+
+
+def _segments(db: Database, scored: bool, skipper: bool,
               holders: str | None = None) -> list[tuple[str, str, str]]:
     """:func:`_order_by` as consecutive parts, each ``(FROM, WHERE, ORDER BY)`` over ``s``
-    (sentences), ``p`` (the prediction under version ``:v``) and ``k`` (``:a``'s skips),
+    (sentences), ``p`` (``scored``: the prediction under the active version,
+    :data:`ACTIVE`) and ``k`` (``:a``'s skips),
     so that each is an index walk stopped by its LIMIT, not a sort of every sentence
     (schema 8): the sentences not skipped with a queue score, by score (the index
     ``predictions_by_queue`` walked from the highest), then those without one, by position
@@ -62,15 +68,16 @@ def _segments(db: Database, version: int | None, skipper: bool,
     h = f"{holders} DESC, " if holders else ""
     unskipped = ("NOT EXISTS (SELECT 1 FROM skips k WHERE k.sentence_id = s.id AND"
                  " k.annotator = :a)")
-    pred = ("LEFT JOIN predictions p ON p.sentence_id = s.id AND p.model_version_id = :v"
-            if version is not None else "")
-    if version is None:
+    pred = (f"LEFT JOIN predictions p ON p.sentence_id = s.id AND p.model_version_id = {ACTIVE}"
+            if scored else "")
+    if not scored:
         parts = [("sentences s", unskipped, f"{h}s.position")]
         skipped_order = f"k.at, {h}s.position"
     else:
         hint = " INDEXED BY predictions_by_queue" if db.dialect == "sqlite" else ""
         parts = [(f"predictions p{hint} JOIN sentences s ON s.id = p.sentence_id",
-                  f"p.model_version_id = :v AND p.queue_score IS NOT NULL AND {unskipped}",
+                  f"p.model_version_id = {ACTIVE} AND p.queue_score IS NOT NULL AND"
+                  f" {unskipped}",
                   f"p.queue_score DESC, {h}s.position"),
                  (f"sentences s {pred}", f"p.queue_score IS NULL AND {unskipped}",
                   f"{h}s.position")]
@@ -131,10 +138,9 @@ def queue(db: Database, project_id: int, order: str = "uncertainty",
         return []
 
     def tx(conn):
-        version = _active_version(conn, project_id) if order == "uncertainty" else None
-        return _walk(conn, _segments(db, version, annotator is not None),
+        return _walk(conn, _segments(db, order == "uncertainty", annotator is not None),
                      "s.project_id = :p AND s.split = 'train' AND s.n_labeled < s.n_tokens",
-                     {"a": annotator, "p": project_id, "v": version}, limit)
+                     {"a": annotator, "p": project_id}, limit)
 
     return db.read(tx)
 
@@ -237,7 +243,6 @@ def route(db: Database, project_id: int, annotator: str, order: str = "uncertain
                 conn.execute(text("UPDATE leases SET expires_at = :u WHERE sentence_id = :s"
                                   " AND annotator = :a"), {"u": until, "s": sid, "a": annotator})
                 return sid
-        version = _active_version(conn, project_id) if order == "uncertainty" else None
         holders = _holders_sql(db)
         if k == 1:
             need = "s.n_labeled < s.n_tokens"
@@ -246,8 +251,8 @@ def route(db: Database, project_id: int, annotator: str, order: str = "uncertain
                     " m.annotator = :a AND m.source <> 'import') AND (s.n_labeled < s.n_tokens"
                     " OR EXISTS (SELECT 1 FROM votes o WHERE o.sentence_id = s.id AND"
                     " o.annotator <> :a AND o.source <> 'import'))")
-        args = {"a": annotator, "p": project_id, "now": at, "k": k, "v": version}
-        parts = _segments(db, version, True, holders if k > 1 else None)
+        args = {"a": annotator, "p": project_id, "now": at, "k": k}
+        parts = _segments(db, order == "uncertainty", True, holders if k > 1 else None)
         where = (f"s.project_id = :p AND s.split = 'train' AND {need} AND {holders} < :k")
         pick = None
         if exclude:

@@ -122,15 +122,15 @@ def set_gold(db: Database, sentence_id: int, labels: Sequence[str | None]) -> No
 
 def info_row(conn, sentence_id: int, lock: str = ""):
     """``id, project_id, n_tokens, split, tokens, labels, settings`` (the project's label
-    set and its settings, JSON)."""
+    set and its settings, JSON); ``lock`` (PostgreSQL's `` FOR UPDATE``): the sentence's row
+    is locked by the same statement (``FOR UPDATE OF s``), serialising the label writers of
+    one sentence."""
     r = conn.execute(text(
         "SELECT s.id, s.project_id, s.n_tokens, s.split, s.tokens, p.labels, p.settings"
-        " FROM sentences s JOIN projects p ON p.id = s.project_id WHERE s.id = :s"),
-        {"s": sentence_id}).first()
+        " FROM sentences s JOIN projects p ON p.id = s.project_id WHERE s.id = :s"
+        + (f"{lock} OF s" if lock else "")), {"s": sentence_id}).first()
     if r is None:
         raise NotFoundError(f"no sentence with id {sentence_id}")
-    if lock:  # PostgreSQL: serialise the label writers of one sentence
-        conn.execute(text("SELECT id FROM sentences WHERE id = :s" + lock), {"s": sentence_id})
     return r._mapping
 
 
@@ -163,25 +163,35 @@ def get(db: Database, sentence_id: int) -> dict | None:
     (per token ``{annotator: label}``) and ``gold`` (list, or None without gold)."""
     d = db.read(lambda conn: _get(conn, sentence_id))
     if d is not None:
-        del d["_votes"]
+        del d["_votes"], d["_settings"]
     return d
 
 
 def _get(conn, sentence_id: int) -> dict | None:
     """:func:`get` inside a read transaction; its ``_votes`` hold every vote row
-    ``(token_index, annotator, label, source, updated_at)``, oldest first."""
-    r = conn.execute(text(f"SELECT {_COLS} FROM sentences s WHERE s.id = :s"),
+    ``(token_index, annotator, label, source, updated_at)``, oldest first, and
+    ``_settings`` the project's settings (JSON).  Two statements (each a round trip on
+    PostgreSQL, twice a page run): the sentence with its project's settings, then its
+    derived labels, votes and gold labels as one list, each row tagged by its table."""
+    r = conn.execute(text(f"SELECT {_COLS}, p.settings FROM sentences s JOIN projects p"
+                          " ON p.id = s.project_id WHERE s.id = :s"),
                      {"s": sentence_id}).first()
     if r is None:
         return None
-    p = {"s": sentence_id}
-    labels = conn.execute(text("SELECT token_index, label, source, annotator FROM"
-                               " derived_labels WHERE sentence_id = :s"), p).fetchall()
-    votes = conn.execute(text("SELECT token_index, annotator, label, source, updated_at"
-                              " FROM votes WHERE sentence_id = :s ORDER BY updated_at"),
-                         p).fetchall()
-    gold = conn.execute(text("SELECT token_index, label FROM gold_labels"
-                             " WHERE sentence_id = :s"), p).fetchall()
+    labels, votes, gold = [], [], []
+    for kind, t, lab, src, ann, at in conn.execute(text(
+            "SELECT 0 AS kind, token_index, label, source, annotator, NULL AS at"
+            " FROM derived_labels WHERE sentence_id = :s UNION ALL"
+            " SELECT 1, token_index, label, source, annotator, updated_at FROM votes"
+            " WHERE sentence_id = :s UNION ALL"
+            " SELECT 2, token_index, label, NULL, NULL, NULL FROM gold_labels"
+            " WHERE sentence_id = :s ORDER BY 1, 6"), {"s": sentence_id}):
+        if kind == 0:
+            labels.append((t, lab, src, ann))
+        elif kind == 1:
+            votes.append((t, ann, lab, src, at))
+        else:
+            gold.append((t, lab))
     m = r._mapping
     d = _as_dict(m, labels)
     d["votes"] = [{} for _ in range(m["n_tokens"])]
@@ -192,7 +202,8 @@ def _get(conn, sentence_id: int) -> dict | None:
         d["gold"] = [None] * m["n_tokens"]
         for t, lab in gold:
             d["gold"][t] = lab
-    d["_votes"] = [tuple(v) for v in votes]
+    d["_votes"] = votes
+    d["_settings"] = m["settings"]
     return d
 
 
@@ -419,17 +430,10 @@ def view(db: Database, sentence_id: int, annotator: str, blind: bool | None = No
     holds only the annotator's vote and the imported labels (``hidden_since``: per hidden
     token, the time of the latest vote that hides it).  Otherwise ``labels`` are the
     derived training labels and ``votes`` every vote."""
-    def tx(conn):
-        d = _get(conn, sentence_id)
-        if d is None:
-            return d, {}
-        settings = conn.execute(text("SELECT settings FROM projects WHERE id = :p"),
-                                {"p": d["project_id"]}).scalar_one()
-        return d, loads(settings, {})
-
-    d, settings = db.read(tx)
+    d = db.read(lambda conn: _get(conn, sentence_id))
     if d is None:
         return None
+    settings = loads(d.pop("_settings"), {})
     rows = [(t, ann, lab, src) for t, ann, lab, src, _at in d["_votes"]]
     others_at: dict[int, str] = {}
     for t, ann, _lab, src, at in d.pop("_votes"):
