@@ -10,6 +10,7 @@ backslash-escaped, ``< > &`` as entities), and every HTML string HTML-escaped (`
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -273,8 +274,9 @@ def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
     def busy(*args, **kwargs):
         raise StoreBusyError("the annotation store stayed busy for 30 s; try again")
 
-    monkeypatch.setattr(Store, "set_labels", busy)
-    monkeypatch.setattr(Store, "set_label_steps", busy)  # the page's writes of key presses
+    monkeypatch.setattr(Store, "set_labels", functools.wraps(Store.set_labels)(busy))
+    # the page's writes of key presses (the stand-ins keep the methods' permissions)
+    monkeypatch.setattr(Store, "set_label_steps", functools.wraps(Store.set_label_steps)(busy))
     at.button(key="tok_1").click().run()
     at.button(key="lab_1").click().run()
     assert not at.exception
@@ -286,10 +288,12 @@ def test_a_busy_store_is_a_message_not_a_traceback(db, monkeypatch):
 BUSY = "the annotation store stayed busy for 30 s; try again"
 
 
-def _raising(exc):
+def _raising(exc, like=None):
+    """A stand-in that raises ``exc``; ``like``: the facade method it replaces, whose
+    permission declaration it keeps (an undeclared method is refused to everyone)."""
     def method(*args, **kwargs):
         raise exc
-    return method
+    return method if like is None else functools.wraps(like)(method)
 
 
 def _errors(at: AppTest) -> list[str]:
@@ -339,18 +343,21 @@ def test_project_page_actions_show_store_errors_as_one_line(db, monkeypatch):
 
     store, pid = tiny_project(db)
     at = app()
-    monkeypatch.setattr(Store, "update_project", _raising(StoreBusyError(BUSY)))
+    monkeypatch.setattr(Store, "update_project",
+                        _raising(StoreBusyError(BUSY), like=Store.update_project))
     next(b for b in at.button if b.label == "Save settings").click().run()
     assert _errors(at) == [f"Settings not saved: {BUSY}"]
 
-    monkeypatch.setattr(Store, "delete_project", _raising(StoreBusyError(BUSY)))
+    monkeypatch.setattr(Store, "delete_project",
+                        _raising(StoreBusyError(BUSY), like=Store.delete_project))
     at.checkbox(key="confirm_delete").check().run()
     next(b for b in at.button if b.label == "Delete project").click().run()
     assert _errors(at) == [f"Project not deleted: {BUSY}"]
     assert store.get_project(pid) is not None
 
     monkeypatch.setattr(Store, "create_sample_copy", _raising(
-        InputError("a project named 'tiny' already exists", source="<project>")))
+        InputError("a project named 'tiny' already exists", source="<project>"),
+        like=Store.create_sample_copy))
     at.button(key="create_sample").click().run()
     assert _errors(at) == ["Project not created: a project named 'tiny' already "
                            "exists"]
