@@ -51,6 +51,7 @@ def test_the_next_click_runs_on_the_spare_and_gets_the_same_result(project):
     assert v2["status"] == "done", v2["error"]
     assert _spare_pid() not in (None, spare)  # and another waits for the next click
     # the spare's run is the worker's run: its output in the version's log, the same model
+    psutil.Process(spare).wait(timeout=limit(60))  # it prints its last line after the status
     log = pipeline.log_file(root, pid, second).read_text()
     assert f"version {second}: done" in log
     assert v2["metrics"]["train_labeled_tokens"] == v1["metrics"]["train_labeled_tokens"]
