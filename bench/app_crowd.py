@@ -9,7 +9,7 @@ directory: the folder read and aligned (``gpsl.annotation.read_crowd_upload``), 
 project with the crowd model fitted and the project's training rule set
 (``Store.create_crowd_project``: 46 workers, the held-out documents' gold as held-out gold;
 the rule ``joint``: each training run fits the joint crowd model and trains the tagger on its
-posterior q(y), :mod:`gpsl.annotation.joint_labels`), then one training run by the real
+posterior q(y), :mod:`gpsl.annotation.training.joint_labels`), then one training run by the real
 worker process (``Store.start_training``, ``python -m gpsl.annotation.worker``) from the
 start to the stored predictions. The run's phases are timed from its progress file (polled
 every 0.2 s); CPU seconds are the worker's (and its children's), from
@@ -50,7 +50,7 @@ def _children_cpu() -> float:
 
 
 def import_project(store, data: Path, heldout: float) -> tuple[int, dict]:
-    from gpsl.annotation import crowd_folders
+    from gpsl.annotation.interchange import crowd_folders
 
     wall, cpu = time.perf_counter(), time.process_time()
     folder = crowd_folders.read_path(data)
@@ -68,7 +68,7 @@ def import_project(store, data: Path, heldout: float) -> tuple[int, dict]:
 
 
 def train(store, pid: int) -> dict:
-    from gpsl.annotation import jobs, pipeline
+    from gpsl.annotation.training import jobs, pipeline
 
     cpu0 = _children_cpu()
     wall0 = time.perf_counter()

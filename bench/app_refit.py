@@ -29,7 +29,7 @@ worker process (``python -m gpsl.annotation.worker``, the real path), and the be
 the version is done and its predictions are stored.
 
 Per phase, wall and CPU seconds from the worker's progress record
-(:class:`gpsl.annotation.runs.Progress`: CPU of the worker and its ended children):
+(:class:`gpsl.annotation.training.runs.Progress`: CPU of the worker and its ended children):
 start-up (click to the worker's first record; its CPU: interpreter, imports, store),
 load, fit, calibration, predictions + query scores, store (the prediction rows, the model
 folder, the version's finish). Medians over the repeats; the first (cold) run is shown
@@ -203,7 +203,8 @@ def label_batch(store, pid: int, truth: dict, batch: int) -> int:
 def click(store, pid: int, poll: float = 0.05) -> dict:
     """The Train page's Start training (its default settings), then wait for the stored
     predictions; the progress record's phases, the click's wall seconds and the version."""
-    from gpsl.annotation import TrainConfig, jobs, runs
+    from gpsl.annotation import TrainConfig
+    from gpsl.annotation.training import jobs, runs
 
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     t_epoch, t0 = time.time(), time.perf_counter()
@@ -244,7 +245,7 @@ def click(store, pid: int, poll: float = 0.05) -> dict:
 def _tree_pss(version_id: int) -> int:
     """The proportional set size of the worker of ``version_id`` and its children (bytes;
     shared pages counted once in all), 0 when it is gone."""
-    from gpsl.annotation import jobs
+    from gpsl.annotation.training import jobs
 
     proc = (jobs._WORKERS.get(version_id) or (None,))[0]
     if proc is None:
@@ -396,8 +397,8 @@ def report(result: dict) -> str:
     lines += [
         "Rows: start-up = click to the worker's first progress record (its CPU: interpreter, "
         "imports, opening the store); predictions + query scores = every sentence's marginals "
-        "and the queue's scores, in chunks on every core (gpsl.annotation.pool); store = the "
-        "prediction rows (one transaction a chunk), the model folder and the version's finish; "
+        "and the queue's scores, in chunks on every core (gpsl.annotation.training.pool); store = "
+        "the prediction rows (one transaction a chunk), the model folder and the version's finish; "
         "the rows' CPU are the worker's and its ended children's (the click's row: the whole "
         "worker process tree, from its exit status).",
         "",

@@ -135,7 +135,8 @@ def phase_import(job: dict) -> dict:
 
 
 def phase_train(job: dict) -> dict:
-    from gpsl.annotation import Store, jobs, pipeline
+    from gpsl.annotation import Store
+    from gpsl.annotation.training import jobs, pipeline
 
     _env(job)
     store = Store(job["db"])
@@ -182,7 +183,8 @@ def phase_team(job: dict) -> dict:
     dict per vote (``team_votes``, ``agreement``, ``annotator_stats``, ``conflicts``)."""
     from sqlalchemy import text
 
-    from gpsl.annotation import Store, label_writes
+    from gpsl.annotation import Store
+    from gpsl.annotation.labeling import label_writes
 
     _env(job)
     store = Store(job["db"])

@@ -16,7 +16,8 @@ parent holds the generated file).
 * **before**: the code of ``--before`` (default: the merge base of HEAD and ``main``),
   extracted with ``git archive`` into a temporary folder: ``Store.parse_upload`` (every
   sentence in a list), ``summarize``, ``unknown_labels``, ``import_sentences(list)``;
-* **after**: this checkout: ``Store.open_upload`` (:class:`gpsl.annotation.imports.Upload`),
+* **after**: this checkout: ``Store.open_upload``
+(:class:`gpsl.annotation.interchange.imports.Upload`),
   its ``summary()`` and ``unknown_labels``, ``import_sentences(upload)`` (2,000 sentences at
   a time in one transaction).
 
@@ -57,7 +58,8 @@ def peak():  # VmHWM: this process image's own high-water mark (ru_maxrss keeps 
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from gpsl.annotation import Store
-from gpsl.annotation import imports as imp
+import gpsl.annotation as ann
+imp = getattr(ann, "interchange", ann).imports  # before the sub-packages too
 out = {"gpsl": __import__("gpsl").__file__, "start_mb": peak(), "start_cpu_s": cpu()}
 store = Store(job["db"])
 store.set_store_limits(upload_mb=200)  # the lead raises the limit: the file is over 20 MB

@@ -31,7 +31,8 @@ SAMPLE = REPO / "sample_data"
 
 
 def gpsl_run(tmp: Path, repeat: int) -> dict:
-    from gpsl.annotation import Store, jobs, pipeline
+    from gpsl.annotation import Store
+    from gpsl.annotation.training import jobs, pipeline
 
     store = Store(tmp / f"run{repeat}.sqlite3", models_root=tmp / f"models{repeat}")
     try:
@@ -55,7 +56,7 @@ def gpsl_run(tmp: Path, repeat: int) -> dict:
 
 def crfsuite_run() -> dict:
     from bench.peers import fit_peer
-    from gpsl.annotation.projects import split_heldout
+    from gpsl.annotation.corpus.projects import split_heldout
     from gpsl.features import Template
     from gpsl.io import read_conll
 

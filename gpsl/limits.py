@@ -14,7 +14,7 @@ upload size (app)    20 MB (MiB)     ``GPSL_MAX_UPLOAD_MB``   a lead, per store 
 A lead may set the upload size and the tokens per sentence of a store in the app (Project
 page), within a hard ceiling set when the server starts: ``GPSL_UPLOAD_CEILING_MB`` (default
 200, Streamlit's own ``server.maxUploadSize``) and ``GPSL_TOKENS_CEILING`` (default 10,000)
-(:func:`upload_ceiling_mb`, :func:`tokens_ceiling`, :mod:`gpsl.annotation.store_limits`).
+(:func:`upload_ceiling_mb`, :func:`tokens_ceiling`, :mod:`gpsl.annotation.store.store_limits`).
 
 An explicit argument wins over the environment variable, which wins over the default. ``0`` means
 "no limit". The Streamlit server has its own, larger cap (``server.maxUploadSize`` in

@@ -141,7 +141,7 @@ with settings_col:
         if keep.on:
             st.caption(f"Keep training is on: {keep.new_labels:,} of {keep.every:,} new "
                        "labels since the last run began.")
-        if keep.error:  # logged by the back end (gpsl.annotation.jobs) when it happened
+        if keep.error:  # logged by the back end (gpsl.annotation.training.jobs) when it happened
             st.warning(md_text(f"Keep training could not start a run: {keep.error}"),
                        icon=":material/warning:")
     with _ui.guard("Cannot read the team settings"):

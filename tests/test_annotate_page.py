@@ -287,7 +287,7 @@ def test_guidelines_and_token_history(db, monkeypatch):
     panel = "\n".join(m.value for m in at.markdown if "tester" in m.value)
     assert "undid: back to no label" in panel and "~~" in panel
 
-    from gpsl.annotation import projects  # what the facade and the reports read through
+    from gpsl.annotation.corpus import projects  # what the facade and the reports read through
 
     original = projects.get
 
@@ -306,7 +306,7 @@ def test_guidelines_and_token_history(db, monkeypatch):
 
 
 def test_view_helpers():
-    from gpsl.annotation.rules import next_unlabeled, opening_token
+    from gpsl.annotation.labeling.rules import next_unlabeled, opening_token
 
     assert _format.safe_markdown("a <b> & ![i](u)") == "a &lt;b&gt; &amp; !\\[i](u)"
     assert _format.marked_text(["a", "*b*", "c"], [1]) == "a **\\*b\\*** c"
@@ -325,8 +325,8 @@ def test_view_helpers():
 def test_the_queue_names_its_strategy():
     from gpsl.active import QUERY_SCORES
     from gpsl.annotation import Version, queue_strategy
+    from gpsl.annotation.labeling.rules import opening_token
     from gpsl.annotation.reports import token_views
-    from gpsl.annotation.rules import opening_token
 
     assert _text.queue_caption("bald") == f"Queue: BALD — {QUERY_SCORES['bald']}"
     assert _text.queue_caption("least_confidence") == \

@@ -22,9 +22,10 @@ from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from gpsl import active  # noqa: E402
-from gpsl.annotation import SAMPLE_PROJECT_NAME, Store, jobs, pipeline, spares  # noqa: E402
-from gpsl.annotation import exports as exp  # noqa: E402
-from gpsl.annotation import imports as imp  # noqa: E402
+from gpsl.annotation import SAMPLE_PROJECT_NAME, Store  # noqa: E402
+from gpsl.annotation.interchange import exports as exp  # noqa: E402
+from gpsl.annotation.interchange import imports as imp  # noqa: E402
+from gpsl.annotation.training import jobs, pipeline, spares  # noqa: E402
 from gpsl.io import read_conll  # noqa: E402
 from pages import _chips, _format, _text  # noqa: E402
 

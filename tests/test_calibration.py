@@ -254,7 +254,7 @@ def test_cross_calibration_never_uses_a_sentence_to_calibrate_itself():
 
 
 def test_cross_refit_calibrates_each_half_by_the_previous_choice_refitted_on_the_other():
-    """The app's refit between selections (gpsl.annotation.refit): the held-out marginals
+    """The app's refit between selections (gpsl.annotation.training.refit): the held-out marginals
     of each half come from :func:`refit_like` of the previous choice on the other half only."""
     sc = _scores_case(seed=3, n_sent=40)
     truth = sc.marginals("mean", 3.0, 3.0)

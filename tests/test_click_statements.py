@@ -21,9 +21,10 @@ if str(ROOT) not in sys.path:
 from _limits import limit  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl.annotation import Store, predictions, sentences  # noqa: E402
-from gpsl.annotation import votes as vote_rows  # noqa: E402
-from gpsl.annotation.db import now  # noqa: E402
+from gpsl.annotation import Store  # noqa: E402
+from gpsl.annotation.corpus import predictions, sentences  # noqa: E402
+from gpsl.annotation.labeling import votes as vote_rows  # noqa: E402
+from gpsl.annotation.store.db import now  # noqa: E402
 
 LABELS = ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
 #: statements of one label click / one Next (measured: SQLite 37 / 24, PostgreSQL 31 / 19;

@@ -55,5 +55,5 @@ def test_a_label_click_enters_few_files_and_reads_its_project_once(tmp_path):
     assert len(files) <= 10 and statements <= 11, (sorted(files), statements)
     # the step after the commit gets the project from the write: no projects.project_of,
     # no settings read of its own
-    assert "gpsl/annotation/projects.py" not in files, sorted(files)
-    assert "gpsl/annotation/jobs.py" in files, sorted(files)  # the keep-training step
+    assert "gpsl/annotation/corpus/projects.py" not in files, sorted(files)
+    assert "gpsl/annotation/training/jobs.py" in files, sorted(files)  # the keep-training step

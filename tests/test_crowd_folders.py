@@ -1,4 +1,4 @@
-"""Crowd folders in the app's back end (``gpsl.annotation.crowd_folders``, on SQLite and
+"""Crowd folders in the app's back end (``gpsl.annotation.interchange.crowd_folders``, on SQLite and
 PostgreSQL): a folder or .zip upload read with the votes kept and dropped counted by hand,
 imported as a project or into one in one transaction (every worker an annotator with their
 votes, the held-out documents' gold as held-out gold and never a vote), the crowd rule and the
@@ -26,8 +26,8 @@ from gpsl.annotation import (
     default_features,
     read_crowd_upload,
 )
-from gpsl.annotation import crowd_folders as cf
-from gpsl.annotation.jobs import train_now
+from gpsl.annotation.interchange import crowd_folders as cf
+from gpsl.annotation.training.jobs import train_now
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "crowd-ner" / "raw" / "val"
 

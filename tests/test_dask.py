@@ -1,7 +1,7 @@
 """Dask distributed with a real engine: a LocalCluster of two worker processes on loopback.
 
 The scalable fit over sentence shards (gpsl.distributed) against the single-process fit, and
-training jobs of the app on the cluster (gpsl.annotation.dask_jobs): reported, stopped, a
+training jobs of the app on the cluster (gpsl.annotation.training.dask_jobs): reported, stopped, a
 worker SIGKILLed mid-fit (version failed, no label lost, a retry succeeds).
 """
 
@@ -24,7 +24,7 @@ from gpsl.synthetic import UNIGRAM_TEMPLATE, hide_labels, make_chain_task
 
 distributed = pytest.importorskip("distributed")
 
-from gpsl.annotation import dask_jobs, jobs, pipeline  # noqa: E402
+from gpsl.annotation.training import dask_jobs, jobs, pipeline  # noqa: E402
 from gpsl.distributed import InProcess  # noqa: E402
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
@@ -177,7 +177,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
 def test_dask_is_not_imported_without_a_scheduler(tmp_path):
     code = ("import sys\n"
             "from gpsl.model import GPSL\n"
-            "from gpsl.annotation import jobs\n"
+            "from gpsl.annotation.training import jobs\n"
             "from gpsl.synthetic import make_chain_task, UNIGRAM_TEMPLATE\n"
             "X, y = make_chain_task(30, seed=1)\n"
             "GPSL(template=UNIGRAM_TEMPLATE, inference='sparse', max_iter=2).fit(X, y)\n"

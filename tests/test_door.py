@@ -24,9 +24,9 @@ from gpsl.annotation import (
     Store,
     TooManyAttempts,
     access,
-    auth,
     one_line,
 )
+from gpsl.annotation.people import auth
 from gpsl.annotation.reports import Reports
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ import pytest
 from _limits import limit
 from sqlalchemy import text
 
-from gpsl.annotation import InputError, TooManyAttempts, auth, client_address
+from gpsl.annotation import InputError, TooManyAttempts, client_address
+from gpsl.annotation.people import auth
 
 STRONG = "sturdy wombat lantern"
 

@@ -199,7 +199,7 @@ def test_app_pages_show_a_full_disk_as_one_line(tmp_path, monkeypatch):
 def test_a_worker_that_runs_out_of_disk_records_why(tmp_path):
     """The disk fills while a training worker starts: it can write neither its progress nor
     its failure; it exits with ENOSPC and the app process records that as the reason."""
-    from gpsl.annotation import jobs, pipeline
+    from gpsl.annotation.training import jobs, pipeline
 
     with small_disk(tmp_path / "disk", "3m") as disk:
         store, pid = tiny_store(disk / "s.sqlite3")

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.robustness import hostile
-from gpsl.annotation import imports
+from gpsl.annotation.interchange import imports
 from gpsl.errors import InputError
 
 TRIAL = 60.0  # seconds a trial may take on an idle machine before it is a hang

@@ -21,8 +21,10 @@ import pytest
 
 from bench.robustness.issue42 import zip_of
 from gpsl import agreement
-from gpsl.annotation import InputError, read_crowd_upload, team, validate
-from gpsl.annotation.imports import parse_upload
+from gpsl.annotation import InputError, read_crowd_upload
+from gpsl.annotation.interchange.imports import parse_upload
+from gpsl.annotation.labeling import team
+from gpsl.annotation.store import validate
 from gpsl.cli.main import main
 from gpsl.distributed import connect
 from gpsl.features import Template

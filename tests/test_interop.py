@@ -9,8 +9,8 @@ import pytest
 from _limits import limit
 
 from gpsl.annotation import Store
-from gpsl.annotation import exports as exp
-from gpsl.annotation import imports as imp
+from gpsl.annotation.interchange import exports as exp
+from gpsl.annotation.interchange import imports as imp
 from gpsl.errors import InputError
 from gpsl.io import Sentence
 

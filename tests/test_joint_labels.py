@@ -1,4 +1,4 @@
-"""A crowd project trains on the joint model's posterior (``gpsl.annotation.joint_labels``,
+"""A crowd project trains on the joint model's posterior (``gpsl.annotation.training.joint_labels``,
 the ``joint`` training rule; SQLite and PostgreSQL): three workers of unequal skill on a few
 hand-made sentences, one token adjudicated by a lead. The app's training run (the pipeline,
 in the caller) learns from the same ``q(y)`` as the library's :class:`gpsl.crowd.CrowdGPSL`
@@ -23,8 +23,9 @@ from _limits import limit  # noqa: E402
 from _support import app_store_env  # noqa: E402
 
 from gpsl import params  # noqa: E402
-from gpsl.annotation import Store, TrainConfig, joint_labels, read_crowd_upload  # noqa: E402
-from gpsl.annotation.jobs import train_now  # noqa: E402
+from gpsl.annotation import Store, TrainConfig, read_crowd_upload  # noqa: E402
+from gpsl.annotation.training import joint_labels  # noqa: E402
+from gpsl.annotation.training.jobs import train_now  # noqa: E402
 from gpsl.cli.crowd import CROWD_PARAMS, JOINT_PARAMS  # noqa: E402
 from gpsl.crowd import CrowdGPSL, Votes  # noqa: E402
 from gpsl.crowd.joint import fit_soft  # noqa: E402

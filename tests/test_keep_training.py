@@ -14,8 +14,9 @@ import pytest
 from _limits import limit
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 
-from gpsl.annotation import InputError, KeepTraining, Store, TrainingProgress, jobs, pipeline
-from gpsl.annotation import runs as runs_mod
+from gpsl.annotation import InputError, KeepTraining, Store, TrainingProgress
+from gpsl.annotation.training import jobs, pipeline
+from gpsl.annotation.training import runs as runs_mod
 from gpsl.model import GPSL
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
@@ -163,7 +164,7 @@ def test_a_refit_starts_warm_and_keeps_the_calibration_between_selections(tmp_pa
     each fold fit (fold i of K, then the selection); the refit after a few labels starts
     from the first version's state and reuses its calibrator; once the labeled tokens grew
     by a quarter the calibrator is selected again."""
-    from gpsl.annotation import refit
+    from gpsl.annotation.training import refit
 
     store, pid = tiny_store(tmp_path / "s.sqlite3", extra=[
         {"tokens": t, "labels": GOLD if k < 8 else None} for k, t in enumerate(NAMES)])

@@ -46,7 +46,7 @@ def test_a_failing_keep_training_hook_is_logged_and_kept_for_the_lead(tmp_path, 
     assert all(ids)  # the labels are committed: the hook's failure is never the write's
     assert store.get_sentence(sid)["labels"][:5] == [OUT] * 5
     assert store.list_model_versions(pid) == []
-    records = [r for r in caplog.records if r.name == "gpsl.annotation.jobs"]
+    records = [r for r in caplog.records if r.name == "gpsl.annotation.training.jobs"]
     assert records and records[-1].levelno == logging.ERROR, caplog.text
     assert "keep training (project" in records[-1].getMessage()
     assert "NotADirectoryError" in records[-1].getMessage() and records[-1].exc_info
@@ -76,7 +76,7 @@ def test_a_run_that_starts_clears_the_kept_failure(tmp_path, caplog):
     versions = store.list_model_versions(pid)
     assert len(versions) == 1 and versions[0]["settings"]["started_by"] == "keep training"
     assert store.keep_training(pid)["error"] is None
-    assert not [r for r in caplog.records if r.name == "gpsl.annotation.jobs"]
+    assert not [r for r in caplog.records if r.name == "gpsl.annotation.training.jobs"]
     wait_until(lambda: store.get_model_version(versions[0]["id"])["status"] != "running",
                timeout=limit(180))
 

@@ -24,10 +24,11 @@ from _limits import limit  # noqa: E402
 from _support import app_store_env  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl.annotation import Store, rules  # noqa: E402
-from gpsl.annotation.jobs import train_now  # noqa: E402
-from gpsl.annotation.pipeline import TrainConfig  # noqa: E402
-from gpsl.annotation.records import Vote  # noqa: E402
+from gpsl.annotation import Store  # noqa: E402
+from gpsl.annotation.labeling import rules  # noqa: E402
+from gpsl.annotation.store.records import Vote  # noqa: E402
+from gpsl.annotation.training.jobs import train_now  # noqa: E402
+from gpsl.annotation.training.pipeline import TrainConfig  # noqa: E402
 from gpsl.errors import InputError  # noqa: E402
 from pages import _keys  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A store owns its files (gpsl.annotation.owned): two stores in one folder share no model,
+"""A store owns its files (gpsl.annotation.store.owned): two stores in one folder share no model,
 progress file or training lock, a model of another store is refused, and a store of schema 6
 keeps loading its own models after the migration."""
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from _support import BL, BP, IP, OUT, tiny_store
 
-from gpsl.annotation import Store, jobs, pipeline
+from gpsl.annotation import Store
+from gpsl.annotation.training import jobs, pipeline
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 

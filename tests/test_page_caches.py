@@ -19,7 +19,8 @@ from _limits import limit  # noqa: E402
 from _support import app_store_env, tiny_store  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl.annotation import exports, jobs, pipeline  # noqa: E402
+from gpsl.annotation.interchange import exports  # noqa: E402
+from gpsl.annotation.training import jobs, pipeline  # noqa: E402
 from gpsl.errors import ModelFormatError  # noqa: E402
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False, inference="full")

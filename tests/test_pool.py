@@ -1,5 +1,5 @@
-"""The pool's predictions (gpsl.annotation.pool): chunked on two processes = one chunk in one
-process, within the storage precision; a worker killed between two chunk transactions loses
+"""The pool's predictions (gpsl.annotation.training.pool): chunked on two processes = one chunk in
+one process, within the storage precision; a worker killed between two chunk transactions loses
 nothing committed; predictions packed by schema 6 and pruned to what the pages show; the
 migration of a schema-5 store (SQLite and PostgreSQL)."""
 
@@ -14,7 +14,9 @@ import pytest
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 from sqlalchemy import bindparam, text
 
-from gpsl.annotation import SCHEMA_VERSION, Store, jobs, pipeline, pool, predictions, sentences
+from gpsl.annotation import SCHEMA_VERSION, Store
+from gpsl.annotation.corpus import predictions, sentences
+from gpsl.annotation.training import jobs, pipeline, pool
 from gpsl.model import GPSL
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)

@@ -1,5 +1,5 @@
-"""Schema 8: the queue walks an index in parts (:func:`gpsl.annotation.queue._segments`) and
-the progress counts are stored (``project_progress``, kept by triggers).  Both must give what
+"""Schema 8: the queue walks an index in parts (:func:`gpsl.annotation.labeling.queue._segments`)
+and the progress counts are stored (``project_progress``, kept by triggers).  Both must give what
 the schema-7 code computed: the queue's order is compared with schema 7's one query (frozen
 here, verbatim) on random stores with tied scores, sentences without a score, skips at the
 same instant, leases, k annotators a sentence and file order; the counts with the sums over
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from sqlalchemy import bindparam, text
 
-from gpsl.annotation import Store, queue
-from gpsl.annotation.db import loads, now
-from gpsl.annotation.stats import progress
+from gpsl.annotation import Store
+from gpsl.annotation.corpus.stats import progress
+from gpsl.annotation.labeling import queue
+from gpsl.annotation.store.db import loads, now
 
 LABELS = ["B", "I", "O"]
 

@@ -28,8 +28,8 @@ from _support import BL, BP, IP, OUT  # noqa: E402
 from _support import tiny_store as tiny_project  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gpsl.annotation import exports as exp  # noqa: E402
-from gpsl.annotation import jobs, pipeline  # noqa: E402
+from gpsl.annotation.interchange import exports as exp  # noqa: E402
+from gpsl.annotation.training import jobs, pipeline  # noqa: E402
 from gpsl.errors import InputError  # noqa: E402
 from gpsl.io import read_jsonl  # noqa: E402
 from pages import _format  # noqa: E402
@@ -369,7 +369,7 @@ def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
 
     store, pid = tiny_project(db)
     at = app("train")
-    from gpsl.annotation import versions  # what the training service writes through
+    from gpsl.annotation.training import versions  # what the training service writes through
 
     monkeypatch.setattr(versions, "start", _raising(StoreBusyError(BUSY)))
     at.button(key="start").click().run()
@@ -377,7 +377,7 @@ def test_train_and_data_actions_show_store_errors_as_one_line(db, monkeypatch):
     assert store.list_model_versions(pid) == []
 
     at = app("data")
-    from gpsl.annotation import imports
+    from gpsl.annotation.interchange import imports
 
     # the page imports a stream (issue 37): its write, not Store.add_sentences, meets the lock
     monkeypatch.setattr(imports, "import_upload", _raising(StoreBusyError(BUSY)))

@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 
 from gpsl import limits  # noqa: E402
 from gpsl.annotation import Store  # noqa: E402
-from gpsl.annotation import exports as exp  # noqa: E402
-from gpsl.annotation import imports as imp  # noqa: E402
+from gpsl.annotation.interchange import exports as exp  # noqa: E402
+from gpsl.annotation.interchange import imports as imp  # noqa: E402
 from gpsl.errors import InputError, ModelFormatError  # noqa: E402
 from gpsl.features import FeatureExtractor, Template  # noqa: E402
 from gpsl.io import (  # noqa: E402

@@ -1,4 +1,4 @@
-"""gpsl.annotation.search (read-only search, filters, numbers, token history) on SQLite and
+"""gpsl.annotation.corpus.search (read-only search, filters, numbers, token history) on SQLite and
 on PostgreSQL (the ``store_target`` fixture of conftest.py)."""
 
 from __future__ import annotations

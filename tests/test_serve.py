@@ -387,7 +387,7 @@ def test_a_real_uvicorn_server_with_two_workers(trained, tmp_path):
 
 @pytest.mark.parametrize("decoder", ["rns", "exact"])
 def test_one_pass_prediction_equals_the_models_three(trained, decoder):
-    from gpsl.annotation.pipeline import query_scores
+    from gpsl.annotation.training.pipeline import query_scores
     from gpsl.model import GPSL
     from gpsl.serve.service import _predict
 

@@ -1,5 +1,5 @@
-"""The spare training worker (:mod:`gpsl.annotation.spares`): started ahead of the click, it
-runs the next version exactly as a freshly started worker does; a dead spare is never handed
+"""The spare training worker (:mod:`gpsl.annotation.training.spares`): started ahead of the click,
+it runs the next version exactly as a freshly started worker does; a dead spare is never handed
 a version; closing the store ends it; Stop reaches a version run by a spare."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from _limits import limit
 from _support import tiny_store, wait_until
 
-from gpsl.annotation import jobs, pipeline, runs, spares
+from gpsl.annotation.training import jobs, pipeline, runs, spares
 
 
 def _done(store, vid):

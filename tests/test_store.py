@@ -24,7 +24,7 @@ from gpsl.annotation import (
     Store,
     default_db_url,
 )
-from gpsl.annotation.predictions import quantise
+from gpsl.annotation.corpus.predictions import quantise
 from gpsl.errors import GpslError, InputError
 from gpsl.io import Sentence, read_conll
 from gpsl.tags import sort_labels
@@ -351,7 +351,7 @@ def test_two_annotators_keep_two_votes_and_undo_only_their_own(store):
 
 
 def test_derive_labels_policy():
-    from gpsl.annotation.rules import Vote, derive_labels
+    from gpsl.annotation.labeling.rules import Vote, derive_labels
 
     v = Vote
     got = derive_labels({0: [v("a", "B", "human", "1")],
@@ -382,7 +382,7 @@ def test_failed_write_leaves_nothing_behind(store, monkeypatch):
     def boom(*args):
         raise RuntimeError("disk on fire")
 
-    from gpsl.annotation import scoring
+    from gpsl.annotation.labeling import scoring
 
     monkeypatch.setattr(scoring, "refresh_scores", boom)
     with pytest.raises(RuntimeError):

@@ -1,5 +1,5 @@
 """The limits a lead sets per store, within the ceilings of the server start, and the app's
-own exports read back under the default limits (gpsl.annotation.store_limits)."""
+own exports read back under the default limits (gpsl.annotation.store.store_limits)."""
 
 from __future__ import annotations
 

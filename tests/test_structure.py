@@ -17,25 +17,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 600
 
-# The layers of gpsl/annotation, bottom first: a module imports modules of its own layer or
-# lower ones only (and no cycle within a layer). The rules are pure: no database, no store.
+# The layers of gpsl/annotation, bottom first: its sub-packages, then the modules
+# above them. A module imports its own sub-package or lower layers only; the
+# sub-packages of one layer do not import each other (no cycle within a package).
 LAYERS = {
-    "base": {"store_errors", "schema", "migrations", "db", "validate", "records", "processes",
-             "permissions", "spares"},
-    "repositories": {"projects", "sentences", "votes", "versions", "predictions", "queue",
-                     "accounts", "auth", "search", "stats", "runs", "owned",
-                     "store_limits"},
-    "rules": {"rules", "evaluation", "pool", "joint_labels"},
-    "services": {"label_writes", "scoring", "team", "tool_formats", "imports", "exports",
-                 "vote_files", "pipeline",
-                 "refit", "jobs", "dask_jobs", "reports", "crowd_folders", "summaries",
-                 "team_columns"},
-    "facade": {"facade", "facade_team", "access", "__init__"},
-    # a process's main (python -m gpsl.annotation.worker, .setup), like app.py
-    "entry": {"worker", "setup"},
+    "store": {"store"},
+    "corpus and people": {"corpus", "people"},
+    "labeling": {"labeling"},
+    "training and interchange": {"interchange", "training"},
+    "permissions": {"permissions"},
+    "services": {"reports"},
+    "facade": {"__init__", "access", "facade", "facade_team"},
+    "entry": {"setup", "worker"},
 }
+SUBPACKAGES = {p.parent.name for p in (ROOT / "gpsl" / "annotation").glob("*/__init__.py")}
+#: the rules' modules: pure, no database, no store
+PURE_MODULES = {"gpsl.annotation.labeling.rules",
+                "gpsl.annotation.training.evaluation",
+                "gpsl.annotation.training.joint_labels",
+                "gpsl.annotation.training.pool"}
 #: what the rules may import of the back end: values, nothing that reads or writes
-PURE_ALLOWED = {"gpsl.annotation.records"}
+PURE_ALLOWED = {"gpsl.annotation.store.records"}
 #: imports inside functions that gpsl/annotation and pages/ may make: optional dependencies
 #: only a runner that uses them needs (Dask, for GPSL_DASK_SCHEDULER), and pandas, which the
 #: reports import on first use so that the training worker (which never draws a table) starts
@@ -130,14 +132,24 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _layer(module: str) -> int | None:
-    if not module.startswith("gpsl.annotation"):
+def _unit(module: str) -> str | None:
+    """The sub-package of gpsl/annotation a module is in, or the top-level module itself
+    (``__init__`` for the package); None outside gpsl/annotation."""
+    if module != "gpsl.annotation" and not module.startswith("gpsl.annotation."):
         return None
-    short = module.removeprefix("gpsl.annotation").lstrip(".") or "__init__"
+    parts = module.split(".")[2:]
+    return parts[0] if parts else "__init__"
+
+
+def _layer(module: str) -> int | None:
+    unit = _unit(module)
+    if unit is None:
+        return None
     for k, members in enumerate(LAYERS.values()):
-        if short in members:
+        if unit in members:
             return k
-    raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it (or its sub-package) where "
+                         "it belongs")
 
 
 def test_the_import_graph_has_no_cycle():
@@ -152,6 +164,8 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_annotation_back_end_imports_run_down_its_layers():
+    """A module imports its own sub-package or lower layers; two sub-packages of one layer
+    never import each other (an upward or sideways import fails, naming both modules)."""
     names = list(LAYERS)
     for name, imps in GRAPH.items():
         here = _layer(name)
@@ -159,13 +173,28 @@ def test_the_annotation_back_end_imports_run_down_its_layers():
             continue
         for module, _ in imps:
             there = _layer(module)
-            if there is not None and module != name:
-                assert there <= here, (f"{name} ({names[here]}) imports {module} "
-                                       f"({names[there]}): imports run down the layers")
-            if names[here] == "rules" and there is not None and module != name:
+            if there is None or module == name:
+                continue
+            assert there <= here, (f"{name} ({names[here]}) imports {module} "
+                                   f"({names[there]}): imports run down the layers")
+            if there == here and _unit(module) != _unit(name):
+                assert not {_unit(module), _unit(name)} & SUBPACKAGES, (
+                    f"{name} imports {module}: sub-packages of one layer do not import each other")
+            if name in PURE_MODULES:
                 assert module in PURE_ALLOWED, f"the rule module {name} imports {module}"
-        if names[here] == "rules":
+        if name in PURE_MODULES:
             assert not any(m.split(".")[0] == "sqlalchemy" for m, _ in imps), name
+
+
+def test_every_back_end_module_is_in_a_sub_package_or_above_them():
+    """gpsl/annotation/ holds the sub-packages and, above them, the facade and the entries."""
+    for name in MODULES:
+        if _unit(name) is not None:
+            _layer(name)  # fails for a module in no layer
+    assert SUBPACKAGES <= set().union(*LAYERS.values()), "a sub-package in no layer of LAYERS"
+    low = [k for k, members in enumerate(LAYERS.values()) if members & SUBPACKAGES]
+    high = [k for k, members in enumerate(LAYERS.values()) if members - SUBPACKAGES]
+    assert max(low) < min(high), "the sub-packages are the bottom layers, the modules above"
 
 
 def test_no_import_inside_a_function_but_optional_dependencies():

@@ -1,5 +1,5 @@
 """What the Confidence page shows of a version, stored once at training time
-(gpsl.annotation.summaries): equal to the figures computed from every token, unchanged by
+(gpsl.annotation.training.summaries): equal to the figures computed from every token, unchanged by
 a label, computed on first use for a version trained without one, deleted with its project."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from _support import tiny_store
 from sqlalchemy import text
 
-from gpsl.annotation import jobs, pipeline, summaries
+from gpsl.annotation.training import jobs, pipeline, summaries
 
 TINY = pipeline.TrainConfig(offsets=(-1, 1), max_iter=3, learn_hyper=False)
 
@@ -123,7 +123,7 @@ def test_the_stored_reliability_tables_are_the_pandas_ones(tmp_path):
     import dataclasses
     import json
 
-    from gpsl.annotation.evaluation import heldout
+    from gpsl.annotation.training.evaluation import heldout
 
     store, pid = tiny_store(tmp_path / "s.sqlite3")
     v = jobs.train_now(store.home, pid, TINY)

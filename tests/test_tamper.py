@@ -20,7 +20,7 @@ import pytest
 from _limits import limit
 
 from gpsl.annotation import Store
-from gpsl.annotation import exports as exp
+from gpsl.annotation.interchange import exports as exp
 from gpsl.cli.main import main
 from gpsl.errors import InputError, ModelFormatError
 from gpsl.model import GPSL

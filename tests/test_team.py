@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from gpsl.annotation import SCHEMA_VERSION, Store
-from gpsl.annotation.accounts import Identity
+from gpsl.annotation.people.accounts import Identity
 from gpsl.errors import InputError
 
 LABELS = ["B-PER", "I-PER", "B-LOC", "O"]
@@ -120,7 +120,7 @@ def test_routing_leases_with_one_annotator_per_sentence(store):
 
 def test_an_expired_lease_frees_the_sentence(store):
     pid, ids = project(store, n=2)
-    from gpsl.annotation import queue
+    from gpsl.annotation.labeling import queue
 
     assert queue.route(store.db, pid, "alice", lease_seconds=-1) == ids[0]  # expired at once
     assert store.next_sentence(pid, "bob") == ids[0]

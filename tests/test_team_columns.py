@@ -1,7 +1,7 @@
-"""The Team page's figures from vote columns (:mod:`gpsl.annotation.team_columns`,
+"""The Team page's figures from vote columns (:mod:`gpsl.annotation.labeling.team_columns`,
 ``store.reports.team``) equal the reference over one dict per vote
-(:func:`gpsl.annotation.team.agreement_figures`, ``annotator_stats``, ``conflicts``): by hand
-on a small case, on random projects with cleared votes, imported labels and decisions (SQLite
+(:func:`gpsl.annotation.labeling.team.agreement_figures`, ``annotator_stats``, ``conflicts``): by
+hand on a small case, on random projects with cleared votes, imported labels and decisions (SQLite
 and PostgreSQL), and by hypothesis for the coded kappa and alpha of :mod:`gpsl.agreement`;
 and the kept figures follow every change of votes, decisions and settings."""
 
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from gpsl import agreement
-from gpsl.annotation import votes as vote_rows
-from gpsl.annotation.db import now
+from gpsl.annotation.labeling import votes as vote_rows
+from gpsl.annotation.store.db import now
 
 LABELS = ["B-PER", "I-PER", "B-LOC", "O"]
 

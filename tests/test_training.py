@@ -1,4 +1,4 @@
-"""Training jobs (gpsl.annotation.jobs / pipeline): background process, busy check, kills."""
+"""Training jobs (gpsl.annotation.training.jobs / pipeline): background process, busy check, kills."""  # noqa: E501
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from _limits import limit
 from _support import BL, BP, IP, OUT, tiny_store, wait_until
 
-from gpsl.annotation import Store, jobs, pipeline
+from gpsl.annotation import Store
+from gpsl.annotation.training import jobs, pipeline
 from gpsl.errors import InputError
 from gpsl.model import GPSL
 
@@ -268,7 +269,7 @@ def test_a_dying_worker_records_why(tmp_path, monkeypatch):
 
 
 def test_a_damaged_model_is_never_offered_for_download(tmp_path):
-    from gpsl.annotation import exports
+    from gpsl.annotation.interchange import exports
     from gpsl.errors import ModelFormatError
 
     store, pid = tiny_store(tmp_path / "s.sqlite3")
@@ -318,7 +319,7 @@ def test_a_model_folder_left_by_a_deleted_store_is_kept_aside_not_a_failure(tmp_
 def test_the_sample_project_is_calibrated_on_its_held_out_gold(tmp_path):
     """Issue 14's acceptance on the sample: held-out mean confidence within 0.02 of held-out
     accuracy after a default run; the held-out figures are never in-sample."""
-    from gpsl.annotation.pipeline import calibrate
+    from gpsl.annotation.training.pipeline import calibrate
 
     store = Store(tmp_path / "s.sqlite3")
     pid = store.ensure_sample_project(Path(__file__).resolve().parents[1] / "sample_data")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from gpsl.annotation import Store
-from gpsl.annotation import imports as imp
+from gpsl.annotation.interchange import imports as imp
 from gpsl.errors import InputError
 
 CONLL = b"Anna B-PER\nwent O\n\nRome B-LOC\nis O\nbig O\n\nBob B-PER\n\nx _\ny O\n"

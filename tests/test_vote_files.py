@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gpsl.annotation import Store
-from gpsl.annotation.vote_files import VOTE_FORMATS, collect, read_votes
+from gpsl.annotation.interchange.vote_files import VOTE_FORMATS, collect, read_votes
 from gpsl.cli import main as cli_main
 from gpsl.errors import InputError
 

@@ -348,8 +348,8 @@ def markdown(report: dict) -> str:
         "A training trial is intact when the reopened store passes `PRAGMA integrity_check`, "
         "the killed version is marked failed, the previous model is still active and loads, "
         "its predictions cover every sentence, no unfinished version has a model path and "
-        "no staging or temporary model directory survives `gpsl.annotation.jobs.recover` (run by "
-        "the app on start). A label trial is intact when every write reported after "
+        "no staging or temporary model directory survives `gpsl.annotation.training.jobs.recover` "
+        "(run by the app on start). A label trial is intact when every write reported after "
         "`set_label` returned is in the history and every vote is its annotator's newest.",
         "",
     ]

@@ -42,7 +42,8 @@ import traceback
 from pathlib import Path
 
 from bench.robustness.concurrency import _final_state, _history_rows, integrity_check
-from gpsl.annotation import Store, jobs, pipeline
+from gpsl.annotation import Store
+from gpsl.annotation.training import jobs, pipeline
 from gpsl.synthetic import UNIGRAM_TEMPLATE, hide_labels, make_chain_task
 
 CONFIG = pipeline.TrainConfig(offsets=(-1, 1), max_iter=12, learn_hyper=False)

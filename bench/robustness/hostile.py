@@ -379,7 +379,8 @@ def upload_trial(store, base_pid: int, data: bytes, fmt: str, name: str,
     """Parse an upload as the app does and import it (a new project or the base one);
     ``(outcome, detail)``: ``accepted``, ``rejected_cleanly``, ``exception``,
     ``bad_message``, ``inconsistent``, ``partial_write`` or ``hang``."""
-    from gpsl.annotation import imports, validate
+    from gpsl.annotation.interchange import imports
+    from gpsl.annotation.store import validate
     from gpsl.errors import clean_source
 
     source = clean_source(name) if name else "<upload>"

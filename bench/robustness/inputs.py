@@ -14,7 +14,8 @@ offsets    :func:`gpsl.model.parse_offsets` (command line ``-d`` and the app's c
 model_dir  :meth:`gpsl.model.GPSL.load` on damaged/tampered copies of a small model, then
            ``predict`` on what loads
 cli_args   the real ``python -m gpsl`` in a subprocess (``max(3, n // 10)`` runs)
-upload     :func:`gpsl.annotation.imports.parse_upload`, ``create_project`` and ``import_sentences``
+upload     :func:`gpsl.annotation.interchange.imports.parse_upload`, ``create_project`` and
+``import_sentences``
            against a temporary store, checking that a refused import wrote nothing
 conll2003, the other tools' formats (:mod:`bench.robustness.hostile`): parsed and imported the
 doccano,   same way
@@ -449,7 +450,7 @@ def _cli_trials(rng, n, workdir: Path):
 
 def _upload_trials(rng, n, workdir: Path):
     from gpsl.annotation import Store
-    from gpsl.annotation import imports as imp
+    from gpsl.annotation.interchange import imports as imp
 
     t = _tally()
     store = Store(workdir / "upload.sqlite3")

@@ -109,9 +109,10 @@ def _team_case(n_people: int, n_sentences: int, per: int = 3):
 
 def cases() -> list[tuple[str, str, object]]:
     """``(name, class, fn(work) -> (ok, detail) or (ok, detail, seconds))``."""
-    from gpsl.annotation import Store, read_crowd_upload, validate
-    from gpsl.annotation.exports import to_csv
-    from gpsl.annotation.imports import parse_upload
+    from gpsl.annotation import Store, read_crowd_upload
+    from gpsl.annotation.interchange.exports import to_csv
+    from gpsl.annotation.interchange.imports import parse_upload
+    from gpsl.annotation.store import validate
 
     def p(data, fmt, name="x.jsonl"):
         return lambda: parse_upload(data, name, fmt)
@@ -169,7 +170,8 @@ def cases() -> list[tuple[str, str, object]]:
     def burst(work):
         import threading
 
-        from gpsl.annotation import TooManyAttempts, auth
+        from gpsl.annotation import TooManyAttempts
+        from gpsl.annotation.people import auth
 
         store = Store(str(work / "door.sqlite3"))
         store.create_account("Lea", "lead", "sturdy wombat lantern")

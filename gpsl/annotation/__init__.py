@@ -3,21 +3,20 @@ predictions, the queue, imports/exports and training jobs, on SQLite or PostgreS
 
 No Streamlit and no HTML here.  This package's namespace is what the pages (and scripts) use:
 the facade :class:`Store` (its :attr:`Store.reports` give the typed records of
-:mod:`gpsl.annotation.records`), the errors, the training settings and the stateless helpers
+:mod:`gpsl.annotation.store.records`), the errors, the training settings and the stateless helpers
 of uploads, templates and dependency sets.  See docs/ARCHITECTURE.md for the layers.
 """
 
 from gpsl.annotation.access import ActingStore
-from gpsl.annotation.accounts import MIN_PASSWORD, Identity
-from gpsl.annotation.auth import LINK_HOURS, SESSION_DAYS, client_address
-from gpsl.annotation.crowd_folders import DEFAULT_HELDOUT as CROWD_HELDOUT
-from gpsl.annotation.crowd_folders import MAX_HELDOUT as CROWD_MAX_HELDOUT
-from gpsl.annotation.crowd_folders import CrowdFolder, CrowdImport
-from gpsl.annotation.crowd_folders import read_upload as read_crowd_upload
-from gpsl.annotation.db import default_db_url
-from gpsl.annotation.exports import EXPORT_FORMATS, safe_filename, to_csv
+from gpsl.annotation.corpus.projects import SAMPLE_PROJECT_NAME, default_features
+from gpsl.annotation.corpus.search import STATUSES as SEARCH_STATUSES
 from gpsl.annotation.facade import Store
-from gpsl.annotation.imports import (
+from gpsl.annotation.interchange.crowd_folders import DEFAULT_HELDOUT as CROWD_HELDOUT
+from gpsl.annotation.interchange.crowd_folders import MAX_HELDOUT as CROWD_MAX_HELDOUT
+from gpsl.annotation.interchange.crowd_folders import CrowdFolder, CrowdImport
+from gpsl.annotation.interchange.crowd_folders import read_upload as read_crowd_upload
+from gpsl.annotation.interchange.exports import EXPORT_FORMATS, safe_filename, to_csv
+from gpsl.annotation.interchange.imports import (
     FORMATS,
     LIMIT_SETTINGS,
     UPLOAD_TYPES,
@@ -28,11 +27,24 @@ from gpsl.annotation.imports import (
     unknown_labels,
     upload_limits,
 )
-from gpsl.annotation.owned import default_models_root
-from gpsl.annotation.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
-from gpsl.annotation.projects import SAMPLE_PROJECT_NAME, default_features
-from gpsl.annotation.queue import ORDERS as QUEUE_ORDERS
-from gpsl.annotation.records import (
+from gpsl.annotation.interchange.vote_files import VOTE_FORMATS
+from gpsl.annotation.labeling.queue import ORDERS as QUEUE_ORDERS
+from gpsl.annotation.labeling.rules import (
+    RESOLVE_RULES,
+    TRAINING_RULES,
+    accept_candidates,
+    next_unlabeled,
+    rule_key,
+    rule_settings,
+    training_rule,
+)
+from gpsl.annotation.labeling.team import MAX_OVERLAP, RESOLVE
+from gpsl.annotation.people.accounts import MIN_PASSWORD, Identity
+from gpsl.annotation.people.auth import LINK_HOURS, SESSION_DAYS, client_address
+from gpsl.annotation.reports import query_description, queue_strategy
+from gpsl.annotation.store.db import default_db_url
+from gpsl.annotation.store.owned import default_models_root
+from gpsl.annotation.store.records import (
     Account,
     AnnotatorRow,
     Calibration,
@@ -58,19 +70,8 @@ from gpsl.annotation.records import (
     TrainingProgress,
     Version,
 )
-from gpsl.annotation.reports import query_description, queue_strategy
-from gpsl.annotation.rules import (
-    RESOLVE_RULES,
-    TRAINING_RULES,
-    accept_candidates,
-    next_unlabeled,
-    rule_key,
-    rule_settings,
-    training_rule,
-)
-from gpsl.annotation.schema import SCHEMA_VERSION
-from gpsl.annotation.search import STATUSES as SEARCH_STATUSES
-from gpsl.annotation.store_errors import (
+from gpsl.annotation.store.schema import SCHEMA_VERSION
+from gpsl.annotation.store.store_errors import (
     STORE_ERRORS,
     AccessDenied,
     GpslError,
@@ -82,15 +83,10 @@ from gpsl.annotation.store_errors import (
     TrainingBusyError,
     one_line,
 )
-from gpsl.annotation.team import MAX_OVERLAP, RESOLVE
-from gpsl.annotation.validate import (
-    default_template_text,
-    import_credit,
-    is_import,
-)
-from gpsl.annotation.validate import person as check_person
-from gpsl.annotation.validate import template as check_template
-from gpsl.annotation.vote_files import VOTE_FORMATS
+from gpsl.annotation.store.validate import default_template_text, import_credit, is_import
+from gpsl.annotation.store.validate import person as check_person
+from gpsl.annotation.store.validate import template as check_template
+from gpsl.annotation.training.pipeline import INFERENCE_MODES, KERNELS, TRAIN_PARAMS, TrainConfig
 from gpsl.io.crowd_raw import CrowdFolderError
 from gpsl.params import PRESET_HELP, PRESETS, parse_offsets, preset_of
 from gpsl.tags import entity_type

@@ -17,7 +17,7 @@ request that reaches it) asks for, the back end decides:
   everyone;
 * **which project**: the project is found from the call's ``project_id``, ``sentence_id``,
   ``version_id`` or ``version`` argument; a lead may touch every project, anyone else only
-  those they are a member of (:func:`gpsl.annotation.accounts.set_member`); the project list
+  those they are a member of (:func:`gpsl.annotation.people.accounts.set_member`); the project list
   holds only those;
 * **in whose name**: the arguments that credit a vote, a decision, a skip or a lease
   (a declaration's ``own``) must be the acting person's own name (None is read as it), so
@@ -33,7 +33,7 @@ request that reaches it) asks for, the back end decides:
 * **nothing private**: the object keeps its store and caches out of reach (no ``_store``,
   no ``__dict__``): what a page holds is the checked methods and ``who``.
 
-Refusals are :class:`~gpsl.annotation.store_errors.AccessDenied`, one line.
+Refusals are :class:`~gpsl.annotation.store.store_errors.AccessDenied`, one line.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from gpsl.annotation import accounts, auth, projects, team, validate
-from gpsl.annotation.accounts import Identity
+from gpsl.annotation.corpus import projects
+from gpsl.annotation.labeling import team
+from gpsl.annotation.people import accounts, auth
+from gpsl.annotation.people.accounts import Identity
 from gpsl.annotation.permissions import (
     BLIND_FILTERS,
     Accepted,
@@ -62,7 +64,8 @@ from gpsl.annotation.permissions import (
     rule_of,
 )
 from gpsl.annotation.reports import Reports
-from gpsl.annotation.store_errors import AccessDenied, InputError
+from gpsl.annotation.store import validate
+from gpsl.annotation.store.store_errors import AccessDenied, InputError
 
 #: what an :class:`ActingStore` or :class:`ActingReports` keeps out of a page's reach: the
 #: unrestricted store, the caches (per object, weakly: it goes with the object)
@@ -74,7 +77,7 @@ def _private(obj) -> SimpleNamespace:
 
 
 def _without_crowd(item):
-    """A project (a dict or a :class:`~gpsl.annotation.records.Project`) without the crowd
+    """A project (a dict or a :class:`~gpsl.annotation.store.records.Project`) without the crowd
     model of its settings, or the team settings dict without it."""
     if item is None:
         return None
@@ -94,7 +97,7 @@ def _without_crowd(item):
 
 
 def _own_progress(progress, name: str):
-    """A progress (a dict or a :class:`~gpsl.annotation.records.Progress`) as a blind
+    """A progress (a dict or a :class:`~gpsl.annotation.store.records.Progress`) as a blind
     annotator sees it: the counts, but of the votes per person only their own (and the
     imports'), and no label counts (the training labels are other people's votes)."""
     get = progress.get if isinstance(progress, dict) else functools.partial(getattr,

@@ -4,7 +4,7 @@ beyond the engine's pool, so one instance may be shared by Streamlit's script th
 
 Its read methods return the store's rows (dicts); :attr:`Store.reports` returns what the
 pages show as typed records (:mod:`gpsl.annotation.reports`).  The services it calls take
-the database, or its :class:`~gpsl.annotation.owned.Home` (the database and the store's own
+the database, or its :class:`~gpsl.annotation.store.owned.Home` (the database and the store's own
 folder of files), never the facade."""
 
 from __future__ import annotations
@@ -16,42 +16,25 @@ from pathlib import Path
 import numpy as np
 
 from gpsl import limits
-from gpsl.annotation import (
-    crowd_folders,
-    exports,
-    imports,
-    jobs,
-    label_writes,
-    owned,
-    predictions,
-    projects,
-    queue,
-    reports,
-    scoring,
-    search,
-    sentences,
-    spares,
-    stats,
-    store_limits,
-    summaries,
-    validate,
-    versions,
-    vote_files,
-    votes,
-)
-from gpsl.annotation.db import Database
+from gpsl.annotation import reports
+from gpsl.annotation.corpus import predictions, projects, search, sentences, stats
 from gpsl.annotation.facade_team import TeamFacade
+from gpsl.annotation.interchange import crowd_folders, exports, imports, vote_files
+from gpsl.annotation.labeling import label_writes, queue, scoring, votes
 from gpsl.annotation.permissions import Accepted, Blind, Role, Shows, door_only, requires
-from gpsl.annotation.pipeline import TrainConfig
-from gpsl.annotation.processes import worker_alive
-from gpsl.annotation.store_errors import NotFoundError
+from gpsl.annotation.store import owned, store_limits, validate
+from gpsl.annotation.store.db import Database
+from gpsl.annotation.store.processes import worker_alive
+from gpsl.annotation.store.store_errors import NotFoundError
+from gpsl.annotation.training import jobs, spares, summaries, versions
+from gpsl.annotation.training.pipeline import TrainConfig
 from gpsl.io import Sentence
 
 
 class Store(TeamFacade):
     """The annotation store at ``target``: a SQLite file path or a database URL
     (``postgresql+psycopg://...``).  ``timeout``: seconds to wait for locks before
-    :class:`~gpsl.annotation.db.StoreBusyError`.  The team's methods (the door, accounts,
+    :class:`~gpsl.annotation.store.db.StoreBusyError`.  The team's methods (the door, accounts,
     sessions, team settings and figures) are :class:`~.facade_team.TeamFacade`'s."""
 
     def __init__(self, target: str | os.PathLike, *, timeout: float = 30.0,
@@ -65,13 +48,13 @@ class Store(TeamFacade):
 
     @property
     def store_id(self) -> str:
-        """The store's own id (:mod:`gpsl.annotation.owned`)."""
+        """The store's own id (:mod:`gpsl.annotation.store.owned`)."""
         return owned.store_id(self.db)
 
     @property
     def models_root(self) -> Path:
         """This store's own folder of model files, progress files and locks:
-        ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.owned`)."""
+        ``<models base>/store-<store id>`` (:mod:`gpsl.annotation.store.owned`)."""
         return self.home.models_root
 
     @requires(Role.LEAD)
@@ -82,7 +65,7 @@ class Store(TeamFacade):
     @requires(Role.LEAD)
     def model_path(self, version_id: int) -> Path:
         """The version's model folder, refused with one line when missing or another
-        store's (:func:`gpsl.annotation.owned.model_path`)."""
+        store's (:func:`gpsl.annotation.store.owned.model_path`)."""
         version = self.get_model_version(version_id)
         if version is None:
             raise NotFoundError(f"no model version with id {version_id}")
@@ -98,7 +81,8 @@ class Store(TeamFacade):
 
     @door_only
     def close(self) -> None:
-        spares.drop(self.target)  # its spare worker (gpsl.annotation.spares), if it has one
+        spares.drop(self.target)  # its spare worker (gpsl.annotation.training.spares), if it has
+                                    # one
         self.db.dispose()
 
     def __enter__(self) -> Store:
@@ -427,7 +411,7 @@ class Store(TeamFacade):
     def leases(self, project_id: int) -> list[dict]:
         return queue.leases(self.db, project_id)
 
-    # training (gpsl.annotation.jobs)
+    # training (gpsl.annotation.training.jobs)
     @requires(Role.LEAD, by="started_by")
     def start_training(self, project_id: int, config: TrainConfig,
                        started_by: str | None = None) -> int:
@@ -459,7 +443,7 @@ class Store(TeamFacade):
         """After a crash: dead workers' versions failed, their leftovers removed."""
         return jobs.recover(self.home)
 
-    # imports and exports (gpsl.annotation.imports, gpsl.annotation.exports)
+    # imports and exports (gpsl.annotation.interchange.imports, gpsl.annotation.interchange.exports)
     @requires(Role.LEAD, import_credit="annotator")
     def import_sentences(self, project_id: int, sentences_, **kw) -> int:
         return imports.import_sentences(self.db, project_id, sentences_, **kw)

@@ -6,14 +6,17 @@ method delegates to one module, with the store's database ``self.db``."""
 
 from __future__ import annotations
 
-from gpsl.annotation import access, accounts, auth, team, team_columns, validate
+from gpsl.annotation import access
+from gpsl.annotation.labeling import team, team_columns
+from gpsl.annotation.people import accounts, auth
 from gpsl.annotation.permissions import Role, Shows, door_only, requires
-from gpsl.annotation.records import TrainingLabels
+from gpsl.annotation.store import validate
+from gpsl.annotation.store.records import TrainingLabels
 
 
 class TeamFacade:
     """The team's methods of :class:`~gpsl.annotation.Store` (a mixin: ``self.db`` is the
-    store's :class:`~gpsl.annotation.db.Database`)."""
+    store's :class:`~gpsl.annotation.store.db.Database`)."""
 
     # the door (gpsl.annotation.access, accounts, auth)
     @door_only
@@ -69,7 +72,7 @@ class TeamFacade:
     @door_only
     def sign_in(self, name: str, password: str, client: str | None = None):
         """``(identity, session token)``, None for a wrong name or password; rate limited
-        per name and per ``client`` (:func:`gpsl.annotation.auth.sign_in`)."""
+        per name and per ``client`` (:func:`gpsl.annotation.people.auth.sign_in`)."""
         return auth.sign_in(self.db, name, password, client)
 
     @requires(Role.LEAD)
@@ -104,7 +107,7 @@ class TeamFacade:
     def setup_lead(self, token: str, name: str, password: str, client: str | None = None):
         return auth.setup_lead(self.db, token, name, password, client)
 
-    # team (gpsl.annotation.team)
+    # team (gpsl.annotation.labeling.team)
     @requires(Role.ANNOTATOR, shows=Shows.NO_CROWD)
     def team_settings(self, project_id: int) -> dict:
         project = self.get_project(project_id)

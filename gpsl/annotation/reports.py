@@ -1,9 +1,9 @@
-"""What the pages show, as typed records (:mod:`gpsl.annotation.records`).
+"""What the pages show, as typed records (:mod:`gpsl.annotation.store.records`).
 
 :class:`Reports` reads through the repositories and services with the store's
-:class:`~gpsl.annotation.owned.Home` (``store.reports``: the facade's; never the facade itself)
-and turns their rows into records, with the figures the pages draw already computed: the Annotate
-page's view of a sentence (suggestions, confidences, the queue's token scores, the opening
+:class:`~gpsl.annotation.store.owned.Home` (``store.reports``: the facade's; never the facade
+itself) and turns their rows into records, with the figures the pages draw already computed: the
+Annotate page's view of a sentence (suggestions, confidences, the queue's token scores, the opening
 token), the Confidence page's token table, reliability report and ranked queue, the Team
 page's figures, the Train page's versions and progress.  The pages format and draw them; they
 compute nothing and never see a row dict.
@@ -18,26 +18,12 @@ from dataclasses import replace
 import numpy as np
 
 from gpsl import active, tags
-from gpsl.annotation import (
-    accounts,
-    jobs,
-    predictions,
-    projects,
-    queue,
-    rules,
-    runs,
-    search,
-    sentences,
-    stats,
-    summaries,
-    team,
-    team_columns,
-    validate,
-    versions,
-    votes,
-)
+from gpsl.annotation.corpus import predictions, projects, search, sentences, stats
+from gpsl.annotation.labeling import queue, rules, team, team_columns, votes
+from gpsl.annotation.people import accounts
 from gpsl.annotation.permissions import Blind, Role, Shows, requires
-from gpsl.annotation.records import (
+from gpsl.annotation.store import validate
+from gpsl.annotation.store.records import (
     Account,
     AnnotatorRow,
     CalibrationReport,
@@ -62,7 +48,8 @@ from gpsl.annotation.records import (
     Version,
     VersionSummary,
 )
-from gpsl.annotation.store_errors import NotFoundError
+from gpsl.annotation.store.store_errors import NotFoundError
+from gpsl.annotation.training import jobs, runs, summaries, versions
 
 __all__ = ["Reports", "query_description", "queue_strategy"]
 
@@ -82,7 +69,7 @@ pd = _Pandas()
 
 def queue_strategy(version: Version | None) -> str | None:
     """The query score that orders the queue under an active ``version``: the one its run
-    stored, else the old rule's (:data:`gpsl.annotation.queue.FALLBACK_QUERY`); None
+    stored, else the old rule's (:data:`gpsl.annotation.labeling.queue.FALLBACK_QUERY`); None
     without a version."""
     if version is None:
         return None
@@ -111,7 +98,7 @@ def token_views(sentence: dict, marginals: np.ndarray | None, classes: Sequence[
     BILOU) the suggestions are the most probable scheme-valid sequence given the labels
     already set (:func:`gpsl.tags.valid_decode`; hidden tokens count as uninformative
     there), not each token's argmax; ``confidence`` stays the token's largest marginal;
-    ``score`` is the token's queue score (:func:`gpsl.annotation.rules.token_scores`);
+    ``score`` is the token's queue score (:func:`gpsl.annotation.labeling.rules.token_scores`);
     ``mine`` and ``own`` the annotator's vote and own copy (a view's ``mine``/``own``; a
     plain sentence's labels stand for ``own``)."""
     n = len(sentence["tokens"])
@@ -309,7 +296,7 @@ class Reports:
     @requires(Role.LEAD)
     def summary(self, version: Version) -> VersionSummary:
         """What the Confidence page shows of a version: its stored summary
-        (:mod:`gpsl.annotation.summaries`, computed once when it was trained)."""
+        (:mod:`gpsl.annotation.training.summaries`, computed once when it was trained)."""
         d = summaries.get(self.db, version.id)
         return VersionSummary(
             unlabeled=int(d["unlabeled"]), mean_confidence=d["mean_confidence"],
@@ -329,7 +316,7 @@ class Reports:
     @requires(Role.LEAD)
     def ranked(self, project_id: int, version: Version, n: int = 10):
         """The first ``n`` sentences of the annotation queue (the one ranking,
-        :mod:`gpsl.annotation.queue`) with their unlabeled tokens' confidences under
+        :mod:`gpsl.annotation.labeling.queue`) with their unlabeled tokens' confidences under
         ``version``: a list of ``(RankedSentence, tokens)``, ``tokens`` a pandas table
         ``token, label, predicted, confidence`` of the sentence (read for these sentences
         only)."""
@@ -414,7 +401,7 @@ class Reports:
     @requires(Role.LEAD)
     def team(self, project_id: int) -> TeamFigures | None:
         """Agreement, the people's rows and the conflicts (None: nobody has voted), from
-        the votes' columns (:mod:`gpsl.annotation.team_columns`), computed again only when
+        the votes' columns (:mod:`gpsl.annotation.labeling.team_columns`), computed again only when
         a vote, a decision or the team settings changed."""
         gc_was = gc.isenabled()
         gc.disable()  # a record per conflict: the cycle collector would walk them all
@@ -457,7 +444,7 @@ Reports = validate.typed_ids(Reports)
 
 
 def team_figures(got: dict) -> TeamFigures:
-    """The Team page's record of :func:`gpsl.annotation.team_columns.figures`."""
+    """The Team page's record of :func:`gpsl.annotation.labeling.team_columns.figures`."""
     figures = got["agreement"]
     return TeamFigures(
         tuple(figures["annotators"]), figures["kappa"], figures["shared"], figures["alpha"],

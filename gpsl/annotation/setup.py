@@ -10,7 +10,7 @@
 While a store has no account the app is single-user and, served on a loopback address, its
 user is the lead; served to others it shows only a setup form that asks for a setup token.
 This command makes the first lead account (a name and a password that zxcvbn rates hard to
-guess, :func:`gpsl.annotation.accounts.check_password`), so the first visitor of a freshly
+guess, :func:`gpsl.annotation.people.accounts.check_password`), so the first visitor of a freshly
 served app never becomes its owner. ``--token`` prints a one-time token (24 hours, one use)
 to type into that setup form instead; the app prints one too on its console while the store
 has no account. ``--reset`` gives an existing account a new password (every session of it
@@ -32,8 +32,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpsl.annotation.db import default_db_url
 from gpsl.annotation.facade import Store
+from gpsl.annotation.store.db import default_db_url
 from gpsl.errors import GpslError, InputError
 
 

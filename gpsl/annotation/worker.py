@@ -6,15 +6,15 @@
     python -m gpsl.annotation.worker --spare
 
 
-:func:`gpsl.annotation.jobs.start_training` starts it (in its own session, one BLAS thread);
-the store is named by ``GPSL_DB`` in its environment, never on the command line (a PostgreSQL
-URL may hold a password). A store that does not exist is refused before anything is opened
-(a SQLite path is never created here: the app creates its store). Errors are one line
+:func:`gpsl.annotation.training.jobs.start_training` starts it (in its own session, one BLAS
+thread); the store is named by ``GPSL_DB`` in its environment, never on the command line (a
+PostgreSQL URL may hold a password). A store that does not exist is refused before anything is
+opened (a SQLite path is never created here: the app creates its store). Errors are one line
 ``gpsl worker: error: ...`` with exit status 2; the run's own failure is recorded on the
-version by :func:`gpsl.annotation.pipeline.run` (exit status 1, or the errno of a failure it
-could not record, :class:`~gpsl.annotation.pipeline.UnrecordedFailure`).
+version by :func:`gpsl.annotation.training.pipeline.run` (exit status 1, or the errno of a failure
+it could not record, :class:`~gpsl.annotation.training.pipeline.UnrecordedFailure`).
 
-``--spare`` (:mod:`gpsl.annotation.spares`): the worker is started ahead of the click; it
+``--spare`` (:mod:`gpsl.annotation.training.spares`): the worker is started ahead of the click; it
 imports what a run needs, then reads its version from standard input as one JSON line
 (``version``, ``models_root``, ``log``, ``pause_at``), sends its output to that log and runs
 it as above. End of input before a line: it exits 0, having done nothing.
@@ -34,9 +34,9 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
-from gpsl.annotation import pipeline
-from gpsl.annotation.db import Database
-from gpsl.annotation.owned import Home
+from gpsl.annotation.store.db import Database
+from gpsl.annotation.store.owned import Home
+from gpsl.annotation.training import pipeline
 from gpsl.errors import GpslError, InputError
 
 
@@ -64,10 +64,10 @@ def check_store(target: str) -> None:
 def run(version_id: int, models_root: str | None, db: str | None = None, *,
         pause_at: str | None = None, nice: bool = True) -> int:
     """Run one version's pipeline; the exit status (0 done, 1 failed).  ``pause_at``: where
-    the run waits until it is killed (tests; :data:`gpsl.annotation.pipeline.PAUSES`)."""
+    the run waits until it is killed (tests; :data:`gpsl.annotation.training.pipeline.PAUSES`)."""
     target = db or os.environ.get("GPSL_DB", "")
     check_store(target)
-    if nice:  # a spare was started at nice 5 (gpsl.annotation.spares)
+    if nice:  # a spare was started at nice 5 (gpsl.annotation.training.spares)
         with contextlib.suppress(OSError, AttributeError):
             os.nice(5)
     home = Home(Database(target), models_root)

@@ -1,7 +1,7 @@
 """Honest calibrated marginals of held-out data that is also the calibration data
 (:func:`cross_calibrate`: the app's confidence dashboards), and a previous calibrator's choice
 refitted on new data (:func:`refit_like`, :func:`cross_refit`: the app's refit between
-selections, :mod:`gpsl.annotation.refit`)."""
+selections, :mod:`gpsl.annotation.training.refit`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ upload (``(path, bytes)`` pairs, the paths as the browser gives them,
 zip members counted and sized before they are read) and reads it there with
 :func:`~gpsl.io.crowd_raw.read_crowd_folder`; every bad file is one line naming its path
 inside the upload. What the store makes of it (worker names as people, the label set, the
-import) is :mod:`gpsl.annotation.crowd_folders`'.
+import) is :mod:`gpsl.annotation.interchange.crowd_folders`'.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ The protocol (HumanSignal's ``label-studio-ml-backend``, ``label_studio_ml/api.p
   "was_cancelled"}, "task": {"id", "data"}}``;
 * ``GET /health`` -> ``{"status": "UP", "model_class": ...}``.
 
-Text is tokenised by :func:`gpsl.annotation.imports.tokenize` (words and punctuation, with
-their character offsets), the tokenizer of the app's Label Studio/doccano/Prodigy imports,
+Text is tokenised by :func:`gpsl.annotation.interchange.imports.tokenize` (words and punctuation,
+with their character offsets), the tokenizer of the app's Label Studio/doccano/Prodigy imports,
 so offsets index the task's text exactly (any Unicode, any run of whitespace).
 """
 
@@ -30,7 +30,7 @@ import defusedxml.ElementTree as SafeET
 import numpy as np
 from defusedxml import DefusedXmlException
 
-from gpsl.annotation.imports import tokenize
+from gpsl.annotation.interchange.imports import tokenize
 from gpsl.metrics import chunks
 
 __all__ = ["LabelConfig", "ProtocolError", "parse_config", "tokenize", "labels_to_spans",

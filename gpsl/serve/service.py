@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from gpsl import active
-from gpsl.annotation.pipeline import query_scores
-from gpsl.annotation.rules import queue_score
+from gpsl.annotation.labeling.rules import queue_score
+from gpsl.annotation.training.pipeline import query_scores
 from gpsl.cli.tag import calibration_state
 from gpsl.model import GPSL
 from gpsl.persist import save_model
@@ -63,7 +63,7 @@ def model_version(path: Path) -> str:
 def _predict(model: GPSL, X, scores: bool):
     """``(labels, marginals, query scores or None)`` of sentences ``X``: what
     ``model.predict``, ``model.predict_marginals`` and the queue's
-    :func:`gpsl.annotation.pipeline.query_scores` (BALD) give, from one computation of
+    :func:`gpsl.annotation.training.pipeline.query_scores` (BALD) give, from one computation of
     Algorithm 2's inputs (:meth:`~gpsl.model.GPSL.calibration_scores`) instead of three."""
     if model.decoder != "rns":
         labels = model.predict(X)
@@ -164,7 +164,7 @@ class Service:
     def label(self, X: list[list[tuple[str, ...]]], scores: bool = False):
         """``(labels, marginals, task scores or None, version)`` of sentences ``X``: the labels
         and marginals of ``gpsl test --marginals``; with ``scores``, each sentence's
-        :func:`gpsl.annotation.rules.queue_score` over the app's query score (BALD, the
+        :func:`gpsl.annotation.labeling.rules.queue_score` over the app's query score (BALD, the
         queue's default) divided by ``log J`` (``J`` labels): higher = asked first. BALD is
         a mutual information, ``I(y_t; f) <= H(y_t) <= log J``, so the score lies in [0, 1],
         as Label Studio shows it (a percentage), in the queue's order."""

@@ -103,8 +103,8 @@ def query(payload: dict, service: Service) -> dict:
         items = active.query_model(model, X, None, strategy, batch)
         marg = model.predict_marginals(X)
         classes = list(model.classes_)
-        from gpsl.annotation.pipeline import query_scores
-        from gpsl.annotation.rules import queue_score
+        from gpsl.annotation.labeling.rules import queue_score
+        from gpsl.annotation.training.pipeline import query_scores
 
         q = query_scores(model, X, None, marg, strategy) if strategy != "random" else None
     tokens = []

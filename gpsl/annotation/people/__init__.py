@@ -1,0 +1,4 @@
+"""People: accounts, roles and passwords, sign-in, sessions and links.
+
+Imports :mod:`gpsl.annotation.store` only.
+"""
