@@ -94,10 +94,10 @@ postgresql:
 	|| echo "NOTE: could not install postgresql with apt-get; its tests will be skipped."
 
 # Label Studio for the gpsl serve integration test, in its own virtual environment outside
-# the checkout ($$GPSL_LS_VENV or ~/.cache/gpsl-ls-venv; pins in tests/requirements-labelstudio.txt),
+# the checkout ($$GPSL_LS_VENV or ~/.cache/gpsl-ls-venv; pins in tests/support/requirements-labelstudio.txt),
 # installed once and kept; if the install fails the test says why and is skipped (fails on CI).
 labelstudio: $(VENV)/.installed-dev
-	@$(BIN)/python tests/_labelstudio.py install \
+	@$(BIN)/python -m tests.support.labelstudio install \
 	|| echo "NOTE: Label Studio could not be installed; its integration test will be skipped."
 
 clean:

@@ -1,7 +1,7 @@
 """SciPy's optimisers, imported on first use: ``scipy.optimize`` costs about 0.15-0.3 CPU s to
 import (its linear-programming and docstring machinery), a third of a small ``gpsl test``, which
 loads a model and never optimises. Every fit and calibration calls these names instead of
-importing them from ``scipy.optimize`` at module level (``tests/test_imports.py``)."""
+importing them from ``scipy.optimize`` at module level (``tests/meta/test_imports.py``)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def vocabulary_by_ids(columns, n_tokens: int, min_freq: int
     values: ``columns(lookup)`` gives every token's ``(n_tokens, K)`` columns
     (:func:`template_columns`, :func:`ner_columns`) with a ``lookup`` that gives each new
     string the next id, or None where they leave the tokens to the strings (then so does
-    this). The same vocabulary and matrix as the strings' (tests/test_feature_ids.py); 0.20
+    this). The same vocabulary and matrix as the strings' (tests/lib/test_feature_ids.py); 0.20
     -> 0.095 CPU s on 18k chunking tokens (the app's 20k-token refit)."""
     names: dict[str, int] = {}
     setdefault = names.setdefault
@@ -259,7 +259,8 @@ def template_columns(unigrams, tokens: list, lengths: np.ndarray, lookup,
     """:func:`expand_lines` of CRF++ unigram lines (:class:`gpsl.template_lines.
     UnigramTemplate`) over the token columns; ``None`` when a column used holds a value that
     is not a ``str`` (the string expansion then decides what happens). Equal to looking up
-    the strings of :meth:`gpsl.features.Template.expand_sentence` (tests/test_feature_ids.py)."""
+    the strings of :meth:`gpsl.features.Template.expand_sentence`
+    (tests/lib/test_feature_ids.py)."""
     try:
         return expand_lines([(u.pieces, u.macros) for u in unigrams],
                             Columns(tokens, lengths, max_offset), lookup)
@@ -278,7 +279,7 @@ def ner_columns(ner, tokens: list, lengths: np.ndarray, lookup) -> np.ndarray | 
     ``X|Y`` is ``X|Y=u|v``, ``bias`` a line without values; then the other token columns'
     windows. ``None`` (the string expansion decides) for values that are not ``str``, tokens
     of several widths or a slot of another form. Equal to looking up the strings of
-    :meth:`~gpsl.features.NerFeatures.expand_sentence` (tests/test_feature_ids.py)."""
+    :meth:`~gpsl.features.NerFeatures.expand_sentence` (tests/lib/test_feature_ids.py)."""
     widths = set(map(len, tokens))
     if len(widths) > 1:
         return None

@@ -27,7 +27,7 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
     the buffer gives ``S'y`` and ``Y'y`` of the new pair (the gradient's products ``S'g``,
     ``Y'g`` follow from them, ``g_new = g + y``), and one more forms ``S p + gamma Y u``: two
     passes over the pairs an iteration, where the recursion made four, each writing the
-    direction back (``tests/test_sparse.py`` checks the two agree). Everything that decides a
+    direction back (``tests/lib/test_sparse.py`` checks the two agree). Everything that decides a
     step stays in double precision: ``f``, the gradient, ``x``, the curvature ``s'y`` of each
     pair, the descent test ``g'd < 0`` and the Armijo test. The stored pairs only propose a
     direction; a direction that is not downhill is replaced by the gradient. ``fun`` returns

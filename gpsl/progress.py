@@ -26,7 +26,7 @@ def remaining_sweeps(bounds, *, tol: float, max_iter: int, rate: float | None = 
     ``d_k rho^m <= tol max(1, |L|)``. With a single bound the stop rule cannot have fired
     yet: at least one sweep remains. The estimate is exact for a geometric trace and good to
     a sweep or two in the last sweeps of a real one; early in a long EM run it is a guess
-    (``tests/test_speed.py``). (With ``learn_hyper`` the outer loop may add sweeps after a
+    (``tests/lib/test_speed.py``). (With ``learn_hyper`` the outer loop may add sweeps after a
     hyper-parameter step; the estimate covers the inner loop it is in.)"""
     b = [float(v) for v in bounds]
     k = len(b)

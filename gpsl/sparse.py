@@ -496,7 +496,7 @@ def mean_curvature(features, theta, W, base_a, weight=None):
 
     Used on warm starts only (:class:`gpsl.engines.SparseEngine`, the app's and active
     learning's refits): from zero weights with missing labels the preconditioned steps took
-    another path, to another local maximum (``tests/test_warm.py``'s chain task: a higher
+    another path, to another local maximum (``tests/lib/test_warm.py``'s chain task: a higher
     bound, marginals up to 0.6 apart), so a cold fit keeps the path its measured figures were
     made on, and a warm refit still ends at the cold fit's optimum (that test, 1e-9)."""
     a = features.times(theta, W).T + base_a  # (n, J)

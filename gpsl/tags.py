@@ -227,7 +227,7 @@ def entities(labels: Sequence[str]) -> list[tuple[str, int, int]]:
     default (prefix) mode (conlleval's rules), without its warnings. A label's tag is its first
     character and its type what follows the first ``-`` after it (``"_"`` when empty). Ported
     because importing seqeval imports scikit-learn, 0.6 CPU s of a training worker that
-    computes one held-out chunk F1 (tests/test_metrics.py checks the port against seqeval)."""
+    computes one held-out chunk F1 (tests/lib/test_metrics.py checks the port against seqeval)."""
     out = []
     prev_tag, prev_type, begin = "O", "", 0
     for i, label in enumerate([*labels, "O"]):

@@ -19,7 +19,7 @@ mean-field precisions, ``q(f^S)`` and ``theta`` carry by feature and label name 
 vocabulary; the missing labels' ``r`` do not. A fit with missing labels then starts as a cold
 one (:meth:`gpsl.sparse.SparseGPSLInference.sweep_labels_first`: an M-step on the labeled
 tokens, then the E-step) from the previous functions instead of zero, and ends at the cold
-fit's optimum: ``tests/test_warm.py`` checks that the bound and the marginals meet the cold
+fit's optimum: ``tests/lib/test_warm.py`` checks that the bound and the marginals meet the cold
 fit's as the stop rule tightens (``tol`` 1e-8: bound within 1e-7, marginals within 1e-3;
 measured 3e-9 and 2e-5). Carrying ``r`` as well (the previous model's guesses) ended in
 another optimum, with the higher bound and the worse labels described below for the full GP:

@@ -6,12 +6,12 @@
   for it and stopped at the end.  Without PostgreSQL the PostgreSQL half is skipped and the
   summary says so; under CI (``CI=true``) that is a failure.
 - No test writes into the checkout: the run fails with the list of files created, modified
-  or deleted in it (``_checkout.py``; tool caches aside).  Hypothesis keeps its example
+  or deleted in it (``support/checkout.py``; tool caches aside).  Hypothesis keeps its example
   database in the temporary directory, and ``sys.modules["__main__"]`` is put back after
   every test (an AppTest run leaves ``app.py`` there, and a process that multiprocessing
   spawns later, e.g. a Dask worker, would run the app again, creating its default store in
   the checkout).
-- Wall-clock limits follow the machine's speed and load (``_limits.py``): every
+- Wall-clock limits follow the machine's speed and load (``support/limits.py``): every
   ``pytest.mark.timeout`` (and the ini ``timeout``) is scaled at the start of its test.
 """
 
@@ -26,12 +26,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `bench` for the helpers
-sys.path.insert(0, str(ROOT / "tests"))  # `_limits`, `_checkout`, `_support`
 
-import _checkout  # noqa: E402
-import _limits  # noqa: E402
 from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+
+from tests.support import checkout as _checkout  # noqa: E402
+from tests.support import limits as _limits  # noqa: E402
 
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "gpsl-hypothesis")
 _MAIN = sys.modules["__main__"]
@@ -171,3 +170,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     elif _PG.get("used"):
         ports = ", ".join(str(p) for p in _PG.get("ports", [_PG.get("port")]))
         terminalreporter.write_line(f"PostgreSQL half ran on a temporary server (port {ports}).")
+
+
+#: markers by folder (registered in pyproject.toml); ``postgres`` marks what runs on PostgreSQL
+FOLDER_MARKERS = {("app", "browser"): "browser", ("bench",): "bench"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder (``browser``, ``bench``), and the PostgreSQL half
+    (``postgres``: a test on the PostgreSQL store, or asking for the server itself), so that
+    ``-m "not browser and not postgres"`` runs what needs neither."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            parts = Path(item.path).resolve().relative_to(here).parts
+        except ValueError:
+            continue
+        for folder, name in FOLDER_MARKERS.items():
+            if parts[:len(folder)] == folder:
+                item.add_marker(name)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("store_target") == "postgresql" or \
+                {"pg_url", "postgres_server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker("postgres")

@@ -11,7 +11,7 @@ and URLs, deep nesting, numbers of thousands of digits, ``NaN``; then, sometimes
 damage (:func:`bench.robustness.generators._mutate`).
 
 The same generators drive the benchmark (seeded :mod:`random`) and the suite's fuzz test
-(``tests/test_fuzz.py``: hypothesis hands them its own ``Random``, so it chooses, and shrinks,
+(``tests/cli/test_fuzz.py``: hypothesis hands them its own ``Random``, so it chooses, and shrinks,
 every value).
 """
 

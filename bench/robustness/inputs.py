@@ -501,16 +501,13 @@ def _upload_trials(rng, n, workdir: Path):
 
 def _seconds() -> float:
     """A trial's time limit: :data:`bench.robustness.hostile.TRIAL_SECONDS` times the
-    machine's load factor (the suite's :mod:`tests._limits` rule, when importable)."""
+    machine's load factor (the suite's :mod:`tests.support.limits` rule, when importable)."""
     from bench.robustness.hostile import TRIAL_SECONDS
 
     try:
-        sys.path.insert(0, str(REPO / "tests"))
-        from _limits import limit
+        from tests.support.limits import limit
     except ImportError:
         return TRIAL_SECONDS
-    finally:
-        sys.path.remove(str(REPO / "tests"))
     return limit(TRIAL_SECONDS)
 
 

@@ -15,7 +15,7 @@ views carry their ``permission_classes``)::
 
 :class:`gpsl.annotation.access.ActingStore` reads the declaration of the method called
 (:func:`declaration`) and enforces it; a method without one is refused to everyone (deny by
-default), and ``tests/test_structure.py`` fails on it.  A declaration that names an argument
+default), and ``tests/meta/test_structure.py`` fails on it.  A declaration that names an argument
 the method does not have raises :class:`TypeError` when the method is defined (at import):
 renaming an argument cannot silently drop a check.
 

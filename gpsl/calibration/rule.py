@@ -5,7 +5,7 @@ estimator knows nothing about (as scikit-learn's ``CalibratedClassifierCV``).
 candidate) and attaches it to the model; :func:`calibrate_model` chooses the data first (the
 app's training run and ``gpsl train`` both call it). The estimator is only called (its
 ``fit``, ``get_params``, ``calibration_scores``, ``gold_index`` and fitted attributes) and
-never calls back: ``gpsl.model`` imports nothing of this package (``tests/test_structure.py``).
+never calls back: ``gpsl.model`` imports nothing of this package (``tests/meta/test_structure.py``).
 
 **The rule** (:func:`plan`). Held-out gold labels when there are enough of them
 (:data:`MIN_TOKENS` labeled tokens in at least two sentences), else K folds of the labeled

@@ -5,7 +5,7 @@ and the conflicts computed over them without a Python object per vote.
 The figures are those of :func:`gpsl.annotation.labeling.team.agreement_figures`,
 :func:`~gpsl.annotation.labeling.team.annotator_stats` and
 :func:`~gpsl.annotation.labeling.team.conflicts` (the reference, over one dict per vote;
-``tests/test_team_columns.py`` holds them equal): pairwise Cohen's kappa, eq. (K) of
+``tests/annotation/test_team_columns.py`` holds them equal): pairwise Cohen's kappa, eq. (K) of
 :mod:`gpsl.agreement`, from
 :func:`gpsl.agreement.pair_kappas_coded`; Krippendorff's alpha, eq. (A), from the count
 matrix of :func:`gpsl.agreement.count_matrix`.  :func:`figures` keeps the last result per

@@ -18,7 +18,7 @@ version stays ``'running'``/``'failed'`` and the previously active version keeps
 One process (no pool) where ``fork`` is not there, inside a daemonic process (a Dask worker
 may not have children), on one core, for one chunk, or with ``GPSL_PREDICT_PROCESSES=1``.
 The chunks and their seeds are the same either way, so the stored predictions are the same
-(``tests/test_pool.py``).
+(``tests/annotation/test_pool.py``).
 """
 
 from __future__ import annotations

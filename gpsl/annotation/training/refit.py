@@ -5,7 +5,7 @@ a batch of new labels (docs/speed.md, "The app's refit").
   loads, is the start of the new fit (``GPSL(warm_start=True)``): the scalable mode carries
   its weights, their precisions, ``q(f^S)`` and ``theta`` by feature and label name into
   the new vocabulary (:func:`gpsl.warm.carry_sparse_state`), with or without missing labels,
-  and ends at the cold fit's optimum (``tests/test_warm.py``). A model that does not load
+  and ends at the cold fit's optimum (``tests/lib/test_warm.py``). A model that does not load
   (deleted, damaged) means a cold fit, never a failed run.
 * **The calibration** (:func:`calibrate`), by the rule of ``gpsl train``
   (:func:`gpsl.calibration.calibrate_model`: held-out gold when there is enough, else folds

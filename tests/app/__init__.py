@@ -1,0 +1,1 @@
+"""The Streamlit app and its pages (AppTest)."""

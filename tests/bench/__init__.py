@@ -1,0 +1,1 @@
+"""The benchmarks' code on small cases: marker ``bench``."""

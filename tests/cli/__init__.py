@@ -1,0 +1,1 @@
+"""The command line (``gpsl train/test/aggregate/serve``) and hostile inputs to it."""

@@ -1,0 +1,1 @@
+"""The library ``gpsl`` (model, features, inference, crowd models, calibration, I/O)."""

@@ -1,0 +1,99 @@
+"""The held-out-vote rule for the sequential model's priors (gpsl.crowd.priors): the fold,
+the score against brute force, and a choice that never reads the gold."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+
+from gpsl import cli
+from gpsl.crowd import CrowdGPSL, Votes
+from gpsl.crowd.priors import GRID, choose_priors, heldout_score, split_votes
+from gpsl.crowd.sequential import previous_labels
+from gpsl.model import GPSL
+from gpsl.synthetic import UNIGRAM_TEMPLATE
+from tests.lib.test_crowd_seq import BIO, random_votes, sticky_crowd
+
+
+def test_the_fold_leaves_out_whole_sentence_annotator_pairs():
+    votes, _ = random_votes(n_sent=200)
+    kept, held = split_votes(votes)
+    assert kept.token.size + held.token.size == votes.token.size
+    sent = np.repeat(np.arange(votes.lengths.size), votes.lengths)
+    pairs = lambda v: set(zip(sent[v.token].tolist(), v.annotator.tolist()))  # noqa: E731
+    assert not pairs(kept) & pairs(held)
+    assert 0.12 < held.token.size / votes.token.size < 0.28
+    # a left-out vote's previous label is the same as in all the votes
+    full = dict(zip(zip(votes.token.tolist(), votes.annotator.tolist()),
+                    previous_labels(votes).tolist()))
+    assert all(full[(t, a)] == p for t, a, p in zip(held.token.tolist(),
+                                                     held.annotator.tolist(),
+                                                     previous_labels(held).tolist()))
+
+
+def test_the_score_is_the_log_predictive_probability_by_brute_force():
+    votes, r = random_votes(n_sent=6, J=3, A=4)
+    rng = np.random.default_rng(1)
+    pi = rng.dirichlet(np.ones(3), size=(4, 3, 4))  # [a, y, p, l], p = J for none
+    _, held = split_votes(votes, fold=2)
+    prev = previous_labels(held)
+    want = 0.0
+    for t in set(held.token.tolist()):
+        vs = np.flatnonzero(held.token == t)
+        want += np.log(sum(r[t, y] * np.prod([pi[held.annotator[v], y, prev[v],
+                                                  held.label[v]] for v in vs])
+                           for y in range(3)))
+    got = heldout_score(r, SimpleNamespace(pi=pi), held)
+    assert np.isclose(got, want, rtol=1e-12)
+    conf = SimpleNamespace(pi=pi[:, :, 0, :])  # the confusion model: no previous label
+    want_c = sum(np.log(sum(r[t, y] * np.prod([pi[held.annotator[v], y, 0, held.label[v]]
+                                                 for v in np.flatnonzero(held.token == t)])
+                            for y in range(3))) for t in set(held.token.tolist()))
+    assert np.isclose(heldout_score(r, conf, held), want_c, rtol=1e-12)
+
+
+def test_the_rule_prefers_the_model_that_made_the_votes():
+    """Votes from annotators with very different confusion rows: a weak pull to the one-coin
+    matrix (small shrink) predicts held-out votes better than a strong one."""
+    X, _, sents = sticky_crowd(n_sent=60)
+    votes = Votes.from_sentences([s.__class__(s.tokens, None, 1, None,
+                                              annotations=s.annotations) for s in sents],
+                                 classes=BIO)
+    grid = ((3.0, 1.0), (3.0, 1e5))
+
+    def make(kappa, shrink):
+        return CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10), refit=False,
+                         kappa=kappa, shrink=shrink)
+
+    choice = choose_priors(X, votes, make, grid=grid)
+    assert [s[:2] for s in choice.scores] == list(grid)
+    assert (choice.kappa, choice.shrink) == (3.0, 1.0)
+    assert choice.scores[0][2] > choice.scores[1][2]
+
+
+def test_the_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path, capsys):
+    _, _, sents = sticky_crowd(n_sent=30)
+    reports = []
+    for with_gold in (True, False):
+        path = tmp_path / f"crowd{with_gold}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for k, s in enumerate(sents):
+                obj = {"id": k, "tokens": [t[0] for t in s.tokens],
+                       "annotations": [{"annotator": a, "labels": v}
+                                       for a, v in s.annotations.items()]}
+                if with_gold:
+                    obj["labels"] = s.labels
+                fh.write(json.dumps(obj) + "\n")
+        rep = tmp_path / f"r{with_gold}.json"
+        assert cli.main(["aggregate", "--model", "joint", "--prior-rule", "heldout",
+                         "--max-iter", "8", "-q", "--labels", ",".join(BIO), str(path),
+                         "-o", str(tmp_path / f"o{with_gold}.txt"), "--report",
+                         str(rep)]) == 0
+        reports.append(json.loads(rep.read_text()))
+    with_gold, without = reports
+    assert with_gold["gold_span_f1"] is not None and without["gold_span_f1"] is None
+    assert with_gold["priors"] == without["priors"]
+    assert (without["priors"]["kappa"], without["priors"]["shrink"]) in GRID
+    assert len(without["priors"]["scores"]) == len(GRID)

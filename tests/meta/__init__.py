@@ -1,0 +1,1 @@
+"""The repository itself: the import structure, hygiene of the suite, the docs."""
