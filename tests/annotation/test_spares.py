@@ -47,11 +47,12 @@ def test_the_next_click_runs_on_the_spare_and_gets_the_same_result(project):
     assert v1["status"] == "done", v1["error"]
     second = jobs.start_training(store, pid, config, root)
     assert store.get_model_version(second)["settings"]["pid"] == spare  # the spare took it
+    proc = psutil.Process(spare)
     v2 = _done(store, second)
     assert v2["status"] == "done", v2["error"]
     assert _spare_pid() not in (None, spare)  # and another waits for the next click
     # the spare's run is the worker's run: its output in the version's log, the same model
-    psutil.Process(spare).wait(timeout=limit(60))  # it prints its last line after the status
+    proc.wait(timeout=limit(60))  # it prints its last line after the status
     log = pipeline.log_file(root, pid, second).read_text()
     assert f"version {second}: done" in log
     assert v2["metrics"]["train_labeled_tokens"] == v1["metrics"]["train_labeled_tokens"]
@@ -80,8 +81,9 @@ def test_stop_reaches_a_run_on_a_spare(project):
     assert store.get_model_version(vid)["settings"]["pid"] == spare
     wait_until(lambda: (runs.read_progress(root, pid, vid) or {}).get("phase") == "paused",
                120, what="the run to pause")
+    proc = psutil.Process(spare)
     assert jobs.stop_training(store, vid)
-    psutil.Process(spare).wait(timeout=limit(30))
+    proc.wait(timeout=limit(30))  # ended (Stop may already have reaped it)
     assert store.get_model_version(vid)["status"] == "killed"
 
 

@@ -301,11 +301,11 @@ def _errors(at: AppTest) -> list[str]:
 
 
 @pytest.mark.parametrize("page, method, message", [
-    (None, "stats.progress", "Cannot show the project overview"),
-    ("data", "versions.list_all", "Cannot show the exports"),
-    ("train", "versions.list_all", "Cannot read the training runs"),
-    ("confidence", "versions.list_all", "Cannot load the model's predictions"),
-    ("annotate", "projects.get", "Cannot read the annotation store"),  # the sidebar
+    (None, "corpus.stats.progress", "Cannot show the project overview"),
+    ("data", "training.versions.list_all", "Cannot show the exports"),
+    ("train", "training.versions.list_all", "Cannot read the training runs"),
+    ("confidence", "training.versions.list_all", "Cannot load the model's predictions"),
+    ("annotate", "corpus.projects.get", "Cannot read the annotation store"),  # the sidebar
 ])
 def test_a_busy_store_is_one_line_on_every_page(db, monkeypatch, page, method, message):
     """The store busy in one read of the back end (``module.function``, what the facade and
@@ -316,7 +316,7 @@ def test_a_busy_store_is_one_line_on_every_page(db, monkeypatch, page, method, m
 
     tiny_project(db)
     at = app(page)
-    module, name = method.split(".")
+    module, name = method.rsplit(".", 1)
     module = importlib.import_module(f"gpsl.annotation.{module}")
     original = getattr(module, name)
 
