@@ -171,3 +171,23 @@ def test_a_failure_in_the_held_out_part_leaves_no_project(tmp_path, monkeypatch)
                                             ["B-PER", "O"], "", (-1, 1), heldout_fraction=0.2)
     assert store.list_projects() == []
     store.close()
+
+
+def test_an_import_leaves_the_planner_statistics_fresh(store):
+    """After a bulk import the store's tables are analysed (PostgreSQL's ``ANALYZE``: the
+    planner sees the rows just written, not an empty table); on SQLite nothing is needed."""
+    from sqlalchemy import text
+
+    data = _file(11)
+    pid = store.create_project_from_sentences(
+        "fresh", store.open_upload(data, "f.conll"), ["B-PER", "B-LOC", "O"], None, (-1, 1),
+        doc="f.conll", annotator="import:f.conll")
+    assert store.sentence_count(pid) == 11
+    if store.db.dialect != "postgresql":
+        store.db.analyze()  # a no-op there, never an error
+        return
+    seen = store.db.read(lambda c: dict(c.execute(text(
+        "SELECT relname, reltuples FROM pg_class WHERE relname IN ('sentences', 'votes')"))
+        .all()))
+    assert seen["sentences"] == 11  # counted by ANALYZE (an unanalysed table has -1)
+    assert seen["votes"] > 0

@@ -209,7 +209,9 @@ def import_folder(db: Database, project_id: int, folder: CrowdFolder, *,
         vote_files.append(conn, project_id, items, folder.name, add_labels)
         return project_id
 
-    return {"project_id": db.write(tx), **figures}
+    project_id = db.write(tx)
+    db.analyze()  # the planner sees the votes just written
+    return {"project_id": project_id, **figures}
 
 
 def create_project(db: Database, name: str, folder: CrowdFolder, *,
@@ -228,7 +230,9 @@ def create_project(db: Database, name: str, folder: CrowdFolder, *,
         vote_files.append(conn, pid, items, folder.name)
         return pid
 
-    return {"project_id": db.write(tx), **figures}
+    project_id = db.write(tx)
+    db.analyze()  # the planner sees the votes just written
+    return {"project_id": project_id, **figures}
 
 
 def use_crowd_model(db: Database, project_id: int) -> str:

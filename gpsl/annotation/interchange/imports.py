@@ -329,7 +329,9 @@ def import_upload(db, project_id: int, upload: Upload, *, split: str = "train",
         return _write(conn, project_id, iter(upload), split, doc, annotator, labels,
                       projects.token_columns(conn, project_id), doc or "<upload>")
 
-    return db.write(tx)
+    out = db.write(tx)
+    db.analyze()  # the planner sees the sentences and votes just written
+    return out
 
 
 def create_project(db, name: str, upload: Upload, labels: Sequence[str],
@@ -364,4 +366,6 @@ def create_project(db, name: str, upload: Upload, labels: Sequence[str],
                    projects.token_columns(conn, pid), source, n - n_held)
         return pid
 
-    return db.write(tx)
+    out = db.write(tx)
+    db.analyze()  # the planner sees the sentences and votes just written
+    return out

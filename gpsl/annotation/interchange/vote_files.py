@@ -541,7 +541,9 @@ def import_votes(db: Database, project_id: int, items: Sequence[VotedSentence], 
     """Append ``items`` to a project in one transaction (:func:`append`).  Returns how
     many sentences."""
     items = list(items)
-    return db.write(lambda conn: append(conn, project_id, items, doc, add_labels))
+    out = db.write(lambda conn: append(conn, project_id, items, doc, add_labels))
+    db.analyze()  # the planner sees the votes just written
+    return out
 
 
 def append(conn, project_id: int, items: Sequence[VotedSentence], doc: str | None = None,

@@ -408,6 +408,7 @@ def _finish(run: _Run, model: GPSL, figures: dict) -> None:
     if not done:  # stopped meanwhile: keep nothing of it active
         raise Stopped()
     predictions.prune(run.home.db, run.project_id, KEEP_PREVIOUS)
+    run.home.db.analyze()  # the planner sees the predictions just written (PostgreSQL)
     run.progress.phase("done")
 
 
