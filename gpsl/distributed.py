@@ -427,6 +427,11 @@ class ShardedSparseInference(SparseGPSLInference):
     def update_r(self, rounds=2):
         self.shards.map("update_r_shard", self.s.m_S, self.s.v_S, rounds)
 
+    def _mean_problem(self, curvature=None):
+        """The mean round's objective over the shards, never preconditioned (see
+        :attr:`SparseGPSLInference.precondition`)."""
+        return self._mean_objective(), None
+
     def _mean_objective(self):
         self.shards.map("mean_begin", self.s.m_S, self.s.v_S)
         theta, shape = self.s.theta, self.s.W.shape

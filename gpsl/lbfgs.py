@@ -45,10 +45,14 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
     if h0 is not None:
         base = np.array(x0, dtype=float).ravel()
         c = np.sqrt(np.asarray(h0, dtype=float).ravel())
+        xb = np.empty_like(base)  # x = base + c z, rewritten in place at every evaluation
 
         def scaled(z):
-            fz, gz = fun(base + c * z)
-            gz = np.asarray(gz, dtype=float).ravel() * c
+            np.multiply(c, z, out=xb)
+            np.add(xb, base, out=xb)
+            fz, gz = fun(xb)
+            gz = np.array(gz, dtype=float, copy=False).ravel()
+            gz *= c  # fun's gradient is a new array on every call (see above)
             return fz, gz
 
         z, f = lbfgs_min(scaled, np.zeros_like(base), maxiter=maxiter, memory=memory,
@@ -60,12 +64,13 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
     g = np.asarray(g, dtype=float).ravel()
     m = max(1, int(memory))
     P = m + 1  # slots: the stored pairs and one for the pair on test
-    # the pairs in single precision, s in rows 0..P-1 and y in rows P..2P-1 of one buffer, so
-    # that one matrix-vector product reads all of them (unused rows stay zero)
+    # the pairs in single precision, slot k's s in row 2k and its y in row 2k + 1 of one
+    # buffer, so that one matrix-vector product reads all of them; slots fill from 0 up, so
+    # the rows in use are a prefix and only that prefix is read (unused rows stay zero)
     Z = np.zeros((2 * P, N), dtype=np.float32)
     SY = np.zeros((P, P))  # SY[i, j] = s_i'y_j (kept where s_i is not newer than y_j)
     YY = np.zeros((P, P))  # y_i'y_j
-    ag = np.zeros(2 * P)  # s_i'g and y_i'g at the current gradient
+    ag = np.zeros(2 * P)  # s_k'g (entry 2k) and y_k'g (2k + 1) at the current gradient
     gamma = 1.0  # s'y / y'y of the newest pair
     order: list[int] = []  # the slots of the stored pairs, oldest first
     recent = [f]
@@ -79,7 +84,8 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
             break
         if order:
             coef = _compact_coefficients(order, SY, YY, ag, gamma, P)
-            np.dot(coef.astype(np.float32), Z, out=q32)  # S p + gamma Y u
+            rows = 2 * (max(order) + 1)
+            np.dot(coef[:rows].astype(np.float32), Z[:rows], out=q32)  # S p + gamma Y u
             np.multiply(g, gamma, out=q)
             q += q32
         else:
@@ -105,17 +111,19 @@ def lbfgs_min(fun, x0, *, maxiter: int = 30, memory: int = 8, ftol: float = 1e-1
         sy = -t * _dot(q, y64)
         ss, yy = t * t * _dot(q, q), _dot(y64, y64)
         k = next(i for i in range(P) if i not in order)
-        np.multiply(q, -t, out=Z[k], casting="same_kind")
-        np.copyto(Z[P + k], y64, casting="same_kind")
+        np.multiply(q, -t, out=Z[2 * k], casting="same_kind")
+        np.copyto(Z[2 * k + 1], y64, casting="same_kind")
         # every stored vector's product with y in one pass: s_i'y, y_i'y; the gradient's
         # products move with it (g_new = g + y), the new pair's are taken in double precision
-        zy = np.dot(Z, Z[P + k]).astype(float)
+        rows = 2 * (max(order + [k]) + 1)
+        zy = np.zeros(2 * P)
+        zy[:rows] = np.dot(Z[:rows], Z[2 * k + 1])
         ag += zy
-        ag[k], ag[P + k] = -t * _dot(q, g_new), _dot(y64, g_new)
+        ag[2 * k], ag[2 * k + 1] = -t * _dot(q, g_new), _dot(y64, g_new)
         if sy > 1e-12 * float(np.sqrt(ss * yy)):
-            SY[:, k] = zy[:P]
+            SY[:, k] = zy[0::2]
             SY[k, k] = sy
-            YY[:, k] = YY[k, :] = zy[P:]
+            YY[:, k] = YY[k, :] = zy[1::2]
             YY[k, k] = yy
             gamma = sy / yy
             order.append(k)
@@ -142,16 +150,17 @@ def _compact_coefficients(order, SY, YY, ag, gamma, P) -> np.ndarray:
 
     ``R`` the upper triangle of ``S'Y`` (pairs oldest first), ``D`` its diagonal. Equal to the
     two-loop recursion's ``H g`` (Nocedal and Wright, Algorithm 7.4) in exact arithmetic;
-    returned over the buffer's rows (``s`` slots, then ``y`` slots; zero for unused ones)."""
+    returned over the buffer's rows (slot ``k``'s ``s`` at ``2k``, its ``y`` at ``2k + 1``;
+    zero for unused ones). ``ag`` holds ``s_k'g`` and ``y_k'g`` in the same order."""
     idx = np.asarray(order)
     R = np.triu(SY[np.ix_(idx, idx)])
-    Sg, Yg = ag[idx], ag[P + idx]
+    Sg, Yg = ag[2 * idx], ag[2 * idx + 1]
     v = solve_triangular(R, Sg, lower=False, check_finite=False)  # R^-1 S'g
     w = np.diag(R) * v + gamma * (YY[np.ix_(idx, idx)] @ v) - gamma * Yg
     p = solve_triangular(R, w, lower=False, trans="T", check_finite=False)
     coef = np.zeros(2 * P)
-    coef[idx] = p
-    coef[P + idx] = -gamma * v
+    coef[2 * idx] = p
+    coef[2 * idx + 1] = -gamma * v
     return coef
 
 
