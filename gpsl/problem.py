@@ -60,6 +60,7 @@ class Problem:
     #: ``None`` when every weight is 1.
     weight: np.ndarray | None = None
     _split: list | None = field(default=None, repr=False, compare=False)
+    _groups: list | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, lengths, y, offsets, J, evidence=None, missing_weight=1.0) -> Problem:
@@ -153,6 +154,36 @@ class Problem:
             self._split = out
         return self._split
 
+    def neighbour_groups(self) -> list[tuple[tuple[int, ...], np.ndarray]]:
+        """The offsets whose observed neighbours' terms are added by one gather each
+        (:meth:`PseudoLikelihoodBound._neighbour_sum`): ``[(offsets, code)]``, ``code`` per token
+        the index of its row in the group's table ``T[(p_1, ..., p_k)] = sum_i g_{d_i}[p_i]``
+        (``p_i = J`` when the ``d_i``-th neighbour is missing or absent: a zero row), i.e.
+        ``code = sum_i p_i (J + 1)^(k - 1 - i)``. Offsets are grouped in order while the table
+        has at most :data:`GROUP_ROWS` rows. Only offsets where at least a quarter of the
+        tokens have an observed neighbour are grouped; the others (a crowd's tokens are nearly
+        all missing) keep the scatter over the observed ones alone. Computed once."""
+        if self._groups is None:
+            split = self.neighbour_split()
+            dense = [d for d in range(self.R) if 4 * split[d][0].size >= self.n]
+            groups, cur = [], []
+            for d in dense:
+                if cur and (self.J + 1) ** (len(cur) + 1) > GROUP_ROWS:
+                    groups.append(cur)
+                    cur = []
+                cur.append(d)
+            if cur:
+                groups.append(cur)
+            out = []
+            for ds in groups:
+                code = np.zeros(self.n, dtype=np.intp)
+                for d in ds:
+                    code *= self.J + 1
+                    code += split[d][5]
+                out.append((tuple(ds), code))
+            self._groups = out
+        return self._groups
+
     def colours(self) -> list[np.ndarray]:
         """Colour classes of the missing tokens (no two share a factor)."""
         span = 2 * max((abs(o) for o in self.offsets), default=0) + 1
@@ -160,4 +191,7 @@ class Problem:
         return [c for c in (idx[idx % span == k] for k in range(span)) if c.size]
 
 
-__all__ = ["Problem", "missing_weight", "neighbour_index"]
+#: the largest table of :meth:`Problem.neighbour_groups` (rows of ``J`` values)
+GROUP_ROWS = 4096
+
+__all__ = ["GROUP_ROWS", "Problem", "missing_weight", "neighbour_index"]

@@ -73,6 +73,48 @@ def test_the_neighbour_lookup_is_the_general_form(lse_bound, offsets, missing):
     np.testing.assert_allclose(r_lookup, inf.s.r, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("J", [3, 70])
+def test_the_neighbour_groups_code_the_observed_neighbours_labels(J):
+    """``Problem.neighbour_groups``: each token's code spells its observed neighbours' labels
+    (``J`` for a missing or absent one) in base ``J + 1``; offsets share a table only while it
+    has at most ``GROUP_ROWS`` rows (J = 70: 71^2 > 4096, one offset a group); the lookup's
+    terms equal the scatter form's (no groups) to rounding."""
+    from gpsl.problem import GROUP_ROWS
+
+    rng = np.random.default_rng(J)
+    lengths = [7, 1, 12, 5]
+    n = sum(lengths)
+    y = rng.integers(0, J, n)
+    y[rng.random(n) < 0.3] = -1
+    prob = Problem.build(lengths, y, (-1, 1, 2), J)
+    groups = prob.neighbour_groups()
+    assert [d for ds, _ in groups for d in ds] == [0, 1, 2]
+    assert all((J + 1) ** len(ds) <= GROUP_ROWS for ds, _ in groups)
+    assert len(groups) == (1 if J == 3 else 3)
+    for ds, code in groups:
+        rest = code.copy()
+        for d in reversed(ds):
+            digit = rest % (J + 1)
+            rest //= J + 1
+            nbd = prob.nb[:, d]
+            want = np.where(nbd >= 0, y[np.where(nbd >= 0, nbd, 0)], -1)
+            np.testing.assert_array_equal(digit, np.where(want >= 0, want, J))
+        assert not rest.any()
+    gS = rng.normal(size=(3, J, J))
+    r = rng.dirichlet(np.ones(J), size=n)
+    from gpsl.likelihood import PseudoLikelihoodBound
+
+    bound = PseudoLikelihoodBound.__new__(PseudoLikelihoodBound)
+    bound.p = prob
+    a = rng.normal(size=(n, J))
+    grouped = a.copy()
+    bound._neighbour_sum(gS, r, grouped)
+    prob._groups = []  # the scatter over the observed tokens alone
+    scattered = a.copy()
+    bound._neighbour_sum(gS, r, scattered)
+    np.testing.assert_allclose(grouped, scattered, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("lam", [1.0, 0.3])
 def test_the_q_fS_gradient_with_missing_neighbours_matches_finite_differences(lam):
     inf = engine(5, missing=0.5, lam=lam)
