@@ -133,6 +133,15 @@ class _Aitken:
         self.prev = None
         self.lam = np.full(n_sentences, np.nan)
 
+    def keep(self, moving: np.ndarray, cols: np.ndarray) -> None:
+        """Keep the state of the sentences ``moving`` (their layout columns ``cols``) when the
+        layout drops the others: a sentence's jumps then depend on its own passes only, not
+        on when the sentences beside it finished (a fresh state here made a sentence's
+        marginals depend on the chunk it was tagged in, by up to 2.3e-4)."""
+        self.lam = self.lam[moving]
+        if self.prev is not None:
+            self.prev = self.prev[:, cols]
+
     def jump(self, Pa: np.ndarray, step: np.ndarray, eta: float, lay: _Layout,
              moving: np.ndarray) -> None:
         """Extrapolate the ``moving`` sentences of ``Pa`` (after a pass whose change was
@@ -251,13 +260,14 @@ def sweep_sentences(P0, b, g, lengths, offsets, *, tol, max_iter, eta, clamp=Non
             if not moving.any():
                 return P, passes, converged
             if lay.seg_len[moving].sum() <= DROP * lay.n:  # drop the finished sentences
-                Pa = Pa[:, np.repeat(moving, lay.seg_len)]
+                cols = np.repeat(moving, lay.seg_len)
+                Pa = Pa[:, cols]
+                if aitken is not None:  # the moving sentences keep their own history
+                    aitken.keep(moving, cols)
                 sub = sub[moving]
                 lay, ba, va, kc, kl, pads = build(sub)
                 moving = np.ones(sub.size, dtype=bool)
                 a, diff = np.empty_like(Pa), np.empty_like(Pa)
-                if aitken is not None:
-                    aitken = _Aitken(sub.size)
     tok = np.repeat(moving, lay.seg_len)[lay.cols]
     P[lay.orig[tok]] = Pa[:, lay.cols[tok]].T
     passes[sub[moving]] = max_iter

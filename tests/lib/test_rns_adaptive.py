@@ -213,3 +213,24 @@ def test_adaptive_schedule_meets_the_stop_rule_where_the_damped_passes_hit_the_c
     P, p, c = rns(b, g, lengths, (-1, 1), damping=0.5, schedule="adaptive", per_sentence=True)
     assert not c_old.all() and c.all() and p.max() < p_old.max()
     assert np.abs(_update(P, b, g, lengths, (-1, 1)) - P).max() < 1e-3
+
+
+@pytest.mark.parametrize("seed", [8, 16, 40, 55])
+def test_a_sentences_extrapolated_passes_do_not_depend_on_its_batch(seed):
+    """With extrapolation, a sentence's passes are its own: tagged alone or beside sentences
+    that finish earlier (and leave the layout), the same passes and the same RNS, exactly.
+    (The extrapolation's history was reset for every sentence when finished ones left the
+    layout, so a slow sentence's jumps came at other passes in another batch.)"""
+    from scipy.special import softmax
+
+    b, g, lengths = _slow_problem(seed)
+    P0 = softmax(b, axis=1)
+    kw = {"tol": 1e-4, "max_iter": 100, "eta": 0.5, "extrapolate": True}
+    P, passes, conv = sweep_sentences(P0, b, g, lengths, (-1, 1), **kw)
+    assert len(set(passes.tolist())) > 1  # sentences finish at different passes
+    starts = np.cumsum(lengths) - lengths
+    for i, (s, L) in enumerate(zip(starts, lengths)):
+        Pi, pi, ci = sweep_sentences(P0[s:s + L], b[s:s + L], g, lengths[i:i + 1], (-1, 1),
+                                     **kw)
+        assert pi[0] == passes[i] and ci[0] == conv[i]
+        np.testing.assert_allclose(Pi, P[s:s + L], rtol=0, atol=1e-13)
