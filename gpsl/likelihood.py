@@ -166,8 +166,9 @@ class PseudoLikelihoodBound:
         """``out += sum_d c_d`` without forming the ``(R, n, J)`` array (the lookup form of
         :meth:`_c_terms`): an observed neighbour's term is a row of ``g_d``, gathered; a
         missing one's ``log sum_p r_nb(p) exp g_d[p, :]``. Returns per offset ``None`` or
-        ``(c_mis, shift, E)``: the terms at the tokens whose neighbour is missing (in the order
-        of :meth:`Problem.neighbour_split`), the column shift and ``exp(g_d - shift)``.
+        ``(u, E)``: ``E = exp(g_d - shift)`` (a column shift) and ``u = r_nb' E`` at the tokens
+        whose neighbour is missing (in the order of :meth:`Problem.neighbour_split`), so that
+        their term is ``log u + shift`` and ``exp(-c) e^g = E / u``.
 
         The observed neighbours of a group of offsets (:meth:`Problem.neighbour_groups`) are
         one gather from the table of their label tuples' summed rows (at most 4,096 rows,
@@ -197,10 +198,11 @@ class PseudoLikelihoodBound:
             if t_mis.size:
                 shift = gS[d].max(axis=0)
                 E = np.exp(gS[d] - shift)
+                u = r[nb_mis] @ E  # E_r[exp(g - shift)]
                 with np.errstate(divide="ignore"):
-                    cm = np.log(r[nb_mis] @ E) + shift
+                    cm = np.log(u) + shift
                 out[t_mis] += cm
-                mis.append((cm, shift, E))
+                mis.append((u, E))
             else:
                 mis.append(None)
         return mis
@@ -326,10 +328,10 @@ class PseudoLikelihoodBound:
             pi = self._own(pi)
             for d, (_, _, A, t_mis, nb_mis, _) in enumerate(self.p.neighbour_split()):
                 soft[d] = A @ pi  # observed neighbour p: sum of w_t pi_t over those tokens
-                if mis[d] is not None:
-                    cm, shift, E = mis[d]
-                    with np.errstate(over="ignore"):
-                        ratio = pi[t_mis] * np.exp(shift - cm)
+                if mis[d] is not None:  # e^{g[p,q]} / e^{c_tq} = E[p, q] / u_tq
+                    u, E = mis[d]
+                    with np.errstate(divide="ignore"):
+                        ratio = pi[t_mis] / u
                     soft[d] += E * (r[nb_mis].T @ ratio)
             return self._pair_term(m_S, r, counts), self._wsum(lse), soft
         c = self._c_terms(gS, r)
@@ -442,12 +444,12 @@ class PseudoLikelihoodBound:
                         continue
                     # as the d-th neighbour of s: sum_q r_s(q) m_S[p,q]
                     #   - sum_q pi_sq exp(g[p,q] - c[s,d,q])  (tangent of -lse_s)
-                    cm, shift, E = T["c_mis"][d]
+                    u, E = T["c_mis"][d]
                     sel = pos[nb_mis] >= 0
                     s_idx, at = t_mis[sel], pos[nb_mis[sel]]  # each row at most once
                     contrib = r[s_idx] @ self.s.m_S[d].T
-                    with np.errstate(over="ignore"):
-                        ratio = T["pi"][s_idx] * np.exp(shift - cm[sel])
+                    with np.errstate(divide="ignore"):
+                        ratio = T["pi"][s_idx] / u[sel]  # pi e^{g - c} = pi E / u
                     contrib -= ratio @ E.T
                     Gc[at] += contrib
                 pos[cls] = -1
