@@ -208,7 +208,9 @@ def save_model(model, path) -> Path:
         }
         meta["sha256"]["model.json"] = _meta_digest(meta)
         with open(tmp / "model.json", "w", encoding="utf-8") as f:
-            json.dump(meta, f, ensure_ascii=False, indent=1)
+            # one string, then one write: json.dump's chunked encoding runs in pure Python (a
+            # 20k-token chunking model's vocabulary took 0.11 s of the app's refit that way)
+            f.write(json.dumps(meta, ensure_ascii=False, indent=1))
             f.flush()
             os.fsync(f.fileno())
         old = None
