@@ -57,6 +57,8 @@ bound is *higher*. Measured on active-learning rounds (``python -m bench.warm_st
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from gpsl.inference import Problem, VariationalState, initial_state
@@ -142,10 +144,13 @@ def carry_sparse_state(prev_state: SparseState, prev_features, problem: Problem,
     old_cols = np.array([col[c] for c in classes if c in col], dtype=np.int64)
     s = initial_sparse_state(problem, prev_state.theta[0], D, "meanfield")
     s.theta[new_cols] = prev_state.theta[old_cols]
-    index = {f: i for i, f in enumerate(prev_features)}
-    pairs = [(i, index[f]) for i, f in enumerate(features) if f in index]
-    new_rows = np.array([p[0] for p in pairs], dtype=np.int64)
-    old_rows = np.array([p[1] for p in pairs], dtype=np.int64)
+    # by name, looked up in C (dict, map, fromiter): a Python loop over the 41k features of
+    # the app's 20k-token refit took 0.1 s
+    index = dict(zip(prev_features, range(len(prev_features))))
+    found = np.fromiter(map(index.get, features, itertools.repeat(-1)), dtype=np.int64,
+                        count=len(features))
+    new_rows = np.flatnonzero(found >= 0)
+    old_rows = found[new_rows]
     if new_rows.size and new_cols.size:
         s.W[np.ix_(new_rows, new_cols)] = prev_state.W[np.ix_(old_rows, old_cols)]
         s.cov[np.ix_(new_rows, new_cols)] = prev_state.cov[np.ix_(old_rows, old_cols)]
