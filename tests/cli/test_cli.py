@@ -223,13 +223,15 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     tmp, train, template = files
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
                           "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
-                          "-f", "2", "--inference", "sparse", "--inducing", "30",
+                          "--pair-variance", "3", "-f", "2", "--inference", "sparse",
+                          "--inducing", "30",
                           "--missing-start", "supervised", "--missing-weight", "0.25", train,
                           tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
-                               variance=2.5, inference="sparse", inducing=30,
+                               variance=2.5, pair_variance=3.0, inference="sparse",
+                               inducing=30,
                                lse_bound="auto", missing_start="supervised",
                                missing_weight=0.25, cluster=None)
     X, y = fake.fit_args
