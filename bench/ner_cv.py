@@ -13,7 +13,9 @@ pseudo-likelihood maximiser and the chain's Viterbi path, :func:`gpsl.predict.ch
 seqeval span F1 averaged over the folds. The rule: the setting with the best mean F1 over the
 sizes.
 
-    python -m bench.ner_cv [--sizes 200,400,all] [--out bench/results]
+    python -m bench.ner_cv [--sizes 200,400,all] [--out bench/results] [--variances 1,2,4]
+        [--pair-variances 1,4,16] [--lse-bound auto|jensen|bohning] [--offsets -1,1]
+        [--stem ner_cv]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def fold_of(docs, folds=FOLDS, seed=1) -> np.ndarray:
     return np.array([by_name[d] for d in docs])
 
 
-def fold_scores(X, y, docs, variance, pair_variance, folds=FOLDS) -> dict:
+def fold_scores(X, y, docs, variance, pair_variance, folds=FOLDS, **kw) -> dict:
     """Mean span F1 over ``folds`` document folds of ``(X, y)`` per decoder."""
     from bench.crowd_real_methods import span_scores
     from gpsl.model import GPSL
@@ -53,7 +55,7 @@ def fold_scores(X, y, docs, variance, pair_variance, folds=FOLDS) -> dict:
     out = {d: [] for d in DECODERS}
     for k in range(folds):
         tr, va = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
-        m = GPSL(template="ner", variance=variance, pair_variance=pair_variance).fit(
+        m = GPSL(template="ner", variance=variance, pair_variance=pair_variance, **kw).fit(
             [X[i] for i in tr], [y[i] for i in tr])
         Xva, yva = [X[i] for i in va], [y[i] for i in va]
         for d in DECODERS:
@@ -65,7 +67,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="200,400,all")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--variances", default=",".join(map(str, VARIANCES)))
+    ap.add_argument("--pair-variances", default=",".join(map(str, PAIR_VARIANCES)))
+    ap.add_argument("--lse-bound", default="auto", help="GPSL's lse_bound in every fit")
+    ap.add_argument("--offsets", default="-1,1", help="GPSL's dependency set in every fit")
+    ap.add_argument("--stem", default="ner_cv")
     args = ap.parse_args(argv)
+    grid = list(itertools.product(map(float, args.variances.split(",")),
+                                  map(float, args.pair_variances.split(","))))
     from bench.crowd_real_methods import load, split_documents
 
     raw = load(DATA, "raw")
@@ -77,8 +86,9 @@ def main(argv=None) -> int:
         pick = [train[j] for j in (order if size == "all" else order[:int(size)])]
         X, y = [raw.sents[i].tokens for i in pick], [raw.gold[i] for i in pick]
         docs = [raw.docs[i] for i in pick]
-        for v, s2 in itertools.product(VARIANCES, PAIR_VARIANCES):
-            f1 = fold_scores(X, y, docs, v, s2)
+        for v, s2 in grid:
+            f1 = fold_scores(X, y, docs, v, s2, lse_bound=args.lse_bound,
+                             offsets=args.offsets)
             rows.append({"n": len(pick), "variance": v, "pair_variance": s2, **f1})
             print(f"n={len(pick)} variance={v} pair_variance={s2}: "
                   + ", ".join(f"{d} {f1[d]:.2f}" for d in DECODERS), flush=True)
@@ -106,7 +116,7 @@ def main(argv=None) -> int:
               f"{best[2]}.", ""]
     md = "\n".join(lines)
     print(md)
-    write_results(args.out, "ner_cv", md, {"rows": rows, "best": {
+    write_results(args.out, args.stem, md, {"rows": rows, "best": {
         "variance": best[0], "pair_variance": best[1], "decoder": best[2]}})
     return 0
 
