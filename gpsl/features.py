@@ -297,14 +297,15 @@ class NerFeatures(Template):
     # first 200, 400 and all 2,150 training sentences, the grid kernel variance {1, 2, 4} x
     # pair variance {1, 4, 16} x decoder {rns, exact, chain}, the best mean span F1 over the
     # three sizes (``python -m bench.ner_cv``, ``bench/results/ner_cv.md``: 75.90 against
-    # 73.15 for the library's defaults, variance 4, pair variance 1, Algorithm 2).
+    # 72.86 for the library's defaults, variance 4, pair variance 1, Algorithm 2).
     #: prior variance of each feature weight (``GPSL(variance=None)``, linear kernel): 2, not
     #: the library's 4. A token has ~46 active features, so its local score's prior variance
     #: is ~92 at 2 (184 at 4), and the pseudo-likelihood, which sees the true neighbours'
     #: labels in training, needs the local functions less than decoding does.
     VARIANCE = 2.0
     #: prior variance of the label-pair functions (``GPSL(pair_variance=None)``): 4, not the
-    #: paper's 1 (every row with pair variance 4 beat the same row with 1 by 0.3-2.8 points).
+    #: paper's 1 (in 20 of the 27 cells of size x variance x decoder it beat 1, by up to 2.2
+    #: points; it lost by at most 0.8).
     #: A pair function of variance 1 cannot reach the scores the BIO constraints need (``O``
     #: then ``I-PER`` never occurs; its mean stayed above -1.5), so dozens of local features
     #: outvote it and decoded spans break. (A CRF puts one L2 prior on its state and
