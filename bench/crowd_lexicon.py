@@ -7,7 +7,8 @@ without lexical features (``ner:en:none``), with each lexical group alone (``ner
 ``ner:en:freq``) and with both (``ner:en:cluster,freq``). Each group's share is the F1 with
 both minus the F1 without that group. ``ner`` itself is the clusters alone (the frequency
 did not pay). Every fit runs in its own forked process at its own defaults
-(GPSL: its stop rule and the echo prior; CRFsuite: L-BFGS, c1 = c2 = 0.1, 100 iterations).
+(GPSL: its stop rule and the ``ner`` set's own defaults, :attr:`gpsl.features.NerFeatures.
+DEFAULTS`, chosen by ``bench.ner_cv``; CRFsuite: L-BFGS, c1 = c2 = 0.1, 100 iterations).
 Also: what the tables add to the install (:func:`install_size`).
 """
 

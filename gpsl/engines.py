@@ -100,8 +100,15 @@ class Engine:
         """The covariance family a saved model records (``None``: the mode has one)."""
         return None
 
+    def pair_variance(self) -> float:
+        """The pair functions' prior variance of the fit (``settings["pair_variance"]``, which
+        :meth:`gpsl.model.GPSL.fit` resolves; ``None`` = the paper's 1)."""
+        v = self.settings.get("pair_variance")
+        return 1.0 if v is None else float(v)
+
     def _run(self, inf, callback, on_sweep) -> list[float]:
         s = self.settings
+        inf.pair_variance = self.pair_variance()
         trace = inf.fit(max_iter=s["max_iter"], tol=s["tol"], learn_hyper=s["learn_hyper"],
                         callback=callback, on_sweep=on_sweep)
         self.state, self.n_iter = inf.s, int(inf.n_iter)
@@ -313,6 +320,7 @@ class SparseEngine(Engine):
                                   lambda_floor=s["lambda_floor"],
                                   lse_bound=resolve_lse_bound(s["lse_bound"],
                                                               self.auto_lse_bound, False))
+        pre.pair_variance = self.pair_variance()
         pre.fit(max_iter=s["max_iter"], tol=s["tol"], learn_hyper=False)
         st = pre.s
         return SparseState(theta=st.theta.copy(), W=st.W.copy(), cov=st.cov.copy(),
@@ -416,6 +424,7 @@ class ShardedEngine(SparseEngine):
                 lse_bound=self.lse_bound_, lambda_floor=s["lambda_floor"],
                 missing_weight=problem.missing_weight,
                 evidence=problem.evidence is not None, **self.start_options())
+            inf.pair_variance = self.pair_variance()
             trace = inf.fit(max_iter=s["max_iter"], tol=s["tol"],
                             learn_hyper=s["learn_hyper"], callback=callback)
             inf.gather_r()

@@ -99,6 +99,10 @@ class PseudoLikelihoodBound:
     """
 
     lse_bound = "jensen"
+    #: ``s2``, the prior variance of every entry of the pair functions: ``f^S_d ~ N(0, s2 I)``.
+    #: The paper has ``K^S = I`` (``s2 = 1``, the default here); an engine sets the fit's value
+    #: (:attr:`gpsl.features.NerFeatures.PAIR_VARIANCE` says why the ``ner`` set uses 4)
+    pair_variance = 1.0
     #: the scalable engines set this: an observed neighbour's term ``c_tdq = g_d[y_nb, q]`` is
     #: looked up instead of computed as ``log sum_p r_nb(p) exp g_d[p, q]`` with a one-hot
     #: ``r_nb`` (the same number up to rounding), the pair term is ``sum_d <N_d, m_S[d]>``
@@ -265,9 +269,14 @@ class PseudoLikelihoodBound:
         return float(x.sum() if self.p.weight is None else (self.p.weight * x).sum())
 
     def kl_S(self, m_S=None, v_S=None) -> float:
+        """``-KL(q(f^S) || N(0, s2 I))`` with ``s2`` = :attr:`pair_variance` (the paper's
+        ``K^S = I`` is ``s2 = 1``): ``1/2 sum (log(v/s2) - v/s2 - m^2/s2 + 1)``."""
         m_S = self.s.m_S if m_S is None else m_S
         v_S = self.s.v_S if v_S is None else v_S
-        return 0.5 * float(np.sum(np.log(v_S) - v_S - m_S ** 2 + 1.0))
+        s2 = float(self.pair_variance)
+        if s2 == 1.0:  # the paper's prior, in the form its figures were made with
+            return 0.5 * float(np.sum(np.log(v_S) - v_S - m_S ** 2 + 1.0))
+        return 0.5 * float(np.sum(np.log(v_S / s2) - (v_S + m_S ** 2) / s2 + 1.0))
 
     def entropy(self, r=None) -> float:
         """``lambda sum_{t missing} H(r_t)`` (``lambda`` = :attr:`Problem.missing_weight`)."""
@@ -296,8 +305,8 @@ class PseudoLikelihoodBound:
     def _S_objective(self, x, base_a, counts):
         """-L and its gradient in x = (m_S, log v_S), everything else fixed.
 
-        dL/dm_S[d,p,q] = N_d[p,q] - s_d[p,q] - m_S[d,p,q],
-        dL/dv_S[d,p,q] = 1/2 (1/v - 1) - 1/2 s_d[p,q],
+        dL/dm_S[d,p,q] = N_d[p,q] - s_d[p,q] - m_S[d,p,q] / s2,
+        dL/dv_S[d,p,q] = 1/2 (1/v - 1/s2) - 1/2 s_d[p,q],
         with expected pair counts N_d = sum_t r_nb(t) r_t' and
         s_d[p,q] = sum_t pi_tq r_nb(p) e^{g[p,q]} / e^{c[t,d,q]}.
         The sums over tokens are :meth:`S_data`; :meth:`S_combine` adds the rest.
@@ -351,9 +360,10 @@ class PseudoLikelihoodBound:
     def S_combine(self, m_S, v_S, pair, lse_sum, soft, counts):
         """-L and its gradient in ``(m_S, log v_S)`` from the token sums of :meth:`S_data`
         and the pair counts ``N_d`` (:meth:`pair_counts`)."""
+        s2 = float(self.pair_variance)
         f = pair - lse_sum + self.kl_S(m_S, v_S)
-        grad_m = counts - soft - m_S
-        grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0) - 0.5 * soft)
+        grad_m = counts - soft - m_S / s2
+        grad_logv = v_S * (0.5 * (1.0 / v_S - 1.0 / s2) - 0.5 * soft)
         return -f, -np.concatenate([grad_m.ravel(), grad_logv.ravel()])
 
     def _S_problem(self):

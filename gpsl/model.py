@@ -25,7 +25,7 @@ from gpsl.kernels import make_kernel
 from gpsl.likelihood import Problem, missing_weight
 from gpsl.params import GPSL1, GPSL2, GPSL4, PRESETS, parse_offsets
 from gpsl.persist import read_model, save_model
-from gpsl.predict import MARGINALS, Scores, pl_decode, viterbi
+from gpsl.predict import MARGINALS, Scores, chain_decode, pl_decode, viterbi
 from gpsl.rns_sweeps import single_threaded_blas
 
 __all__ = ["GPSL", "GPSL1", "GPSL2", "GPSL4", "PRESETS", "parse_offsets"]
@@ -114,6 +114,14 @@ def _training_data(X, y, classes):
     return sents, flat, classes, ncols.pop()
 
 
+def _feature_set_default(template, name: str, value, otherwise):
+    """``value`` unless it is ``None``; then the feature set's own default of parameter
+    ``name`` (:attr:`gpsl.features.NerFeatures.DEFAULTS`), else ``otherwise``."""
+    if value is not None:
+        return value
+    return getattr(template, "DEFAULTS", {}).get(name, otherwise)
+
+
 def _evidence(evidence, lengths, J):
     if evidence is None:
         return None
@@ -145,7 +153,8 @@ class GPSL:
     """
 
     def __init__(self, offsets=GPSL2, kernel="linear", template=None, min_freq=1,
-                 max_iter=100, tol=1e-3, learn_hyper=False, variance=None, decoder="rns",
+                 max_iter=100, tol=1e-3, learn_hyper=False, variance=None, pair_variance=None,
+                 decoder="auto",
                  rns_tol=1e-4, rns_max_iter=100, rns_schedule="adaptive", rns_damping=0.5,
                  rns_variance=False,
                  warm_start=False,
@@ -161,6 +170,7 @@ class GPSL:
         self.tol = tol
         self.learn_hyper = learn_hyper
         self.variance = variance
+        self.pair_variance = pair_variance
         self.decoder = decoder
         self.rns_tol = rns_tol
         self.rns_max_iter = rns_max_iter
@@ -256,6 +266,10 @@ class GPSL:
         else:
             extractor, Xf = shared
         lengths = np.array([len(s) for s in sents], dtype=np.int64)
+        p["pair_variance"] = _feature_set_default(template, "pair_variance",
+                                                  p["pair_variance"], 1.0)
+        if kernel.name == "linear":  # a feature set's variance is per weight of the features
+            p["variance"] = _feature_set_default(template, "variance", p["variance"], None)
 
         if prev is not None and list(prev.classes_) != classes:
             # a label seen for the first time: keep the classes known before
@@ -448,12 +462,29 @@ class GPSL:
         return [np.array([-1 if v is None or v not in index else index[v]
                           for v in getattr(lab, "labels", lab)], dtype=np.int64) for lab in y]
 
+    def decoder_(self, decoder=None) -> str:
+        """The decoder :meth:`predict` uses for ``decoder`` (default: the estimator's):
+        ``"auto"`` is the feature set's (:attr:`gpsl.features.NerFeatures.DECODER`, when the
+        dependency set is within -1..+1), else ``"rns"``."""
+        d = params.check("decoder", self.decoder if decoder is None else decoder)
+        if d != "auto":
+            return d
+        self._check_fitted()
+        own = _feature_set_default(self.template_, "decoder", None, "rns")
+        return own if own == "rns" or set(self.offsets_) <= {-1, 1} else "rns"
+
     def predict(self, X, decoder=None, y=None):
-        """Labels per sentence: argmax of the RNS, Viterbi (GPSL1) or exact PL decoding."""
-        decoder = params.check("decoder", self.decoder if decoder is None else decoder)
+        """Labels per sentence: argmax of the RNS, the chain's Viterbi path, Viterbi (GPSL1)
+        or exact PL decoding (:meth:`decoder_`)."""
+        decoder = self.decoder_(decoder)
         if decoder == "rns":
             P = self.predict_marginals(X, y=y, calibrated=self._labels_follow_calibration())
             return [[self.classes_[i] for i in p.argmax(axis=1)] for p in P]
+        if decoder == "chain":  # the local and the pair functions' means
+            mean, _, lengths = self._latent(X, with_variance=False)
+            idx = chain_decode(mean, self.state_.m_S, lengths, self.offsets_)
+            return [[self.classes_[i] for i in part]
+                    for part in np.split(idx, np.cumsum(lengths)[:-1])]
         b, lengths = self.local_scores(X)
         idx = {"viterbi": viterbi, "exact": pl_decode}[decoder](b, self._gS(), lengths,
                                                                self.offsets_)

@@ -146,21 +146,37 @@ _P = [
     Param("variance", None, (_NONE, _real(0.0, 1e6, "right")), flags=("--variance",),
           metavar="S2", label="Kernel variance",
           help="kernel variance (linear: prior variance of each feature weight; default 4.0 "
-               "linear, 1.0 rbf); the starting value when --learn-hyper is given",
+               "linear, 2.0 with the ner feature set, 1.0 rbf); the starting value when "
+               "--learn-hyper is given",
           doc="initial kernel variance (linear: prior variance of each feature weight; rbf: "
-              "sigma_f^2); ``None`` = 4.0 for the linear kernel, 1.0 for rbf. The linear "
+              "sigma_f^2); ``None`` = 4.0 for the linear kernel (the feature set's own, "
+              ":attr:`gpsl.features.NerFeatures.VARIANCE` = 2.0 for ``ner``), 1.0 for rbf. "
+              "The linear "
               "default was chosen on GPSL2, partitions 0-2 of the paper's data sets (variance "
               "1 -> 4, Algorithm 2 sequential -> Jacobi: basenp Hamming loss 8.36 -> 5.66, "
               "chunking 12.53 -> 12.17, seg 16.76 -> 16.34, JapaneseNE 8.34 -> 8.43): the "
               "Jensen bound's ``v/2`` terms penalise prior variance, so a weak prior gives "
               "local functions that lean too much on the neighbours' labels."),
-    Param("decoder", "rns", (_opts("rns", "viterbi", "exact"),), flags=("--decoder",),
-          label="Decoder",
-          help="rns (Algorithm 2), viterbi (one neighbour) or exact (dependencies within "
-               "-1..+1)",
-          doc="``\"rns\"`` (Algorithm 2), ``\"viterbi\"`` (single-neighbour models) or "
-              "``\"exact\"`` (the exact maximiser of the product of the pseudo-likelihood "
-              "factors, for dependencies within -1..+1; beyond the paper)."),
+    Param("pair_variance", None, (_NONE, _real(0.0, 1e6, "right")),
+          flags=("--pair-variance",), metavar="S2", label="Pair-function variance",
+          help="prior variance of the label-pair functions f^S (default: the feature set's, "
+               "4 for ner; 1, the paper's, otherwise)",
+          doc="prior variance ``s2`` of every entry of the label-pair functions, "
+              "``f^S_d ~ N(0, s2 I)``; ``None`` = the feature set's (:attr:`gpsl.features."
+              "NerFeatures.PAIR_VARIANCE`, 4 for ``ner``, chosen on document folds of "
+              "training sentences, ``bench.ner_cv``), else 1 (the paper's ``K^S = I``)."),
+    Param("decoder", "auto", (_opts("auto", "rns", "chain", "viterbi", "exact"),),
+          flags=("--decoder",), label="Decoder",
+          help="auto (the feature set's: exact for ner, else rns), rns (Algorithm 2), chain "
+               "(Viterbi on the chain the pair functions estimate, dependencies within "
+               "-1..+1), viterbi (one neighbour) or exact (dependencies within -1..+1)",
+          doc="``\"auto\"`` (the feature set's decoder, :attr:`gpsl.features.NerFeatures."
+              "DECODER`: ``\"exact\"`` for ``ner``, else ``\"rns\"``), ``\"rns\"`` "
+              "(Algorithm 2), ``\"chain\"`` (:func:`gpsl.predict.chain_decode`: Viterbi on the "
+              "linear chain whose pseudo-likelihood factors the model's are, with the pair "
+              "functions' means; beyond the paper), ``\"viterbi\"`` (single-neighbour "
+              "models) or ``\"exact\"`` (the exact maximiser of the product of the "
+              "pseudo-likelihood factors, for dependencies within -1..+1; beyond the paper)."),
     Param("rns_tol", 1e-4, (_real(0.0, 1.0),),
           help="Algorithm 2 stops when no marginal moves by more than this",
           doc="the stop rule of Algorithm 2: no RNS value changes by more than this."),

@@ -15,7 +15,7 @@ from gpsl import metrics
 from gpsl.cli import common
 from gpsl.errors import InputError
 
-_DECODER_HELP = "decoder (default: the model's, normally rns)"
+_DECODER_HELP = "decoder (default: the model's; auto: exact for the ner feature set, else rns)"
 
 
 def add_parsers(sub) -> None:
@@ -105,7 +105,8 @@ def labels_and_marginals(model, X, decoder):
     run once when the decoder is ``rns``: its labels are then the argmax of the marginals
     (calibrated or not: a temperature, the one calibration the labels do not follow, never
     moves an argmax)."""
-    if (decoder or model.decoder) != "rns":
+    resolve = getattr(model, "decoder_", None)  # "auto": the feature set's decoder
+    if (resolve(decoder) if resolve else (decoder or model.decoder)) != "rns":
         return model.predict(X, decoder=decoder), model.predict_marginals(X)
     marg = model.predict_marginals(X)
     return [[model.classes_[i] for i in P.argmax(axis=1)] for P in marg], marg

@@ -33,7 +33,7 @@ from gpsl.errors import InputError
 #: the GPSL parameters ``train`` sets, in the order of its help
 MODEL_OPTIONS = ("offsets", "kernel", "inference", "lse_bound", "missing_start",
                  "missing_weight", "inducing", "max_iter", "tol", "learn_hyper", "variance",
-                 "min_freq", "cluster")
+                 "pair_variance", "min_freq", "cluster")
 
 
 def add_parser(sub) -> None:

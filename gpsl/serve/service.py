@@ -65,7 +65,7 @@ def _predict(model: GPSL, X, scores: bool):
     ``model.predict``, ``model.predict_marginals`` and the queue's
     :func:`gpsl.annotation.training.pipeline.query_scores` (BALD) give, from one computation of
     Algorithm 2's inputs (:meth:`~gpsl.model.GPSL.calibration_scores`) instead of three."""
-    if model.decoder != "rns":
+    if model.decoder_() != "rns":  # "auto" is the feature set's decoder (exact for ner)
         labels = model.predict(X)
         P = model.predict_marginals(X)
         q = query_scores(model, X, None, P, active.DEFAULT_QUERY) if scores else None

@@ -223,13 +223,15 @@ def test_train_wiring_progress_and_summary(files, fake, capsys):
     tmp, train, template = files
     code, out, err = run(["train", "-t", template, "-d", "-2,-1,1,2", "--kernel", "rbf",
                           "--max-iter", "7", "--tol", "0.01", "--learn-hyper", "--variance", "2.5",
-                          "-f", "2", "--inference", "sparse", "--inducing", "30",
+                          "--pair-variance", "3", "-f", "2", "--inference", "sparse",
+                          "--inducing", "30",
                           "--missing-start", "supervised", "--missing-weight", "0.25", train,
                           tmp / "model"], capsys)
     assert code == 0 and out == ""
     assert fake.kwargs == dict(offsets=(-2, -1, 1, 2), kernel="rbf", template=TEMPLATE,
                                min_freq=2, max_iter=7, tol=0.01, learn_hyper=True,
-                               variance=2.5, inference="sparse", inducing=30,
+                               variance=2.5, pair_variance=3.0, inference="sparse",
+                               inducing=30,
                                lse_bound="auto", missing_start="supervised",
                                missing_weight=0.25, cluster=None)
     X, y = fake.fit_args
@@ -716,3 +718,28 @@ def test_huge_offsets_are_refused_fast_on_the_command_line(files):
                           timeout=limit(120))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "too far" in proc.stderr and time.perf_counter() - t0 < limit(60)
+
+
+@real
+def test_real_train_with_ner_uses_the_feature_sets_defaults(tmp_path, capsys):
+    """``train -t ner`` fits with the ``ner`` set's variance 2 and pair variance 4 and the
+    saved model decodes with its decoder (exact); ``test`` prints those labels."""
+    from gpsl.model import GPSL
+
+    rows = []
+    for i in range(12):
+        name, place = ("John", "Mary", "Anne")[i % 3], ("Paris", "Rome")[i % 2]
+        rows += [f"{name} B-PER", "Smith I-PER", "visited O", f"{place} B-LOC", ". O", ""]
+    data = tmp_path / "ner.data"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    code, _, err = run(["train", "-t", "ner", "--max-iter", "5", "--no-calibrate", data,
+                        tmp_path / "m"], capsys)
+    assert code == 0, err
+    model = GPSL.load(tmp_path / "m")
+    assert np.allclose(np.exp(model.state_.theta[:, 0]), 2.0)
+    assert model.decoder_() == "exact"
+    code, out, err = run(["test", "-m", tmp_path / "m", data], capsys)
+    assert code == 0, err
+    sents = [s.split("\n") for s in out.strip().split("\n\n")]
+    X = [[(ln.split()[0],) for ln in s] for s in sents]
+    assert [[ln.split()[-1] for ln in s] for s in sents] == model.predict(X, decoder="exact")

@@ -310,3 +310,45 @@ def test_evidence_pulls_missing_labels_and_the_bound_never_decreases():
     assert inf.s.r[miss, 2].mean() > 0.9
     with pytest.raises(ValueError):
         inf.p.set_evidence(np.zeros((inf.p.n + 1, inf.p.J)))
+
+
+@pytest.mark.parametrize("pair_variance", [4.0, 0.25])
+def test_pair_prior_variance_kl_and_gradient(pair_variance):
+    """``f^S ~ N(0, s2 I)``: ``kl_S`` is the closed form of ``-KL(q(f^S) || N(0, s2 I))`` and
+    the gradients of ``m_S``, ``v_S`` match finite differences of the bound; the update of
+    ``q(f^S)`` never lowers the bound."""
+    inf = tiny(offsets=(-1, 1), missing=0.25, seed=5)
+    inf.pair_variance = pair_variance
+    warm(inf)
+    s = inf.s
+    expected = 0.5 * np.sum(np.log(s.v_S / pair_variance) - s.v_S / pair_variance
+                            - s.m_S ** 2 / pair_variance + 1)
+    assert inf.kl_S() == pytest.approx(expected, rel=1e-12)
+    g = inf.gradients()
+    rng = np.random.default_rng(7)
+    for name in ("m_S", "v_S"):
+        arr = getattr(inf.s, name)
+        for _ in range(6):
+            idx = tuple(int(rng.integers(n)) for n in arr.shape)
+            old = arr[idx]
+            eps = 1e-6 * max(1.0, abs(old))
+            arr[idx] = old + eps
+            up = inf.elbo()
+            arr[idx] = old - eps
+            down = inf.elbo()
+            arr[idx] = old
+            assert (up - down) / (2 * eps) == pytest.approx(g[name][idx], rel=1e-4, abs=1e-6)
+    before = inf.elbo()
+    inf.update_S()
+    assert inf.elbo() >= before - 1e-9 * abs(before)
+
+
+def test_a_wider_pair_prior_lets_the_pair_functions_grow():
+    """With the same data, the pair means' largest magnitude grows with the prior variance
+    (the prior is the only thing holding a never-seen pair's score near 0)."""
+    sizes = []
+    for s2 in (1.0, 4.0, 16.0):
+        inf = tiny(offsets=(-1, 1), seed=6)
+        inf.pair_variance = s2
+        sizes.append(float(np.abs(warm(inf).s.m_S).max()))
+    assert sizes[0] < sizes[1] < sizes[2]

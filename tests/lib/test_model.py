@@ -327,3 +327,56 @@ def test_a_bad_inference_mode_in_model_json_is_one_line(tmp_path, field, value):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ModelFormatError, match="damaged model description"):
         GPSL.load(tmp_path / "m")
+
+
+def _ner_task():
+    names, places = ["John", "Mary", "Anne", "Peter"], ["Paris", "Berlin", "Rome", "Oslo"]
+    X, y = [], []
+    for i in range(24):
+        n, p = names[i % 4], places[(i // 4) % 4]
+        X.append([(n,), ("Smith",), ("lives",), ("in",), (p,), (".",)])
+        y.append(["B-PER", "I-PER", "O", "O", "B-LOC", "O"])
+    return X, y
+
+
+def test_the_ner_feature_set_carries_its_variances_and_decoder(tmp_path):
+    """``GPSL(template="ner")`` at its defaults fits with the feature set's kernel variance (2)
+    and pair-function variance (4, :attr:`gpsl.features.NerFeatures.DEFAULTS`) and decodes
+    with the exact PL decoder; other templates keep 4, the paper's 1 and Algorithm 2; given
+    values win; a saved model decodes as it did."""
+    from gpsl.features import NerFeatures
+
+    X, y = _ner_task()
+    assert NerFeatures.DEFAULTS == {"variance": 2.0, "pair_variance": 4.0, "decoder": "exact"}
+    m = GPSL(template="ner", max_iter=5).fit(X, y)
+    same = GPSL(template="ner", max_iter=5, variance=2.0, pair_variance=4.0).fit(X, y)
+    paper = GPSL(template="ner", max_iter=5, variance=2.0, pair_variance=1.0).fit(X, y)
+    assert np.allclose(np.exp(m.state_.theta[:, 0]), 2.0)
+    assert np.array_equal(m.state_.m_S, same.state_.m_S)
+    assert np.abs(m.state_.m_S).max() > np.abs(paper.state_.m_S).max()
+    assert np.allclose(np.exp(GPSL(template="ner", max_iter=2, variance=4.0).fit(X, y)
+                              .state_.theta[:, 0]), 4.0)
+    assert m.decoder == "auto" and m.decoder_() == "exact"
+    assert m.predict(X) == m.predict(X, decoder="exact")
+    assert GPSL(template="ner", decoder="rns").fit(X, y).decoder_() == "rns"
+    assert GPSL(template="ner", offsets=(-2, -1, 1, 2), max_iter=2).fit(X, y).decoder_() \
+        == "rns"  # the chain needs dependencies within -1..+1
+    plain = GPSL(template="U00:%x[0,0]", max_iter=5).fit(X, y)
+    one = GPSL(template="U00:%x[0,0]", max_iter=5, pair_variance=1.0).fit(X, y)
+    assert plain.decoder_() == "rns" and np.array_equal(plain.state_.m_S, one.state_.m_S)
+    assert np.allclose(np.exp(plain.state_.theta[:, 0]), 4.0)
+    m.save(tmp_path / "m")
+    back = GPSL.load(tmp_path / "m")
+    assert back.decoder_() == "exact" and back.predict(X) == m.predict(X)
+
+
+def test_chain_decoder_is_the_viterbi_path_of_the_chain(task):
+    """``decoder="chain"`` on GPSL1 equals Viterbi with the pair means and local means."""
+    from gpsl.predict import viterbi
+
+    Xtr, Ytr, Xte, _ = task
+    m = GPSL(offsets=(-1,), template=UNIGRAM_TEMPLATE, max_iter=10).fit(Xtr, Ytr)
+    b, lengths = m.local_scores(Xte)
+    idx = viterbi(b, m.state_.m_S, lengths, (-1,))
+    want = [[m.classes_[i] for i in part] for part in np.split(idx, np.cumsum(lengths)[:-1])]
+    assert m.predict(Xte, decoder="chain") == want

@@ -94,7 +94,8 @@ def test_canonical_forms():
     assert P.check("max_iter", np.int64(7)) == 7 and type(P.check("max_iter", np.int64(7))) is int
     assert P.check("learn_hyper", np.bool_(True)) is True
     assert P.check("variance", None) is None
-    with pytest.raises(InputError, match="decoder must be one of 'rns', 'viterbi' or 'exact'"):
+    with pytest.raises(InputError,
+                       match="decoder must be one of 'auto', 'rns', 'chain', 'viterbi' or 'exact'"):
         P.check("decoder", "RNS")  # case matters where the code never ignored it
     with pytest.raises(InputError, match="unknown parameter"):
         P.check_params({"max_iterations": 3})
@@ -185,6 +186,7 @@ def test_argparse_options_from_the_table():
         with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace("[", r"\[")):
             p.parse_args(argv)
     assert _parser("max_iter", context="app").parse_args([]).max_iter == 30
-    assert _parser("decoder").parse_args([]).decoder == "rns"
+    assert _parser("decoder").parse_args([]).decoder == "auto"  # the feature set's decoder
+    assert _parser("pair_variance").parse_args([]).pair_variance is None
     help_text = " ".join(_parser("tol", "inducing").format_help().split())
     assert "0.1% a sweep" in help_text and "(default 500)" in help_text

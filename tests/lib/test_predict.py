@@ -190,3 +190,63 @@ def test_jacobi_rns_of_a_batch_equals_each_sentence_on_its_own():
             start += L
         assert it == max(its)
         np.testing.assert_allclose(P.sum(axis=1), 1.0)
+
+
+# --------------------------------------------------------------------------- the chain decoder
+
+
+def _brute_chain(b, T):
+    """Best labelling of ``sum_l b[l, y_l] + sum_l T[y_{l-1}, y_l]`` by enumeration."""
+    L, J = b.shape
+    best = max(itertools.product(range(J), repeat=L),
+               key=lambda y: sum(b[t, y[t]] for t in range(L))
+               + sum(T[y[t - 1], y[t]] for t in range(1, L)))
+    return list(best)
+
+
+@pytest.mark.parametrize("offsets", [(-1, 1), (-1,), (1,)])
+def test_chain_decode_equals_enumeration(offsets):
+    from gpsl.predict import chain_decode, chain_transitions
+
+    rng = np.random.default_rng(3)
+    J, lengths = 3, [1, 4, 5, 2]
+    b = rng.normal(size=(sum(lengths), J))
+    m_S = rng.normal(scale=2.0, size=(len(offsets), J, J))
+    T = chain_transitions(m_S, offsets)
+    want = 0.5 * (m_S[0] + m_S[1].T) if offsets == (-1, 1) else (
+        m_S[0] if offsets == (-1,) else m_S[0].T)
+    assert np.allclose(T, want)
+    got = chain_decode(b, m_S, lengths, offsets)
+    start = 0
+    for L in lengths:
+        assert got[start:start + L].tolist() == _brute_chain(b[start:start + L], T)
+        start += L
+    with pytest.raises(ValueError, match="within"):
+        chain_decode(b, np.zeros((4, J, J)), lengths, (-2, -1, 1, 2))
+
+
+def test_gpsl2_factors_are_the_chain_conditionals():
+    """The derivation of :func:`gpsl.predict.chain_decode`: with ``g_{-1} = T`` and
+    ``g_{+1} = T^T`` GPSL2's factor ``p(y_l | y_{l-1}, y_{l+1})`` (eq. 4, :func:`pl_factors`)
+    is the conditional of the chain ``p(y) ~ exp(sum b + sum T)``, computed by enumeration."""
+    from scipy.special import logsumexp
+
+    from gpsl.predict import pl_factors
+
+    rng = np.random.default_rng(4)
+    L, J = 4, 3
+    b, T = rng.normal(size=(L, J)), rng.normal(size=(J, J))
+    phi = pl_factors(b, np.stack([T, T.T]), (-1, 1))
+    ys = list(itertools.product(range(J), repeat=L))
+    score = np.array([sum(b[t, y[t]] for t in range(L)) + sum(T[y[t - 1], y[t]]
+                                                               for t in range(1, L))
+                      for y in ys])
+    for y in ys[::7]:
+        for t in range(L):
+            same = [i for i, z in enumerate(ys)
+                    if all(z[k] == y[k] for k in range(L) if k != t)]
+            cond = score[same] - logsumexp(score[same])
+            own = [ys[i][t] for i in same].index(y[t])
+            a = y[t - 1] if t > 0 else 0
+            c = y[t + 1] if t < L - 1 else 0
+            assert phi[t, a, y[t], c] == pytest.approx(cond[own], abs=1e-10)
