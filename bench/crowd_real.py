@@ -6,6 +6,7 @@
     python -m bench.crowd_real --quick           # sections 1-2 without GLAD, MACE and the
                                                  # lever rows (about 3 minutes)
     python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
+    python -m bench.crowd_real --taggers-only    # sections 2-3 only
     python -m bench.crowd_real --variances 0.003 0.01 0.03 0.1 0.3 --no-taggers --methods \
         "gpsl Dawid-Skene"                       # the joint bound and F1 against sigma^2
     python -m bench.crowd_real --priors 1:30 3:30 10:30 --no-taggers --methods \
@@ -138,6 +139,7 @@ class Config:
     priors: list = field(default_factory=list)  # (kappa, shrink) pairs
     curve: bool = True  # section 4, the lexical features' learning curve
     curve_only: bool = False
+    taggers_only: bool = False  # sections 2-3 only
 
 
 # --------------------------------------------------------------------------- the run
@@ -247,12 +249,21 @@ def section_taggers(cfg: Config, raw: Data, log) -> tuple[list[dict], list[dict]
     extra = [] if "error" in out else [
         ("GPSL, ner, the joint fit's own tagger (echo prior)", {"pred": out.pop("own_pred"),
                                                                 "cpu_s": 0.0, "wall_s": 0.0}),
+        ("GPSL, ner, refit on the joint posteriors at GPSL's own variance (refit_prior="
+         "'model')", {"pred": out.pop("model_var_pred"), "cpu_s": out.pop("model_var_cpu_s"),
+                      "wall_s": 0.0}),
         ("GPSL, ner, refit on the joint model's argmax labels",
          {"pred": out.pop("hard_pred"), "cpu_s": out.pop("hard_cpu_s"), "wall_s": 0.0})]
-    crowd_rows.append(score("GPSL, ner, refit on the joint model's posteriors (train --crowd)",
+    crowd_rows.append(score("GPSL, ner, refit on the joint model's posteriors at the "
+                            "held-out-vote variance (train --crowd)",
                             out, labels_from=lab_f1, labels="joint model"))
     for name, o in extra:
         crowd_rows.append(score(name, o, labels_from=lab_f1, labels="joint model"))
+    if "refit_variance" in crowd_rows[0]:  # the gold-trained tagger at the same variance
+        v = crowd_rows[0]["refit_variance"]
+        crowd_rows.append(score(f"GPSL, ner, on gold at the crowd rule's variance ({v:g})",
+                                isolated(gpsl_tagger, Xtr, gtr, Xte, "ner", v),
+                                labels="gold"))
     for name, lab_name in (("crowd-kit majority vote", "majority vote"),
                            ("crowd-kit Dawid-Skene", "crowd-kit Dawid-Skene")):
         agg = isolated(crowdkit_labels, name, votes)
@@ -440,13 +451,15 @@ def run(cfg: Config, command: str = "") -> dict:
     report = {"meta": meta, "settings": {"data": cfg.data, "quick": cfg.quick,
                                          "max_iter": cfg.max_iter},
               "alignment": data.alignment,
-              "aggregation": [] if cfg.curve_only else section_aggregation(cfg, data, log),
+              "aggregation": [] if cfg.curve_only or cfg.taggers_only
+              else section_aggregation(cfg, data, log),
               "install": crowd_lexicon.install_size()}
     raw = data if cfg.data == "raw" else load(data_dir, "raw")
     if cfg.taggers and not cfg.methods and not cfg.curve_only:
         log("sections 2-3 (held-out documents of raw/) ...")
         report["gold_taggers"], report["crowd_taggers"] = section_taggers(cfg, raw, log)
-    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick):
+    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick
+                          and not cfg.taggers_only):
         log("section 4 (the lexical features' learning curve) ...")
         report["curve"] = crowd_lexicon.section_curve(raw, log, isolated, split_documents,
                                                       span_scores, gpsl_tagger,
@@ -460,6 +473,7 @@ def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
         ("_priors" if cfg.priors else "") + ("_curve" if cfg.curve_only else "") + \
+        ("_taggers" if cfg.taggers_only else "") + \
         ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
@@ -483,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", action="store_true",
                    help="section 4 only: the lexical features' learning curve")
     p.add_argument("--no-curve", action="store_true", help="without section 4")
+    p.add_argument("--taggers-only", action="store_true",
+                   help="sections 2-3 only (the taggers on held-out documents)")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -510,7 +526,8 @@ def main(argv=None) -> int:
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
                  taggers=not args.no_taggers, variances=list(args.variances),
-                 priors=priors, curve=not args.no_curve, curve_only=args.curve)
+                 priors=priors, curve=not args.no_curve, curve_only=args.curve,
+                 taggers_only=args.taggers_only)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

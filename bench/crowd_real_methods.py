@@ -201,21 +201,30 @@ def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
     return {"pred": [list(p) for p in crf.predict(template_features(tmpl, Xte))]}
 
 
-def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
+def gpsl_tagger(Xtr, ytr, Xte, template, variance=None) -> dict:
     from gpsl.model import GPSL
 
-    m = GPSL(template=template).fit(Xtr, ytr)
+    m = GPSL(template=template, variance=variance).fit(Xtr, ytr)
     return {"pred": [list(p) for p in m.predict(Xte)], "sweeps": int(m.n_iter_)}
 
 
 def crowd_tagger(votes, Xtr, Xte) -> dict:
     """``train --crowd``'s tagger (the refit on the joint posteriors, :func:`gpsl.crowd.joint.
-    fit_soft`), and beside it the joint fit's own tagger and the refit on the decoded labels
-    (the default before, ``refit_on="argmax"``; only the voted tokens labeled)."""
+    fit_soft`, at the prior variance the held-out-vote rule chooses, ``refit_prior=
+    "heldout"``), and beside it the joint fit's own tagger, the refit on the posteriors at
+    GPSL's own variance (``refit_prior="model"``, the default before) and the refit on the
+    decoded labels (``refit_on="argmax"``; only the voted tokens labeled)."""
     from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.joint import fit_soft
     from gpsl.model import GPSL
 
     joint = CrowdGPSL(GPSL(template="ner")).fit(Xtr, votes)  # refit on the posteriors
+    rc = joint.refit_choice_
+    c0 = time.process_time()
+    keep = votes.voted() | (votes.observed >= 0)
+    own_var = fit_soft(GPSL(template="ner"), Xtr, joint.probas_, keep, joint.classes_,
+                       votes.split, features=joint.joint_model_)
+    own_var_cpu = time.process_time() - c0
     c0 = time.process_time()
     hard = GPSL(template="ner").fit(Xtr, [list(v) for v in votes.split(np.array(
         [lab if k else None for lab, k in zip(joint.labels_array_, votes.voted())],
@@ -224,6 +233,9 @@ def crowd_tagger(votes, Xtr, Xte) -> dict:
     trace = np.diff(joint.model_.bound_trace_[1:])
     return {"pred": [list(p) for p in joint.predict(Xte)], "labels": joint.labels_array_,
             "sweeps": int(joint.joint_model_.n_iter_),
+            "refit_variance": rc.variance, "refit_scores": rc.scores,
             "own_pred": [list(p) for p in joint.joint_model_.predict(Xte)],
+            "model_var_pred": [list(p) for p in own_var.predict(Xte)],
+            "model_var_cpu_s": own_var_cpu,
             "hard_pred": [list(p) for p in hard.predict(Xte)], "hard_cpu_s": hard_cpu,
             "min_bound_step": float(trace.min()) if trace.size else None}
