@@ -84,6 +84,7 @@ from bench.crowd_real_methods import (
     gpsl_ds_labels,
     gpsl_tagger,
     isolated,
+    joint_heldout_score,
     joint_labels,
     joint_rule_labels,
     load,
@@ -136,7 +137,8 @@ class Config:
     methods: list = field(default_factory=list)
     taggers: bool = True
     variances: list = field(default_factory=list)
-    priors: list = field(default_factory=list)  # (kappa, shrink) pairs
+    priors: list = field(default_factory=list)  # (kappa, shrink, centre target)
+    heldout: bool = False  # the held-out-vote score of every --priors row too
     curve: bool = True  # section 4, the lexical features' learning curve
     curve_only: bool = False
     taggers_only: bool = False  # sections 2-3 only
@@ -182,9 +184,11 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
         rows.append(row)
     extra = [(f"gpsl joint: sequential + ner, sigma^2 = {var:g}", {"variance_fixed": var},
               (var, "auto", {})) for var in cfg.variances]
-    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}",
-               {"kappa": k, "shrink": sh}, (None, "auto", {"kappa": k, "shrink": sh}))
-              for k, sh in cfg.priors]
+    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}"
+               + ("" if target == "one-coin" else f", {target} target"),
+               {"kappa": k, "shrink": sh, "centre_target": target},
+               (None, "auto", {"kappa": k, "shrink": sh, "centre_target": target}))
+              for k, sh, target in cfg.priors]
     for name, fixed, (var, lse, crowd_kw) in extra:
         log(f"  {name} ...")
         out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var, lse,
@@ -198,6 +202,14 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
                                                                    votes.lengths))["f1"]
             row.update(out)
             log(f"    F1 {row['f1']:.2f}  bound {row['bound']:.1f}")
+        if cfg.heldout and var is None and "error" not in row:
+            ho = isolated(joint_heldout_score, votes, X, cfg.max_iter, crowd_kw)
+            if "error" in ho:
+                row["heldout_error"] = ho["error"]
+            else:
+                row.update(heldout_log_lik=ho["heldout_log_lik"],
+                           heldout_votes=ho["heldout_votes"], heldout_cpu_s=ho["cpu_s"])
+                log(f"    held-out votes {ho['heldout_log_lik']:.1f} nats")
         rows.append(row)
     return rows
 
@@ -330,6 +342,15 @@ def table_lines(report: dict) -> list[str]:
     for name, f1, where in PUBLISHED:
         lines.append(f"| *published: {name}* ({where}) | | | *{f1:.1f}* | | | | | | | |")
     lines.append("")
+    ho = [r for r in report["aggregation"] if "heldout_log_lik" in r]
+    if ho:
+        lines += ["The held-out-vote score of each row's setting (gpsl.crowd.priors: the joint "
+                  f"fit on the kept votes, {ho[0]['heldout_votes']} votes left out, their log "
+                  "predictive probability; no gold read) beside its span F1 on all votes:", "",
+                  "| setting | held-out log-lik (nats) | span F1 | J1 |", "|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['heldout_log_lik']:.1f} | {_f(r['f1'])} | "
+                  f"{_f(r.get('bound'), 0)} |" for r in ho]
+        lines.append("")
     lines += lever_lines(report)
     for key, title in (("gold_taggers", "## 2. Taggers trained on gold, held-out documents"),
                        ("crowd_taggers", "## 3. Taggers trained on the crowd, held-out "
@@ -472,7 +493,8 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_priors" if cfg.priors else "") + ("_curve" if cfg.curve_only else "") + \
+        ("_priors" if cfg.priors else "") + ("_heldout" if cfg.heldout else "") + \
+        ("_curve" if cfg.curve_only else "") + \
         ("_taggers" if cfg.taggers_only else "") + \
         ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
@@ -486,9 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
-    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK",
+    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK[:pooled]",
                    help="extra rows: the joint model with the sequential prior's kappa and "
-                        "shrink at each pair (its bound beside its F1)")
+                        "shrink at each pair (its bound beside its F1); ':pooled' the "
+                        "crowd's matrix as the centres' target")
+    p.add_argument("--heldout", action="store_true",
+                   help="with --priors: each row's held-out-vote score too (the rule's "
+                        "fold, one more joint fit a row)")
     p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
                    help="extra rows: the joint model with the tagger's prior variance fixed "
                         "at each S2 (its bound beside its F1)")
@@ -516,18 +542,23 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     try:
-        priors = [tuple(float(v) for v in pair.split(":")) for pair in args.priors]
-        if any(len(pq) != 2 or min(pq) <= 0 for pq in priors):
-            raise ValueError
+        priors = []
+        for pair in args.priors:
+            parts = pair.split(":")
+            target = parts.pop() if len(parts) == 3 else "one-coin"
+            k, sh = (float(v) for v in parts)
+            if len(parts) != 2 or min(k, sh) <= 0 or target not in ("one-coin", "pooled"):
+                raise ValueError
+            priors.append((k, sh, target))
     except ValueError:
-        print("bench.crowd_real: --priors takes KAPPA:SHRINK pairs of positive numbers",
+        print("bench.crowd_real: --priors takes KAPPA:SHRINK[:pooled] with positive numbers",
               file=sys.stderr)
         return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
                  taggers=not args.no_taggers, variances=list(args.variances),
                  priors=priors, curve=not args.no_curve, curve_only=args.curve,
-                 taggers_only=args.taggers_only)
+                 taggers_only=args.taggers_only, heldout=args.heldout)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

@@ -184,6 +184,22 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
 
 
+def joint_heldout_score(votes, X, max_iter: int, crowd_kw: dict) -> dict:
+    """The held-out-vote score of :mod:`gpsl.crowd.priors` for one setting: the joint fit
+    on the kept votes (the rule's fold, seed 0) and the left-out votes' log predictive
+    probability (eq. H). No gold is read."""
+    from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.priors import heldout_score, split_votes
+    from gpsl.model import GPSL
+
+    kept, held = split_votes(votes)
+    joint = CrowdGPSL(GPSL(template="ner", max_iter=max_iter), refit=False,
+                      **crowd_kw).fit(X, kept)
+    return {"heldout_log_lik": heldout_score(joint.probas_, joint.crowd_, held),
+            "heldout_votes": int(held.token.size),
+            "heldout_sweeps": int(joint.joint_model_.n_iter_)}
+
+
 def joint_rule_labels(votes, X, max_iter: int) -> dict:
     """The joint model at the priors the held-out-vote rule chooses (``prior_rule=
     "heldout"``, :mod:`gpsl.crowd.priors`, no gold read), the rule's fits in its CPU s."""

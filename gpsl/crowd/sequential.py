@@ -294,7 +294,8 @@ def update_pooled(log_c: np.ndarray, shrink: float, g0: np.ndarray | None = None
     r"""The crowd's confusion matrix ``g`` (J, J) of eq. (P3) given the centres (``log_c``
     (A, J, J)): each row maximises
 
-    .. math:: \log \mathrm{Dir}(g[y]; \beta_y) + \sum_a \log \mathrm{Dir}(c_a[y]; 1 + \kappa_1 g[y])
+    .. math:: \log \mathrm{Dir}(g[y]; \beta_y)
+              + \sum_a \log \mathrm{Dir}(c_a[y]; 1 + \kappa_1 g[y])
               = \mathrm{const} + \sum_l [\kappa_1 g_l S_l - A \log\Gamma(1 + \kappa_1 g_l)
               + (\beta_{yl} - 1) \log g_l]                                   \qquad (G)
 
@@ -305,7 +306,8 @@ def update_pooled(log_c: np.ndarray, shrink: float, g0: np.ndarray | None = None
     ``+inf``: every ``beta_l > 1``, so no ``g_l`` reaches 0 and every centre's prior
     parameter stays above 1), and ``sum_l g_l(lambda)`` decreases in ``lambda``: bisection
     on ``lambda`` between ``min_l h_l(1/J)`` and ``max_l h_l(1/J)`` with Newton steps inside
-    it, safeguarded Newton steps for each root (as the centres', eq. C). A row is kept from ``g0`` where (G) would decrease."""
+    it, safeguarded Newton steps for each root (as the centres', eq. C). A row is kept
+    from ``g0`` where (G) would decrease."""
     A, J, _ = log_c.shape
     S = np.maximum(log_c, LOG_FLOOR).sum(axis=0)  # (J, J)
     b1 = beta_matrix(J, prior_diag, prior_off) - 1.0
