@@ -45,8 +45,11 @@ the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised ide
    install size of the tables.
 
 Section 1 also has the joint model at the priors chosen by held-out votes
-(:mod:`gpsl.crowd.priors`) and section 3 the joint fit's own tagger and the refit on the
-joint posteriors (soft labels, :func:`gpsl.crowd.joint.fit_soft`).
+(:mod:`gpsl.crowd.priors`; ``--priors ... --heldout`` gives any setting's held-out-vote
+score) and section 3 the joint fit's own tagger and the refit on the joint posteriors (soft
+labels, :func:`gpsl.crowd.joint.fit_soft`) at the prior variance chosen by held-out votes
+(``refit_prior="heldout"``, ``train --crowd``'s default) and at GPSL's own, beside GPSL
+trained on gold at the same variance.
 
 Acceptance (issue 27): the joint model's span F1 at least crowd-kit's best + 5 points, its fit
 within 3 minutes, the crowd-trained tagger within 3 points of the gold-trained one.
