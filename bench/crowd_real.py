@@ -141,7 +141,7 @@ class Config:
     taggers: bool = True
     variances: list = field(default_factory=list)
     priors: list = field(default_factory=list)  # (kappa, shrink, centre target)
-    heldout: bool = False  # the held-out-vote score of every --priors row too
+    heldout: bool = False  # the held-out-vote score of every --priors/--variances row too
     curve: bool = True  # section 4, the lexical features' learning curve
     curve_only: bool = False
     taggers_only: bool = False  # sections 2-3 only
@@ -205,8 +205,8 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
                                                                    votes.lengths))["f1"]
             row.update(out)
             log(f"    F1 {row['f1']:.2f}  bound {row['bound']:.1f}")
-        if cfg.heldout and var is None and "error" not in row:
-            ho = isolated(joint_heldout_score, votes, X, cfg.max_iter, crowd_kw)
+        if cfg.heldout and "error" not in row:
+            ho = isolated(joint_heldout_score, votes, X, cfg.max_iter, crowd_kw, var)
             if "error" in ho:
                 row["heldout_error"] = ho["error"]
             else:
@@ -516,8 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "shrink at each pair (its bound beside its F1); ':pooled' the "
                         "crowd's matrix as the centres' target")
     p.add_argument("--heldout", action="store_true",
-                   help="with --priors: each row's held-out-vote score too (the rule's "
-                        "fold, one more joint fit a row)")
+                   help="with --priors or --variances: each row's held-out-vote score too "
+                        "(the rule's fold, one more joint fit a row)")
     p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
                    help="extra rows: the joint model with the tagger's prior variance fixed "
                         "at each S2 (its bound beside its F1)")

@@ -184,17 +184,22 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
 
 
-def joint_heldout_score(votes, X, max_iter: int, crowd_kw: dict) -> dict:
+def joint_heldout_score(votes, X, max_iter: int, crowd_kw: dict,
+                        variance: float | None = None) -> dict:
     """The held-out-vote score of :mod:`gpsl.crowd.priors` for one setting: the joint fit
     on the kept votes (the rule's fold, seed 0) and the left-out votes' log predictive
-    probability (eq. H). No gold is read."""
+    probability (eq. H). ``variance``: the tagger's prior variance fixed, as
+    :func:`joint_labels`. No gold is read."""
     from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.joint import DEFAULT_TOL
     from gpsl.crowd.priors import heldout_score, split_votes
     from gpsl.model import GPSL
 
+    fixed = {} if variance is None else {"tagger_prior": "model", "tol": DEFAULT_TOL,
+                                         "lse_bound": "jensen"}
     kept, held = split_votes(votes)
-    joint = CrowdGPSL(GPSL(template="ner", max_iter=max_iter), refit=False,
-                      **crowd_kw).fit(X, kept)
+    joint = CrowdGPSL(GPSL(template="ner", max_iter=max_iter, variance=variance),
+                      refit=False, **{**fixed, **crowd_kw}).fit(X, kept)
     return {"heldout_log_lik": heldout_score(joint.probas_, joint.crowd_, held),
             "heldout_votes": int(held.token.size),
             "heldout_sweeps": int(joint.joint_model_.n_iter_)}

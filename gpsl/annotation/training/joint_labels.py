@@ -21,7 +21,8 @@ rule on, :mod:`gpsl.annotation.interchange.crowd_folders`) trains as ``gpsl trai
 One difference from ``train --crowd``, for time: the run fits its tagger at the run's own
 prior variance, as ``refit_prior="model"``; ``train --crowd`` chooses it by held-out votes
 (``refit_prior="heldout"``, :func:`gpsl.crowd.priors.choose_refit_variance`, nine more tagger
-fits: 55 CPU s on the CoNLL crowd's 2,150 training sentences), which the app's 60 s from
+fits; the joint fit, the rule and the refit took 79.4 CPU s together on the CoNLL crowd's
+2,150 training sentences), which the app's 60 s from
 train to predictions (``bench.app_crowd``, 58.6 s) has no room for.
 """
 
