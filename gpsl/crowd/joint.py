@@ -166,9 +166,10 @@ class CrowdGPSL:
         :mod:`gpsl.crowd.sequential`), ``"pooled"`` towards the crowd's own confusion matrix,
         learned with the rest (eq. P3). On the CoNLL crowd the pooled target predicts
         held-out votes better and raises (J1), but the inferred labels do not follow (80.70
-        against 80.55 span F1 at ``kappa = 30, shrink = 10``, 79.98 at ``shrink = 100``,
+        against 80.55 span F1 at ``kappa = 30, shrink = 10``, 80.15 at ``shrink = 100``,
         77.39 at ``kappa = 3``, whose held-out votes score best): not the default, and not
-        among the candidates of ``prior_rule="heldout"`` (docs/real-crowd.md).
+        among the candidates of ``prior_rule="heldout"`` (docs/real-crowd.md,
+        ``bench/results/crowd_real_priors_heldout.md``).
     refit_prior: the refit tagger's prior variance: ``"heldout"`` (default) the one of
         :data:`gpsl.crowd.priors.REFIT_FACTORS` times ``model``'s own (4 for the linear
         kernel: 4, 1, 0.25) whose soft-label tagger, fitted on two of three contiguous folds
@@ -402,7 +403,8 @@ class CrowdGPSL:
         self.model_ = model
         self.refit_choice_ = None
         if refit:
-            # the tagger for prediction: model's own settings on the inferred labels
+            # the tagger for prediction: model's own settings (the prior variance by held-out
+            # votes with refit_prior="heldout") on the inferred labels or the posteriors
             keep = votes.voted() | observed
             tagger = base if base is not model else GPSL(**base.get_params())
             if self.refit_prior == "heldout":  # gpsl.crowd.priors: folds of the sentences
