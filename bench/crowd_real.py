@@ -140,7 +140,7 @@ class Config:
     methods: list = field(default_factory=list)
     taggers: bool = True
     variances: list = field(default_factory=list)
-    priors: list = field(default_factory=list)  # (kappa, shrink, centre target)
+    priors: list = field(default_factory=list)  # (kappa, shrink[, centre target])
     heldout: bool = False  # the held-out-vote score of every --priors/--variances row too
     curve: bool = True  # section 4, the lexical features' learning curve
     curve_only: bool = False
@@ -191,7 +191,7 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
                + ("" if target == "one-coin" else f", {target} target"),
                {"kappa": k, "shrink": sh, "centre_target": target},
                (None, "auto", {"kappa": k, "shrink": sh, "centre_target": target}))
-              for k, sh, target in cfg.priors]
+              for k, sh, target in ((*pq, "one-coin")[:3] for pq in cfg.priors)]
     for name, fixed, (var, lse, crowd_kw) in extra:
         log(f"  {name} ...")
         out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var, lse,
