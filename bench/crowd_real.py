@@ -6,6 +6,7 @@
     python -m bench.crowd_real --quick           # sections 1-2 without GLAD, MACE and the
                                                  # lever rows (about 3 minutes)
     python -m bench.crowd_real --data jsonl --no-taggers   # section 1 on val.crowd.jsonl
+    python -m bench.crowd_real --taggers-only    # sections 2-3 only
     python -m bench.crowd_real --variances 0.003 0.01 0.03 0.1 0.3 --no-taggers --methods \
         "gpsl Dawid-Skene"                       # the joint bound and F1 against sigma^2
     python -m bench.crowd_real --priors 1:30 3:30 10:30 --no-taggers --methods \
@@ -44,8 +45,11 @@ the published ``val.crowd.jsonl`` (worker sentences kept only when tokenised ide
    install size of the tables.
 
 Section 1 also has the joint model at the priors chosen by held-out votes
-(:mod:`gpsl.crowd.priors`) and section 3 the joint fit's own tagger and the refit on the
-joint posteriors (soft labels, :func:`gpsl.crowd.joint.fit_soft`).
+(:mod:`gpsl.crowd.priors`; ``--priors ... --heldout`` gives any setting's held-out-vote
+score) and section 3 the joint fit's own tagger and the refit on the joint posteriors (soft
+labels, :func:`gpsl.crowd.joint.fit_soft`) at the prior variance chosen by held-out votes
+(``refit_prior="heldout"``, ``train --crowd``'s default) and at GPSL's own, beside GPSL
+trained on gold at the same variance.
 
 Acceptance (issue 27): the joint model's span F1 at least crowd-kit's best + 5 points, its fit
 within 3 minutes, the crowd-trained tagger within 3 points of the gold-trained one.
@@ -83,6 +87,7 @@ from bench.crowd_real_methods import (
     gpsl_ds_labels,
     gpsl_tagger,
     isolated,
+    joint_heldout_score,
     joint_labels,
     joint_rule_labels,
     load,
@@ -135,9 +140,11 @@ class Config:
     methods: list = field(default_factory=list)
     taggers: bool = True
     variances: list = field(default_factory=list)
-    priors: list = field(default_factory=list)  # (kappa, shrink) pairs
+    priors: list = field(default_factory=list)  # (kappa, shrink[, centre target])
+    heldout: bool = False  # the held-out-vote score of every --priors/--variances row too
     curve: bool = True  # section 4, the lexical features' learning curve
     curve_only: bool = False
+    taggers_only: bool = False  # sections 2-3 only
 
 
 # --------------------------------------------------------------------------- the run
@@ -180,9 +187,11 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
         rows.append(row)
     extra = [(f"gpsl joint: sequential + ner, sigma^2 = {var:g}", {"variance_fixed": var},
               (var, "auto", {})) for var in cfg.variances]
-    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}",
-               {"kappa": k, "shrink": sh}, (None, "auto", {"kappa": k, "shrink": sh}))
-              for k, sh in cfg.priors]
+    extra += [(f"gpsl joint: sequential + ner, kappa = {k:g}, shrink = {sh:g}"
+               + ("" if target == "one-coin" else f", {target} target"),
+               {"kappa": k, "shrink": sh, "centre_target": target},
+               (None, "auto", {"kappa": k, "shrink": sh, "centre_target": target}))
+              for k, sh, target in ((*pq, "one-coin")[:3] for pq in cfg.priors)]
     for name, fixed, (var, lse, crowd_kw) in extra:
         log(f"  {name} ...")
         out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, var, lse,
@@ -196,6 +205,14 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
                                                                    votes.lengths))["f1"]
             row.update(out)
             log(f"    F1 {row['f1']:.2f}  bound {row['bound']:.1f}")
+        if cfg.heldout and "error" not in row:
+            ho = isolated(joint_heldout_score, votes, X, cfg.max_iter, crowd_kw, var)
+            if "error" in ho:
+                row["heldout_error"] = ho["error"]
+            else:
+                row.update(heldout_log_lik=ho["heldout_log_lik"],
+                           heldout_votes=ho["heldout_votes"], heldout_cpu_s=ho["cpu_s"])
+                log(f"    held-out votes {ho['heldout_log_lik']:.1f} nats")
         rows.append(row)
     return rows
 
@@ -247,12 +264,21 @@ def section_taggers(cfg: Config, raw: Data, log) -> tuple[list[dict], list[dict]
     extra = [] if "error" in out else [
         ("GPSL, ner, the joint fit's own tagger (echo prior)", {"pred": out.pop("own_pred"),
                                                                 "cpu_s": 0.0, "wall_s": 0.0}),
+        ("GPSL, ner, refit on the joint posteriors at GPSL's own variance (refit_prior="
+         "'model')", {"pred": out.pop("model_var_pred"), "cpu_s": out.pop("model_var_cpu_s"),
+                      "wall_s": 0.0}),
         ("GPSL, ner, refit on the joint model's argmax labels",
          {"pred": out.pop("hard_pred"), "cpu_s": out.pop("hard_cpu_s"), "wall_s": 0.0})]
-    crowd_rows.append(score("GPSL, ner, refit on the joint model's posteriors (train --crowd)",
+    crowd_rows.append(score("GPSL, ner, refit on the joint model's posteriors at the "
+                            "held-out-vote variance (train --crowd)",
                             out, labels_from=lab_f1, labels="joint model"))
     for name, o in extra:
         crowd_rows.append(score(name, o, labels_from=lab_f1, labels="joint model"))
+    if "refit_variance" in crowd_rows[0]:  # the gold-trained tagger at the same variance
+        v = crowd_rows[0]["refit_variance"]
+        crowd_rows.append(score(f"GPSL, ner, on gold at the crowd rule's variance ({v:g})",
+                                isolated(gpsl_tagger, Xtr, gtr, Xte, "ner", v),
+                                labels="gold"))
     for name, lab_name in (("crowd-kit majority vote", "majority vote"),
                            ("crowd-kit Dawid-Skene", "crowd-kit Dawid-Skene")):
         agg = isolated(crowdkit_labels, name, votes)
@@ -319,6 +345,15 @@ def table_lines(report: dict) -> list[str]:
     for name, f1, where in PUBLISHED:
         lines.append(f"| *published: {name}* ({where}) | | | *{f1:.1f}* | | | | | | | |")
     lines.append("")
+    ho = [r for r in report["aggregation"] if "heldout_log_lik" in r]
+    if ho:
+        lines += ["The held-out-vote score of each row's setting (gpsl.crowd.priors: the joint "
+                  f"fit on the kept votes, {ho[0]['heldout_votes']} votes left out, their log "
+                  "predictive probability; no gold read) beside its span F1 on all votes:", "",
+                  "| setting | held-out log-lik (nats) | span F1 | J1 |", "|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['heldout_log_lik']:.1f} | {_f(r['f1'])} | "
+                  f"{_f(r.get('bound'), 0)} |" for r in ho]
+        lines.append("")
     lines += lever_lines(report)
     for key, title in (("gold_taggers", "## 2. Taggers trained on gold, held-out documents"),
                        ("crowd_taggers", "## 3. Taggers trained on the crowd, held-out "
@@ -440,13 +475,15 @@ def run(cfg: Config, command: str = "") -> dict:
     report = {"meta": meta, "settings": {"data": cfg.data, "quick": cfg.quick,
                                          "max_iter": cfg.max_iter},
               "alignment": data.alignment,
-              "aggregation": [] if cfg.curve_only else section_aggregation(cfg, data, log),
+              "aggregation": [] if cfg.curve_only or cfg.taggers_only
+              else section_aggregation(cfg, data, log),
               "install": crowd_lexicon.install_size()}
     raw = data if cfg.data == "raw" else load(data_dir, "raw")
     if cfg.taggers and not cfg.methods and not cfg.curve_only:
         log("sections 2-3 (held-out documents of raw/) ...")
         report["gold_taggers"], report["crowd_taggers"] = section_taggers(cfg, raw, log)
-    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick):
+    if cfg.curve_only or (cfg.curve and cfg.taggers and not cfg.methods and not cfg.quick
+                          and not cfg.taggers_only):
         log("section 4 (the lexical features' learning curve) ...")
         report["curve"] = crowd_lexicon.section_curve(raw, log, isolated, split_documents,
                                                       span_scores, gpsl_tagger,
@@ -459,7 +496,9 @@ def run(cfg: Config, command: str = "") -> dict:
 def stem_of(cfg: Config) -> str:
     return "crowd_real" + ("" if cfg.data == "raw" else f"_{cfg.data}") + \
         ("_quick" if cfg.quick else "") + ("_variances" if cfg.variances else "") + \
-        ("_priors" if cfg.priors else "") + ("_curve" if cfg.curve_only else "") + \
+        ("_priors" if cfg.priors else "") + ("_heldout" if cfg.heldout else "") + \
+        ("_curve" if cfg.curve_only else "") + \
+        ("_taggers" if cfg.taggers_only else "") + \
         ("_partial" if cfg.methods and not (cfg.variances or cfg.priors) else "")
 
 
@@ -472,9 +511,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without GLAD, MACE, the joint model's lever rows and section 3")
     p.add_argument("--methods", nargs="+", metavar="NAME",
                    help="only these rows of section 1 (and no sections 2-3)")
-    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK",
+    p.add_argument("--priors", nargs="+", default=[], metavar="KAPPA:SHRINK[:pooled]",
                    help="extra rows: the joint model with the sequential prior's kappa and "
-                        "shrink at each pair (its bound beside its F1)")
+                        "shrink at each pair (its bound beside its F1); ':pooled' the "
+                        "crowd's matrix as the centres' target")
+    p.add_argument("--heldout", action="store_true",
+                   help="with --priors or --variances: each row's held-out-vote score too "
+                        "(the rule's fold, one more joint fit a row)")
     p.add_argument("--variances", type=float, nargs="+", default=[], metavar="S2",
                    help="extra rows: the joint model with the tagger's prior variance fixed "
                         "at each S2 (its bound beside its F1)")
@@ -483,6 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", action="store_true",
                    help="section 4 only: the lexical features' learning curve")
     p.add_argument("--no-curve", action="store_true", help="without section 4")
+    p.add_argument("--taggers-only", action="store_true",
+                   help="sections 2-3 only (the taggers on held-out documents)")
     p.add_argument("--max-iter", type=int, default=100, help="the joint fits' sweeps (100)")
     p.add_argument("--out", default=str(RESULTS_DIR), help="output folder (bench/results)")
     p.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
@@ -500,17 +545,23 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     try:
-        priors = [tuple(float(v) for v in pair.split(":")) for pair in args.priors]
-        if any(len(pq) != 2 or min(pq) <= 0 for pq in priors):
-            raise ValueError
+        priors = []
+        for pair in args.priors:
+            parts = pair.split(":")
+            target = parts.pop() if len(parts) == 3 else "one-coin"
+            k, sh = (float(v) for v in parts)
+            if len(parts) != 2 or min(k, sh) <= 0 or target not in ("one-coin", "pooled"):
+                raise ValueError
+            priors.append((k, sh, target))
     except ValueError:
-        print("bench.crowd_real: --priors takes KAPPA:SHRINK pairs of positive numbers",
+        print("bench.crowd_real: --priors takes KAPPA:SHRINK[:pooled] with positive numbers",
               file=sys.stderr)
         return 2
     cfg = Config(data=args.data, quick=args.quick, data_dir=args.data_dir, out_dir=args.out,
                  max_iter=args.max_iter, verbose=not args.quiet, methods=list(args.methods or []),
                  taggers=not args.no_taggers, variances=list(args.variances),
-                 priors=priors, curve=not args.no_curve, curve_only=args.curve)
+                 priors=priors, curve=not args.no_curve, curve_only=args.curve,
+                 taggers_only=args.taggers_only, heldout=args.heldout)
     command = shlex.join(["python", "-m", "bench.crowd_real", *argv])
     try:
         report = run(cfg, command=command)

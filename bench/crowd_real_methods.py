@@ -184,6 +184,27 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
 
 
+def joint_heldout_score(votes, X, max_iter: int, crowd_kw: dict,
+                        variance: float | None = None) -> dict:
+    """The held-out-vote score of :mod:`gpsl.crowd.priors` for one setting: the joint fit
+    on the kept votes (the rule's fold, seed 0) and the left-out votes' log predictive
+    probability (eq. H). ``variance``: the tagger's prior variance fixed, as
+    :func:`joint_labels`. No gold is read."""
+    from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.joint import DEFAULT_TOL
+    from gpsl.crowd.priors import heldout_score, split_votes
+    from gpsl.model import GPSL
+
+    fixed = {} if variance is None else {"tagger_prior": "model", "tol": DEFAULT_TOL,
+                                         "lse_bound": "jensen"}
+    kept, held = split_votes(votes)
+    joint = CrowdGPSL(GPSL(template="ner", max_iter=max_iter, variance=variance),
+                      refit=False, **{**fixed, **crowd_kw}).fit(X, kept)
+    return {"heldout_log_lik": heldout_score(joint.probas_, joint.crowd_, held),
+            "heldout_votes": int(held.token.size),
+            "heldout_sweeps": int(joint.joint_model_.n_iter_)}
+
+
 def joint_rule_labels(votes, X, max_iter: int) -> dict:
     """The joint model at the priors the held-out-vote rule chooses (``prior_rule=
     "heldout"``, :mod:`gpsl.crowd.priors`, no gold read), the rule's fits in its CPU s."""
@@ -201,21 +222,30 @@ def crfsuite_tagger(Xtr, ytr, Xte, template: str = "ner") -> dict:
     return {"pred": [list(p) for p in crf.predict(template_features(tmpl, Xte))]}
 
 
-def gpsl_tagger(Xtr, ytr, Xte, template) -> dict:
+def gpsl_tagger(Xtr, ytr, Xte, template, variance=None) -> dict:
     from gpsl.model import GPSL
 
-    m = GPSL(template=template).fit(Xtr, ytr)
+    m = GPSL(template=template, variance=variance).fit(Xtr, ytr)
     return {"pred": [list(p) for p in m.predict(Xte)], "sweeps": int(m.n_iter_)}
 
 
 def crowd_tagger(votes, Xtr, Xte) -> dict:
     """``train --crowd``'s tagger (the refit on the joint posteriors, :func:`gpsl.crowd.joint.
-    fit_soft`), and beside it the joint fit's own tagger and the refit on the decoded labels
-    (the default before, ``refit_on="argmax"``; only the voted tokens labeled)."""
+    fit_soft`, at the prior variance the held-out-vote rule chooses, ``refit_prior=
+    "heldout"``), and beside it the joint fit's own tagger, the refit on the posteriors at
+    GPSL's own variance (``refit_prior="model"``, the default before) and the refit on the
+    decoded labels (``refit_on="argmax"``; only the voted tokens labeled)."""
     from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.joint import fit_soft
     from gpsl.model import GPSL
 
     joint = CrowdGPSL(GPSL(template="ner")).fit(Xtr, votes)  # refit on the posteriors
+    rc = joint.refit_choice_
+    c0 = time.process_time()
+    keep = votes.voted() | (votes.observed >= 0)
+    own_var = fit_soft(GPSL(template="ner"), Xtr, joint.probas_, keep, joint.classes_,
+                       votes.split, features=joint.joint_model_)
+    own_var_cpu = time.process_time() - c0
     c0 = time.process_time()
     hard = GPSL(template="ner").fit(Xtr, [list(v) for v in votes.split(np.array(
         [lab if k else None for lab, k in zip(joint.labels_array_, votes.voted())],
@@ -224,6 +254,9 @@ def crowd_tagger(votes, Xtr, Xte) -> dict:
     trace = np.diff(joint.model_.bound_trace_[1:])
     return {"pred": [list(p) for p in joint.predict(Xte)], "labels": joint.labels_array_,
             "sweeps": int(joint.joint_model_.n_iter_),
+            "refit_variance": rc.variance, "refit_scores": rc.scores,
             "own_pred": [list(p) for p in joint.joint_model_.predict(Xte)],
+            "model_var_pred": [list(p) for p in own_var.predict(Xte)],
+            "model_var_cpu_s": own_var_cpu,
             "hard_pred": [list(p) for p in hard.predict(Xte)], "hard_cpu_s": hard_cpu,
             "min_bound_step": float(trace.min()) if trace.size else None}

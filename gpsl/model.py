@@ -216,6 +216,18 @@ class GPSL:
             return t
         return Template.parse(str(t))
 
+    def start_variance(self) -> float:
+        """The kernel variance a fit starts from: ``variance``, else (linear kernel) the
+        feature set's own (:attr:`gpsl.features.NerFeatures.DEFAULTS`), else the kernel's
+        default (4 linear, 1 rbf)."""
+        kernel = make_kernel(self.kernel)
+        v = self.variance
+        if v is None and kernel.name == "linear":
+            v = _feature_set_default(self._template(1), "variance", None, None)
+        if v is None:
+            v = kernel.default_variance
+        return 1.0 if v is None else float(v)
+
     def _check_fitted(self):
         if not hasattr(self, "state_"):
             raise RuntimeError("this GPSL model is not fitted yet: call fit() first")

@@ -351,6 +351,18 @@ _P = [
           help="the sequential model's kappa and shrink: 'fixed' as given, 'heldout' the grid "
                "pair whose fit best predicts a fifth of the votes left out (no gold read)",
           doc="see :mod:`gpsl.crowd.priors`"),
+    Param("centre_target", "one-coin", (_opts("one-coin", "pooled"),),
+          flags=("--centre-target",), group="crowd",
+          help="sequential annotator model: shrink each annotator's confusion matrix towards "
+               "their one-skill matrix ('one-coin') or towards the crowd's own confusion "
+               "matrix, learned ('pooled')",
+          doc="see :mod:`gpsl.crowd.sequential`, eq. P3"),
+    Param("refit_prior", "heldout", (_opts("heldout", "model"),), flags=("--refit-prior",),
+          group="crowd",
+          help="the refit tagger's prior variance: 'heldout' the one of 1, 1/4 and 1/16 "
+               "times the tagger's own whose tagger best predicts the votes of sentences it "
+               "did not train on (3 folds, no gold read); 'model' the tagger's own",
+          doc="see :func:`gpsl.crowd.priors.choose_refit_variance`"),
     Param("kappa", 30.0, (_real(1e-3, 1e6),), flags=("--kappa",), metavar="K", group="crowd",
           help="sequential annotator model: shrink each previous-label row towards the "
                "annotator's confusion row with K pseudo-votes"),

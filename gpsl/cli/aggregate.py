@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
                                       for k in crowd.JOINT_PARAMS)) if v is not None]
         if given:
             common.refuse(given[0], "needs --model joint")
+    if args.refit_prior is not None:  # aggregate refits no tagger
+        common.refuse("--refit-prior", "needs train --crowd (aggregate refits no tagger)")
     data = crowd.read_votes(args, args.crowd_file)
     sents, votes = data.sentences, data.votes
     if args.method == "majority":

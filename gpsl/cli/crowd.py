@@ -26,7 +26,8 @@ from gpsl.errors import InputError
 #: the crowd model's parameters (:mod:`gpsl.params`, group ``"crowd"``) as options
 CROWD_PARAMS = ("min_votes", "prior_diag", "prior_off", "shrink")
 #: the joint model's own parameters (``train --crowd``, ``aggregate --model joint``)
-JOINT_PARAMS = ("tagger_prior", "annotator_model", "kappa", "prior_rule")
+JOINT_PARAMS = ("tagger_prior", "annotator_model", "kappa", "prior_rule", "centre_target",
+                "refit_prior")
 
 
 class CrowdInput(NamedTuple):
@@ -172,13 +173,20 @@ def report(method: str, data: CrowdInput, model, labels) -> dict:
 
 
 def _priors(model) -> dict:
-    """``{"priors": ...}``: the held-out-vote rule's choice and scores (else nothing)."""
+    """``{"priors": ..., "refit_prior": ...}``: the held-out-vote rules' choices and scores
+    (each only when it ran)."""
+    out = {}
     c = getattr(model, "prior_choice_", None)
-    if c is None:
-        return {}
-    return {"priors": {"kappa": c.kappa, "shrink": c.shrink, "heldout_votes": c.heldout_votes,
-                       "scores": [{"kappa": k, "shrink": s, "heldout_log_lik": v}
-                                  for k, s, v in c.scores]}}
+    if c is not None:
+        out["priors"] = {"kappa": c.kappa, "shrink": c.shrink, "heldout_votes": c.heldout_votes,
+                         "scores": [{"kappa": k, "shrink": s, "heldout_log_lik": v}
+                                    for k, s, v in c.scores]}
+    rc = getattr(model, "refit_choice_", None)
+    if rc is not None:
+        out["refit_prior"] = {"variance": rc.variance, "folds": rc.folds,
+                              "scores": [{"variance": v, "heldout_log_lik": sc}
+                                         for v, sc in rc.scores]}
+    return out
 
 
 def write_report(path: str | None, payload: dict) -> None:
@@ -207,3 +215,9 @@ def show(payload: dict) -> None:
                    f"{c['kappa']:g}, shrink {c['shrink']:g} (held-out log-likelihood "
                    f"{max(s['heldout_log_lik'] for s in c['scores']):.1f} nats, best of "
                    f"{len(c['scores'])})")
+    rc = payload.get("refit_prior")
+    if rc is not None and rc["scores"]:
+        common.err(f"gpsl: the tagger's prior variance by the votes of {rc['folds']} held-out "
+                   f"folds: {rc['variance']:g} (held-out log-likelihood "
+                   f"{max(s['heldout_log_lik'] for s in rc['scores']):.1f} nats, best of "
+                   f"{len(rc['scores'])})")

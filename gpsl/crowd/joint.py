@@ -161,6 +161,25 @@ class CrowdGPSL:
         best predicts the fifth left out (:func:`gpsl.crowd.priors.choose_priors`; no gold
         is read), then the fit on all votes with it (``kappa_``, ``shrink_``,
         ``prior_choice_``).
+    centre_target: the sequential model's pull on each annotator's confusion matrix:
+        ``"one-coin"`` (default) towards their one-coin matrix (eq. P2 of
+        :mod:`gpsl.crowd.sequential`), ``"pooled"`` towards the crowd's own confusion matrix,
+        learned with the rest (eq. P3). On the CoNLL crowd the pooled target predicts
+        held-out votes better and raises (J1), but the inferred labels do not follow (80.70
+        against 80.55 span F1 at ``kappa = 30, shrink = 10``, 80.15 at ``shrink = 100``,
+        77.39 at ``kappa = 3``, whose held-out votes score best): not the default, and not
+        among the candidates of ``prior_rule="heldout"`` (docs/real-crowd.md,
+        ``bench/results/crowd_real_priors_heldout.md``).
+    refit_prior: the refit tagger's prior variance: ``"heldout"`` (default) the one of
+        :data:`gpsl.crowd.priors.REFIT_FACTORS` times ``model``'s own
+        (:meth:`GPSL.start_variance`: for ``ner`` its feature set's 2, so 2, 0.5, 0.125; 4
+        for another template with the linear kernel) whose soft-label tagger, fitted on two of three contiguous folds
+        of the sentences, best predicts the votes of the third through the fitted annotator
+        model (:func:`gpsl.crowd.priors.choose_refit_variance`; no gold is read; three more
+        fits per candidate, ``refit_choice_``); ``"model"``: ``model``'s own. On the CoNLL
+        crowd's held-out documents the rule chose 1 and the tagger scored 76.64 span F1
+        against 75.26 at 4 (docs/real-crowd.md): soft labels from a crowd are noisier than
+        gold, and a stronger prior fits less of their noise.
     refit_on: what the refit learns from: ``"posterior"`` (default) the joint fit's
         posteriors ``r_t = q(y_t)`` themselves (:func:`fit_soft`), ``"argmax"`` the decoded
         labels (on the CoNLL crowd's held-out documents 74.81 against 74.68 span F1, and
@@ -185,7 +204,8 @@ class CrowdGPSL:
     the posteriors ``r_t`` of the training tokens (n, J) from the joint bound,
     ``labels_array_`` the decoded labels, ``crowd_`` the annotator model,
     ``confusions_`` (A, J, J; for the sequential model its centres ``c_a``), ``accuracy_``
-    (eq. A), ``variance_`` (the joint fit's kernel variance per label), ``bound_trace_`` (the joint
+    (eq. A), ``variance_`` (the joint fit's kernel variance per label), ``refit_choice_``
+    (the refit rule's :class:`gpsl.crowd.priors.RefitChoice`, or None), ``bound_trace_`` (the joint
     fit's trace: entry 0 is the engine's bound before the first sweep, every later entry is
     (J1) after the M-step), ``joint_trace_`` (J1 after every sweep and after every M-step,
     alternating) and ``fit_seconds_``.
@@ -237,8 +257,11 @@ class CrowdGPSL:
     def __init__(self, model=None, *, annotator_model="sequential", prior_diag=2.0,
                  prior_off=0.1, min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA,
                  init="dawid-skene", tagger_prior="auto", refit=None, decode="auto", tol=None,
-                 lse_bound="auto", refit_on="posterior", prior_rule="fixed"):
+                 lse_bound="auto", refit_on="posterior", prior_rule="fixed",
+                 centre_target="one-coin", refit_prior="heldout"):
         self.model = model
+        self.refit_prior = refit_prior
+        self.centre_target = centre_target
         self.refit_on = refit_on
         self.prior_rule = prior_rule
         self.annotator_model = annotator_model
@@ -277,7 +300,9 @@ class CrowdGPSL:
                 return sequential_m_step(votes, r, prev, kappa=self.kappa_, shrink=self.shrink_,
                                          prior_diag=self.prior_diag, prior_off=self.prior_off,
                                          centre=None if old is None else old.centre,
-                                         skill=None if old is None else old.skill)
+                                         skill=None if old is None else old.skill,
+                                         target=self.centre_target,
+                                         pooled=None if old is None else old.pooled)
 
             def evidence(cm):
                 return cm.evidence(votes, prev)
@@ -306,7 +331,7 @@ class CrowdGPSL:
 
             same = {k: getattr(self, k) for k in ("annotator_model", "prior_diag", "prior_off",
                                                   "min_votes", "init", "tagger_prior", "decode",
-                                                  "tol", "lse_bound")}
+                                                  "tol", "lse_bound", "centre_target")}
 
             def make(kappa, shrink):
                 return CrowdGPSL(GPSL(**base.get_params()), kappa=kappa, shrink=shrink,
@@ -377,10 +402,25 @@ class CrowdGPSL:
         labels = decode_labels(r, votes, self.decode)
         self.joint_model_ = model
         self.model_ = model
+        self.refit_choice_ = None
         if refit:
-            # the tagger for prediction: model's own settings on the inferred labels
+            # the tagger for prediction: model's own settings (the prior variance by held-out
+            # votes with refit_prior="heldout") on the inferred labels or the posteriors
             keep = votes.voted() | observed
             tagger = base if base is not model else GPSL(**base.get_params())
+            if self.refit_prior == "heldout":  # gpsl.crowd.priors: folds of the sentences
+                from gpsl.crowd.priors import REFIT_FACTORS, choose_refit_variance
+
+                v0 = tagger.start_variance()  # ner: the feature set's own (2)
+                tp = tagger.get_params()
+
+                def make_tagger(v):
+                    return GPSL(**{**tp, "variance": v})
+
+                self.refit_choice_ = choose_refit_variance(
+                    X, r, keep, votes, state["crowd"], make_tagger,
+                    [v0 * f for f in REFIT_FACTORS])
+                tagger = make_tagger(self.refit_choice_.variance)
             if self.refit_on == "posterior":
                 self.model_ = fit_soft(tagger, X, r, keep, classes, votes.split,
                                        features=model)

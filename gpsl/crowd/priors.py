@@ -33,7 +33,9 @@ import numpy as np
 from gpsl.crowd.sequential import previous_labels
 from gpsl.crowd.vote_matrix import Votes
 
-__all__ = ["GRID", "PriorChoice", "choose_priors", "heldout_score", "split_votes"]
+__all__ = ["GRID", "REFIT_FACTORS", "PriorChoice", "RefitChoice", "choose_priors",
+           "choose_refit_variance", "heldout_score", "sentence_folds", "split_votes",
+           "tagger_heldout_score"]
 
 #: the ``(kappa, shrink)`` pairs the rule chooses from
 GRID = ((3.0, 10.0), (30.0, 10.0), (3.0, 100.0), (30.0, 100.0), (3.0, 1000.0), (30.0, 1000.0))
@@ -97,3 +99,103 @@ def choose_priors(X, votes: Votes, make_joint, grid=GRID, fold: int = 5,
                                                                   held)))
     best = max(range(len(scores)), key=lambda i: (scores[i][2], -i))
     return PriorChoice(scores[best][0], scores[best][1], scores, int(held.token.size))
+
+
+# --------------------------------------------------------------------------- the refit's prior
+
+#: the refit tagger's prior variance as factors of ``model``'s own (4 for the linear kernel)
+REFIT_FACTORS = (1.0, 0.25, 0.0625)
+
+
+@dataclass
+class RefitChoice:
+    """The refit rule's choice of the tagger's prior variance, and every candidate's score
+    (the held-out documents' votes, nats, summed over the folds)."""
+
+    variance: float
+    scores: list = field(default_factory=list)  # [(variance, score)]
+    folds: int = 0
+
+
+def sentence_folds(n_sentences: int, folds: int) -> list[np.ndarray]:
+    """``folds`` contiguous blocks of sentence indices (a file's documents are contiguous,
+    so a block holds whole documents but the two at its ends)."""
+    return [b for b in np.array_split(np.arange(n_sentences), folds) if b.size]
+
+
+def _vote_subset(votes: Votes, sents: np.ndarray) -> tuple[Votes, np.ndarray]:
+    """The votes of the sentences ``sents`` with their own token indices, and the global
+    token index of each of their tokens."""
+    starts = np.cumsum(votes.lengths) - votes.lengths
+    tok = np.concatenate([np.arange(starts[i], starts[i] + votes.lengths[i]) for i in sents]
+                         ) if len(sents) else np.zeros(0, dtype=np.int64)
+    local = np.full(votes.n, -1, dtype=np.int64)
+    local[tok] = np.arange(tok.size)
+    m = local[votes.token] >= 0
+    obs = None if votes.observed is None else np.asarray(votes.observed)[tok]
+    sub = Votes(lengths=np.asarray(votes.lengths)[sents], token=local[votes.token[m]],
+                annotator=votes.annotator[m], label=votes.label[m],
+                annotators=list(votes.annotators), classes=list(votes.classes), observed=obs)
+    return sub, tok
+
+
+def tagger_heldout_score(marginals: np.ndarray, crowd, votes: Votes) -> float:
+    r"""The votes of sentences a tagger did not train on, predicted through the annotator
+    model: ``sum_t log sum_y p(y_t | x) prod_v pi_a[y, p_v, l_v]`` (eq. H with the tagger's
+    marginals ``p(y_t | x)`` (n, J) in place of ``r_t``)."""
+    held = Votes(lengths=votes.lengths, token=votes.token, annotator=votes.annotator,
+                 label=votes.label, annotators=list(votes.annotators),
+                 classes=list(votes.classes), observed=None)
+    return heldout_score(marginals, crowd, held)
+
+
+def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crowd,
+                          make_tagger, variances, folds: int = 3) -> RefitChoice:
+    r"""The refit tagger's prior variance by held-out votes (cross-validation folds of the
+    training sentences; no gold read).
+
+    For each fold ``k`` (:func:`sentence_folds`) and candidate variance ``v``, the tagger
+    ``make_tagger(v)`` is fitted on the other folds' soft labels ``q`` (:func:`gpsl.crowd.
+    joint.fit_soft`, as the refit) and predicts the marginals of fold ``k``'s sentences,
+    which it never saw; their votes are scored through the fitted annotator model ``crowd``
+    (:func:`tagger_heldout_score`): how well a tagger predicts what the crowd says about new
+    text. ``crowd`` and ``q`` come from the joint fit on all votes and are the same for every
+    candidate, so the candidates differ only in the tagger. The variance with the largest
+    total is the choice (the first on a tie). With fewer than two folds, or a fold without
+    a kept token to train on or a vote to score, the rule does not run: the first candidate,
+    with no scores."""
+    from gpsl.crowd.joint import fit_soft
+
+    n_s = len(X)
+    lengths = np.asarray(votes.lengths)
+    starts = np.cumsum(lengths) - lengths
+    classes = list(votes.classes)
+    blocks = sentence_folds(n_s, folds)
+    per_sent = np.add.reduceat(np.asarray(keep, dtype=np.int64), starts) if n_s else []
+    held_votes = np.bincount(np.repeat(np.arange(n_s), lengths)[votes.token], minlength=n_s)
+    if (len(blocks) < 2 or any(per_sent[np.setdiff1d(np.arange(n_s), b)].sum() == 0
+                               or held_votes[b].sum() == 0 for b in blocks)):
+        # too few sentences, or a fold with nothing to train on or to score: the first
+        # candidate (the model's own variance), unscored
+        return RefitChoice(float(variances[0]), [], 0)
+    scores = []
+    for v in variances:
+        total = 0.0
+        for block in blocks:
+            train = np.setdiff1d(np.arange(n_s), block)
+            tok = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in train])
+            cuts = np.cumsum(lengths[train])[:-1]
+
+            def split(flat, cuts=cuts):
+                return np.split(np.asarray(flat), cuts)
+
+            tagger = fit_soft(make_tagger(v), [X[i] for i in train], q[tok], keep[tok],
+                              classes, split)
+            sub, _ = _vote_subset(votes, block)
+            marg = tagger.predict_marginals([X[i] for i in block])
+            marg = np.concatenate([np.asarray(m) for m in marg]) if len(marg) else \
+                np.zeros((0, len(classes)))
+            total += tagger_heldout_score(marg, crowd, sub)
+        scores.append((float(v), float(total)))
+    best = max(range(len(scores)), key=lambda i: (scores[i][1], -i))
+    return RefitChoice(scores[best][0], scores, len(blocks))

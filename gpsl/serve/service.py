@@ -345,7 +345,9 @@ class Service:
         votes = Votes.from_sentences(sents, classes=sorted(classes), trusted=[TRAIN],
                                      source="votes")
         tagger = GPSL(**self.model.get_params())
-        crowd = CrowdGPSL(tagger).fit([s.tokens for s in sents], votes)
+        # the refit at the model's own variance: the refit rule's nine extra fits
+        # (refit_prior="heldout", train --crowd's default) would hold up the service
+        crowd = CrowdGPSL(tagger, refit_prior="model").fit([s.tokens for s in sents], votes)
         return crowd.model_
 
     # ------------------------------------------------------------------ the tagging API

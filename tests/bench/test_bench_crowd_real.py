@@ -89,10 +89,10 @@ def test_missing_data_is_one_line(tmp_path, capsys):
     assert cr.main(["--data-dir", str(tmp_path / "absent"), "--quick"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "shared data absent" in err
-    for bad in ("3", "3:x", "0:10", "1:2:3"):
+    for bad in ("3", "3:x", "0:10", "1:2:3", "3:10:crowd", "3:10:pooled:x"):
         assert cr.main(["--data-dir", str(tmp_path / "absent"), "--priors", bad]) == 2
-        assert capsys.readouterr().err == ("bench.crowd_real: --priors takes KAPPA:SHRINK "
-                                           "pairs of positive numbers\n")
+        assert capsys.readouterr().err == ("bench.crowd_real: --priors takes "
+                                           "KAPPA:SHRINK[:pooled] with positive numbers\n")
 
 
 def test_prior_rows_fit_the_joint_model_at_each_pair(tmp_path):
@@ -110,6 +110,33 @@ def test_prior_rows_fit_the_joint_model_at_each_pair(tmp_path):
     assert rows[1]["bound"] == rows[0]["bound"] and rows[1]["f1"] == rows[0]["f1"]
     assert rows[2]["kappa"] == 3.0 and rows[2]["bound"] != rows[0]["bound"]
     assert cr.stem_of(cfg) == "crowd_real_priors"
+
+
+def test_pooled_rows_and_their_heldout_scores(tmp_path):
+    """``--priors 30:10:pooled --heldout``: the pooled target's row, and each row's
+    held-out-vote score, the rule's own (gpsl.crowd.priors) for that setting."""
+    from gpsl.crowd import CrowdGPSL
+    from gpsl.crowd.priors import heldout_score, split_votes
+    from gpsl.model import GPSL
+
+    data_dir = fake_crowd(tmp_path / "crowd-ner")
+    cfg = cr.Config(data_dir=str(data_dir), out_dir=str(tmp_path / "out"), max_iter=8,
+                    verbose=False, taggers=False, methods=["gpsl Dawid-Skene"],
+                    priors=[(30.0, 10.0, "pooled")], heldout=True)
+    report = cr.run(cfg)
+    row = report["aggregation"][1]
+    assert row["method"] == ("gpsl joint: sequential + ner, kappa = 30, shrink = 10, "
+                             "pooled target")
+    assert row["centre_target"] == "pooled" and "error" not in row
+    data = cr.load(data_dir, "raw")
+    votes = cr.votes_of(data.sents)
+    kept, held = split_votes(votes)
+    joint = CrowdGPSL(GPSL(template="ner", max_iter=8), refit=False,
+                      centre_target="pooled").fit([s.tokens for s in data.sents], kept)
+    assert row["heldout_log_lik"] == heldout_score(joint.probas_, joint.crowd_, held)
+    assert cr.stem_of(cfg) == "crowd_real_priors_heldout"
+    cr.write_outputs(report, tmp_path / "out", cr.stem_of(cfg))
+    assert "held-out log-lik" in (tmp_path / "out" / "crowd_real_priors_heldout.md").read_text()
 
 
 def test_the_prior_rule_row_and_the_learning_curve(tmp_path, monkeypatch):

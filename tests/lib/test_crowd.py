@@ -177,7 +177,8 @@ def test_learned_tagger_prior_is_a_monotone_block_and_the_refit_is_exact(inferen
     votes = votes_for(X, y, [0.9, 0.75, 0.4, 0.34], coverage=0.6, seed=2)
     model = GPSL(template=UNIGRAM_TEMPLATE, max_iter=25, tol=1e-4, inference=inference)
     joint = CrowdGPSL(model, annotator_model="confusion", min_votes=5,
-                      tagger_prior="learn", refit_on="argmax").fit(X, votes)
+                      tagger_prior="learn", refit_on="argmax",
+                      refit_prior="model").fit(X, votes)
     assert joint.joint_model_.learn_hyper and not joint.model_.learn_hyper
     assert joint.joint_model_.inference_ == inference
     var = np.exp(np.asarray(joint.joint_model_.state_.theta)[:, 0])

@@ -10,7 +10,17 @@ import numpy as np
 
 from gpsl import cli
 from gpsl.crowd import CrowdGPSL, Votes
-from gpsl.crowd.priors import GRID, choose_priors, heldout_score, split_votes
+from gpsl.crowd.joint import fit_soft
+from gpsl.crowd.priors import (
+    GRID,
+    REFIT_FACTORS,
+    _vote_subset,
+    choose_priors,
+    choose_refit_variance,
+    heldout_score,
+    sentence_folds,
+    split_votes,
+)
 from gpsl.crowd.sequential import previous_labels
 from gpsl.model import GPSL
 from gpsl.synthetic import UNIGRAM_TEMPLATE
@@ -97,3 +107,96 @@ def test_the_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path, capsy
     assert with_gold["priors"] == without["priors"]
     assert (without["priors"]["kappa"], without["priors"]["shrink"]) in GRID
     assert len(without["priors"]["scores"]) == len(GRID)
+
+
+# --------------------------------------------------------------------------- the refit's prior
+
+
+def _crowd_votes(sents):
+    return Votes.from_sentences([s.__class__(s.tokens, None, 1, None,
+                                             annotations=s.annotations) for s in sents],
+                                classes=BIO)
+
+
+def test_a_folds_votes_keep_their_tokens_and_previous_labels():
+    votes, _ = random_votes(n_sent=30)
+    block = sentence_folds(30, 3)[1]
+    sub, tok = _vote_subset(votes, block)
+    assert sub.n == tok.size == int(np.asarray(votes.lengths)[block].sum())
+    sent = np.repeat(np.arange(30), votes.lengths)
+    mine = np.isin(sent[votes.token], block)
+    assert sub.token.size == int(mine.sum())
+    np.testing.assert_array_equal(tok[sub.token], votes.token[mine])
+    np.testing.assert_array_equal(sub.label, votes.label[mine])
+    np.testing.assert_array_equal(previous_labels(sub), previous_labels(votes)[mine])
+    assert [b.tolist() for b in sentence_folds(7, 3)] == [[0, 1, 2], [3, 4], [5, 6]]
+
+
+def test_the_refit_rule_prefers_a_tagger_that_predicts_the_votes():
+    """A prior variance so small that the tagger learns nothing predicts the held-out folds'
+    votes worse than GPSL's own."""
+    X, _, sents = sticky_crowd(n_sent=45)
+    votes = _crowd_votes(sents)
+    joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10), refit=False).fit(X, votes)
+    keep = votes.voted()
+
+    def make(v):
+        return GPSL(template=UNIGRAM_TEMPLATE, max_iter=10, variance=v)
+
+    choice = choose_refit_variance(X, joint.probas_, keep, votes, joint.crowd_, make,
+                                   [1e-6, 4.0])
+    assert choice.folds == 3 and [v for v, _ in choice.scores] == [1e-6, 4.0]
+    assert choice.variance == 4.0
+    assert choice.scores[1][1] > choice.scores[0][1]
+    # too few sentences for the folds: the first candidate, unscored
+    small = choose_refit_variance(X[:1], joint.probas_[:len(X[0])], keep[:len(X[0])],
+                                  _crowd_votes(sents[:1]), joint.crowd_, make, [1e-6, 4.0])
+    assert (small.variance, small.scores, small.folds) == (1e-6, [], 0)
+
+
+def test_the_refit_rule_is_the_default_and_its_tagger_is_the_refit_at_the_choice():
+    X, _, sents = sticky_crowd(n_sent=30)
+    votes = _crowd_votes(sents)
+    joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=8)).fit(X, votes)
+    c = joint.refit_choice_
+    assert c is not None and len(c.scores) == len(REFIT_FACTORS)
+    assert [v for v, _ in c.scores] == [4.0 * f for f in REFIT_FACTORS]
+    assert joint.model_.variance == c.variance
+    keep = votes.voted()
+    again = fit_soft(GPSL(template=UNIGRAM_TEMPLATE, max_iter=8, variance=c.variance), X,
+                     joint.probas_, keep, joint.classes_, votes.split)
+    np.testing.assert_allclose(again.predict_marginals(X[:3])[0],
+                               joint.predict_marginals(X[:3])[0], rtol=1e-9, atol=1e-12)
+    fixed = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=8),
+                      refit_prior="model").fit(X, votes)
+    assert fixed.refit_choice_ is None and fixed.model_.variance is None
+
+
+def test_the_refit_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path, capsys):
+    _, _, sents = sticky_crowd(n_sent=30)
+    reports = []
+    for with_gold in (True, False):
+        path = tmp_path / f"crowd{with_gold}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for k, s in enumerate(sents):
+                obj = {"id": k, "tokens": [t[0] for t in s.tokens],
+                       "annotations": [{"annotator": a, "labels": v}
+                                       for a, v in s.annotations.items()]}
+                if with_gold:
+                    obj["labels"] = s.labels
+                fh.write(json.dumps(obj) + "\n")
+        rep = tmp_path / f"r{with_gold}.json"
+        assert cli.main(["train", "--crowd", "--max-iter", "8", "--no-calibrate",
+                         "--labels", ",".join(BIO), str(path), str(tmp_path / f"m{with_gold}"),
+                         "--report", str(rep)]) == 0
+        reports.append(json.loads(rep.read_text()))
+        assert "the tagger's prior variance by the votes of 3 held-out folds" in \
+            capsys.readouterr().err
+    with_gold, without = reports
+    assert with_gold["gold_span_f1"] is not None and without["gold_span_f1"] is None
+    assert with_gold["refit_prior"] == without["refit_prior"]
+    assert len(without["refit_prior"]["scores"]) == len(REFIT_FACTORS)
+    assert GPSL.load(tmp_path / "mFalse").variance == without["refit_prior"]["variance"]
+    assert cli.main(["aggregate", "--model", "joint", "--refit-prior", "model",
+                     str(tmp_path / "crowdFalse.jsonl")]) == 2
+    assert "--refit-prior needs train --crowd" in capsys.readouterr().err

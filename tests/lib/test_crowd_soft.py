@@ -68,7 +68,7 @@ def test_crowd_gpsl_refits_on_the_posteriors():
     votes = Votes.from_sentences([CrowdSentence(s.tokens, None, 1, None, annotations=a)
                                   for s, a in zip(sents, noisy)], classes=BIO)
     joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=15),
-                      refit_on="posterior").fit(X, votes)
+                      refit_on="posterior", refit_prior="model").fit(X, votes)
     soft = int(np.sum(joint.probas_.max(axis=1) < 1.0))
     assert joint.model_ is not joint.joint_model_ and joint.model_.n_missing_ == soft
     again = fit_soft(GPSL(template=UNIGRAM_TEMPLATE, max_iter=15), X, joint.probas_,

@@ -380,3 +380,15 @@ def test_chain_decoder_is_the_viterbi_path_of_the_chain(task):
     idx = viterbi(b, m.state_.m_S, lengths, (-1,))
     want = [[m.classes_[i] for i in part] for part in np.split(idx, np.cumsum(lengths)[:-1])]
     assert m.predict(Xte, decoder="chain") == want
+
+
+def test_start_variance_is_the_variance_a_fit_starts_from():
+    """``GPSL.start_variance``: the given variance, else the ``ner`` set's own (linear kernel),
+    else the kernel's default; the crowd refit's candidates are multiples of it."""
+    from gpsl.features import NerFeatures
+
+    assert GPSL(template="ner").start_variance() == NerFeatures.DEFAULTS["variance"]
+    assert GPSL(template="ner", variance=0.5).start_variance() == 0.5
+    assert GPSL().start_variance() == 4.0
+    assert GPSL(kernel="rbf").start_variance() == 1.0
+    assert GPSL(template="ner", kernel="rbf").start_variance() == 1.0
