@@ -576,4 +576,5 @@ def predictive_variance(features, theta, cov, family, test, chol=None):
 
 
 __all__ = ["FAMILIES", "SparseGPSLInference", "SparseState", "initial_sparse_state",
-           "inner_ftols", "khan_factors", "lbfgs_min", "mean_combine", "mean_data", "predictive_variance"]
+           "inner_ftols", "khan_factors", "lbfgs_min", "mean_combine", "mean_data",
+           "predictive_variance"]
