@@ -176,8 +176,8 @@ class CrowdGPSL:
         for another template with the linear kernel) whose soft-label tagger, fitted on two
         of three contiguous folds of the sentences, best predicts the votes of the third
         through the fitted annotator model (:func:`gpsl.crowd.priors.choose_refit_variance`;
-        no gold is read; three more fits per candidate, ``refit_choice_``); ``"model"``: ``model``'s own. On the CoNLL
-        crowd's held-out documents the rule chose 1 and the tagger scored 76.64 span F1
+        no gold is read; three more fits per candidate, ``refit_choice_``); ``"model"``:
+        ``model``'s own. On the CoNLL crowd's held-out documents the rule chose 1 and the tagger scored 76.64 span F1
         against 75.26 at 4 (docs/real-crowd.md): soft labels from a crowd are noisier than
         gold, and a stronger prior fits less of their noise.
     refit_on: what the refit learns from: ``"posterior"`` (default) the joint fit's
