@@ -171,15 +171,15 @@ class CrowdGPSL:
         among the candidates of ``prior_rule="heldout"`` (docs/real-crowd.md,
         ``bench/results/crowd_real_priors_heldout.md``).
     refit_prior: the refit tagger's prior variance: ``"heldout"`` (default) the one of
-        :data:`gpsl.crowd.priors.REFIT_FACTORS` times ``model``'s own
-        (:meth:`GPSL.start_variance`: for ``ner`` its feature set's 2, so 2, 0.5, 0.125; 4
-        for another template with the linear kernel) whose soft-label tagger, fitted on two
-        of three contiguous folds of the sentences, best predicts the votes of the third
-        through the fitted annotator model (:func:`gpsl.crowd.priors.choose_refit_variance`;
-        no gold is read; three more fits per candidate, ``refit_choice_``); ``"model"``:
-        ``model``'s own. On the CoNLL crowd's held-out documents the rule chose 1 and the tagger scored 76.64 span F1
-        against 75.26 at 4 (docs/real-crowd.md): soft labels from a crowd are noisier than
-        gold, and a stronger prior fits less of their noise.
+        :data:`gpsl.crowd.priors.REFIT_FACTORS` times ``model``'s own (:meth:`GPSL.start_variance`:
+        for ``ner`` its feature set's 2, so 2, 0.5, 0.125; 4 for another template with the linear
+        kernel) whose soft-label tagger, fitted on two of three contiguous folds of the sentences,
+        best predicts the votes of the third through the fitted annotator model
+        (:func:`gpsl.crowd.priors.choose_refit_variance`; no gold is read; three more fits per
+        candidate, ``refit_choice_``); ``"model"``: ``model``'s own. On the CoNLL crowd's held-out
+        documents the rule chose 1 and the tagger scored 76.64 span F1 against 75.26 at 4
+        (docs/real-crowd.md): soft labels from a crowd are noisier than gold, and a stronger prior
+        fits less of their noise.
     refit_on: what the refit learns from: ``"posterior"`` (default) the joint fit's
         posteriors ``r_t = q(y_t)`` themselves (:func:`fit_soft`), ``"argmax"`` the decoded
         labels (on the CoNLL crowd's held-out documents 74.81 against 74.68 span F1, and
