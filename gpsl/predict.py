@@ -415,6 +415,12 @@ def viterbi(b, g, lengths, offsets):
                          "(offsets=(-1,)) or next (offsets=(1,)) label")
     # trans[p, q] = score of (label p at l-1, label q at l)
     trans = g[0] if offsets == (-1,) else g[0].T
+    return _viterbi_sentences(b, trans, lengths)
+
+
+def _viterbi_sentences(b, trans, lengths) -> np.ndarray:
+    """:func:`_viterbi_chain` on each sentence of ``b`` (``lengths`` tokens each) with the
+    transition scores ``trans[p, q]`` (label ``p`` then ``q``)."""
     out = np.empty(b.shape[0], dtype=np.int64)
     start = 0
     for L in np.asarray(lengths, dtype=np.int64):
@@ -490,14 +496,8 @@ def chain_decode(b, m_S, lengths, offsets) -> np.ndarray:
     ``bench.ner_cv``) this decoder was 0.5-4 points above Algorithm 2 at pair variances 1
     and 4 and tied with ``"exact"`` at the best settings (75.90 mean span F1 both).
     """
-    T = chain_transitions(m_S, offsets)
-    b = np.asarray(b, dtype=float)
-    out = np.empty(b.shape[0], dtype=np.int64)
-    start = 0
-    for L in np.asarray(lengths, dtype=np.int64):
-        out[start:start + L] = _viterbi_chain(b[start:start + L], T)
-        start += L
-    return out
+    return _viterbi_sentences(np.asarray(b, dtype=float), chain_transitions(m_S, offsets),
+                              lengths)
 
 
 # --------------------------------------------------------------------------- exact PL decoding

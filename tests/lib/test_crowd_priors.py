@@ -83,19 +83,24 @@ def test_the_rule_prefers_the_model_that_made_the_votes():
     assert choice.scores[0][2] > choice.scores[1][2]
 
 
+def _write_crowd(path, sents, with_gold: bool):
+    """``sents`` as a crowd JSONL file (every annotator's labels; the gold only if asked)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for k, s in enumerate(sents):
+            obj = {"id": k, "tokens": [t[0] for t in s.tokens],
+                   "annotations": [{"annotator": a, "labels": v}
+                                   for a, v in s.annotations.items()]}
+            if with_gold:
+                obj["labels"] = s.labels
+            fh.write(json.dumps(obj) + "\n")
+    return path
+
+
 def test_the_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path, capsys):
     _, _, sents = sticky_crowd(n_sent=30)
     reports = []
     for with_gold in (True, False):
-        path = tmp_path / f"crowd{with_gold}.jsonl"
-        with open(path, "w", encoding="utf-8") as fh:
-            for k, s in enumerate(sents):
-                obj = {"id": k, "tokens": [t[0] for t in s.tokens],
-                       "annotations": [{"annotator": a, "labels": v}
-                                       for a, v in s.annotations.items()]}
-                if with_gold:
-                    obj["labels"] = s.labels
-                fh.write(json.dumps(obj) + "\n")
+        path = _write_crowd(tmp_path / f"crowd{with_gold}.jsonl", sents, with_gold)
         rep = tmp_path / f"r{with_gold}.json"
         assert cli.main(["aggregate", "--model", "joint", "--prior-rule", "heldout",
                          "--max-iter", "8", "-q", "--labels", ",".join(BIO), str(path),
@@ -176,15 +181,7 @@ def test_the_refit_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path,
     _, _, sents = sticky_crowd(n_sent=30)
     reports = []
     for with_gold in (True, False):
-        path = tmp_path / f"crowd{with_gold}.jsonl"
-        with open(path, "w", encoding="utf-8") as fh:
-            for k, s in enumerate(sents):
-                obj = {"id": k, "tokens": [t[0] for t in s.tokens],
-                       "annotations": [{"annotator": a, "labels": v}
-                                       for a, v in s.annotations.items()]}
-                if with_gold:
-                    obj["labels"] = s.labels
-                fh.write(json.dumps(obj) + "\n")
+        path = _write_crowd(tmp_path / f"crowd{with_gold}.jsonl", sents, with_gold)
         rep = tmp_path / f"r{with_gold}.json"
         assert cli.main(["train", "--crowd", "--max-iter", "8", "--no-calibrate",
                          "--labels", ",".join(BIO), str(path), str(tmp_path / f"m{with_gold}"),

@@ -55,16 +55,15 @@ def test_gradient_m_U_matches_finite_differences(kernel, missing_weight):
         assert fd == pytest.approx(analytic, rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("offsets,missing_weight", [((-1,), 1.0), ((-1, 1), 1.0),
-                                                    ((-2, -1, 1, 2), 1.0), ((-1, 1), 0.3)])
-def test_gradient_m_S_and_v_S_match_finite_differences(offsets, missing_weight):
-    inf = warm(tiny(offsets=offsets, missing=0.25, seed=3, missing_weight=missing_weight))
+def _check_pair_gradients(inf, seed):
+    """The bound's gradients in ``m_S`` and ``v_S`` against central differences of the bound
+    at six random entries of each."""
     g = inf.gradients()
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     for name in ("m_S", "v_S"):
         arr = getattr(inf.s, name)
         for _ in range(6):
-            idx = tuple(int(rng.integers(s)) for s in arr.shape)
+            idx = tuple(int(rng.integers(n)) for n in arr.shape)
             old = arr[idx]
             eps = 1e-6 * max(1.0, abs(old))
             arr[idx] = old + eps
@@ -73,6 +72,13 @@ def test_gradient_m_S_and_v_S_match_finite_differences(offsets, missing_weight):
             down = inf.elbo()
             arr[idx] = old
             assert (up - down) / (2 * eps) == pytest.approx(g[name][idx], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("offsets,missing_weight", [((-1,), 1.0), ((-1, 1), 1.0),
+                                                    ((-2, -1, 1, 2), 1.0), ((-1, 1), 0.3)])
+def test_gradient_m_S_and_v_S_match_finite_differences(offsets, missing_weight):
+    inf = warm(tiny(offsets=offsets, missing=0.25, seed=3, missing_weight=missing_weight))
+    _check_pair_gradients(inf, seed=2)
 
 
 def dense_neg_kl(m, V, K):
@@ -324,20 +330,7 @@ def test_pair_prior_variance_kl_and_gradient(pair_variance):
     expected = 0.5 * np.sum(np.log(s.v_S / pair_variance) - s.v_S / pair_variance
                             - s.m_S ** 2 / pair_variance + 1)
     assert inf.kl_S() == pytest.approx(expected, rel=1e-12)
-    g = inf.gradients()
-    rng = np.random.default_rng(7)
-    for name in ("m_S", "v_S"):
-        arr = getattr(inf.s, name)
-        for _ in range(6):
-            idx = tuple(int(rng.integers(n)) for n in arr.shape)
-            old = arr[idx]
-            eps = 1e-6 * max(1.0, abs(old))
-            arr[idx] = old + eps
-            up = inf.elbo()
-            arr[idx] = old - eps
-            down = inf.elbo()
-            arr[idx] = old
-            assert (up - down) / (2 * eps) == pytest.approx(g[name][idx], rel=1e-4, abs=1e-6)
+    _check_pair_gradients(inf, seed=7)
     before = inf.elbo()
     inf.update_S()
     assert inf.elbo() >= before - 1e-9 * abs(before)
