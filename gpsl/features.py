@@ -15,13 +15,9 @@ Template grammar (as CRF++'s ``crf_learn``):
 
 Built-in feature sets
 ---------------------
-A *name* instead of template text selects a built-in feature set (:data:`FEATURE_SETS`),
-usable wherever a template is (``GPSL(template="ner")``, ``-t ner``): :meth:`Template.parse`
-returns it for the bare name (never valid CRF++ template text, so no template changes
-meaning), and a saved model stores the name. ``ner`` (:class:`NerFeatures`) computes what a
-CRF++ template cannot from one word column: the lowercased word, its shape and short shape,
-prefixes and suffixes, capitalisation, digit, hyphen and position flags, with windows and
-pairs over them.
+A *name* instead of template text (never valid CRF++ text) selects a built-in feature set
+(:data:`FEATURE_SETS`) wherever a template goes (``GPSL(template="ner")``, ``-t ner``); a
+saved model stores the name. ``ner`` (:class:`NerFeatures`) is for word-only data.
 """
 
 from __future__ import annotations
@@ -292,30 +288,16 @@ class NerFeatures(Template):
     """
 
     NAME = "ner"
-    # The three defaults below were chosen together by one rule on the crowd-ner *training*
-    # documents, never on the held-out documents that are reported: 5 document folds of the
-    # first 200, 400 and all 2,150 training sentences, the grid kernel variance {1, 2, 4} x
-    # pair variance {1, 4, 16} x decoder {rns, exact, chain}, the best mean span F1 over the
-    # three sizes (``python -m bench.ner_cv``, ``bench/results/ner_cv.md``: 75.90 against
-    # 72.86 for the library's defaults, variance 4, pair variance 1, Algorithm 2).
-    #: prior variance of each feature weight (``GPSL(variance=None)``, linear kernel): 2, not
-    #: the library's 4. A token has ~46 active features, so its local score's prior variance
-    #: is ~92 at 2 (184 at 4), and the pseudo-likelihood, which sees the true neighbours'
-    #: labels in training, needs the local functions less than decoding does.
-    VARIANCE = 2.0
-    #: prior variance of the label-pair functions (``GPSL(pair_variance=None)``): 4, not the
-    #: paper's 1 (in 20 of the 27 cells of size x variance x decoder it beat 1, by up to 2.2
-    #: points; it lost by at most 0.8).
-    #: A pair function of variance 1 cannot reach the scores the BIO constraints need (``O``
-    #: then ``I-PER`` never occurs; its mean stayed above -1.5), so dozens of local features
-    #: outvote it and decoded spans break. (A CRF puts one L2 prior on its state and
-    #: transition weights: CRFsuite's ``c2 = 0.1`` is a variance of 5 for both.)
-    PAIR_VARIANCE = 4.0
-    #: the decoder of ``GPSL(decoder="auto")``: the exact maximiser of the product of the
-    #: pseudo-likelihood factors (:func:`gpsl.predict.pl_exact_decode`), 1-3 points above
-    #: Algorithm 2 on the folds; the chain's Viterbi path (:func:`gpsl.predict.chain_decode`)
-    #: tied with it at these variances (75.90 both, variance 4 for the chain)
-    DECODER = "exact"
+    # The estimator's defaults for this set, chosen together on 5 document folds of the
+    # crowd-ner *training* sentences (never the reported held-out documents): variance {1, 2,
+    # 4} x pair variance {1, 4, 16} x decoder {rns, exact, chain}, best mean span F1 over 200,
+    # 400 and all sentences (``python -m bench.ner_cv``: 75.90 against 72.86 for 4, 1, rns).
+    # Pair variance 1 cannot reach the scores BIO order needs (``O`` then ``I-PER``), so ~46
+    # local features outvote it; the exact decoder was 1-3 points above Algorithm 2. Why, in
+    # full: docs/real-crowd.md, section 4.
+    VARIANCE = 2.0  #: prior variance of each feature weight (linear kernel; the library's 4)
+    PAIR_VARIANCE = 4.0  #: prior variance of the label-pair functions (the paper's 1)
+    DECODER = "exact"  #: ``decoder="auto"`` (:func:`gpsl.predict.pl_exact_decode`)
     #: the estimator's defaults this feature set sets (:func:`gpsl.model._feature_set_default`)
     DEFAULTS = {"variance": VARIANCE, "pair_variance": PAIR_VARIANCE, "decoder": DECODER}
     SLOTS = ("w", "w-2", "w-1", "w+1", "w+2", "w-1|w", "w|w+1", "sh", "ss", "ss-2", "ss-1",
@@ -443,14 +425,9 @@ class FeatureExtractor:
         Keep features seen (on distinct tokens) at least this many times in the training data,
         like ``crf_learn -f``.
 
-    Attributes (after :meth:`fit`)
-    ----------
-    vocabulary_:
-        ``dict`` feature string -> column, columns in sorted string order.
-    feature_names_:
-        The feature strings in column order.
-    n_columns_:
-        The number of feature columns of the training tokens.
+    Attributes (after :meth:`fit`): ``vocabulary_`` (feature string -> column, columns in
+    sorted string order), ``feature_names_`` (the strings in column order), ``n_columns_``
+    (the number of columns of the training tokens).
     """
 
     def __init__(self, template: Template | str | None = None, min_freq: int = 1):
@@ -474,18 +451,14 @@ class FeatureExtractor:
 
     @staticmethod
     def _n_columns(sentences: Sequence[Sequence[Token]]) -> int | None:
-        widths = {len(tok) for s in sentences for tok in s}
-        if not widths:
-            return None
-        return min(widths)
+        return min({len(tok) for s in sentences for tok in s}, default=None)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "vocabulary_"):
             raise RuntimeError("FeatureExtractor is not fitted; call fit() first")
 
-    def _expand_all(
-        self, sentences: Sequence[Sequence[Token]]
-    ) -> tuple[list[str], np.ndarray, int]:
+    def _expand_all(self, sentences: Sequence[Sequence[Token]]
+                    ) -> tuple[list[str], np.ndarray, int]:
         """All feature strings and their row (token) indices; also the number of tokens."""
         assert self.template is not None
         n_cols = self._n_columns(sentences)

@@ -417,8 +417,11 @@ class CrowdGPSL:
                 def make_tagger(v):
                     return GPSL(**{**tp, "variance": v})
 
+                def fit_tagger(v, *data):
+                    return fit_soft(make_tagger(v), *data)
+
                 self.refit_choice_ = choose_refit_variance(
-                    X, r, keep, votes, state["crowd"], make_tagger,
+                    X, r, keep, votes, state["crowd"], fit_tagger,
                     [v0 * f for f in REFIT_FACTORS])
                 tagger = make_tagger(self.refit_choice_.variance)
             if self.refit_on == "posterior":

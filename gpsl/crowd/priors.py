@@ -150,21 +150,21 @@ def tagger_heldout_score(marginals: np.ndarray, crowd, votes: Votes) -> float:
 
 
 def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crowd,
-                          make_tagger, variances, folds: int = 3) -> RefitChoice:
+                          fit_tagger, variances, folds: int = 3) -> RefitChoice:
     r"""The refit tagger's prior variance by held-out votes (cross-validation folds of the
     training sentences; no gold read).
 
     For each fold ``k`` (:func:`sentence_folds`) and candidate variance ``v``, the tagger
-    ``make_tagger(v)`` is fitted on the other folds' soft labels ``q`` (:func:`gpsl.crowd.
-    joint.fit_soft`, as the refit) and predicts the marginals of fold ``k``'s sentences,
-    which it never saw; their votes are scored through the fitted annotator model ``crowd``
-    (:func:`tagger_heldout_score`): how well a tagger predicts what the crowd says about new
-    text. ``crowd`` and ``q`` come from the joint fit on all votes and are the same for every
-    candidate, so the candidates differ only in the tagger. The variance with the largest
-    total is the choice (the first on a tie). With fewer than two folds, or a fold without
-    a kept token to train on or a vote to score, the rule does not run: the first candidate,
-    with no scores."""
-    from gpsl.crowd.joint import fit_soft
+    ``fit_tagger(v, X, q, keep, classes, split)`` is fitted on the other folds' soft labels
+    ``q`` (the caller's refit, :func:`gpsl.crowd.joint.fit_soft` at variance ``v``: passed in,
+    so this module does not import the joint model that calls it) and predicts the marginals
+    of fold ``k``'s sentences, which it never saw; their votes are scored through the fitted
+    annotator model ``crowd`` (:func:`tagger_heldout_score`): how well a tagger predicts what
+    the crowd says about new text. ``crowd`` and ``q`` come from the joint fit on all votes
+    and are the same for every candidate, so the candidates differ only in the tagger. The
+    variance with the largest total is the choice (the first on a tie). With fewer than two
+    folds, or a fold without a kept token to train on or a vote to score, the rule does not
+    run: the first candidate, with no scores."""
 
     n_s = len(X)
     lengths = np.asarray(votes.lengths)
@@ -189,8 +189,7 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
             def split(flat, cuts=cuts):
                 return np.split(np.asarray(flat), cuts)
 
-            tagger = fit_soft(make_tagger(v), [X[i] for i in train], q[tok], keep[tok],
-                              classes, split)
+            tagger = fit_tagger(v, [X[i] for i in train], q[tok], keep[tok], classes, split)
             sub, _ = _vote_subset(votes, block)
             marg = tagger.predict_marginals([X[i] for i in block])
             marg = np.concatenate([np.asarray(m) for m in marg]) if len(marg) else \

@@ -40,8 +40,11 @@ def test_the_next_click_runs_on_the_spare_and_gets_the_same_result(project):
     first = jobs.start_training(store, pid, config, root)
     spare = _spare_pid()
     assert spare is not None, "a spare is started after a click"
-    assert "--spare" in psutil.Process(spare).cmdline()
-    # at a worker's priority from its start (``nice`` sets it, then execs Python)
+    # ``nice`` sets the priority, then execs Python: until the exec the command line is
+    # nice's (or, mid-exec, empty), so wait for the spare's own
+    wait_until(lambda: "--spare" in psutil.Process(spare).cmdline(), 30,
+               what="the spare's command line")
+    # at a worker's priority from its start
     wait_until(lambda: psutil.Process(spare).nice() >= 5, 30, what="the spare's priority")
     v1 = _done(store, first)
     assert v1["status"] == "done", v1["error"]

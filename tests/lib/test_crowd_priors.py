@@ -145,8 +145,8 @@ def test_the_refit_rule_prefers_a_tagger_that_predicts_the_votes():
     joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10), refit=False).fit(X, votes)
     keep = votes.voted()
 
-    def make(v):
-        return GPSL(template=UNIGRAM_TEMPLATE, max_iter=10, variance=v)
+    def make(v, *data):
+        return fit_soft(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10, variance=v), *data)
 
     choice = choose_refit_variance(X, joint.probas_, keep, votes, joint.crowd_, make,
                                    [1e-6, 4.0])
