@@ -177,7 +177,7 @@ class Shard(PseudoLikelihoodBound):
         self.update_r(rounds=rounds)
 
     def mean_begin(self, m_S, v_S) -> None:
-        """Fix ``base_a = a - m`` for a mean round (:meth:`SparseGPSLInference._mean_objective`)."""
+        """Fix ``base_a = a - m`` for a mean round (:meth:`SparseGPSLInference._mean_problem`)."""
         self._qS(m_S, v_S)
         T = self.terms(gS=self.gS())
         self._base = T["a"] - self.c.M.T
@@ -430,9 +430,6 @@ class ShardedSparseInference(SparseGPSLInference):
     def _mean_problem(self, curvature=None):
         """The mean round's objective over the shards, never preconditioned (see
         :attr:`SparseGPSLInference.precondition`)."""
-        return self._mean_objective(), None
-
-    def _mean_objective(self):
         self.shards.map("mean_begin", self.s.m_S, self.s.v_S)
         theta, shape = self.s.theta, self.s.W.shape
 
@@ -441,7 +438,7 @@ class ShardedSparseInference(SparseGPSLInference):
             rM, lse, g = self._column_sums(self.shards.map("mean_eval", theta, W))
             return mean_combine(W, rM, lse, g)
 
-        return fun
+        return fun, None
 
     def _set_W(self, W) -> None:
         self.s.W = W

@@ -122,6 +122,14 @@ def _feature_set_default(template, name: str, value, otherwise):
     return getattr(template, "DEFAULTS", {}).get(name, otherwise)
 
 
+def _feature_set_variance(template, kernel: str, variance):
+    """``variance``, else with the linear kernel the feature set's own (a feature set's
+    variance is per weight of its features), else ``None`` (the kernel's default)."""
+    if kernel != "linear":
+        return variance
+    return _feature_set_default(template, "variance", variance, None)
+
+
 def _evidence(evidence, lengths, J):
     if evidence is None:
         return None
@@ -221,9 +229,7 @@ class GPSL:
         feature set's own (:attr:`gpsl.features.NerFeatures.DEFAULTS`), else the kernel's
         default (4 linear, 1 rbf)."""
         kernel = make_kernel(self.kernel)
-        v = self.variance
-        if v is None and kernel.name == "linear":
-            v = _feature_set_default(self._template(1), "variance", None, None)
+        v = _feature_set_variance(self._template(1), kernel.name, self.variance)
         if v is None:
             v = kernel.default_variance
         return 1.0 if v is None else float(v)
@@ -280,8 +286,7 @@ class GPSL:
         lengths = np.array([len(s) for s in sents], dtype=np.int64)
         p["pair_variance"] = _feature_set_default(template, "pair_variance",
                                                   p["pair_variance"], 1.0)
-        if kernel.name == "linear":  # a feature set's variance is per weight of the features
-            p["variance"] = _feature_set_default(template, "variance", p["variance"], None)
+        p["variance"] = _feature_set_variance(template, kernel.name, p["variance"])
 
         if prev is not None and list(prev.classes_) != classes:
             # a label seen for the first time: keep the classes known before

@@ -136,7 +136,7 @@ def inner_ftols(tol: float) -> tuple[float, float]:
     fixed values measured before (:attr:`SparseGPSLInference.S_ftol`), at the default 1e-3
     (the app's and the command line's) ten times looser. Measured on the app's 20k-token
     refit (chunking, half the tokens labeled, 100 more; ``python -m bench.app_refit``): the
-    warm refit's evaluations fell from 33 + 98 (mean + ``q(f^S)``) to 19 + 72, its bound
+    warm refit's evaluations fell from 33 + 98 (mean + ``q(f^S)``) to 19 + 71, its bound
     moved by 1.3 nats of 763,634 (tol allows 764), the test labels were the same.
     """
     tol = float(tol)
@@ -300,13 +300,10 @@ class SparseGPSLInference(PseudoLikelihoodBound):
                                    self.p.weight)
         return mean_combine(W, rM, lse_sum, g)
 
-    def _mean_objective(self):
-        """The objective of one mean round: ``V/2 + c`` (or ``c``) fixed at the current state."""
-        return self._mean_problem(curvature=False)[0]
-
     def _mean_problem(self, curvature: bool | None = None):
-        """One mean round's objective (:meth:`_mean_objective`) and, when ``curvature`` (by
-        default :attr:`precondition`), the diagonal of its Hessian at the current weights,
+        """One mean round's objective (``-L_mu`` with ``V/2 + c``, or ``c``, fixed at the
+        current state) and, when ``curvature`` (by default :attr:`precondition`), the
+        diagonal of its Hessian at the current weights,
         ``1 + mean_curvature`` (else ``None``). The round's ``a`` and ``pi`` at the current
         weights are the ones :meth:`terms` has just computed, so the curvature costs one
         ``sq_rtimes`` and no further product or softmax."""

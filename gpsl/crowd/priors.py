@@ -103,7 +103,7 @@ def choose_priors(X, votes: Votes, make_joint, grid=GRID, fold: int = 5,
 
 # --------------------------------------------------------------------------- the refit's prior
 
-#: the refit tagger's prior variance as factors of ``model``'s own (4 for the linear kernel)
+#: the refit tagger's prior variance as factors of ``model``'s own (``GPSL.start_variance``)
 REFIT_FACTORS = (1.0, 0.25, 0.0625)
 
 

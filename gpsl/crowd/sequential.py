@@ -270,16 +270,25 @@ def _solve_c(lam, N, kappa, b1, c0, iters=60):
     Newton step from the right of the root lands left of it (or at a non-positive value,
     replaced by a tenth of the point) and from the left it converges monotonically."""
     c = np.clip(np.array(c0, dtype=float), 1e-300, None)
+    return _decreasing_roots(lambda x: _g(x, N, kappa, b1), lam, c, iters)
+
+
+def _decreasing_roots(fun, lam, x, iters):
+    """The root of ``fun(x)[0] = lam`` (per row of ``x``) for every entry of ``x``, by Newton
+    steps from ``x``; ``fun`` gives the function and its derivative, convex and decreasing in
+    each entry, so a step from the right of a root lands left of it (or at a non-positive
+    value, replaced by a tenth of the point) and from the left it converges monotonically.
+    Ends when no entry moves by more than 1e-12 of itself, or after ``iters`` steps."""
     lam = lam[:, None]
     for _ in range(iters):
-        g, dg = _g(c, N, kappa, b1)
-        new = c - (g - lam) / dg
-        new = np.where(new > 0, new, 0.1 * c)
-        done = np.max(np.abs(new - c) / c) < 1e-12
-        c = new
+        v, dv = fun(x)
+        new = x - (v - lam) / dv
+        new = np.where(new > 0, new, 0.1 * x)
+        done = np.max(np.abs(new - x) / x) < 1e-12
+        x = new
         if done:
             break
-    return c
+    return x
 
 
 def _pooled_objective(g, logc_sum, A, shrink, b1):
@@ -319,19 +328,8 @@ def update_pooled(log_c: np.ndarray, shrink: float, g0: np.ndarray | None = None
         return (shrink * S - A * shrink * digamma(1.0 + shrink * g) + b1 / g,
                 -A * shrink * shrink * trigamma(1.0 + shrink * g) - b1 / (g * g))
 
-    def roots(lam, g):
-        # h is convex and decreasing: a Newton step from the right of the root lands left
-        # of it (or at a non-positive value, replaced by a tenth of the point), from the
-        # left it converges monotonically (as _solve_c)
-        for _ in range(100):
-            v, dv = h(g)
-            new = g - (v - lam[:, None]) / dv
-            new = np.where(new > 0, new, 0.1 * g)
-            done = np.max(np.abs(new - g) / g) < 1e-12
-            g = new
-            if done:
-                break
-        return g
+    def roots(lam, g):  # h is convex and decreasing in each entry (as _solve_c's g)
+        return _decreasing_roots(h, lam, g, 100)
 
     g = np.full((J, J), 1.0 / J) if g0 is None else np.maximum(np.array(g0, float), 1e-300)
     at, _ = h(np.full((J, J), 1.0 / J))

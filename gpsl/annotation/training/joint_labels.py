@@ -23,7 +23,7 @@ prior variance, as ``refit_prior="model"``; ``train --crowd`` chooses it by held
 (``refit_prior="heldout"``, :func:`gpsl.crowd.priors.choose_refit_variance`, nine more tagger
 fits; the joint fit, the rule and the refit took 79.4 CPU s together on the CoNLL crowd's
 2,150 training sentences), which the app's 60 s from
-train to predictions (``bench.app_crowd``, 58.6 s) has no room for.
+train to predictions (``bench.app_crowd``: 42.4 s at 0b98bad) has no room for.
 """
 
 from __future__ import annotations
