@@ -363,6 +363,11 @@ _P = [
                "times the tagger's own whose tagger best predicts the votes of sentences it "
                "did not train on (3 folds, no gold read); 'model' the tagger's own",
           doc="see :func:`gpsl.crowd.priors.choose_refit_variance`"),
+    Param("crossfit", 8, (_int(0, 100),), flags=("--crossfit",), metavar="N", group="crowd",
+          help="after the joint fit, at most N rounds of cross-fitted taggers as the prior of "
+               "the posterior (3 folds of the sentences, each read by a tagger trained on the "
+               "others; until the posteriors settle); 0 = off",
+          doc="see :mod:`gpsl.crowd.crossfit` (measured in docs/real-crowd.md)"),
     Param("kappa", 30.0, (_real(1e-3, 1e6),), flags=("--kappa",), metavar="K", group="crowd",
           help="sequential annotator model: shrink each previous-label row towards the "
                "annotator's confusion row with K pseudo-votes"),

@@ -27,7 +27,7 @@ from gpsl.errors import InputError
 CROWD_PARAMS = ("min_votes", "prior_diag", "prior_off", "shrink")
 #: the joint model's own parameters (``train --crowd``, ``aggregate --model joint``)
 JOINT_PARAMS = ("tagger_prior", "annotator_model", "kappa", "prior_rule", "centre_target",
-                "refit_prior")
+                "refit_prior", "crossfit")
 
 
 class CrowdInput(NamedTuple):
@@ -186,6 +186,10 @@ def _priors(model) -> dict:
         out["refit_prior"] = {"variance": rc.variance, "folds": rc.folds,
                               "scores": [{"variance": v, "heldout_log_lik": sc}
                                          for v, sc in rc.scores]}
+    cf = getattr(model, "crossfit_", None)
+    if cf is not None:
+        out["crossfit"] = {"rounds": [{"heldout_log_lik": t["heldout"], "moved": t["moved"]}
+                                      for t in cf.rounds]}
     return out
 
 
@@ -221,3 +225,9 @@ def show(payload: dict) -> None:
                    f"folds: {rc['variance']:g} (held-out log-likelihood "
                    f"{max(s['heldout_log_lik'] for s in rc['scores']):.1f} nats, best of "
                    f"{len(rc['scores'])})")
+    cf = payload.get("crossfit")
+    if cf is not None and cf["rounds"]:
+        last = cf["rounds"][-1]
+        common.err(f"gpsl: {len(cf['rounds'])} cross-fitted rounds (the last moved the "
+                   f"posteriors {last['moved']:.4f} per token; held-out votes "
+                   f"{last['heldout_log_lik']:.1f} nats)")

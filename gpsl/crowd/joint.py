@@ -259,8 +259,9 @@ class CrowdGPSL:
                  prior_off=0.1, min_votes=30, shrink=DEFAULT_SHRINK, kappa=DEFAULT_KAPPA,
                  init="dawid-skene", tagger_prior="auto", refit=None, decode="auto", tol=None,
                  lse_bound="auto", refit_on="posterior", prior_rule="fixed",
-                 centre_target="one-coin", refit_prior="heldout"):
+                 centre_target="one-coin", refit_prior="heldout", crossfit=8):
         self.model = model
+        self.crossfit = crossfit
         self.refit_prior = refit_prior
         self.centre_target = centre_target
         self.refit_on = refit_on
@@ -315,6 +316,34 @@ class CrowdGPSL:
             def evidence(cm):
                 return cm.evidence(votes, M)
         return step, evidence
+
+    def _crossfit(self, X, r, votes: Votes, state: dict, base, step, evidence, rounds: int):
+        """The rounds of :mod:`gpsl.crowd.crossfit` from the joint fit's posteriors ``r``:
+        each fold's tagger has ``base``'s own settings (its own prior variance, warm-started
+        from the round before); an observed label stays observed (its evidence forbids the
+        other classes). Sets ``crossfit_`` and the annotator model ``state["crowd"]``."""
+        from gpsl.crowd.crossfit import crossfit
+        from gpsl.model import GPSL
+
+        observed = votes.observed >= 0
+        forced = np.where(np.arange(votes.J)[None, :] == votes.observed[:, None], 0.0,
+                          LOG_FLOOR)
+
+        def evidence_obs(cm):
+            E = evidence(cm)
+            return np.where(observed[:, None], forced, E)
+
+        tp = {**base.get_params(), "warm_start": True}
+        taggers: dict = {}
+
+        def fit_tagger(k, *data):
+            return fit_soft(taggers.setdefault(k, GPSL(**tp)), *data)
+
+        keep = votes.voted() | observed
+        self.crossfit_ = crossfit(X, r, keep, votes, state["crowd"], step, evidence_obs,
+                                  fit_tagger, max_rounds=rounds)
+        state["crowd"] = self.crossfit_.model
+        return self.crossfit_.r
 
     def fit(self, X: Sequence, votes: Votes, callback=None) -> CrowdGPSL:
         import time
@@ -400,6 +429,9 @@ class CrowdGPSL:
         if list(model.classes_) != classes:  # pragma: no cover - classes are passed through
             raise RuntimeError("the model's classes differ from the votes' classes")
         r = np.array(model.state_.r)
+        self.crossfit_ = None
+        if checked["crossfit"] > 0:
+            r = self._crossfit(X, r, votes, state, base, step, evidence, checked["crossfit"])
         labels = decode_labels(r, votes, self.decode)
         self.joint_model_ = model
         self.model_ = model
