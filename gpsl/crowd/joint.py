@@ -361,7 +361,7 @@ class CrowdGPSL:
 
             same = {k: getattr(self, k) for k in ("annotator_model", "prior_diag", "prior_off",
                                                   "min_votes", "init", "tagger_prior", "decode",
-                                                  "tol", "lse_bound", "centre_target")}
+                                                  "tol", "lse_bound", "centre_target", "crossfit")}
 
             def make(kappa, shrink):
                 return CrowdGPSL(GPSL(**base.get_params()), kappa=kappa, shrink=shrink,
