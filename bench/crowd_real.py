@@ -111,6 +111,7 @@ CROWDKIT = ("crowd-kit majority vote", "crowd-kit Dawid-Skene", "crowd-kit GLAD"
             "crowd-kit MACE", "crowd-kit one-coin")
 JOINT = "gpsl joint: sequential + ner (default)"
 RULE = "gpsl joint: sequential + ner, priors by held-out votes"
+NO_CROSSFIT = "gpsl joint: sequential + ner, no cross-fitted rounds"
 #: the joint model's variants: (annotator model, template, lse_bound) -> row name
 JOINT_ROWS = {
     ("confusion", None, "auto"): "gpsl joint: confusion + word windows",
@@ -120,7 +121,8 @@ JOINT_ROWS = {
     ("sequential", "ner", "auto"): JOINT,
 }
 #: each lever's share: the default against the row without that lever
-LEVERS = (("the sequential annotator model", "gpsl joint: confusion + ner"),
+LEVERS = (("the cross-fitted rounds (gpsl.crowd.crossfit)", NO_CROSSFIT),
+          ("the sequential annotator model", "gpsl joint: confusion + ner"),
           ("the ner feature set", "gpsl joint: sequential + word windows"),
           ("Jensen's bound in the joint fit", "gpsl joint: sequential + ner, Boehning's bound"),
           ("the tagger (joint fit) and the sequential model together", "gpsl Dawid-Skene"))
@@ -154,7 +156,8 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
     votes = votes_of(data.sents)
     X = [s.tokens for s in data.sents]
     rows = []
-    methods = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
+    methods = (list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+               + [NO_CROSSFIT, RULE])
     if cfg.quick:
         methods = [m for m in methods if m not in ("crowd-kit GLAD", "crowd-kit MACE")
                    and (not m.startswith("gpsl joint") or m == JOINT)]
@@ -168,6 +171,9 @@ def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
             out = isolated(gpsl_ds_labels, votes)
         elif name == RULE:
             out = isolated(joint_rule_labels, votes, X, cfg.max_iter)
+        elif name == NO_CROSSFIT:
+            out = isolated(joint_labels, votes, X, "sequential", "ner", cfg.max_iter, None,
+                           "auto", {"crossfit": 0})
         else:
             (am, tmpl, lse), = [k for k, v in JOINT_ROWS.items() if v == name]
             out = isolated(joint_labels, votes, X, am, tmpl, cfg.max_iter, None, lse)

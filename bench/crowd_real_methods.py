@@ -180,6 +180,7 @@ def joint_labels(votes, X, annotator_model: str, template, max_iter: int,
             "sweeps": int(joint.joint_model_.n_iter_), "max_iter": max_iter,
             "lse_bound": joint.joint_model_.lse_bound_,
             "variance": float(joint.variance_[0]),
+            "crossfit_rounds": 0 if joint.crossfit_ is None else len(joint.crossfit_.rounds),
             "min_bound_step": float(jt.min()) if jt.size else None,
             "bound": float(joint.joint_trace_[-1]) if joint.joint_trace_ else None}
 

@@ -96,11 +96,11 @@ def crossfit_posteriors(X, r: np.ndarray, keep: np.ndarray, votes, evidence: np.
                         fit_tagger, folds: int = 3) -> tuple[np.ndarray, float]:
     """One round's posteriors (X1) of every fold and the held-out vote score (X2), summed.
 
-    ``fit_tagger(k, X, q, keep, classes, split)`` fits fold ``k``'s a tagger on soft labels (the caller's
-    :func:`gpsl.crowd.joint.fit_soft`; passed in, so this module does not import the joint
-    model that calls it); ``evidence`` (n, J) is the annotator model's ``e_l(y)``. With fewer
-    than two folds, or a fold whose other folds have no kept token, ``r`` is returned
-    unchanged with a score of ``nan``."""
+    ``fit_tagger(k, X, q, keep, classes, split)`` fits the tagger that reads fold ``k`` on
+    the other folds' soft labels (the caller's :func:`gpsl.crowd.joint.fit_soft`; passed in,
+    so this module does not import the joint model that calls it); ``evidence`` (n, J) is
+    the annotator model's ``e_l(y)``. With fewer than two folds, or a fold whose other
+    folds have no kept token, ``r`` is returned unchanged with a score of ``nan``."""
     from gpsl.predict import chain_transitions
 
     n_s = len(X)

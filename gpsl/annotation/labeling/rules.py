@@ -79,6 +79,7 @@ TRAINING_RULES = {
 POSTERIORS = {
     "joint": "the joint model's posterior q(y): the sequential annotator model and the tagger "
              "fitted together on the votes (gpsl.crowd.CrowdGPSL, as gpsl train --crowd), "
+             "then each third of the sentences re-read by a tagger trained on the other two, "
              "the tagger then trained on q(y) as soft labels",
     "majority": "the majority of the votes (no crowd model)",
     "crowd": "the Dawid–Skene posterior, decided to one label per token",
