@@ -152,12 +152,17 @@ class Config:
 # --------------------------------------------------------------------------- the run
 
 
+def methods_of_section_1() -> list[str]:
+    """Every row of section 1, in the table's order."""
+    return (list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
+            + [NO_CROSSFIT, RULE])
+
+
 def section_aggregation(cfg: Config, data: Data, log) -> list[dict]:
     votes = votes_of(data.sents)
     X = [s.tokens for s in data.sents]
     rows = []
-    methods = (list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values())
-               + [NO_CROSSFIT, RULE])
+    methods = methods_of_section_1()
     if cfg.quick:
         methods = [m for m in methods if m not in ("crowd-kit GLAD", "crowd-kit MACE")
                    and (not m.startswith("gpsl joint") or m == JOINT)]
@@ -544,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    known = list(CROWDKIT) + ["gpsl Dawid-Skene"] + list(JOINT_ROWS.values()) + [RULE]
+    known = methods_of_section_1()
     bad = [m for m in (args.methods or []) if m not in known]
     if bad:
         print(f"bench.crowd_real: unknown method {bad[0]!r}; choose from {', '.join(known)}",
