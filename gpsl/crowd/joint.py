@@ -157,7 +157,8 @@ class CrowdGPSL:
         settings differ from ``model``'s (``tagger_prior`` ``"auto"`` or ``"learn"``, or
         another ``lse_bound``).
     prior_rule: ``"fixed"`` (default): ``kappa`` and ``shrink`` as given; ``"heldout"``: the
-        pair of :data:`gpsl.crowd.priors.GRID` whose joint fit on four fifths of the votes
+        pair of :data:`gpsl.crowd.priors.GRID`, extended past an edge its best sits on
+        (:func:`gpsl.crowd.priors.edge_steps`), whose joint fit on four fifths of the votes
         best predicts the fifth left out (:func:`gpsl.crowd.priors.choose_priors`; no gold
         is read), then the fit on all votes with it (``kappa_``, ``shrink_``,
         ``prior_choice_``).
@@ -173,7 +174,9 @@ class CrowdGPSL:
     refit_prior: the refit tagger's prior variance: ``"heldout"`` (default) the one of
         :data:`gpsl.crowd.priors.REFIT_FACTORS` times ``model``'s own (:meth:`GPSL.start_variance`:
         for ``ner`` its feature set's 2, so 2, 0.5, 0.125; 4 for another template with the linear
-        kernel) whose soft-label tagger, fitted on two of three contiguous folds of the sentences,
+        kernel), or a step past the largest or smallest of these at their spacing (x4,
+        :func:`gpsl.crowd.priors.edge_steps`), whose soft-label tagger, fitted on two of
+        three contiguous folds of the sentences,
         best predicts the votes of the third through the fitted annotator model
         (:func:`gpsl.crowd.priors.choose_refit_variance`; no gold is read; three more fits per
         candidate, ``refit_choice_``); ``"model"``: ``model``'s own. On the CoNLL crowd's held-out

@@ -22,6 +22,13 @@ with ``r_t`` the fit's posterior of the token's label (which saw only the kept v
 or the confusion model's (A, J, J) without ``p``). The score is the sum of ``log (H)`` over
 the tokens with left-out votes; the rule takes the ``(kappa, shrink)`` of the grid with the
 largest score (the first on a tie) and the joint fit on all votes then uses it.
+
+A choice on the grid's edge is not yet a choice: the score may keep rising past it (on the
+CoNLL crowd the fixed grid's best was its corner ``kappa = 3, shrink = 10``). Both rules here
+therefore extend their grid past an edge the best candidate sits on (:func:`edge_steps`), at
+the grid's own spacing along that axis, and score the new candidates; they stop when a round
+finds no better one, when the step would leave the parameter's range, or after
+:data:`EDGE_ROUNDS` rounds.
 """
 
 from __future__ import annotations
@@ -33,12 +40,52 @@ import numpy as np
 from gpsl.crowd.sequential import previous_labels
 from gpsl.crowd.vote_matrix import Votes
 
-__all__ = ["GRID", "REFIT_FACTORS", "PriorChoice", "RefitChoice", "choose_priors",
-           "choose_refit_variance", "heldout_score", "sentence_folds", "split_votes",
+__all__ = ["EDGE_ROUNDS", "GRID", "REFIT_FACTORS", "PriorChoice", "RefitChoice", "choose_priors",
+           "choose_refit_variance", "edge_steps", "heldout_score", "sentence_folds", "split_votes",
            "tagger_heldout_score"]
 
 #: the ``(kappa, shrink)`` pairs the rule chooses from
 GRID = ((3.0, 10.0), (30.0, 10.0), (3.0, 100.0), (30.0, 100.0), (3.0, 1000.0), (30.0, 1000.0))
+#: the most rounds of candidates past the grid's edges (:func:`edge_steps`)
+EDGE_ROUNDS = 3
+
+
+def _spacing(values) -> float | None:
+    """The smallest ratio between adjacent distinct positive values of one axis (``None``
+    for an axis with one value: no spacing to step by)."""
+    v = np.unique(np.asarray([x for x in values if x > 0], dtype=float))
+    return float(np.min(v[1:] / v[:-1])) if v.size > 1 else None
+
+
+def edge_steps(best: tuple, tried, spacing, allowed) -> list[tuple]:
+    """The candidates one step past the edges of the ``tried`` points that ``best`` sits on.
+
+    Along each axis ``d`` where ``best[d]`` is the smallest (largest) value tried, the point
+    with ``best[d]`` divided (multiplied) by ``spacing[d]``, if ``allowed[d]`` accepts that
+    value and the point was not tried. An axis with ``spacing[d] = None`` is not
+    stepped along. ``best`` inside the tried range on every axis: no step.
+    """
+    tried = [tuple(float(x) for x in t) for t in tried]
+    out = []
+    for d, r in enumerate(spacing):
+        if r is None:
+            continue
+        vals = [t[d] for t in tried]
+        for edge, factor in ((min(vals), 1.0 / r), (max(vals), r)):
+            if best[d] != edge:
+                continue
+            v = float(f"{best[d] * factor:.12g}")  # 3 / 10 is 0.3, not 0.30000000000000004
+            q = tuple(best[:d]) + (v,) + tuple(best[d + 1:])
+            if allowed[d](v) and q not in tried and q not in out:
+                out.append(q)
+    return out
+
+
+def _allowed(name: str):
+    """Whether :mod:`gpsl.params` allows parameter ``name`` the value ``v``."""
+    from gpsl import params
+
+    return params.param(name).accepts
 
 
 @dataclass
@@ -86,19 +133,37 @@ def heldout_score(r: np.ndarray, crowd, held: Votes) -> float:
 
 
 def choose_priors(X, votes: Votes, make_joint, grid=GRID, fold: int = 5,
-                  seed: int = 0) -> PriorChoice:
-    """The ``(kappa, shrink)`` of ``grid`` whose joint fit on the kept votes gives the left-out
-    votes the largest score. ``make_joint(kappa, shrink)`` returns an unfitted
+                  seed: int = 0, edge_rounds: int = EDGE_ROUNDS) -> PriorChoice:
+    """The ``(kappa, shrink)`` of ``grid``, extended past the edge the best sits on
+    (:func:`edge_steps`, up to ``edge_rounds`` rounds), whose joint fit on the kept votes gives
+    the left-out votes the largest score. ``make_joint(kappa, shrink)`` returns an unfitted
     :class:`gpsl.crowd.CrowdGPSL` (or any model with ``fit(X, votes)``, ``probas_`` and
-    ``crowd_``)."""
+    ``crowd_``). ``scores`` lists every candidate in the order scored."""
     kept, held = split_votes(votes, fold, seed)
     scores = []
-    for kappa, shrink in grid:
-        joint = make_joint(kappa, shrink).fit(X, kept)
-        scores.append((float(kappa), float(shrink), heldout_score(joint.probas_, joint.crowd_,
-                                                                  held)))
-    best = max(range(len(scores)), key=lambda i: (scores[i][2], -i))
-    return PriorChoice(scores[best][0], scores[best][1], scores, int(held.token.size))
+
+    def score(points):
+        for kappa, shrink in points:
+            joint = make_joint(kappa, shrink).fit(X, kept)
+            scores.append((float(kappa), float(shrink),
+                           heldout_score(joint.probas_, joint.crowd_, held)))
+
+    def best():
+        return max(range(len(scores)), key=lambda i: (scores[i][2], -i))
+
+    score(grid)
+    spacing = (_spacing([k for k, _ in grid]), _spacing([s for _, s in grid]))
+    allowed = (_allowed("kappa"), _allowed("shrink"))
+    for _ in range(edge_rounds):
+        before = best()
+        steps = edge_steps(scores[before][:2], [s[:2] for s in scores], spacing, allowed)
+        if not steps:
+            break
+        score(steps)
+        if best() == before:
+            break
+    b = best()
+    return PriorChoice(scores[b][0], scores[b][1], scores, int(held.token.size))
 
 
 # --------------------------------------------------------------------------- the refit's prior
@@ -150,7 +215,8 @@ def tagger_heldout_score(marginals: np.ndarray, crowd, votes: Votes) -> float:
 
 
 def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crowd,
-                          fit_tagger, variances, folds: int = 3) -> RefitChoice:
+                          fit_tagger, variances, folds: int = 3,
+                          edge_rounds: int = EDGE_ROUNDS) -> RefitChoice:
     r"""The refit tagger's prior variance by held-out votes (cross-validation folds of the
     training sentences; no gold read).
 
@@ -162,7 +228,9 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
     annotator model ``crowd`` (:func:`tagger_heldout_score`): how well a tagger predicts what
     the crowd says about new text. ``crowd`` and ``q`` come from the joint fit on all votes
     and are the same for every candidate, so the candidates differ only in the tagger. The
-    variance with the largest total is the choice (the first on a tie). With fewer than two
+    variance with the largest total is the choice (the first on a tie); a choice at the
+    smallest or largest candidate extends the candidates past it at their own spacing
+    (:func:`edge_steps`, up to ``edge_rounds`` rounds). With fewer than two
     folds, or a fold without a kept token to train on or a vote to score, the rule does not
     run: the first candidate, with no scores."""
 
@@ -179,7 +247,8 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
         # candidate (the model's own variance), unscored
         return RefitChoice(float(variances[0]), [], 0)
     scores = []
-    for v in variances:
+
+    def score(v):
         total = 0.0
         for block in blocks:
             train = np.setdiff1d(np.arange(n_s), block)
@@ -196,5 +265,21 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
                 np.zeros((0, len(classes)))
             total += tagger_heldout_score(marg, crowd, sub)
         scores.append((float(v), float(total)))
-    best = max(range(len(scores)), key=lambda i: (scores[i][1], -i))
-    return RefitChoice(scores[best][0], scores, len(blocks))
+
+    def best():
+        return max(range(len(scores)), key=lambda i: (scores[i][1], -i))
+
+    for v in variances:
+        score(v)
+    spacing, allowed = (_spacing(variances),), (_allowed("variance"),)
+    for _ in range(edge_rounds):
+        before = best()
+        steps = edge_steps(scores[before][:1], [s[:1] for s in scores], spacing, allowed)
+        if not steps:
+            break
+        for (v,) in steps:
+            score(v)
+        if best() == before:
+            break
+    b = best()
+    return RefitChoice(scores[b][0], scores, len(blocks))

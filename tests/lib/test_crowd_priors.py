@@ -14,9 +14,11 @@ from gpsl.crowd.joint import fit_soft
 from gpsl.crowd.priors import (
     GRID,
     REFIT_FACTORS,
+    _allowed,
     _vote_subset,
     choose_priors,
     choose_refit_variance,
+    edge_steps,
     heldout_score,
     sentence_folds,
     split_votes,
@@ -77,7 +79,7 @@ def test_the_rule_prefers_the_model_that_made_the_votes():
         return CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10), refit=False,
                          kappa=kappa, shrink=shrink)
 
-    choice = choose_priors(X, votes, make, grid=grid)
+    choice = choose_priors(X, votes, make, grid=grid, edge_rounds=0)
     assert [s[:2] for s in choice.scores] == list(grid)
     assert (choice.kappa, choice.shrink) == (3.0, 1.0)
     assert choice.scores[0][2] > choice.scores[1][2]
@@ -110,8 +112,9 @@ def test_the_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path, capsy
     with_gold, without = reports
     assert with_gold["gold_span_f1"] is not None and without["gold_span_f1"] is None
     assert with_gold["priors"] == without["priors"]
-    assert (without["priors"]["kappa"], without["priors"]["shrink"]) in GRID
-    assert len(without["priors"]["scores"]) == len(GRID)
+    scored = [(c["kappa"], c["shrink"]) for c in without["priors"]["scores"]]
+    assert scored[:len(GRID)] == [tuple(g) for g in GRID]  # the grid, then past its edge
+    assert (without["priors"]["kappa"], without["priors"]["shrink"]) in scored
 
 
 # --------------------------------------------------------------------------- the refit's prior
@@ -149,7 +152,7 @@ def test_the_refit_rule_prefers_a_tagger_that_predicts_the_votes():
         return fit_soft(GPSL(template=UNIGRAM_TEMPLATE, max_iter=10, variance=v), *data)
 
     choice = choose_refit_variance(X, joint.probas_, keep, votes, joint.crowd_, make,
-                                   [1e-6, 4.0])
+                                   [1e-6, 4.0], edge_rounds=0)
     assert choice.folds == 3 and [v for v, _ in choice.scores] == [1e-6, 4.0]
     assert choice.variance == 4.0
     assert choice.scores[1][1] > choice.scores[0][1]
@@ -164,8 +167,9 @@ def test_the_refit_rule_is_the_default_and_its_tagger_is_the_refit_at_the_choice
     votes = _crowd_votes(sents)
     joint = CrowdGPSL(GPSL(template=UNIGRAM_TEMPLATE, max_iter=8)).fit(X, votes)
     c = joint.refit_choice_
-    assert c is not None and len(c.scores) == len(REFIT_FACTORS)
-    assert [v for v, _ in c.scores] == [4.0 * f for f in REFIT_FACTORS]
+    assert c is not None and len(c.scores) >= len(REFIT_FACTORS)
+    assert [v for v, _ in c.scores][:3] == [4.0 * f for f in REFIT_FACTORS]
+    assert c.variance == max(c.scores, key=lambda s: s[1])[0]
     assert joint.model_.variance == c.variance
     keep = votes.voted()
     again = fit_soft(GPSL(template=UNIGRAM_TEMPLATE, max_iter=8, variance=c.variance), X,
@@ -192,8 +196,78 @@ def test_the_refit_rule_runs_without_gold_and_chooses_the_same_with_it(tmp_path,
     with_gold, without = reports
     assert with_gold["gold_span_f1"] is not None and without["gold_span_f1"] is None
     assert with_gold["refit_prior"] == without["refit_prior"]
-    assert len(without["refit_prior"]["scores"]) == len(REFIT_FACTORS)
+    scored = [c["variance"] for c in without["refit_prior"]["scores"]]
+    assert scored[:len(REFIT_FACTORS)] == [4.0 * f for f in REFIT_FACTORS]
     assert GPSL.load(tmp_path / "mFalse").variance == without["refit_prior"]["variance"]
     assert cli.main(["aggregate", "--model", "joint", "--refit-prior", "model",
                      str(tmp_path / "crowdFalse.jsonl")]) == 2
     assert "--refit-prior needs train --crowd" in capsys.readouterr().err
+
+
+def test_edge_steps_go_past_the_edges_the_best_sits_on():
+    grid = [(3.0, 10.0), (30.0, 10.0), (3.0, 100.0), (30.0, 100.0)]
+    allowed = (_allowed("kappa"), _allowed("shrink"))
+    assert edge_steps((3.0, 10.0), grid, (10.0, 10.0), allowed) == [(0.3, 10.0), (3.0, 1.0)]
+    assert edge_steps((30.0, 100.0), grid, (10.0, 10.0), allowed) == [(300.0, 100.0),
+                                                                      (30.0, 1000.0)]
+    inside = grid + [(0.3, 10.0), (300.0, 10.0), (3.0, 1.0), (3.0, 1000.0)]
+    assert edge_steps((3.0, 10.0), inside, (10.0, 10.0), allowed) == []
+    # a step the parameter's range refuses (kappa >= 1e-3), and an axis without spacing
+    assert edge_steps((1e-3, 10.0), [(1e-3, 10.0), (1e-2, 10.0)], (10.0, None),
+                      allowed) == []
+    assert edge_steps((2.0,), [(2.0,), (0.5,)], (4.0,), (_allowed("variance"),)) == [(8.0,)]
+
+
+def _peaked(gold, J, w):
+    """Marginals that put weight ``w`` on the gold and the rest uniformly."""
+    r = np.full((len(gold), J), (1.0 - w) / J)
+    r[np.arange(len(gold)), gold] += w
+    return r
+
+
+def test_the_prior_rule_walks_past_the_grids_edge_until_the_best_is_inside():
+    """A held-out score that peaks at shrink = 0.1, below the grid: the rule steps 10 -> 1 ->
+    0.1 -> 0.01, finds 0.01 worse and keeps 0.1; kappa has one value, so no step along it."""
+    X, y, sents = sticky_crowd(n_sent=40)
+    votes = _crowd_votes(sents)
+    gold = np.array([BIO.index(v) for lab in y for v in lab])
+    J = len(BIO)
+    crowd = SimpleNamespace(pi=np.tile(0.3 / (J - 1) + (0.7 - 0.3 / (J - 1)) * np.eye(J),
+                                       (votes.A, 1, 1)))
+
+    def make(kappa, shrink):
+        w = float(np.exp(-(np.log10(shrink) + 1.0) ** 2))
+        return SimpleNamespace(fit=lambda X, v: SimpleNamespace(
+            probas_=_peaked(gold, J, w), crowd_=crowd))
+
+    choice = choose_priors(X, votes, make, grid=((3.0, 10.0), (3.0, 100.0)))
+    assert [s[:2] for s in choice.scores] == [(3.0, 10.0), (3.0, 100.0), (3.0, 1.0),
+                                              (3.0, 0.1), (3.0, 0.01)]
+    assert (choice.kappa, choice.shrink) == (3.0, 0.1)
+    got = [s[2] for s in choice.scores]
+    assert got[3] == max(got) and got[2] > got[0] > got[1] and got[4] < got[3]
+    # with no rounds, the grid's own best
+    fixed = choose_priors(X, votes, make, grid=((3.0, 10.0), (3.0, 100.0)), edge_rounds=0)
+    assert (fixed.kappa, fixed.shrink, len(fixed.scores)) == (3.0, 10.0, 2)
+
+
+def test_the_refit_rule_walks_past_its_largest_candidate():
+    """A tagger whose held-out marginals are best at variance 16: from the candidates 1 and 4
+    the rule steps to 16, then 64 (worse), and keeps 16."""
+    X, y, sents = sticky_crowd(n_sent=45)
+    votes = _crowd_votes(sents)
+    gold = {id(x): np.array([BIO.index(v) for v in lab]) for x, lab in zip(X, y)}
+    J = len(BIO)
+    crowd = SimpleNamespace(pi=np.tile(0.3 / (J - 1) + (0.7 - 0.3 / (J - 1)) * np.eye(J),
+                                       (votes.A, 1, 1)))
+
+    def fit_tagger(v, *data):
+        w = float(np.exp(-(np.log(v / 16.0) / np.log(4.0)) ** 2))
+        return SimpleNamespace(predict_marginals=lambda Xb: [_peaked(gold[id(x)], J, w)
+                                                             for x in Xb])
+
+    keep = votes.voted()
+    q = np.full((votes.n, J), 1.0 / J)
+    choice = choose_refit_variance(X, q, keep, votes, crowd, fit_tagger, [1.0, 4.0])
+    assert [v for v, _ in choice.scores] == [1.0, 4.0, 16.0, 64.0]
+    assert choice.variance == 16.0 and choice.folds == 3
