@@ -349,7 +349,8 @@ _P = [
     Param("prior_rule", "fixed", (_opts("fixed", "heldout"),), flags=("--prior-rule",),
           group="crowd",
           help="the sequential model's kappa and shrink: 'fixed' as given, 'heldout' the grid "
-               "pair whose fit best predicts a fifth of the votes left out (no gold read)",
+               "pair (or a step past its edge) whose fit best predicts a fifth of the votes "
+               "left out (no gold read)",
           doc="see :mod:`gpsl.crowd.priors`"),
     Param("centre_target", "one-coin", (_opts("one-coin", "pooled"),),
           flags=("--centre-target",), group="crowd",
@@ -360,8 +361,9 @@ _P = [
     Param("refit_prior", "heldout", (_opts("heldout", "model"),), flags=("--refit-prior",),
           group="crowd",
           help="the refit tagger's prior variance: 'heldout' the one of 1, 1/4 and 1/16 "
-               "times the tagger's own whose tagger best predicts the votes of sentences it "
-               "did not train on (3 folds, no gold read); 'model' the tagger's own",
+               "times the tagger's own (or a step of x4 past them) whose tagger best predicts "
+               "the votes of sentences it did not train on (3 folds, no gold read); 'model' "
+               "the tagger's own",
           doc="see :func:`gpsl.crowd.priors.choose_refit_variance`"),
     Param("crossfit", 8, (_int(0, 100),), flags=("--crossfit",), metavar="N", group="crowd",
           help="after the joint fit, at most N rounds of cross-fitted taggers as the prior of "
