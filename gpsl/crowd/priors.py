@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpsl import params
 from gpsl.crowd.sequential import previous_labels
 from gpsl.crowd.vote_matrix import Votes
 
@@ -82,10 +83,36 @@ def edge_steps(best: tuple, tried, spacing, allowed) -> list[tuple]:
 
 
 def _allowed(name: str):
-    """Whether :mod:`gpsl.params` allows parameter ``name`` the value ``v``."""
-    from gpsl import params
-
+    """The predicate ``v -> bool``: whether :mod:`gpsl.params` allows parameter ``name`` the
+    value ``v``."""
     return params.param(name).accepts
+
+
+def _walk(grid, score, spacing, allowed, rounds: int) -> tuple[list, int]:
+    """Both rules' search: every point of ``grid`` scored by ``score(point)``, then up to
+    ``rounds`` rounds of :func:`edge_steps` past the edges the best point sits on, until a
+    round finds no better point. Returns ``[(point, score)]`` in the order scored and the
+    index of the best (the first on a tie)."""
+    scored = []
+
+    def run(points):
+        for pt in points:
+            pt = tuple(float(x) for x in pt)
+            scored.append((pt, float(score(pt))))
+
+    def best():
+        return max(range(len(scored)), key=lambda i: (scored[i][1], -i))
+
+    run(grid)
+    for _ in range(rounds):
+        before = best()
+        steps = edge_steps(scored[before][0], [pt for pt, _ in scored], spacing, allowed)
+        if not steps:
+            break
+        run(steps)
+        if best() == before:
+            break
+    return scored, best()
 
 
 @dataclass
@@ -140,29 +167,15 @@ def choose_priors(X, votes: Votes, make_joint, grid=GRID, fold: int = 5,
     :class:`gpsl.crowd.CrowdGPSL` (or any model with ``fit(X, votes)``, ``probas_`` and
     ``crowd_``). ``scores`` lists every candidate in the order scored."""
     kept, held = split_votes(votes, fold, seed)
-    scores = []
 
-    def score(points):
-        for kappa, shrink in points:
-            joint = make_joint(kappa, shrink).fit(X, kept)
-            scores.append((float(kappa), float(shrink),
-                           heldout_score(joint.probas_, joint.crowd_, held)))
+    def score(point):
+        joint = make_joint(*point).fit(X, kept)
+        return heldout_score(joint.probas_, joint.crowd_, held)
 
-    def best():
-        return max(range(len(scores)), key=lambda i: (scores[i][2], -i))
-
-    score(grid)
-    spacing = (_spacing([k for k, _ in grid]), _spacing([s for _, s in grid]))
-    allowed = (_allowed("kappa"), _allowed("shrink"))
-    for _ in range(edge_rounds):
-        before = best()
-        steps = edge_steps(scores[before][:2], [s[:2] for s in scores], spacing, allowed)
-        if not steps:
-            break
-        score(steps)
-        if best() == before:
-            break
-    b = best()
+    scored, b = _walk(grid, score, (_spacing([k for k, _ in grid]),
+                                    _spacing([s for _, s in grid])),
+                      (_allowed("kappa"), _allowed("shrink")), edge_rounds)
+    scores = [(k, s, v) for (k, s), v in scored]
     return PriorChoice(scores[b][0], scores[b][1], scores, int(held.token.size))
 
 
@@ -246,10 +259,9 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
         # too few sentences, or a fold with nothing to train on or to score: the first
         # candidate (the model's own variance), unscored
         return RefitChoice(float(variances[0]), [], 0)
-    scores = []
 
-    def score(v):
-        total = 0.0
+    def score(point):
+        v, total = point[0], 0.0
         for block in blocks:
             train = np.setdiff1d(np.arange(n_s), block)
             tok = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in train])
@@ -264,22 +276,9 @@ def choose_refit_variance(X, q: np.ndarray, keep: np.ndarray, votes: Votes, crow
             marg = np.concatenate([np.asarray(m) for m in marg]) if len(marg) else \
                 np.zeros((0, len(classes)))
             total += tagger_heldout_score(marg, crowd, sub)
-        scores.append((float(v), float(total)))
+        return total
 
-    def best():
-        return max(range(len(scores)), key=lambda i: (scores[i][1], -i))
-
-    for v in variances:
-        score(v)
-    spacing, allowed = (_spacing(variances),), (_allowed("variance"),)
-    for _ in range(edge_rounds):
-        before = best()
-        steps = edge_steps(scores[before][:1], [s[:1] for s in scores], spacing, allowed)
-        if not steps:
-            break
-        for (v,) in steps:
-            score(v)
-        if best() == before:
-            break
-    b = best()
+    scored, b = _walk([(v,) for v in variances], score, (_spacing(variances),),
+                      (_allowed("variance"),), edge_rounds)
+    scores = [(v, sc) for (v,), sc in scored]
     return RefitChoice(scores[b][0], scores, len(blocks))
